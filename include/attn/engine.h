@@ -1,0 +1,203 @@
+/* engine.h - exact multi-head attention on OpenBLAS.
+ *
+ * The engine knows nothing of HTTP, JSON or worker pools: it takes fp32
+ * row-major views, validates them, computes, and returns a status.  It links
+ * only OpenBLAS, libm and the C library (threads included).
+ *
+ * Conventions
+ *  - All matrices are row-major fp32.  A head is a pointer plus strides into a
+ *    larger matrix, never a copy: Q projected to [L, H*D] gives head h at
+ *    column block h (sh = D, ld = H*D).
+ *  - Grouped-query attention: with H query heads and Hkv key/value heads
+ *    (H % Hkv == 0), query head h reads key/value head h / (H / Hkv).
+ *  - Causal masking is aligned to the bottom-right corner (FlashAttention 2.1+
+ *    convention): query i may attend key j iff j <= i + (Lk - Lq).
+ *  - MASK POLARITY.  A boolean mask here is TRUE = BLOCKED (the key is not
+ *    attended), the convention of PyTorch nn.MultiheadAttention's attn_mask
+ *    and key_padding_mask.  It is the OPPOSITE of
+ *    torch.nn.functional.scaled_dot_product_attention, whose boolean attn_mask
+ *    is TRUE = ATTEND.  An fp32 mask is added to the scaled scores; -inf in it
+ *    blocks, NaN and +inf are rejected (ATTN_ENONFINITE).
+ *  - A query row whose keys are all blocked produces output 0 and weights 0,
+ *    never NaN.
+ *  - NaN or +-Inf in activations, weights or biases: ATTN_ENONFINITE, with the
+ *    tensor named in the diagnostic.  Nothing is computed.
+ *  - Threads: attn_exec.threads says how many threads one call may use.  The
+ *    engine spreads work over its own threads, each calling single-threaded
+ *    sgemm; OpenBLAS's process-wide thread count is changed only through
+ *    attn_engine_set_blas_threads(), which callers should set to 1 when they
+ *    run several engine calls at once (Debian 12's OpenBLAS 0.3.21 has no
+ *    per-call thread setting).
+ *
+ * Every function is thread-safe: calls share no mutable state except
+ * OpenBLAS's global thread count.
+ */
+#ifndef ATTN_ENGINE_H
+#define ATTN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/status.h"
+
+/* Read-only 4-d view [B][H][L][D]: element (b,h,i,d) is at
+ * data[b*sb + h*sh + i*ld + d].  The last dimension is contiguous. */
+typedef struct attn_view {
+  const float *data;
+  int64_t sb, sh, ld;
+} attn_view;
+
+/* Writable 4-d view, same layout rules. */
+typedef struct attn_mview {
+  float *data;
+  int64_t sb, sh, ld;
+} attn_mview;
+
+typedef enum {
+  ATTN_MASK_NONE = 0,
+  ATTN_MASK_BOOL, /* uint8_t, nonzero = blocked */
+  ATTN_MASK_ADD   /* float, added to the scaled scores; -inf = blocked */
+} attn_mask_kind;
+
+/* attn_mask: contiguous [mb, mh, Lq, Lk] where mb is 1 or B and mh is 1 or H
+ * (size-1 dimensions broadcast).  A [Lq, Lk] mask is mb = mh = 1. */
+typedef struct attn_mask {
+  attn_mask_kind kind;
+  const void *data;
+  int64_t mb, mh;
+} attn_mask;
+
+typedef enum {
+  ATTN_KPM_NONE = 0,
+  ATTN_KPM_BOOL,   /* pad: uint8_t [B, Lk], nonzero = padding key (ignored) */
+  ATTN_KPM_LENGTHS /* lengths: int64_t [B]; keys j >= lengths[b] are padding */
+} attn_kpm_kind;
+
+typedef struct attn_key_padding {
+  attn_kpm_kind kind;
+  const uint8_t *pad;
+  const int64_t *lengths;
+} attn_key_padding;
+
+typedef enum {
+  ATTN_WEIGHTS_NONE = 0,
+  ATTN_WEIGHTS_PER_HEAD, /* [B, H, Lq, Lk] */
+  ATTN_WEIGHTS_MEAN      /* [B, Lq, Lk], mean over heads (average_attn_weights) */
+} attn_weights_mode;
+
+/* Options shared by sdpa and mha. */
+typedef struct attn_attend_opts {
+  int causal;             /* bottom-right aligned causal mask */
+  int has_scale;          /* 0: scale = 1/sqrt(Dk) */
+  float scale;            /* used when has_scale; must be finite */
+  attn_mask mask;         /* optional attn_mask */
+  attn_key_padding kpm;   /* optional key_padding_mask or key lengths */
+  attn_weights_mode weights;
+} attn_attend_opts;
+
+typedef enum {
+  ATTN_PATH_AUTO = 0,     /* materialised iff weights are wanted */
+  ATTN_PATH_MATERIALISED, /* scores -> softmax -> sgemm with V */
+  ATTN_PATH_STREAMING     /* key tiles with online softmax; no weights */
+} attn_path;
+
+/* How to run one call.  Zero-initialised is valid (1 thread, auto path). */
+typedef struct attn_exec {
+  int threads;   /* threads this call may use; <= 0 means 1 */
+  attn_path path;
+  int tile_q;    /* query rows per work unit; 0 = engine default */
+  int tile_k;    /* keys per streaming tile; 0 = engine default */
+} attn_exec;
+
+/* Scaled dot-product attention on views.
+ * q [B,H,Lq,Dk], k [B,Hkv,Lk,Dk], v [B,Hkv,Lk,Dv]. */
+typedef struct attn_sdpa_problem {
+  int64_t B, H, Hkv, Lq, Lk, Dk, Dv;
+  attn_view q, k, v;
+  attn_attend_opts o;
+} attn_sdpa_problem;
+
+/* Bytes a problem needs, computed with overflow checks and without touching
+ * tensor data: `workspace` is what the engine allocates internally during the
+ * call (for `threads` threads), `out` and `weights` what the caller must
+ * provide.  Returns ATTN_ETOOBIG if a size overflows size_t. */
+typedef struct attn_bytes {
+  size_t workspace, out, weights;
+} attn_bytes;
+
+/* Validate shapes and options only (no data is read).
+ * Returns ATTN_OK, ATTN_EINVAL or ATTN_ESHAPE with a diagnostic naming the
+ * dimension. */
+attn_status attn_sdpa_check(const attn_sdpa_problem *p, attn_diag *d);
+attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
+                            attn_bytes *b, attn_diag *d);
+
+/* Compute softmax(q k^T * scale + mask) v into out (B,H,Lq,Dv view) and, when
+ * p->o.weights is not NONE, the weights into `weights` (contiguous, shape as
+ * described by attn_weights_mode).  On failure the outputs may have been
+ * partially written and nothing stays allocated. */
+attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
+                      attn_mview out, float *weights, attn_diag *d);
+
+/* Projection weights.  IN_OUT: stored [in, out] row-major (textbook X @ W);
+ * OUT_IN: stored [out, in] (PyTorch state_dict), used through transposed
+ * sgemm.  ld is the stored row stride (0 = packed: out for IN_OUT, in for
+ * OUT_IN), so a block of PyTorch's packed in_proj_weight is a pointer offset. */
+typedef enum { ATTN_W_IN_OUT = 0, ATTN_W_OUT_IN } attn_wlayout;
+typedef struct attn_weight {
+  const float *data;
+  attn_wlayout layout;
+  int64_t ld;
+} attn_weight;
+
+/* Multi-head attention with projections.
+ *   Q = xq Wq + bq   [B,Lq,E] x [E, E]          -> H heads of Dh = E/H
+ *   K = xk Wk + bk   [B,Lk,kdim] x [kdim, Hkv*Dh]
+ *   V = xv Wv + bv   [B,Lk,vdim] x [vdim, Hkv*Dh]
+ *   out = concat_h(attention_h) Wo + bo           [B,Lq,E]
+ * xq, xk, xv are contiguous row-major.  xk == NULL: self-attention (xk = xv =
+ * xq, Lk = Lq, kdim = vdim = E).  xv == NULL with xk set: xv = xk.
+ * Biases may be NULL.  E % H == 0 and H % Hkv == 0. */
+typedef struct attn_mha_problem {
+  int64_t B, Lq, Lk, E, H, Hkv, kdim, vdim;
+  const float *xq, *xk, *xv;
+  attn_weight wq, wk, wv, wo;
+  const float *bq, *bk, *bv, *bo;
+  attn_attend_opts o;
+} attn_mha_problem;
+
+attn_status attn_mha_check(const attn_mha_problem *p, attn_diag *d);
+attn_status attn_mha_bytes(const attn_mha_problem *p, const attn_exec *x,
+                           attn_bytes *b, attn_diag *d);
+
+/* out: contiguous [B, Lq, E]; weights as in attn_sdpa.  Self-attention
+ * requires Lk == Lq (it is set from Lq when xk is NULL). */
+attn_status attn_mha(const attn_mha_problem *p, const attn_exec *x, float *out,
+                     float *weights, attn_diag *d);
+
+/* FLOPs of a call as counted for the sgemm bound: projections
+ * 2*B*(Lq*E*E + Lk*kdim*Hkv*Dh + Lk*vdim*Hkv*Dh + Lq*E*E) and attention
+ * 2*B*H*Lq*Lk*(Dk+Dv) (causal not discounted). */
+double attn_mha_flops(const attn_mha_problem *p);
+double attn_sdpa_flops(const attn_sdpa_problem *p);
+
+/* The one place OpenBLAS's process-wide thread count is changed.  Call it
+ * once at start-up (the server sets 1: parallelism belongs to the engine).
+ * Not thread-safe against concurrent sgemm calls. */
+void attn_engine_set_blas_threads(int n);
+int attn_engine_blas_threads(void);
+
+/* Name of the exp/softmax kernel chosen at run time ("avx512f", "avx2",
+ * "scalar"). */
+const char *attn_engine_kernel_name(void);
+
+/* ---- Reference kernels (src/engine/ref.c) --------------------------------
+ * Plain, unblocked, double-precision implementations of the same contracts,
+ * used by tests and benchmarks to check the fast paths.  out is contiguous
+ * [B,H,Lq,Dv] (sdpa) or [B,Lq,E] (mha); weights as above or NULL. */
+attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
+                          double *weights, attn_diag *d);
+attn_status attn_ref_mha(const attn_mha_problem *p, double *out,
+                         double *weights, attn_diag *d);
+
+#endif /* ATTN_ENGINE_H */

@@ -1,0 +1,74 @@
+/* tensor.h - a named, typed, contiguous n-d array as codecs and models see it.
+ *
+ * Codecs decode request bodies into attn_tensor values; models turn them into
+ * engine views.  data is either owned (owns = 1, freed by attn_tensor_free)
+ * or borrowed from a request buffer that outlives the tensor.
+ */
+#ifndef ATTN_TENSOR_H
+#define ATTN_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/status.h"
+
+#define ATTN_MAX_RANK 8
+
+/* KServe v2 datatype names are the second column. */
+#define ATTN_DTYPE_MAP(X) \
+  X(FP32, "FP32", 4)      \
+  X(FP64, "FP64", 8)      \
+  X(FP16, "FP16", 2)      \
+  X(BF16, "BF16", 2)      \
+  X(BOOL, "BOOL", 1)      \
+  X(INT32, "INT32", 4)    \
+  X(INT64, "INT64", 8)
+
+typedef enum {
+  ATTN_DT_INVALID = 0,
+#define ATTN__DT_ENUM(name, text, size) ATTN_DT_##name,
+  ATTN_DTYPE_MAP(ATTN__DT_ENUM)
+#undef ATTN__DT_ENUM
+} attn_dtype;
+
+typedef struct attn_tensor {
+  attn_dtype dtype;
+  int rank;
+  int64_t shape[ATTN_MAX_RANK];
+  void *data;  /* row-major, contiguous, little-endian */
+  bool owns;   /* attn_tensor_free releases data */
+} attn_tensor;
+
+/* "FP32" etc.; NULL for ATTN_DT_INVALID. */
+const char *attn_dtype_name(attn_dtype t);
+/* Parse a KServe datatype name; ATTN_DT_INVALID when unknown. */
+attn_dtype attn_dtype_parse(const char *s);
+/* Bytes per element; 0 for ATTN_DT_INVALID. */
+size_t attn_dtype_size(attn_dtype t);
+
+/* Element count with overflow check.  Returns false on overflow or a negative
+ * dimension; *n is then unchanged. */
+bool attn_shape_numel(int rank, const int64_t *shape, size_t *n);
+
+/* Overflow-checked arithmetic on sizes: return false on overflow. */
+static inline bool attn_size_mul(size_t a, size_t b, size_t *r) {
+  return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool attn_size_add(size_t a, size_t b, size_t *r) {
+  return !__builtin_add_overflow(a, b, r);
+}
+
+/* Release owned data and zero the struct; NULL is allowed. */
+void attn_tensor_free(attn_tensor *t);
+
+/* Convert any numeric tensor to a new owned FP32 tensor (FP64, FP16, BF16,
+ * INT32, INT64 and BOOL are converted; FP32 is copied).  On failure *out is
+ * zeroed and nothing is allocated.  Returns ATTN_ENOMEM or ATTN_EINVAL. */
+attn_status attn_tensor_to_f32(const attn_tensor *in, attn_tensor *out);
+
+/* IEEE half and bfloat16 to float. */
+float attn_f16_to_f32(uint16_t h);
+float attn_bf16_to_f32(uint16_t h);
+
+#endif /* ATTN_TENSOR_H */

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Install the Debian 12 packages attnd needs to build, run and test, if any
+# is missing.  Needs root (or sudo) for apt-get; does nothing when all are
+# present.  Usage: scripts/install-deps.sh [--test]
+set -eu
+PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev"
+if [ "${1:-}" = "--test" ]; then
+  PKGS="$PKGS check libsubunit-dev curl python3"
+fi
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends $missing

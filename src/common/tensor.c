@@ -1,0 +1,135 @@
+/* tensor.c - datatype table, element counts and conversions for attn_tensor.
+ * Stateless and thread-safe. */
+#include "attn/tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {
+    [ATTN_DT_INVALID] = {NULL, 0},
+#define ATTN__DT_ROW(name, text, size) [ATTN_DT_##name] = {text, size},
+    ATTN_DTYPE_MAP(ATTN__DT_ROW)
+#undef ATTN__DT_ROW
+};
+
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+
+const char *attn_dtype_name(attn_dtype t) {
+  return (unsigned)t < NDTYPES ? dtypes[t].name : NULL;
+}
+
+size_t attn_dtype_size(attn_dtype t) {
+  return (unsigned)t < NDTYPES ? dtypes[t].size : 0;
+}
+
+attn_dtype attn_dtype_parse(const char *s) {
+  if (!s) return ATTN_DT_INVALID;
+  for (size_t i = 1; i < NDTYPES; i++)
+    if (strcmp(s, dtypes[i].name) == 0) return (attn_dtype)i;
+  return ATTN_DT_INVALID;
+}
+
+bool attn_shape_numel(int rank, const int64_t *shape, size_t *n) {
+  size_t acc = 1;
+  if (rank < 0 || rank > ATTN_MAX_RANK) return false;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0) return false;
+    if (!attn_size_mul(acc, (size_t)shape[i], &acc)) return false;
+  }
+  *n = acc;
+  return true;
+}
+
+void attn_tensor_free(attn_tensor *t) {
+  if (!t) return;
+  if (t->owns) free(t->data);
+  memset(t, 0, sizeof *t);
+}
+
+float attn_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0x1f) { /* inf / nan */
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) { /* normal */
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) { /* zero */
+    bits = sign;
+  } else { /* subnormal: renormalise */
+    int e = -1;
+    do {
+      e++;
+      man <<= 1;
+    } while (!(man & 0x400u));
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+float attn_bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+attn_status attn_tensor_to_f32(const attn_tensor *in, attn_tensor *out) {
+  size_t n, bytes;
+  memset(out, 0, sizeof *out);
+  if (!in || !attn_shape_numel(in->rank, in->shape, &n)) return ATTN_EINVAL;
+  if (!attn_size_mul(n, sizeof(float), &bytes)) return ATTN_ETOOBIG;
+  float *dst = malloc(bytes ? bytes : 1);
+  if (!dst) return ATTN_ENOMEM;
+  const unsigned char *src = in->data;
+  for (size_t i = 0; i < n; i++) {
+    switch (in->dtype) {
+      case ATTN_DT_FP32: {
+        float v;
+        memcpy(&v, src + 4 * i, 4);
+        dst[i] = v;
+      } break;
+      case ATTN_DT_FP64: {
+        double v;
+        memcpy(&v, src + 8 * i, 8);
+        dst[i] = (float)v;
+      } break;
+      case ATTN_DT_FP16: {
+        uint16_t v;
+        memcpy(&v, src + 2 * i, 2);
+        dst[i] = attn_f16_to_f32(v);
+      } break;
+      case ATTN_DT_BF16: {
+        uint16_t v;
+        memcpy(&v, src + 2 * i, 2);
+        dst[i] = attn_bf16_to_f32(v);
+      } break;
+      case ATTN_DT_BOOL:
+        dst[i] = src[i] ? 1.0f : 0.0f;
+        break;
+      case ATTN_DT_INT32: {
+        int32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        dst[i] = (float)v;
+      } break;
+      case ATTN_DT_INT64: {
+        int64_t v;
+        memcpy(&v, src + 8 * i, 8);
+        dst[i] = (float)v;
+      } break;
+      default:
+        free(dst);
+        return ATTN_EINVAL;
+    }
+  }
+  out->dtype = ATTN_DT_FP32;
+  out->rank = in->rank;
+  memcpy(out->shape, in->shape, sizeof out->shape);
+  out->data = dst;
+  out->owns = true;
+  return ATTN_OK;
+}
