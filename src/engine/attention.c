@@ -1,0 +1,887 @@
+/* attention.c - scaled dot-product and multi-head attention on OpenBLAS.
+ *
+ * DESIGN
+ * Work is cut into units of (batch b, head h, block of tile_q query rows);
+ * units are independent, so they run on attn__parallel_for threads without
+ * locks, each with its own scratch, and each calls single-threaded sgemm.
+ * The bits a unit produces do not depend on which thread ran it, so results
+ * are identical from run to run.
+ *
+ * Two paths compute a unit:
+ *  - materialised (weights wanted): S = scale * Q_blk K^T by sgemm, written
+ *    straight into the caller's weights when it wants them per head; a fused
+ *    pass adds masks and finds the row max, a second takes exp and the double
+ *    sum, a third normalises; then O_blk = P V by sgemm.
+ *  - streaming (no weights): keys are taken tile_k at a time.  For each tile
+ *    S = scale * Q_blk K_tile^T, and an online softmax keeps per row the
+ *    running max m and sum l: when m grows, l and the partial output are
+ *    rescaled by exp(m_old - m_new); O += P V_tile.  At the end O /= l.
+ *    Extra memory is O(tile_q * (tile_k + Dv)) per thread.
+ * In both, a causal or key-length limit bounds the keys a block can see:
+ * columns (or whole key tiles) past the block's last visible key are never
+ * computed.  A row with no visible key yields 0 output and 0 weights.
+ *
+ * Multi-head attention projects Q, K and V with sgemm over row chunks (the
+ * weights used through CblasTrans when stored [out, in]), runs the core on
+ * head views into the projections (head h = column block h), writing each
+ * head's output over its own Q block (no longer needed), then projects that
+ * concatenation with W_O.  Peak extra memory: Q, K, V projections plus the
+ * per-thread scratch.
+ *
+ * Invariants: every public entry validates shapes (attn_*_check) and values
+ * (non-finite scan) before allocating or computing; allocation happens
+ * before any thread starts, so the parallel part cannot fail.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/engine.h"
+#include "attn/tensor.h"
+#include "internal.h"
+
+#define TILE_Q_DEFAULT 128 /* query rows per unit */
+#define TILE_K_DEFAULT 512 /* keys per streaming tile */
+#define PROJ_ROWS 512      /* rows per projection sgemm chunk */
+#define MAX_THREADS 64     /* upper bound on threads of one call */
+
+/* ---- parallel_for ------------------------------------------------------ */
+
+typedef struct pf_shared {
+  attn__unit_fn fn;
+  void *ctx;
+  int64_t n;
+  atomic_llong next;
+} pf_shared;
+
+typedef struct pf_arg {
+  pf_shared *sh;
+  int tid;
+} pf_arg;
+
+static void pf_loop(pf_shared *sh, int tid) {
+  for (;;) {
+    int64_t u = atomic_fetch_add(&sh->next, 1);
+    if (u >= sh->n) break;
+    sh->fn(sh->ctx, u, tid);
+  }
+}
+
+static void *pf_thread(void *a) {
+  pf_arg *p = a;
+  pf_loop(p->sh, p->tid);
+  return NULL;
+}
+
+static int clamp_threads(int threads, int64_t units) {
+  if (threads < 1) threads = 1;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  if (units < threads) threads = units < 1 ? 1 : (int)units;
+  return threads;
+}
+
+void attn__parallel_for(int threads, int64_t n_units, attn__unit_fn fn,
+                        void *ctx) {
+  pf_shared sh = {.fn = fn, .ctx = ctx, .n = n_units};
+  pthread_t tids[MAX_THREADS];
+  pf_arg args[MAX_THREADS];
+  int started = 0;
+  atomic_init(&sh.next, 0);
+  threads = clamp_threads(threads, n_units);
+  for (int t = 1; t < threads; t++) {
+    args[t] = (pf_arg){&sh, t};
+    if (pthread_create(&tids[t], NULL, pf_thread, &args[t]) != 0) break;
+    started++;
+  }
+  pf_loop(&sh, 0);
+  for (int t = 1; t <= started; t++) pthread_join(tids[t], NULL);
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+#define LANES 16
+
+/* 1 when every value of the row is finite.  x * 0 is NaN for NaN and Inf. */
+static int row_finite(const float *p, int64_t n) {
+  float lane[LANES] = {0};
+  float acc = 0.0f;
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int k = 0; k < LANES; k++) lane[k] += p[j + k] * 0.0f;
+  for (; j < n; j++) acc += p[j] * 0.0f;
+  for (int k = 0; k < LANES; k++) acc += lane[k];
+  return acc == 0.0f;
+}
+
+/* First non-finite element of a [n0][n1][rows][cols] view, or -1. */
+static int64_t view_nonfinite(const float *data, int64_t n0, int64_t s0,
+                              int64_t n1, int64_t s1, int64_t rows, int64_t ld,
+                              int64_t cols) {
+  for (int64_t a = 0; a < n0; a++)
+    for (int64_t b = 0; b < n1; b++)
+      for (int64_t i = 0; i < rows; i++) {
+        const float *r = data + a * s0 + b * s1 + i * ld;
+        if (!row_finite(r, cols)) return (a * n1 + b) * rows + i;
+      }
+  return -1;
+}
+
+static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static attn_status check_opts(const attn_attend_opts *o, int64_t B, int64_t H,
+                              attn_diag *d) {
+  if (o->has_scale && !isfinite(o->scale))
+    return attn_diag_set(d, ATTN_EINVAL, "scale must be a finite number");
+  switch (o->mask.kind) {
+    case ATTN_MASK_NONE:
+      break;
+    case ATTN_MASK_BOOL:
+    case ATTN_MASK_ADD:
+      if (!o->mask.data)
+        return attn_diag_set(d, ATTN_EINVAL, "attn_mask: data is NULL");
+      if (o->mask.mb != 1 && o->mask.mb != B)
+        return attn_diag_set(d, ATTN_ESHAPE,
+                             "attn_mask: dim 0 (batch) is %lld, expected 1 "
+                             "or B=%lld",
+                             (long long)o->mask.mb, (long long)B);
+      if (o->mask.mh != 1 && o->mask.mh != H)
+        return attn_diag_set(d, ATTN_ESHAPE,
+                             "attn_mask: dim 1 (heads) is %lld, expected 1 "
+                             "or H=%lld",
+                             (long long)o->mask.mh, (long long)H);
+      break;
+    default:
+      return attn_diag_set(d, ATTN_EINVAL, "attn_mask: unknown kind %d",
+                           (int)o->mask.kind);
+  }
+  switch (o->kpm.kind) {
+    case ATTN_KPM_NONE:
+      break;
+    case ATTN_KPM_BOOL:
+      if (!o->kpm.pad)
+        return attn_diag_set(d, ATTN_EINVAL, "key_padding_mask: data is NULL");
+      break;
+    case ATTN_KPM_LENGTHS:
+      if (!o->kpm.lengths)
+        return attn_diag_set(d, ATTN_EINVAL, "key_lengths: data is NULL");
+      break;
+    default:
+      return attn_diag_set(d, ATTN_EINVAL, "key_padding_mask: unknown kind %d",
+                           (int)o->kpm.kind);
+  }
+  if (o->weights != ATTN_WEIGHTS_NONE && o->weights != ATTN_WEIGHTS_PER_HEAD &&
+      o->weights != ATTN_WEIGHTS_MEAN)
+    return attn_diag_set(d, ATTN_EINVAL, "unknown attention-weights mode %d",
+                         (int)o->weights);
+  return ATTN_OK;
+}
+
+/* Values that only the data can show: masks and key lengths. */
+static attn_status check_opt_values(const attn_attend_opts *o, int64_t B,
+                                    int64_t Lq, int64_t Lk, attn_diag *d) {
+  if (o->mask.kind == ATTN_MASK_ADD) {
+    const float *m = o->mask.data;
+    int64_t n = o->mask.mb * o->mask.mh * Lq * Lk;
+    for (int64_t i = 0; i < n; i++)
+      if (isnan(m[i]) || m[i] == INFINITY)
+        return attn_diag_set(d, ATTN_ENONFINITE,
+                             "attn_mask: element %lld is %s (only finite values "
+                             "and -inf are allowed)",
+                             (long long)i, isnan(m[i]) ? "NaN" : "+inf");
+  }
+  if (o->kpm.kind == ATTN_KPM_LENGTHS)
+    for (int64_t b = 0; b < B; b++)
+      if (o->kpm.lengths[b] < 0 || o->kpm.lengths[b] > Lk)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "key_lengths[%lld] is %lld, expected 0..Lk=%lld",
+                             (long long)b, (long long)o->kpm.lengths[b],
+                             (long long)Lk);
+  return ATTN_OK;
+}
+
+static attn_status check_dim(const char *what, int64_t v, attn_diag *d) {
+  if (v < 1)
+    return attn_diag_set(d, ATTN_ESHAPE, "%s is %lld; it must be >= 1", what,
+                         (long long)v);
+  if (!fits_int(v))
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s is %lld; the limit is %d", what,
+                         (long long)v, INT_MAX);
+  return ATTN_OK;
+}
+
+static attn_status check_view(const char *name, const attn_view *v, int64_t D,
+                              const char *dname, attn_diag *d) {
+  if (!v->data) return attn_diag_set(d, ATTN_EINVAL, "%s: data is NULL", name);
+  if (v->ld < D || !fits_int(v->ld))
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "%s: row stride %lld is smaller than %s=%lld", name,
+                         (long long)v->ld, dname, (long long)D);
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_check(const attn_sdpa_problem *p, attn_diag *d) {
+  attn_status s;
+  if (!p) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
+  if ((s = check_dim("B (batch)", p->B, d)) || (s = check_dim("H", p->H, d)) ||
+      (s = check_dim("Hkv", p->Hkv, d)) || (s = check_dim("Lq", p->Lq, d)) ||
+      (s = check_dim("Lk", p->Lk, d)) || (s = check_dim("Dk", p->Dk, d)) ||
+      (s = check_dim("Dv", p->Dv, d)))
+    return s;
+  if (p->H % p->Hkv != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "H=%lld query heads is not a multiple of Hkv=%lld "
+                         "key/value heads",
+                         (long long)p->H, (long long)p->Hkv);
+  if ((s = check_view("query", &p->q, p->Dk, "Dk", d)) ||
+      (s = check_view("key", &p->k, p->Dk, "Dk", d)) ||
+      (s = check_view("value", &p->v, p->Dv, "Dv", d)))
+    return s;
+  return check_opts(&p->o, p->B, p->H, d);
+}
+
+/* ---- the core: attention on views -------------------------------------- */
+
+typedef struct core_ctx {
+  int64_t B, H, Lq, Lk, Dk, Dv, group;
+  attn_view q, k, v;
+  attn_mview out;
+  const attn_attend_opts *o;
+  float scale;
+  float *weights;
+  int64_t tq, tk, nqb;
+  int streaming;
+  float **scratch; /* per thread */
+} core_ctx;
+
+static inline int64_t row_end(const core_ctx *c, int64_t b, int64_t i) {
+  int64_t e = c->Lk;
+  if (c->o->causal) {
+    int64_t ce = i + (c->Lk - c->Lq) + 1;
+    if (ce < e) e = ce;
+  }
+  if (c->o->kpm.kind == ATTN_KPM_LENGTHS && c->o->kpm.lengths[b] < e)
+    e = c->o->kpm.lengths[b];
+  return e < 0 ? 0 : e;
+}
+
+static inline const float *add_row(const core_ctx *c, int64_t b, int64_t h,
+                                   int64_t i) {
+  const attn_mask *m = &c->o->mask;
+  if (m->kind != ATTN_MASK_ADD) return NULL;
+  int64_t bm = m->mb == 1 ? 0 : b, hm = m->mh == 1 ? 0 : h;
+  return (const float *)m->data + ((bm * m->mh + hm) * c->Lq + i) * c->Lk;
+}
+
+static inline const uint8_t *blk_row(const core_ctx *c, int64_t b, int64_t h,
+                                     int64_t i) {
+  const attn_mask *m = &c->o->mask;
+  if (m->kind != ATTN_MASK_BOOL) return NULL;
+  int64_t bm = m->mb == 1 ? 0 : b, hm = m->mh == 1 ? 0 : h;
+  return (const uint8_t *)m->data + ((bm * m->mh + hm) * c->Lq + i) * c->Lk;
+}
+
+static inline const uint8_t *pad_row(const core_ctx *c, int64_t b) {
+  return c->o->kpm.kind == ATTN_KPM_BOOL ? c->o->kpm.pad + b * c->Lk : NULL;
+}
+
+static inline const float *offf(const float *p, int64_t j) {
+  return p ? p + j : NULL;
+}
+static inline const uint8_t *offu(const uint8_t *p, int64_t j) {
+  return p ? p + j : NULL;
+}
+
+/* Units are numbered so that the heaviest causal blocks (last rows) come
+ * first, which balances threads. */
+static void unit_coords(const core_ctx *c, int64_t u, int per_head,
+                        int64_t *b, int64_t *h, int64_t *i0, int64_t *i1) {
+  int64_t qb = c->nqb - 1 - u % c->nqb, rest = u / c->nqb;
+  if (per_head) {
+    *h = rest % c->H;
+    *b = rest / c->H;
+  } else {
+    *h = 0;
+    *b = rest;
+  }
+  *i0 = qb * c->tq;
+  *i1 = *i0 + c->tq < c->Lq ? *i0 + c->tq : c->Lq;
+}
+
+static void zero_rows(float *p, int64_t rows, int64_t ld, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) memset(p + r * ld, 0, cols * sizeof *p);
+}
+
+static void materialised_unit(void *vctx, int64_t u, int tid) {
+  const core_ctx *c = vctx;
+  int mean = c->o->weights == ATTN_WEIGHTS_MEAN;
+  int per_head = c->o->weights == ATTN_WEIGHTS_PER_HEAD;
+  int64_t b, h, i0, i1;
+  unit_coords(c, u, !mean, &b, &h, &i0, &i1);
+  int64_t h0 = mean ? 0 : h, h1 = mean ? c->H : h + 1, m = i1 - i0;
+  int64_t Lk = c->Lk, jend = row_end(c, b, i1 - 1);
+  float invH = 1.0f / (float)c->H;
+  for (h = h0; h < h1; h++) {
+    int64_t hk = h / c->group;
+    const float *qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
+    const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh;
+    const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
+    float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
+    float *S = per_head ? c->weights + ((b * c->H + h) * c->Lq + i0) * Lk
+                        : c->scratch[tid];
+    if (jend > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)jend,
+                  (int)c->Dk, c->scale, qp, (int)c->q.ld, kp, (int)c->k.ld,
+                  0.0f, S, (int)Lk);
+    for (int64_t r = 0; r < m; r++) {
+      int64_t i = i0 + r, e = row_end(c, b, i);
+      float *row = S + r * Lk;
+      float mx = attn__row_mask_max(row, e, add_row(c, b, h, i),
+                                    blk_row(c, b, h, i), pad_row(c, b));
+      if (mx == -INFINITY) {
+        memset(row, 0, jend * sizeof *row);
+        continue;
+      }
+      double sum = attn__row_exp_sum(row, e, mx);
+      attn__row_scale(row, e, (float)(1.0 / sum));
+      if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
+    }
+    if (jend > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m,
+                  (int)c->Dv, (int)jend, 1.0f, S, (int)Lk, vp, (int)c->v.ld,
+                  0.0f, op, (int)c->out.ld);
+    else
+      zero_rows(op, m, c->out.ld, c->Dv);
+    if (per_head && jend < Lk) zero_rows(S + jend, m, Lk, Lk - jend);
+    if (mean) {
+      float *W = c->weights + (b * c->Lq + i0) * Lk;
+      for (int64_t r = 0; r < m; r++) {
+        float *wr = W + r * Lk;
+        if (h == 0) {
+          memset(wr, 0, Lk * sizeof *wr);
+        }
+        attn__row_axpy(wr, S + r * Lk, jend, invH);
+      }
+    }
+  }
+}
+
+static void streaming_unit(void *vctx, int64_t u, int tid) {
+  const core_ctx *c = vctx;
+  int64_t b, h, i0, i1;
+  unit_coords(c, u, 1, &b, &h, &i0, &i1);
+  int64_t m = i1 - i0, hk = h / c->group, tk = c->tk, Dv = c->Dv;
+  int64_t jend = row_end(c, b, i1 - 1);
+  const float *qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
+  const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh;
+  const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
+  float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
+  float *S = c->scratch[tid];
+  float *O = S + c->tq * tk;
+  float *mrun = O + c->tq * Dv;
+  double *lrun = (double *)(mrun + c->tq + (c->tq & 1));
+
+  memset(O, 0, m * Dv * sizeof *O);
+  for (int64_t r = 0; r < m; r++) {
+    mrun[r] = -INFINITY;
+    lrun[r] = 0.0;
+  }
+  for (int64_t j0 = 0; j0 < jend; j0 += tk) {
+    int64_t tn = jend - j0 < tk ? jend - j0 : tk;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)tn,
+                (int)c->Dk, c->scale, qp, (int)c->q.ld, kp + j0 * c->k.ld,
+                (int)c->k.ld, 0.0f, S, (int)tk);
+    for (int64_t r = 0; r < m; r++) {
+      int64_t i = i0 + r, e = row_end(c, b, i) - j0;
+      float *row = S + r * tk;
+      if (e > tn) e = tn;
+      if (e <= 0) {
+        memset(row, 0, tn * sizeof *row);
+        continue;
+      }
+      float tmax = attn__row_mask_max(row, e, offf(add_row(c, b, h, i), j0),
+                                      offu(blk_row(c, b, h, i), j0),
+                                      offu(pad_row(c, b), j0));
+      float mnew = tmax > mrun[r] ? tmax : mrun[r];
+      if (mnew == -INFINITY) {
+        memset(row, 0, tn * sizeof *row);
+        continue;
+      }
+      double s = attn__row_exp_sum(row, e, mnew);
+      if (tn > e) memset(row + e, 0, (tn - e) * sizeof *row);
+      if (mnew != mrun[r]) {
+        float corr = mrun[r] == -INFINITY ? 0.0f : attn__expf(mrun[r] - mnew);
+        lrun[r] *= corr;
+        attn__row_scale(O + r * Dv, Dv, corr);
+        mrun[r] = mnew;
+      }
+      lrun[r] += s;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)Dv,
+                (int)tn, 1.0f, S, (int)tk, vp + j0 * c->v.ld, (int)c->v.ld,
+                1.0f, O, (int)Dv);
+  }
+  for (int64_t r = 0; r < m; r++) {
+    float *dst = op + r * c->out.ld;
+    if (lrun[r] > 0.0) {
+      float inv = (float)(1.0 / lrun[r]);
+      for (int64_t j = 0; j < Dv; j++) dst[j] = O[r * Dv + j] * inv;
+    } else {
+      memset(dst, 0, Dv * sizeof *dst);
+    }
+  }
+}
+
+/* Tile sizes and path for a problem; returns floats of scratch per thread
+ * and the number of units. */
+typedef struct core_plan {
+  int streaming;
+  int64_t tq, tk, nqb, units;
+  int threads;
+  size_t scratch_floats;
+} core_plan;
+
+static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
+                             int64_t Dv, const attn_attend_opts *o,
+                             const attn_exec *x, core_plan *pl, attn_diag *d) {
+  attn_exec dflt = {0};
+  if (!x) x = &dflt;
+  memset(pl, 0, sizeof *pl);
+  if (x->path == ATTN_PATH_STREAMING && o->weights != ATTN_WEIGHTS_NONE)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "the streaming path cannot return attention weights");
+  if (x->path != ATTN_PATH_AUTO && x->path != ATTN_PATH_MATERIALISED &&
+      x->path != ATTN_PATH_STREAMING)
+    return attn_diag_set(d, ATTN_EINVAL, "unknown path %d", (int)x->path);
+  pl->streaming = x->path == ATTN_PATH_STREAMING ||
+                  (x->path == ATTN_PATH_AUTO && o->weights == ATTN_WEIGHTS_NONE);
+  pl->tq = x->tile_q > 0 ? x->tile_q : TILE_Q_DEFAULT;
+  pl->tk = x->tile_k > 0 ? x->tile_k : TILE_K_DEFAULT;
+  if (pl->tq > Lq) pl->tq = Lq;
+  if (pl->tk > Lk) pl->tk = Lk;
+  pl->nqb = (Lq + pl->tq - 1) / pl->tq;
+  int mean = !pl->streaming && o->weights == ATTN_WEIGHTS_MEAN;
+  pl->units = B * (mean ? 1 : H) * pl->nqb;
+  pl->threads = clamp_threads(x->threads, pl->units);
+  size_t f;
+  if (pl->streaming) {
+    /* S [tq, tk], O [tq, Dv], m [tq] (+1 to align), l [tq] doubles */
+    f = (size_t)pl->tq * (size_t)pl->tk + (size_t)pl->tq * (size_t)Dv +
+        (size_t)pl->tq + 1 + 2 * (size_t)pl->tq;
+  } else if (o->weights == ATTN_WEIGHTS_PER_HEAD) {
+    f = 0;
+  } else {
+    if (!attn_size_mul((size_t)pl->tq, (size_t)Lk, &f))
+      return attn_diag_set(d, ATTN_ETOOBIG, "scores block overflows");
+  }
+  pl->scratch_floats = f;
+  return ATTN_OK;
+}
+
+static attn_status weights_floats(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
+                                  attn_weights_mode w, size_t *n) {
+  size_t r = 0;
+  if (w == ATTN_WEIGHTS_NONE) {
+    *n = 0;
+    return ATTN_OK;
+  }
+  if (!attn_size_mul((size_t)B, (size_t)Lq, &r) ||
+      !attn_size_mul(r, (size_t)Lk, &r) ||
+      (w == ATTN_WEIGHTS_PER_HEAD && !attn_size_mul(r, (size_t)H, &r)))
+    return ATTN_ETOOBIG;
+  *n = r;
+  return ATTN_OK;
+}
+
+/* Allocate per-thread scratch; on failure nothing stays allocated. */
+static attn_status alloc_scratch(const core_plan *pl, float ***out) {
+  *out = NULL;
+  if (pl->scratch_floats == 0) return ATTN_OK;
+  float **s = calloc((size_t)pl->threads, sizeof *s);
+  if (!s) return ATTN_ENOMEM;
+  for (int t = 0; t < pl->threads; t++) {
+    s[t] = malloc(pl->scratch_floats * sizeof(float));
+    if (!s[t]) {
+      for (int k = 0; k < t; k++) free(s[k]);
+      free(s);
+      return ATTN_ENOMEM;
+    }
+  }
+  *out = s;
+  return ATTN_OK;
+}
+
+static void free_scratch(float **s, int threads) {
+  if (!s) return;
+  for (int t = 0; t < threads; t++) free(s[t]);
+  free(s);
+}
+
+static void run_core(core_ctx *c, const core_plan *pl) {
+  c->tq = pl->tq;
+  c->tk = pl->tk;
+  c->nqb = pl->nqb;
+  c->streaming = pl->streaming;
+  attn__parallel_for(pl->threads, pl->units,
+                     pl->streaming ? streaming_unit : materialised_unit, c);
+}
+
+static float default_scale(const attn_attend_opts *o, int64_t Dk) {
+  return o->has_scale ? o->scale : (float)(1.0 / sqrt((double)Dk));
+}
+
+/* ---- sdpa --------------------------------------------------------------- */
+
+attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
+                            attn_bytes *bytes, attn_diag *d) {
+  attn_status s = attn_sdpa_check(p, d);
+  core_plan pl;
+  size_t n, ws;
+  if (s) return s;
+  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, p->Dv, &p->o, x, &pl, d)))
+    return s;
+  if (!attn_size_mul(pl.scratch_floats, (size_t)pl.threads * sizeof(float),
+                     &ws))
+    return attn_diag_set(d, ATTN_ETOOBIG, "workspace size overflows");
+  bytes->workspace = ws;
+  if (!attn_size_mul((size_t)p->B * (size_t)p->H, (size_t)p->Lq, &n) ||
+      !attn_size_mul(n, (size_t)p->Dv * sizeof(float), &bytes->out))
+    return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
+  if (weights_floats(p->B, p->H, p->Lq, p->Lk, p->o.weights, &n) ||
+      !attn_size_mul(n, sizeof(float), &bytes->weights))
+    return attn_diag_set(d, ATTN_ETOOBIG, "weights size overflows");
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
+                      attn_mview out, float *weights, attn_diag *d) {
+  attn_status s = attn_sdpa_check(p, d);
+  core_plan pl;
+  float **scratch;
+  int64_t at;
+  if (s) return s;
+  if (!out.data || out.ld < p->Dv)
+    return attn_diag_set(d, ATTN_EINVAL, "output view is NULL or too narrow");
+  if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
+    return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
+  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, p->Dv, &p->o, x, &pl, d)))
+    return s;
+  if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
+                           p->q.ld, p->Dk)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "query contains NaN or Inf (row %lld of [B*H*Lq])",
+                         (long long)at);
+  if ((at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh, p->Lk,
+                           p->k.ld, p->Dk)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "key contains NaN or Inf (row %lld of [B*Hkv*Lk])",
+                         (long long)at);
+  if ((at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh, p->Lk,
+                           p->v.ld, p->Dv)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
+                         (long long)at);
+  if ((s = check_opt_values(&p->o, p->B, p->Lq, p->Lk, d))) return s;
+  if ((s = alloc_scratch(&pl, &scratch)))
+    return attn_diag_set(d, s, "cannot allocate attention workspace");
+  core_ctx c = {.B = p->B,
+                .H = p->H,
+                .Lq = p->Lq,
+                .Lk = p->Lk,
+                .Dk = p->Dk,
+                .Dv = p->Dv,
+                .group = p->H / p->Hkv,
+                .q = p->q,
+                .k = p->k,
+                .v = p->v,
+                .out = out,
+                .o = &p->o,
+                .scale = default_scale(&p->o, p->Dk),
+                .weights = weights,
+                .scratch = scratch};
+  run_core(&c, &pl);
+  free_scratch(scratch, pl.threads);
+  return ATTN_OK;
+}
+
+double attn_sdpa_flops(const attn_sdpa_problem *p) {
+  return 2.0 * (double)p->B * (double)p->H * (double)p->Lq * (double)p->Lk *
+         (double)(p->Dk + p->Dv);
+}
+
+/* ---- mha ---------------------------------------------------------------- */
+
+/* Resolve self-attention defaults into a private copy. */
+static void mha_normalise(const attn_mha_problem *in, attn_mha_problem *p) {
+  *p = *in;
+  if (!p->xk) {
+    p->xk = p->xv = p->xq;
+    p->Lk = p->Lq;
+    p->kdim = p->vdim = p->E;
+  } else if (!p->xv) {
+    p->xv = p->xk;
+    p->vdim = p->kdim;
+  }
+}
+
+static attn_status check_weight(const char *name, const attn_weight *w,
+                                int64_t in, int64_t out, attn_diag *d) {
+  if (!w->data) return attn_diag_set(d, ATTN_EINVAL, "%s is missing", name);
+  if (w->layout != ATTN_W_IN_OUT && w->layout != ATTN_W_OUT_IN)
+    return attn_diag_set(d, ATTN_EINVAL, "%s: unknown layout", name);
+  int64_t need = w->layout == ATTN_W_IN_OUT ? out : in;
+  if (w->ld != 0 && (w->ld < need || !fits_int(w->ld)))
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "%s: row stride %lld is smaller than its %s dim %lld",
+                         name, (long long)w->ld,
+                         w->layout == ATTN_W_IN_OUT ? "out" : "in",
+                         (long long)need);
+  return ATTN_OK;
+}
+
+static int64_t weight_ld(const attn_weight *w, int64_t in, int64_t out) {
+  return w->ld ? w->ld : (w->layout == ATTN_W_IN_OUT ? out : in);
+}
+
+static attn_status mha_check_norm(const attn_mha_problem *p, attn_diag *d) {
+  attn_status s;
+  if ((s = check_dim("B (batch)", p->B, d)) || (s = check_dim("Lq", p->Lq, d)) ||
+      (s = check_dim("Lk", p->Lk, d)) || (s = check_dim("E (embed_dim)", p->E, d)) ||
+      (s = check_dim("num_heads", p->H, d)) ||
+      (s = check_dim("num_kv_heads", p->Hkv, d)) ||
+      (s = check_dim("kdim", p->kdim, d)) || (s = check_dim("vdim", p->vdim, d)))
+    return s;
+  if (p->E % p->H != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "embed_dim %lld is not divisible by num_heads %lld",
+                         (long long)p->E, (long long)p->H);
+  if (p->H % p->Hkv != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "num_heads %lld is not a multiple of num_kv_heads %lld",
+                         (long long)p->H, (long long)p->Hkv);
+  if (!p->xq) return attn_diag_set(d, ATTN_EINVAL, "query is missing");
+  int64_t kw = p->Hkv * (p->E / p->H);
+  if ((s = check_weight("w_q", &p->wq, p->E, p->E, d)) ||
+      (s = check_weight("w_k", &p->wk, p->kdim, kw, d)) ||
+      (s = check_weight("w_v", &p->wv, p->vdim, kw, d)) ||
+      (s = check_weight("w_o", &p->wo, p->E, p->E, d)))
+    return s;
+  return check_opts(&p->o, p->B, p->H, d);
+}
+
+attn_status attn_mha_check(const attn_mha_problem *in, attn_diag *d) {
+  attn_mha_problem p;
+  if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
+  mha_normalise(in, &p);
+  return mha_check_norm(&p, d);
+}
+
+typedef struct mha_sizes {
+  size_t q, k, v; /* floats of each projection */
+} mha_sizes;
+
+static attn_status mha_sizes_of(const attn_mha_problem *p, mha_sizes *z) {
+  size_t kw = (size_t)(p->Hkv * (p->E / p->H)), t;
+  if (!attn_size_mul((size_t)p->B, (size_t)p->Lq, &t) ||
+      !attn_size_mul(t, (size_t)p->E, &z->q) ||
+      !attn_size_mul((size_t)p->B, (size_t)p->Lk, &t) ||
+      !attn_size_mul(t, kw, &z->k))
+    return ATTN_ETOOBIG;
+  z->v = z->k;
+  return ATTN_OK;
+}
+
+attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
+                           attn_bytes *bytes, attn_diag *d) {
+  attn_mha_problem p;
+  core_plan pl;
+  mha_sizes z;
+  size_t f, n;
+  attn_status s;
+  if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
+  mha_normalise(in, &p);
+  if ((s = mha_check_norm(&p, d))) return s;
+  if ((s = plan_core(p.B, p.H, p.Lq, p.Lk, p.E / p.H, &p.o, x, &pl, d)))
+    return s;
+  if (mha_sizes_of(&p, &z) ||
+      !attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &f) ||
+      !attn_size_add(f, z.q, &f) || !attn_size_add(f, z.k, &f) ||
+      !attn_size_add(f, z.v, &f) ||
+      !attn_size_mul(f, sizeof(float), &bytes->workspace) ||
+      !attn_size_mul(z.q, sizeof(float), &bytes->out) ||
+      weights_floats(p.B, p.H, p.Lq, p.Lk, p.o.weights, &n) ||
+      !attn_size_mul(n, sizeof(float), &bytes->weights))
+    return attn_diag_set(d, ATTN_ETOOBIG, "problem size overflows");
+  return ATTN_OK;
+}
+
+typedef struct proj_job {
+  const float *x;
+  int64_t rows, in, out;
+  const attn_weight *w;
+  const float *bias;
+  float *y;
+} proj_job;
+
+typedef struct proj_ctx {
+  proj_job job[3];
+  int64_t chunks[3];
+  int njobs;
+} proj_ctx;
+
+static void proj_unit(void *vctx, int64_t u, int tid) {
+  const proj_ctx *c = vctx;
+  int j = 0;
+  (void)tid;
+  while (u >= c->chunks[j]) u -= c->chunks[j++];
+  const proj_job *p = &c->job[j];
+  int64_t r0 = u * PROJ_ROWS;
+  int64_t r1 = r0 + PROJ_ROWS < p->rows ? r0 + PROJ_ROWS : p->rows;
+  int trans = p->w->layout == ATTN_W_OUT_IN;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans,
+              (int)(r1 - r0), (int)p->out, (int)p->in, 1.0f, p->x + r0 * p->in,
+              (int)p->in, p->w->data, (int)weight_ld(p->w, p->in, p->out), 0.0f,
+              p->y + r0 * p->out, (int)p->out);
+  if (p->bias)
+    for (int64_t r = r0; r < r1; r++)
+      attn__row_axpy(p->y + r * p->out, p->bias, p->out, 1.0f);
+}
+
+static void run_proj(proj_ctx *c, int threads) {
+  int64_t total = 0;
+  for (int j = 0; j < c->njobs; j++) {
+    c->chunks[j] = (c->job[j].rows + PROJ_ROWS - 1) / PROJ_ROWS;
+    total += c->chunks[j];
+  }
+  attn__parallel_for(threads, total, proj_unit, c);
+}
+
+static attn_status check_weight_values(const char *name, const attn_weight *w,
+                                       int64_t in, int64_t out, attn_diag *d) {
+  int64_t rows = w->layout == ATTN_W_IN_OUT ? in : out;
+  int64_t cols = w->layout == ATTN_W_IN_OUT ? out : in;
+  int64_t at = view_nonfinite(w->data, 1, 0, 1, 0, rows,
+                              weight_ld(w, in, out), cols);
+  if (at >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "%s contains NaN or Inf (row %lld)", name,
+                         (long long)at);
+  return ATTN_OK;
+}
+
+static attn_status check_vec(const char *name, const float *v, int64_t n,
+                             attn_diag *d) {
+  if (v && !row_finite(v, n))
+    return attn_diag_set(d, ATTN_ENONFINITE, "%s contains NaN or Inf", name);
+  return ATTN_OK;
+}
+
+static attn_status mha_check_values(const attn_mha_problem *p, attn_diag *d) {
+  int64_t kw = p->Hkv * (p->E / p->H), at;
+  attn_status s;
+  if ((at = view_nonfinite(p->xq, 1, 0, 1, 0, p->B * p->Lq, p->E, p->E)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "query contains NaN or Inf (row %lld of [B*Lq])",
+                         (long long)at);
+  if (p->xk != p->xq &&
+      (at = view_nonfinite(p->xk, 1, 0, 1, 0, p->B * p->Lk, p->kdim,
+                           p->kdim)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "key contains NaN or Inf (row %lld of [B*Lk])",
+                         (long long)at);
+  if (p->xv != p->xk && p->xv != p->xq &&
+      (at = view_nonfinite(p->xv, 1, 0, 1, 0, p->B * p->Lk, p->vdim,
+                           p->vdim)) >= 0)
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "value contains NaN or Inf (row %lld of [B*Lk])",
+                         (long long)at);
+  if ((s = check_weight_values("w_q", &p->wq, p->E, p->E, d)) ||
+      (s = check_weight_values("w_k", &p->wk, p->kdim, kw, d)) ||
+      (s = check_weight_values("w_v", &p->wv, p->vdim, kw, d)) ||
+      (s = check_weight_values("w_o", &p->wo, p->E, p->E, d)) ||
+      (s = check_vec("b_q", p->bq, p->E, d)) ||
+      (s = check_vec("b_k", p->bk, kw, d)) ||
+      (s = check_vec("b_v", p->bv, kw, d)) ||
+      (s = check_vec("b_o", p->bo, p->E, d)))
+    return s;
+  return check_opt_values(&p->o, p->B, p->Lq, p->Lk, d);
+}
+
+attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
+                     float *out, float *weights, attn_diag *d) {
+  attn_mha_problem pp, *p = &pp;
+  core_plan pl;
+  mha_sizes z;
+  attn_status s;
+  float **scratch = NULL, *Q = NULL, *K = NULL, *V = NULL;
+  attn_exec dflt = {0};
+  if (!x) x = &dflt;
+  if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
+  mha_normalise(in, p);
+  if ((s = mha_check_norm(p, d))) return s;
+  if (!out) return attn_diag_set(d, ATTN_EINVAL, "output buffer is NULL");
+  if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
+    return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
+  int64_t Dh = p->E / p->H, kw = p->Hkv * Dh;
+  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, Dh, &p->o, x, &pl, d))) return s;
+  if (mha_sizes_of(p, &z))
+    return attn_diag_set(d, ATTN_ETOOBIG, "problem size overflows");
+  if ((s = mha_check_values(p, d))) return s;
+
+  Q = malloc(z.q * sizeof *Q);
+  K = malloc(z.k * sizeof *K);
+  V = malloc(z.v * sizeof *V);
+  if (!Q || !K || !V || alloc_scratch(&pl, &scratch)) {
+    s = attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
+                      (z.q + z.k + z.v) * sizeof(float) >> 20);
+    goto done;
+  }
+
+  proj_ctx pc = {.njobs = 3};
+  pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q};
+  pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K};
+  pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V};
+  run_proj(&pc, x->threads);
+
+  core_ctx c = {.B = p->B,
+                .H = p->H,
+                .Lq = p->Lq,
+                .Lk = p->Lk,
+                .Dk = Dh,
+                .Dv = Dh,
+                .group = p->H / p->Hkv,
+                .q = {Q, p->Lq * p->E, Dh, p->E},
+                .k = {K, p->Lk * kw, Dh, kw},
+                .v = {V, p->Lk * kw, Dh, kw},
+                .out = {Q, p->Lq * p->E, Dh, p->E}, /* over Q: see DESIGN */
+                .o = &p->o,
+                .scale = default_scale(&p->o, Dh),
+                .weights = weights,
+                .scratch = scratch};
+  run_core(&c, &pl);
+
+  proj_ctx po = {.njobs = 1};
+  po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out};
+  run_proj(&po, x->threads);
+  s = ATTN_OK;
+done:
+  free_scratch(scratch, pl.threads);
+  free(Q);
+  free(K);
+  free(V);
+  return s;
+}
+
+double attn_mha_flops(const attn_mha_problem *in) {
+  attn_mha_problem p;
+  mha_normalise(in, &p);
+  double Dh = (double)(p.E / (p.H ? p.H : 1)), kw = (double)p.Hkv * Dh;
+  double B = (double)p.B, Lq = (double)p.Lq, Lk = (double)p.Lk;
+  double E = (double)p.E;
+  return 2.0 * B * (Lq * E * E + Lk * (double)p.kdim * kw +
+                    Lk * (double)p.vdim * kw + Lq * E * E) +
+         2.0 * B * (double)p.H * Lq * Lk * 2.0 * Dh;
+}

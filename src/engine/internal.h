@@ -1,0 +1,44 @@
+/* internal.h - shared internals of the engine (attn__ prefix).  Not a public
+ * header: only the engine sources include it. */
+#ifndef ATTN_ENGINE_INTERNAL_H
+#define ATTN_ENGINE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- softmax.c: row primitives, vectorised by the compiler, one clone per
+ * instruction set chosen at run time.  All take n >= 0. ------------------ */
+
+/* Fused mask pass over one row of scaled scores: s[j] += add[j] (if add),
+ * s[j] = -inf where blk_a[j] or blk_b[j] is nonzero (if given).  Returns the
+ * row maximum (-inf when every entry is blocked or n == 0). */
+float attn__row_mask_max(float *s, int64_t n, const float *add,
+                         const uint8_t *blk_a, const uint8_t *blk_b);
+
+/* s[j] = exp(s[j] - m) for j < n; returns the sum in double.  m must be
+ * finite.  exp of -inf is 0. */
+double attn__row_exp_sum(float *s, int64_t n, float m);
+
+/* s[j] *= f. */
+void attn__row_scale(float *s, int64_t n, float f);
+
+/* dst[j] += f * src[j]. */
+void attn__row_axpy(float *dst, const float *src, int64_t n, float f);
+
+/* The vectorisable exp used above, exposed for tests: relative error below
+ * 2e-7 on [-87, 0], exactly 0 below -87.33 and for -inf. */
+float attn__expf(float x);
+
+/* Name of the clone the dispatcher picks on this CPU. */
+const char *attn__kernel_name(void);
+
+/* ---- parallel.c-like helper in attention.c --------------------------- */
+typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);
+/* Run fn(ctx, u, tid) for every u in [0, n_units) on up to `threads`
+ * threads (the caller's included); tid < threads indexes per-thread scratch.
+ * Units are taken in order from a shared counter.  If threads cannot be
+ * started the caller's thread does the rest: never fails. */
+void attn__parallel_for(int threads, int64_t n_units, attn__unit_fn fn,
+                        void *ctx);
+
+#endif

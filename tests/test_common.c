@@ -1,0 +1,102 @@
+/* test_common.c - the status table and tensor helpers. */
+#include <math.h>
+#include <string.h>
+
+#include "attn/status.h"
+#include "attn/tensor.h"
+#include "unit.h"
+
+START_TEST(test_status_text) {
+  ck_assert_str_eq(attn_strerror(ATTN_OK), "ok");
+  ck_assert_str_eq(attn_strerror(ATTN_ESHAPE), "tensor shape mismatch");
+  ck_assert_str_eq(attn_status_name(ATTN_EBUSY), "EBUSY");
+  ck_assert_str_eq(attn_strerror((attn_status)-999), "unknown status");
+  attn_diag d;
+  ck_assert_int_eq(attn_diag_set(&d, ATTN_EINVAL, "x=%d", 7), ATTN_EINVAL);
+  ck_assert_str_eq(d.msg, "x=7");
+  ck_assert_int_eq(attn_diag_set(NULL, ATTN_ENOMEM, "y"), ATTN_ENOMEM);
+}
+END_TEST
+
+START_TEST(test_dtype_table) {
+  ck_assert_int_eq(attn_dtype_parse("FP32"), ATTN_DT_FP32);
+  ck_assert_int_eq(attn_dtype_parse("BF16"), ATTN_DT_BF16);
+  ck_assert_int_eq(attn_dtype_parse("fp32"), ATTN_DT_INVALID);
+  ck_assert_int_eq(attn_dtype_parse(NULL), ATTN_DT_INVALID);
+  ck_assert_uint_eq(attn_dtype_size(ATTN_DT_INT64), 8);
+  ck_assert_uint_eq(attn_dtype_size(ATTN_DT_BOOL), 1);
+  ck_assert_str_eq(attn_dtype_name(ATTN_DT_FP16), "FP16");
+  ck_assert_ptr_null(attn_dtype_name(ATTN_DT_INVALID));
+}
+END_TEST
+
+START_TEST(test_numel_overflow) {
+  int64_t ok[3] = {2, 3, 4}, big[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+  int64_t neg[2] = {2, -1};
+  size_t n = 99;
+  ck_assert(attn_shape_numel(3, ok, &n));
+  ck_assert_uint_eq(n, 24);
+  ck_assert(!attn_shape_numel(2, big, &n));
+  ck_assert(!attn_shape_numel(2, neg, &n));
+  ck_assert(!attn_shape_numel(9, ok, &n));
+  ck_assert_uint_eq(n, 24);
+  ck_assert(attn_shape_numel(0, ok, &n));
+  ck_assert_uint_eq(n, 1);
+}
+END_TEST
+
+START_TEST(test_half_conversions) {
+  ck_assert_float_eq(attn_f16_to_f32(0x3c00), 1.0f);
+  ck_assert_float_eq(attn_f16_to_f32(0xc000), -2.0f);
+  ck_assert_float_eq(attn_f16_to_f32(0x7bff), 65504.0f);
+  ck_assert_float_eq(attn_f16_to_f32(0x0001), ldexpf(1.0f, -24));
+  ck_assert_float_eq(attn_f16_to_f32(0x0200), ldexpf(1.0f, -15));
+  ck_assert(isinf(attn_f16_to_f32(0x7c00)));
+  ck_assert(isnan(attn_f16_to_f32(0x7e00)));
+  ck_assert_float_eq(attn_bf16_to_f32(0x3f80), 1.0f);
+  ck_assert_float_eq(attn_bf16_to_f32(0xc0a0), -5.0f);
+  /* every finite half converts exactly: check the ordering is monotone */
+  float prev = -INFINITY;
+  for (uint32_t h = 0xfbff; h >= 0x8001; h--) { /* negative, descending mag */
+    float f = attn_f16_to_f32((uint16_t)h);
+    ck_assert(f > prev);
+    prev = f;
+  }
+}
+END_TEST
+
+START_TEST(test_to_f32) {
+  int64_t v[3] = {-3, 0, 1 << 20};
+  attn_tensor t = {.dtype = ATTN_DT_INT64, .rank = 1, .shape = {3}, .data = v};
+  attn_tensor f;
+  ck_assert_int_eq(attn_tensor_to_f32(&t, &f), ATTN_OK);
+  ck_assert_int_eq(f.dtype, ATTN_DT_FP32);
+  ck_assert_float_eq(((float *)f.data)[0], -3.0f);
+  ck_assert_float_eq(((float *)f.data)[2], 1048576.0f);
+  attn_tensor_free(&f);
+  ck_assert_ptr_null(f.data);
+  t.dtype = ATTN_DT_INVALID;
+  ck_assert_int_eq(attn_tensor_to_f32(&t, &f), ATTN_EINVAL);
+  ck_assert_ptr_null(f.data);
+  attn_tensor_free(NULL);
+}
+END_TEST
+
+Suite *status_suite(void) {
+  Suite *s = suite_create("status");
+  TCase *tc = tcase_create("status");
+  tcase_add_test(tc, test_status_text);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+Suite *tensor_suite(void) {
+  Suite *s = suite_create("tensor");
+  TCase *tc = tcase_create("tensor");
+  tcase_add_test(tc, test_dtype_table);
+  tcase_add_test(tc, test_numel_overflow);
+  tcase_add_test(tc, test_half_conversions);
+  tcase_add_test(tc, test_to_f32);
+  suite_add_tcase(s, tc);
+  return s;
+}

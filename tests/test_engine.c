@@ -1,0 +1,615 @@
+/* test_engine.c - the engine's fast paths against the double reference.
+ *
+ * Table-driven: each case is a shape plus options; every case runs on the
+ * materialised and (when no weights are wanted) streaming paths, with tiles
+ * small enough to cross tile boundaries, on 1 and 3 threads, and is compared
+ * with attn_ref_* at |err| <= 1e-5 * (1 + |ref|).  Weights rows must sum to
+ * 1 within 1e-5, or be all zero where every key is blocked. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/engine.h"
+#include "unit.h"
+
+#define TOL 1e-5
+
+/* The engine's vectorisable exp (an attn__ internal of src/engine). */
+float attn__expf(float x);
+
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+static uint64_t rng_next(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+static float rnd(void) { /* uniform in [-1, 1) */
+  return (float)((rng_next() >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+static int chance(double p) {
+  return (rng_next() >> 11) / (double)(1ull << 53) < p;
+}
+static float *rnd_buf(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = rnd();
+  return p;
+}
+
+typedef enum { M_NONE, M_BOOL2, M_BOOL4, M_BOOLB, M_ADD2, M_ADD4 } mask_case;
+typedef enum { K_NONE, K_BOOL, K_LEN } kpm_case;
+
+typedef struct sdpa_case {
+  int B, H, Hkv, Lq, Lk, Dk, Dv;
+  int causal;
+  mask_case mask;
+  kpm_case kpm;
+  attn_weights_mode weights;
+  int scale; /* override the scale */
+  int full_row; /* force a fully blocked row */
+} sdpa_case;
+
+/* Build masks for a case; caller frees the returned buffers. */
+typedef struct masks {
+  uint8_t *bm, *pad;
+  float *am;
+  int64_t *len;
+} masks;
+
+static void make_masks(const sdpa_case *c, attn_attend_opts *o, masks *m) {
+  memset(m, 0, sizeof *m);
+  int64_t mb = 1, mh = 1;
+  if (c->mask == M_BOOL4 || c->mask == M_ADD4) {
+    mb = c->B;
+    mh = c->H;
+  } else if (c->mask == M_BOOLB) {
+    mb = c->B; /* [B,1,Lq,Lk]: broadcast over heads */
+  }
+  size_t n = (size_t)(mb * mh * c->Lq * c->Lk);
+  if (c->mask == M_BOOL2 || c->mask == M_BOOL4 || c->mask == M_BOOLB) {
+    m->bm = malloc(n);
+    for (size_t i = 0; i < n; i++) m->bm[i] = chance(0.3);
+    if (c->full_row) memset(m->bm, 1, (size_t)c->Lk); /* row 0 of b=0,h=0 */
+    o->mask = (attn_mask){ATTN_MASK_BOOL, m->bm, mb, mh};
+  } else if (c->mask == M_ADD2 || c->mask == M_ADD4) {
+    m->am = malloc(n * sizeof *m->am);
+    for (size_t i = 0; i < n; i++)
+      m->am[i] = chance(0.2) ? -INFINITY : 2.0f * rnd();
+    if (c->full_row)
+      for (int j = 0; j < c->Lk; j++) m->am[j] = -INFINITY;
+    o->mask = (attn_mask){ATTN_MASK_ADD, m->am, mb, mh};
+  }
+  if (c->kpm == K_BOOL) {
+    m->pad = malloc((size_t)(c->B * c->Lk));
+    for (int i = 0; i < c->B * c->Lk; i++) m->pad[i] = chance(0.25);
+    o->kpm = (attn_key_padding){ATTN_KPM_BOOL, m->pad, NULL};
+  } else if (c->kpm == K_LEN) {
+    m->len = malloc((size_t)c->B * sizeof *m->len);
+    for (int b = 0; b < c->B; b++)
+      m->len[b] = (int64_t)(rng_next() % (uint64_t)(c->Lk + 1));
+    if (c->full_row) m->len[0] = 0;
+    o->kpm = (attn_key_padding){ATTN_KPM_LENGTHS, NULL, m->len};
+  }
+}
+
+static void free_masks(masks *m) {
+  free(m->bm);
+  free(m->pad);
+  free(m->am);
+  free(m->len);
+}
+
+/* Compare; returns the number of mismatches (reporting the first). */
+static int compare(const char *what, const float *got, const double *ref,
+                   size_t n, const char *ctx) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - ref[i]);
+    if (!(e <= TOL * (1.0 + fabs(ref[i])))) {
+      if (!bad)
+        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n",
+                ctx, what, i, got[i], ref[i], e);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+/* Every row of weights sums to what the reference's does: 1, 0 where every
+ * key is blocked, and for the mean the share of heads not fully blocked. */
+static int check_rows(const float *w, const double *ref, size_t rows,
+                      size_t cols, const char *ctx) {
+  int bad = 0;
+  for (size_t r = 0; r < rows; r++) {
+    double s = 0, sr = 0;
+    for (size_t j = 0; j < cols; j++) {
+      s += w[r * cols + j];
+      sr += ref[r * cols + j];
+    }
+    /* per head: 1, or 0 for a fully blocked row; the mean over heads: the
+     * fraction of heads whose row is not fully blocked */
+    double want = sr;
+    if (fabs(s - want) > TOL) {
+      if (!bad)
+        fprintf(stderr, "%s: weights row %zu sums to %.9g, want %g\n", ctx, r,
+                s, want);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static void case_name(const sdpa_case *c, char *buf, size_t n) {
+  snprintf(buf, n,
+           "B=%d H=%d Hkv=%d Lq=%d Lk=%d Dk=%d Dv=%d causal=%d mask=%d kpm=%d "
+           "w=%d scale=%d full=%d",
+           c->B, c->H, c->Hkv, c->Lq, c->Lk, c->Dk, c->Dv, c->causal, c->mask,
+           c->kpm, c->weights, c->scale, c->full_row);
+}
+
+/* Run one sdpa case on every path; q is laid out [B, Lq, H*Dk] (heads as
+ * column blocks) to exercise strided views, k and v [B, Hkv, Lk, D]. */
+static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
+  char name[256], ctx[320];
+  int bad = 0;
+  rng_seed(seed);
+  case_name(c, name, sizeof name);
+  size_t nq = (size_t)c->B * c->Lq * c->H * c->Dk;
+  size_t nk = (size_t)c->B * c->Hkv * c->Lk * c->Dk;
+  size_t nv = (size_t)c->B * c->Hkv * c->Lk * c->Dv;
+  size_t no = (size_t)c->B * c->H * c->Lq * c->Dv;
+  size_t nw = c->weights == ATTN_WEIGHTS_PER_HEAD
+                  ? (size_t)c->B * c->H * c->Lq * c->Lk
+                  : (size_t)c->B * c->Lq * c->Lk;
+  float *q = rnd_buf(nq), *k = rnd_buf(nk), *v = rnd_buf(nv);
+  for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peakier softmax */
+  attn_sdpa_problem p = {
+      .B = c->B, .H = c->H, .Hkv = c->Hkv, .Lq = c->Lq, .Lk = c->Lk,
+      .Dk = c->Dk, .Dv = c->Dv,
+      .q = {q, (int64_t)c->Lq * c->H * c->Dk, c->Dk, (int64_t)c->H * c->Dk},
+      .k = {k, (int64_t)c->Hkv * c->Lk * c->Dk, (int64_t)c->Lk * c->Dk, c->Dk},
+      .v = {v, (int64_t)c->Hkv * c->Lk * c->Dv, (int64_t)c->Lk * c->Dv, c->Dv}};
+  p.o.causal = c->causal;
+  p.o.weights = c->weights;
+  if (c->scale) {
+    p.o.has_scale = 1;
+    p.o.scale = 0.37f;
+  }
+  masks m;
+  make_masks(c, &p.o, &m);
+  double *ro = malloc(no * sizeof *ro), *rw = malloc(nw * sizeof *rw);
+  ck_assert_int_eq(attn_ref_sdpa(&p, ro, c->weights ? rw : NULL, NULL),
+                   ATTN_OK);
+  float *out = malloc(no * sizeof *out), *w = malloc(nw * sizeof *w);
+  attn_path paths[2] = {ATTN_PATH_MATERIALISED, ATTN_PATH_STREAMING};
+  int npaths = c->weights == ATTN_WEIGHTS_NONE ? 2 : 1;
+  int tiles[2][2] = {{0, 0}, {2, 3}};
+  for (int pi = 0; pi < npaths; pi++)
+    for (int ti = 0; ti < 2; ti++)
+      for (int th = 1; th <= 3; th += 2) {
+        attn_exec x = {.threads = th, .path = paths[pi],
+                       .tile_q = tiles[ti][0], .tile_k = tiles[ti][1]};
+        attn_diag d = {{0}};
+        for (size_t i = 0; i < no; i++) out[i] = NAN;
+        for (size_t i = 0; i < nw; i++) w[i] = NAN;
+        attn_mview ov = {out, (int64_t)c->H * c->Lq * c->Dv,
+                         (int64_t)c->Lq * c->Dv, c->Dv};
+        attn_status s = attn_sdpa(&p, &x, ov, c->weights ? w : NULL, &d);
+        snprintf(ctx, sizeof ctx, "%s path=%d tiles=%d threads=%d", name,
+                 pi, ti, th);
+        if (s != ATTN_OK) {
+          fprintf(stderr, "%s: status %s: %s\n", ctx, attn_status_name(s),
+                  d.msg);
+          bad++;
+          continue;
+        }
+        bad += compare("out", out, ro, no, ctx);
+        if (c->weights) {
+          bad += compare("weights", w, rw, nw, ctx);
+          bad += check_rows(w, rw, nw / c->Lk, c->Lk, ctx);
+        }
+      }
+  free(q);
+  free(k);
+  free(v);
+  free(ro);
+  free(rw);
+  free(out);
+  free(w);
+  free_masks(&m);
+  return bad;
+}
+
+/* Shapes: B in {1,3}, H in {1,2,8}, Hkv | H, Lq != Lk both ways, Dk != Dv. */
+static const int shapes[][7] = {
+    /* B  H Hkv Lq  Lk  Dk Dv */
+    {1, 1, 1, 1, 1, 4, 4},    {1, 1, 1, 5, 9, 8, 3},
+    {3, 2, 1, 7, 4, 5, 6},    {3, 2, 2, 6, 6, 16, 16},
+    {1, 8, 2, 9, 13, 4, 7},   {3, 8, 8, 4, 11, 3, 2},
+    {1, 8, 4, 17, 5, 6, 9},   {3, 2, 1, 12, 12, 7, 5},
+    {1, 2, 2, 33, 70, 16, 8},
+};
+#define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+START_TEST(test_sdpa_plain) {
+  int bad = 0;
+  for (int s = 0; s < NSHAPES; s++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int w = 0; w < 3; w++) {
+        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                       shapes[s][4], shapes[s][5], shapes[s][6], causal,
+                       M_NONE, K_NONE, (attn_weights_mode)w, 0, 0};
+        bad += run_sdpa_case(&c, (uint64_t)(s * 7 + causal * 3 + w));
+      }
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_sdpa_masks) {
+  int bad = 0;
+  for (int s = 0; s < NSHAPES; s++)
+    for (int mk = 0; mk <= M_ADD4; mk++)
+      for (int kp = 0; kp <= K_LEN; kp++) {
+        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                       shapes[s][4], shapes[s][5], shapes[s][6], (s + mk) & 1,
+                       (mask_case)mk, (kpm_case)kp,
+                       (attn_weights_mode)((s + kp) % 3), s & 1, 0};
+        bad += run_sdpa_case(&c, (uint64_t)(100 + s * 31 + mk * 5 + kp));
+      }
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_sdpa_fully_masked_rows) {
+  int bad = 0;
+  mask_case mks[3] = {M_BOOL2, M_ADD2, M_NONE};
+  for (int s = 0; s < NSHAPES; s++)
+    for (int mi = 0; mi < 3; mi++)
+      for (int w = 0; w < 3; w++) {
+        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                       shapes[s][4], shapes[s][5], shapes[s][6], 0, mks[mi],
+                       mks[mi] == M_NONE ? K_LEN : K_NONE,
+                       (attn_weights_mode)w, 0, 1};
+        bad += run_sdpa_case(&c, (uint64_t)(900 + s * 13 + mi * 3 + w));
+      }
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Causal with Lq > Lk: the first Lq-Lk rows see no key at all. */
+START_TEST(test_sdpa_causal_alignment) {
+  float q[4 * 2], k[2 * 2], v[2 * 1] = {10.0f, 20.0f}, out[4], w[4 * 2];
+  for (int i = 0; i < 8; i++) q[i] = 0.1f * (float)i;
+  for (int i = 0; i < 4; i++) k[i] = 0.0f; /* equal scores */
+  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 4, .Lk = 2, .Dk = 2,
+                         .Dv = 1, .q = {q, 8, 8, 2}, .k = {k, 4, 4, 2},
+                         .v = {v, 2, 2, 1}};
+  p.o.causal = 1;
+  p.o.weights = ATTN_WEIGHTS_PER_HEAD;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){out, 4, 4, 1}, w, NULL),
+                   ATTN_OK);
+  /* row i sees keys j <= i + (Lk - Lq) = i - 2 */
+  ck_assert_float_eq(out[0], 0.0f);
+  ck_assert_float_eq(out[1], 0.0f);
+  ck_assert_float_eq_tol(out[2], 10.0f, 1e-6);
+  ck_assert_float_eq_tol(out[3], 15.0f, 1e-5);
+  ck_assert_float_eq(w[0], 0.0f);
+  ck_assert_float_eq_tol(w[4], 1.0f, 1e-6);
+  ck_assert_float_eq(w[5], 0.0f);
+  ck_assert_float_eq_tol(w[6], 0.5f, 1e-6);
+  /* Lq < Lk: row 0 of 2 sees keys 0..Lk-Lq */
+  p.Lq = 1;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){out, 4, 4, 1}, w, NULL),
+                   ATTN_OK);
+  ck_assert_float_eq_tol(out[0], 15.0f, 1e-5); /* j <= 0 + 1: both keys */
+}
+END_TEST
+
+/* ---- multi-head attention with projections ----------------------------- */
+
+typedef struct mha_case {
+  int B, Lq, Lk, E, H, Hkv, kdim, vdim;
+  int cross, bias, torch_layout;
+  attn_weights_mode weights;
+  int causal;
+  mask_case mask;
+  kpm_case kpm;
+} mha_case;
+
+static int run_mha_case(const mha_case *c, uint64_t seed) {
+  char ctx[400];
+  int bad = 0;
+  rng_seed(seed);
+  int Lk = c->cross ? c->Lk : c->Lq, kdim = c->cross ? c->kdim : c->E;
+  int vdim = c->cross ? c->vdim : c->E, kw = c->Hkv * (c->E / c->H);
+  float *xq = rnd_buf((size_t)c->B * c->Lq * c->E);
+  float *xk = c->cross ? rnd_buf((size_t)c->B * Lk * kdim) : NULL;
+  float *xv = c->cross ? rnd_buf((size_t)c->B * Lk * vdim) : NULL;
+  /* torch layout: pack q, k, v weights [out, in] into one block with a
+   * common row stride, like in_proj_weight, when the in dims agree */
+  int packed = c->torch_layout && kdim == c->E && vdim == c->E;
+  float *wpack = packed ? rnd_buf((size_t)(c->E + 2 * kw) * c->E) : NULL;
+  float *wq = packed ? NULL : rnd_buf((size_t)c->E * c->E);
+  float *wk = packed ? NULL : rnd_buf((size_t)kdim * kw);
+  float *wv = packed ? NULL : rnd_buf((size_t)vdim * kw);
+  float *wo = rnd_buf((size_t)c->E * c->E);
+  float *bq = c->bias ? rnd_buf((size_t)c->E) : NULL;
+  float *bk = c->bias ? rnd_buf((size_t)kw) : NULL;
+  float *bv = c->bias ? rnd_buf((size_t)kw) : NULL;
+  float *bo = c->bias ? rnd_buf((size_t)c->E) : NULL;
+  attn_wlayout lay = c->torch_layout ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
+  attn_mha_problem p = {.B = c->B, .Lq = c->Lq, .Lk = Lk, .E = c->E,
+                        .H = c->H, .Hkv = c->Hkv, .kdim = kdim, .vdim = vdim,
+                        .xq = xq, .xk = xk, .xv = xv,
+                        .bq = bq, .bk = bk, .bv = bv, .bo = bo};
+  if (packed) {
+    p.wq = (attn_weight){wpack, lay, c->E};
+    p.wk = (attn_weight){wpack + (size_t)c->E * c->E, lay, c->E};
+    p.wv = (attn_weight){wpack + (size_t)(c->E + kw) * c->E, lay, c->E};
+  } else {
+    p.wq = (attn_weight){wq, lay, 0};
+    p.wk = (attn_weight){wk, lay, 0};
+    p.wv = (attn_weight){wv, lay, 0};
+  }
+  p.wo = (attn_weight){wo, lay, 0};
+  p.o.weights = c->weights;
+  p.o.causal = c->causal;
+  sdpa_case sc = {c->B, c->H, c->Hkv, c->Lq, Lk, 1, 1, c->causal, c->mask,
+                  c->kpm, c->weights, 0, 0};
+  masks m;
+  make_masks(&sc, &p.o, &m);
+  size_t no = (size_t)c->B * c->Lq * c->E;
+  size_t nw = c->weights == ATTN_WEIGHTS_PER_HEAD
+                  ? (size_t)c->B * c->H * c->Lq * Lk
+                  : (size_t)c->B * c->Lq * Lk;
+  double *ro = malloc(no * sizeof *ro), *rw = malloc(nw * sizeof *rw);
+  float *out = malloc(no * sizeof *out), *w = malloc(nw * sizeof *w);
+  ck_assert_int_eq(attn_ref_mha(&p, ro, c->weights ? rw : NULL, NULL), ATTN_OK);
+  attn_bytes by;
+  ck_assert_int_eq(attn_mha_bytes(&p, NULL, &by, NULL), ATTN_OK);
+  ck_assert_uint_eq(by.out, no * sizeof(float));
+  ck_assert_uint_eq(by.weights, c->weights ? nw * sizeof(float) : 0);
+  attn_path paths[2] = {ATTN_PATH_MATERIALISED, ATTN_PATH_STREAMING};
+  for (int pi = 0; pi < (c->weights ? 1 : 2); pi++)
+    for (int th = 1; th <= 2; th++) {
+      attn_exec x = {.threads = th, .path = paths[pi], .tile_q = 3,
+                     .tile_k = 4};
+      attn_diag d = {{0}};
+      snprintf(ctx, sizeof ctx,
+               "mha B=%d Lq=%d Lk=%d E=%d H=%d Hkv=%d kdim=%d vdim=%d cross=%d "
+               "bias=%d torch=%d w=%d causal=%d mask=%d kpm=%d path=%d th=%d",
+               c->B, c->Lq, Lk, c->E, c->H, c->Hkv, kdim, vdim, c->cross,
+               c->bias, c->torch_layout, c->weights, c->causal, c->mask,
+               c->kpm, pi, th);
+      attn_status s = attn_mha(&p, &x, out, c->weights ? w : NULL, &d);
+      if (s != ATTN_OK) {
+        fprintf(stderr, "%s: %s %s\n", ctx, attn_status_name(s), d.msg);
+        bad++;
+        continue;
+      }
+      bad += compare("out", out, ro, no, ctx);
+      if (c->weights) bad += compare("weights", w, rw, nw, ctx);
+    }
+  free(xq); free(xk); free(xv); free(wpack); free(wq); free(wk); free(wv);
+  free(wo); free(bq); free(bk); free(bv); free(bo); free(ro); free(rw);
+  free(out); free(w);
+  free_masks(&m);
+  return bad;
+}
+
+START_TEST(test_mha_table) {
+  static const mha_case cases[] = {
+      /* B Lq Lk E  H Hkv kd vd cross bias torch weights causal mask kpm */
+      {1, 5, 5, 8, 2, 2, 8, 8, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_NONE, K_NONE},
+      {3, 7, 7, 16, 8, 8, 16, 16, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 1, M_NONE, K_BOOL},
+      {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 1, M_ADD2, K_NONE},
+      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_BOOL4, K_LEN},
+      {1, 4, 11, 16, 8, 4, 16, 16, 1, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_BOOL2, K_BOOL},
+      {3, 13, 13, 24, 4, 2, 24, 24, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD4, K_LEN},
+      {1, 1, 1, 4, 1, 1, 4, 4, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE, K_NONE},
+      {3, 10, 6, 32, 8, 8, 20, 12, 1, 1, 1, ATTN_WEIGHTS_NONE, 0, M_NONE, K_BOOL},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bad += run_mha_case(&cases[i], 7000 + i);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* ---- misuse: every bad input is a status, with a message --------------- */
+
+typedef struct tiny {
+  float q[2 * 4], k[3 * 4], v[3 * 2], out[2 * 2], w[2 * 3];
+  attn_sdpa_problem p;
+} tiny;
+
+static void tiny_init(tiny *t) {
+  for (int i = 0; i < 8; i++) t->q[i] = 0.5f;
+  for (int i = 0; i < 12; i++) t->k[i] = 0.25f;
+  for (int i = 0; i < 6; i++) t->v[i] = 1.0f;
+  t->p = (attn_sdpa_problem){.B = 1, .H = 1, .Hkv = 1, .Lq = 2, .Lk = 3,
+                             .Dk = 4, .Dv = 2, .q = {t->q, 8, 8, 4},
+                             .k = {t->k, 12, 12, 4}, .v = {t->v, 6, 6, 2}};
+}
+
+static attn_status tiny_run(tiny *t, attn_diag *d) {
+  return attn_sdpa(&t->p, NULL, (attn_mview){t->out, 4, 4, 2},
+                   t->p.o.weights ? t->w : NULL, d);
+}
+
+#define EXPECT(status, substr)                                          \
+  do {                                                                  \
+    attn_diag d_ = {{0}};                                               \
+    attn_status s_ = tiny_run(&t, &d_);                                 \
+    ck_assert_msg(s_ == (status), "got %s (%s), want %s",               \
+                  attn_status_name(s_), d_.msg, attn_status_name(status)); \
+    ck_assert_msg(strstr(d_.msg, substr), "message '%s' lacks '%s'",    \
+                  d_.msg, substr);                                      \
+  } while (0)
+
+START_TEST(test_sdpa_misuse) {
+  tiny t;
+  uint8_t bm[6] = {0};
+  float am[6] = {0};
+  int64_t len[1] = {4};
+  tiny_init(&t);
+  ck_assert_int_eq(tiny_run(&t, NULL), ATTN_OK);
+  t.p.H = 3, t.p.Hkv = 2;
+  EXPECT(ATTN_ESHAPE, "not a multiple of Hkv");
+  tiny_init(&t);
+  t.p.Lk = 0;
+  EXPECT(ATTN_ESHAPE, "Lk is 0");
+  tiny_init(&t);
+  t.p.Lq = -1;
+  EXPECT(ATTN_ESHAPE, "Lq");
+  tiny_init(&t);
+  t.p.k.ld = 3;
+  EXPECT(ATTN_ESHAPE, "key: row stride 3");
+  tiny_init(&t);
+  t.p.v.data = NULL;
+  EXPECT(ATTN_EINVAL, "value");
+  tiny_init(&t);
+  t.q[5] = NAN;
+  EXPECT(ATTN_ENONFINITE, "query");
+  tiny_init(&t);
+  t.k[11] = INFINITY;
+  EXPECT(ATTN_ENONFINITE, "key");
+  tiny_init(&t);
+  t.v[0] = -INFINITY;
+  EXPECT(ATTN_ENONFINITE, "value");
+  tiny_init(&t);
+  t.p.o.mask = (attn_mask){ATTN_MASK_BOOL, bm, 2, 1};
+  EXPECT(ATTN_ESHAPE, "attn_mask: dim 0");
+  tiny_init(&t);
+  t.p.o.mask = (attn_mask){ATTN_MASK_BOOL, bm, 1, 4};
+  EXPECT(ATTN_ESHAPE, "attn_mask: dim 1");
+  tiny_init(&t);
+  am[2] = NAN;
+  t.p.o.mask = (attn_mask){ATTN_MASK_ADD, am, 1, 1};
+  EXPECT(ATTN_ENONFINITE, "attn_mask: element 2 is NaN");
+  am[2] = INFINITY;
+  EXPECT(ATTN_ENONFINITE, "+inf");
+  am[2] = -INFINITY; /* allowed: blocks */
+  ck_assert_int_eq(tiny_run(&t, NULL), ATTN_OK);
+  tiny_init(&t);
+  t.p.o.kpm = (attn_key_padding){ATTN_KPM_LENGTHS, NULL, len};
+  EXPECT(ATTN_EINVAL, "key_lengths[0] is 4");
+  tiny_init(&t);
+  t.p.o.has_scale = 1;
+  t.p.o.scale = NAN;
+  EXPECT(ATTN_EINVAL, "scale");
+  tiny_init(&t);
+  t.p.o.weights = ATTN_WEIGHTS_PER_HEAD;
+  attn_exec x = {.path = ATTN_PATH_STREAMING};
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_sdpa(&t.p, &x, (attn_mview){t.out, 4, 4, 2}, t.w, &d),
+                   ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "streaming"));
+  ck_assert_int_eq(attn_sdpa(&t.p, NULL, (attn_mview){t.out, 4, 4, 2}, NULL,
+                             NULL),
+                   ATTN_EINVAL);
+  ck_assert_int_eq(attn_sdpa(NULL, NULL, (attn_mview){t.out, 4, 4, 2}, NULL,
+                             NULL),
+                   ATTN_EINVAL);
+}
+END_TEST
+
+START_TEST(test_mha_misuse) {
+  float x[2 * 4], w[4 * 4], b[4], out[8];
+  for (int i = 0; i < 16; i++) w[i] = 0.1f;
+  for (int i = 0; i < 8; i++) x[i] = 0.2f;
+  for (int i = 0; i < 4; i++) b[i] = 0.0f;
+  attn_weight W = {w, ATTN_W_IN_OUT, 0};
+  attn_mha_problem p = {.B = 1, .Lq = 2, .E = 4, .H = 2, .Hkv = 2, .xq = x,
+                        .wq = W, .wk = W, .wv = W, .wo = W, .bq = b};
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_OK);
+  p.H = 3;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "not divisible by num_heads"));
+  p.H = 2, p.Hkv = 4;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "num_kv_heads"));
+  p.Hkv = 2;
+  p.wk.data = NULL;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "w_k"));
+  p.wk = W;
+  b[3] = NAN;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_ENONFINITE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "b_q"));
+  b[3] = 0.0f;
+  w[5] = INFINITY;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_ENONFINITE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "w_q"));
+  w[5] = 0.1f;
+  p.Lq = 0;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_ESHAPE);
+  p.Lq = 2;
+  p.o.weights = ATTN_WEIGHTS_MEAN;
+  ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_EINVAL);
+  p.o.weights = ATTN_WEIGHTS_NONE;
+  p.E = (int64_t)1 << 40;
+  ck_assert_int_eq(attn_mha_bytes(&p, NULL, &(attn_bytes){0}, &d),
+                   ATTN_ETOOBIG);
+}
+END_TEST
+
+/* Same inputs, same bits, whatever the thread count. */
+START_TEST(test_deterministic) {
+  sdpa_case c = {3, 8, 2, 40, 70, 16, 16, 1, M_ADD2, K_BOOL,
+                 ATTN_WEIGHTS_NONE, 0, 0};
+  rng_seed(42);
+  size_t nq = (size_t)3 * 8 * 40 * 16, nk = (size_t)3 * 2 * 70 * 16;
+  float *q = rnd_buf(nq), *k = rnd_buf(nk), *v = rnd_buf(nk);
+  float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4);
+  attn_sdpa_problem p = {.B = 3, .H = 8, .Hkv = 2, .Lq = 40, .Lk = 70,
+                         .Dk = 16, .Dv = 16, .q = {q, 8 * 40 * 16, 40 * 16, 16},
+                         .k = {k, 2 * 70 * 16, 70 * 16, 16},
+                         .v = {v, 2 * 70 * 16, 70 * 16, 16}};
+  masks m;
+  p.o.causal = 1;
+  make_masks(&c, &p.o, &m);
+  attn_mview ov1 = {o1, 8 * 40 * 16, 40 * 16, 16}, ov2 = ov1;
+  ov2.data = o2;
+  attn_exec x1 = {.threads = 1}, x2 = {.threads = 2};
+  ck_assert_int_eq(attn_sdpa(&p, &x1, ov1, NULL, NULL), ATTN_OK);
+  ck_assert_int_eq(attn_sdpa(&p, &x2, ov2, NULL, NULL), ATTN_OK);
+  ck_assert_int_eq(memcmp(o1, o2, nq * 4), 0);
+  free(q); free(k); free(v); free(o1); free(o2);
+  free_masks(&m);
+}
+END_TEST
+
+START_TEST(test_expf) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.0137f) {
+    double r = exp((double)x), e = fabs(attn__expf(x) - r) / r;
+    if (e > worst) worst = e;
+  }
+  ck_assert_msg(worst < 3e-7, "exp relative error %g", worst);
+  ck_assert_float_eq(attn__expf(-INFINITY), 0.0f);
+  ck_assert_float_eq(attn__expf(-100.0f), 0.0f);
+  ck_assert_float_eq(attn__expf(0.0f), 1.0f);
+}
+END_TEST
+
+Suite *engine_suite(void) {
+  Suite *s = suite_create("engine");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_sdpa_plain);
+  tcase_add_test(tc, test_sdpa_masks);
+  tcase_add_test(tc, test_sdpa_fully_masked_rows);
+  tcase_add_test(tc, test_sdpa_causal_alignment);
+  tcase_add_test(tc, test_mha_table);
+  tcase_add_test(tc, test_sdpa_misuse);
+  tcase_add_test(tc, test_mha_misuse);
+  tcase_add_test(tc, test_deterministic);
+  tcase_add_test(tc, test_expf);
+  suite_add_tcase(s, tc);
+  return s;
+}
