@@ -379,10 +379,12 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh;
   const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
   float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
-  float *S = c->scratch[tid];
+  /* scratch: l [tq] doubles first (malloc alignment), then S [tq, tk],
+   * O [tq, Dv], m [tq] floats */
+  double *lrun = (double *)(void *)c->scratch[tid];
+  float *S = c->scratch[tid] + 2 * c->tq;
   float *O = S + c->tq * tk;
   float *mrun = O + c->tq * Dv;
-  double *lrun = (double *)(mrun + c->tq + (c->tq & 1));
 
   memset(O, 0, m * Dv * sizeof *O);
   for (int64_t r = 0; r < m; r++) {
@@ -468,9 +470,9 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
   pl->threads = clamp_threads(x->threads, pl->units);
   size_t f;
   if (pl->streaming) {
-    /* S [tq, tk], O [tq, Dv], m [tq] (+1 to align), l [tq] doubles */
-    f = (size_t)pl->tq * (size_t)pl->tk + (size_t)pl->tq * (size_t)Dv +
-        (size_t)pl->tq + 1 + 2 * (size_t)pl->tq;
+    /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq] */
+    f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
+        (size_t)pl->tq * (size_t)Dv + (size_t)pl->tq;
   } else if (o->weights == ATTN_WEIGHTS_PER_HEAD) {
     f = 0;
   } else {
