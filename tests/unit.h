@@ -17,6 +17,7 @@ Suite *queue_suite(void);
 Suite *codec_suite(void);
 Suite *safetensors_suite(void);
 Suite *model_suite(void);
+Suite *routes_suite(void);
 
 /* Directory holding tests/ data (golden vectors); set by meson. */
 #ifndef ATTN_TEST_DATA_DIR

@@ -1,0 +1,249 @@
+/* codec.h - request decoding and response encoding for the two wire formats
+ * of attnd: KServe v2 / Open Inference Protocol (with Triton's binary tensor
+ * data extension) and the curl-friendly /v1/attention JSON.
+ *
+ * Codecs know tensors, not the server: inputs are byte buffers plus the one
+ * HTTP header value the v2 binary extension needs (as a number), outputs are
+ * attn_buf bytes.  No HTTP status codes here: every function returns an
+ * attn_status and explains failures in an attn_diag (which may be NULL) that
+ * names what is wrong and where, e.g.
+ *   "inputs[0] 'query': data has 6 elements, shape [2,4] needs 8".
+ * docs/api.md describes both wire formats for clients.
+ *
+ * Threads: every function is reentrant; calls share no state.  (cJSON keeps
+ * a global "last error" pointer that its parser writes on failure; attnd
+ * never reads it, the codecs report positions themselves.)
+ */
+#ifndef ATTN_CODEC_H
+#define ATTN_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/buf.h"
+#include "attn/infer.h"
+#include "attn/limits.h"
+#include "attn/status.h"
+#include "attn/tensor.h"
+
+/* ---- Limits ------------------------------------------------------------- */
+
+/* Runtime limits a decoder enforces before it allocates anything for the
+ * offending part (a tensor's element count is checked from its shape before
+ * its data is allocated; nesting depth is checked on the raw bytes before
+ * JSON parsing).  0 in a field means "the hard ceiling"; values above the
+ * ceilings of attn/limits.h are lowered to them:
+ *   max_tensor_elements  <= ATTN_MAX_ELEMENTS   elements of any one tensor
+ *   max_inputs           <= ATTN_MAX_INPUTS     input tensors per request
+ *   max_depth            <= ATTN_MAX_JSON_DEPTH JSON nesting of the body
+ * Exceeding a limit is ATTN_ETOOBIG. */
+typedef struct attn_codec_limits {
+  size_t max_tensor_elements;
+  size_t max_inputs;
+  size_t max_depth;
+} attn_codec_limits;
+
+/* Default: 2^24 elements per tensor (64 MiB of FP32), ATTN_MAX_INPUTS
+ * inputs, ATTN_MAX_JSON_DEPTH levels.  A NULL limits pointer passed to a
+ * decoder means these defaults. */
+#define ATTN_CODEC_DEFAULT_MAX_TENSOR_ELEMENTS ((size_t)1 << 24)
+void attn_codec_limits_default(attn_codec_limits *l);
+
+/* ---- KServe v2 / Open Inference Protocol -------------------------------- */
+
+/* Decode a v2 inference request body.
+ *
+ * body, len   the whole HTTP body; borrowed, read only during the call (no
+ *             pointer into it is kept: every tensor gets its own copy).
+ * header_len  value of the Inference-Header-Content-Length header, 0 when
+ *             the header is absent.  When > 0 it must be <= len: the JSON
+ *             header is body[0, header_len) and binary blobs follow, one per
+ *             input that has parameters.binary_data_size, in input order,
+ *             filling the body exactly.  When 0 the whole body is JSON.
+ * lim         borrowed; NULL = defaults.
+ * out         written on return; caller-owned storage, need not be
+ *             initialised.  On success it owns everything it points to
+ *             (free with attn_infer_request_free).  On failure it is zeroed
+ *             and nothing is left allocated.
+ *
+ * Filled fields: id; inputs (FP32/FP64/FP16/BF16 become FP32 tensors with
+ * wire_dtype recording the sent type; BOOL is one byte 0/1; INT32/INT64
+ * unchanged); outputs_given/outputs (an empty "outputs" array counts as not
+ * given); binary_data_output (-1 when not said); priority (0 when absent);
+ * timeout_us (Triton "timeout" in microseconds, -1 when absent); params (all
+ * other request-level parameters: booleans -> BOOL, strings -> STRING,
+ * integral numbers -> INT with .d also set, other numbers -> DOUBLE).
+ * model and version are set only when the body carries "model_name" /
+ * "model_version" (Triton's examples do); the caller must check them against
+ * the URL, or replace them (free first).
+ *
+ * Errors: ATTN_EPARSE malformed JSON (with byte offset); ATTN_EINVAL any
+ * schema violation (unknown key, wrong type, size mismatch, trailing or
+ * missing binary bytes); ATTN_ETOOBIG a limit; ATTN_EUNSUPPORTED a datatype
+ * attnd cannot take in that form (FP16/BF16 as JSON, UINT8, BYTES...);
+ * ATTN_ENONFINITE a JSON number outside the FP32 range; ATTN_ENOMEM. */
+attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
+                           const attn_codec_limits *lim,
+                           attn_infer_request *out, attn_diag *d);
+
+/* Encode a v2 inference response, appending to *out:
+ *   {"model_name":..,"model_version":..(if set),"id":..(if set),
+ *    "outputs":[{"name":..,"datatype":"FP32","shape":[..],"data":[..]},..]}
+ * Outputs with .binary carry "parameters":{"binary_data_size":N} instead of
+ * "data", and their little-endian bytes follow the JSON in output order.
+ *
+ * r           borrowed; outputs must be FP32 tensors.
+ * out         caller-owned; appended to (normally empty on entry).
+ * header_len  set to the JSON length when any output is binary (the value of
+ *             the Inference-Header-Content-Length response header), else 0.
+ * Non-finite floats are written as null (JSON has no NaN/Inf).
+ * On failure out->len is restored and *header_len is 0.  Errors: ATTN_EINVAL
+ * (malformed response struct), ATTN_ENOMEM, ATTN_ETOOBIG (out->max). */
+attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
+                           size_t *header_len, attn_diag *d);
+
+/* {"name":..,"version":..,"extensions":[..]}, appended to *out.  All
+ * arguments borrowed; extensions may be NULL when n is 0.  On failure out->len
+ * is restored.  Errors: ATTN_ENOMEM, ATTN_ETOOBIG. */
+attn_status attn_v2_encode_server_metadata(attn_buf *out, const char *name,
+                                           const char *version,
+                                           const char *const *extensions,
+                                           size_t n);
+
+/* Model metadata, a plain description independent of the model module. */
+typedef struct attn_tensor_meta {
+  const char *name;
+  const char *datatype; /* "FP32", "BOOL", ... */
+  int rank;             /* 0..ATTN_MAX_RANK */
+  int64_t shape[ATTN_MAX_RANK]; /* -1 = variable */
+  bool optional; /* not written: the v2 schema has no such field (see below) */
+} attn_tensor_meta;
+
+typedef struct attn_model_meta {
+  const char *name;
+  const char *const *versions; /* may be NULL when n_versions is 0 */
+  size_t n_versions;
+  const char *platform;
+  const attn_tensor_meta *inputs;
+  size_t n_inputs;
+  const attn_tensor_meta *outputs;
+  size_t n_outputs;
+} attn_model_meta;
+
+/* KServe $metadata_model_response, appended to *out:
+ *   {"name":..,"versions":[..](only when n_versions > 0),"platform":..,
+ *    "inputs":[{"name":..,"datatype":..,"shape":[..]}],"outputs":[..]}
+ * Strictly the schema: $metadata_tensor has exactly name, datatype and shape,
+ * so `optional` is not written anywhere (clients that validate against the
+ * schema would reject extra keys); which inputs are optional is documented
+ * per model in docs/api.md.  m borrowed.  On failure out->len is restored.
+ * Errors: ATTN_EINVAL (NULL name/datatype, bad rank), ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_v2_encode_model_metadata(attn_buf *out,
+                                          const attn_model_meta *m);
+
+/* ---- /v1/attention ------------------------------------------------------ */
+
+/* Which internal model a v1 request was mapped to. */
+typedef enum {
+  ATTN_V1_SDPA,     /* no "weights", no "model": model "sdpa", heads sliced */
+  ATTN_V1_MHA,      /* "weights" given: model "mha" */
+  ATTN_V1_RESIDENT  /* "model" given: that resident model */
+} attn_v1_mapping;
+
+/* How a v1 request was reshaped, so that attn_v1_encode can undo it. */
+typedef struct attn_v1_info {
+  attn_v1_mapping mapping;
+  int heads_sliced; /* 1: query/key/value [.., L, H*D] were sent to the model
+                       as [.., H, L, D]; attn_output comes back that way */
+  int64_t B_given;  /* batch size when the query was [B,Lq,D]; 0 = unbatched
+                       (a batched query always has B >= 1) */
+  int64_t H;        /* num_heads (1 when not given) */
+} attn_v1_info;
+
+/* Decode a /v1/attention body (whole body is JSON; see docs/api.md).
+ *
+ * body, len  borrowed, read only during the call.
+ * lim        borrowed; NULL = defaults.
+ * out        as for attn_v2_decode: owned by the caller on success (free with
+ *            attn_infer_request_free), zeroed with nothing allocated on
+ *            failure.  model is "sdpa", "mha" or the requested resident
+ *            model; echo holds "tokens"/"key_tokens" as printed JSON.
+ * info       written on success (zeroed on failure); caller-owned.
+ *
+ * Mapping (input and parameter names are what the models take):
+ *  sdpa: "query" [H,Lq,Dk] or [B,H,Lq,Dk] cut from [Lq,H*Dk] / [B,Lq,H*Dk]
+ *        (column block h -> head h), "key" and "value" likewise, always
+ *        present (self-attention copies the query); params causal, scale
+ *        (when given), need_weights, average_attn_weights (always).
+ *  mha:  query/key/value as sent (key, value only when given), w_q, w_k,
+ *        w_v, w_o [in,out], b_* [out] when given; params num_heads (always),
+ *        causal, scale (when given), need_weights, average_attn_weights.
+ *  resident: like mha without weights; num_heads only when given.
+ *  All: "attn_mask" (BOOL or FP32, [Lq,Lk] or [B,H,Lq,Lk]) and
+ *  "key_padding_mask" (BOOL, [1,Lk] from [Lk], or [B,Lk]) when given.
+ *
+ * Errors: ATTN_EPARSE, ATTN_EINVAL (unknown field with a "did you mean",
+ * ragged arrays with the index path, wrong types or ranks, D % num_heads),
+ * ATTN_ETOOBIG, ATTN_ENONFINITE, ATTN_ENOMEM. */
+attn_status attn_v1_decode(const char *body, size_t len,
+                           const attn_codec_limits *lim,
+                           attn_infer_request *out, attn_v1_info *info,
+                           attn_diag *d);
+
+/* Times reported in a v1 answer, milliseconds. */
+typedef struct attn_v1_timing {
+  double queue_ms, compute_ms, total_ms;
+} attn_v1_timing;
+
+/* Encode a v1 answer, appending to *out:
+ *   {"output":nested,"attn_weights":nested(if returned),
+ *    "shape":{"output":[..],"attn_weights":[..]},
+ *    "tokens":..,"key_tokens":..(echoed when sent),
+ *    "timing":{"queue_ms":..,"compute_ms":..,"total_ms":..}(when t != NULL)}
+ * With info->heads_sliced, "attn_output" [H,Lq,Dv] / [B,H,Lq,Dv] is written
+ * as [Lq,H*Dv] / [B,Lq,H*Dv] by strided reading; otherwise tensors are
+ * written as returned.
+ *
+ * r, req, info, t  borrowed; req may be NULL (no echo), t may be NULL (no
+ *                  timing), info NULL means "nothing to undo".
+ * On failure out->len is restored.  Errors: ATTN_EINVAL (no "attn_output",
+ * non-FP32 tensor), ATTN_ESHAPE (attn_output does not match info),
+ * ATTN_ENOMEM, ATTN_ETOOBIG. */
+attn_status attn_v1_encode(const attn_infer_response *r,
+                           const attn_infer_request *req,
+                           const attn_v1_info *info, const attn_v1_timing *t,
+                           attn_buf *out, attn_diag *d);
+
+/* ---- Errors ------------------------------------------------------------- */
+
+/* Append {"error":"<msg>"} (the v2 $inference_error_response, also used by
+ * v1) with msg escaped as a JSON string: quotes, backslash and control
+ * characters escaped, invalid UTF-8 replaced by U+FFFD.  msg borrowed; NULL
+ * is written as "".  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_error_json(attn_buf *out, const char *msg);
+
+/* ---- Internals shared by src/codec/ (not for other modules) ------------- */
+
+struct cJSON;
+
+/* Effective limits: defaults for NULL, ceilings applied, zeros replaced. */
+void attn__codec_limits_eff(const attn_codec_limits *in, attn_codec_limits *out);
+
+/* Append v as a JSON number (shortest round-trip text) or null when not
+ * finite. */
+attn_status attn__json_f32(attn_buf *b, float v);
+
+/* Parse p[0, n) as one JSON value followed only by whitespace, after checking
+ * on the raw bytes that nesting stays within max_depth.  On success *out owns
+ * a new cJSON tree (cJSON_Delete); on failure *out is NULL.  Errors:
+ * ATTN_EPARSE (with byte offset), ATTN_ETOOBIG (depth), ATTN_ENOMEM. */
+attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
+                             struct cJSON **out, attn_diag *d);
+
+/* "a string", "an array", ... for messages. */
+const char *attn__json_kind(const struct cJSON *item);
+
+#endif /* ATTN_CODEC_H */

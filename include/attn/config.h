@@ -1,0 +1,133 @@
+/* config.h - the settings of attnd as one plain struct, and how to fill it.
+ *
+ * Every key is one row of a single table in src/config/config.c; that table
+ * gives the key's type, default, range, environment variable, flag and help
+ * text, and drives defaults, the JSON file, the environment, argv, --help and
+ * --check-config alike.  docs/configuration.md describes every key;
+ * config/attnd.json lists every key with its default.
+ *
+ * Layers, later ones win:  built-in defaults < config file < environment
+ * (ATTND_<KEY>) < command-line flags (--<key-with-dashes>).  A file is read
+ * only when --config FILE or ATTND_CONFIG names one.
+ *
+ * Modules receive a const attn_config (or the fields they need), never the
+ * file, the environment or argv.  Only main calls attn_config_from_cli.
+ *
+ * No global state: every function is reentrant and may run on any thread as
+ * long as two threads do not write the same attn_config.  Functions that fail
+ * leave *c unchanged and explain why in the attn_diag (which may be NULL).
+ */
+#ifndef ATTN_CONFIG_H
+#define ATTN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "attn/limits.h"
+#include "attn/status.h"
+
+typedef enum {
+  ATTN_LOG_DEBUG,
+  ATTN_LOG_INFO,
+  ATTN_LOG_WARN,
+  ATTN_LOG_ERROR
+} attn_log_level;
+
+typedef enum { ATTN_LOG_JSON, ATTN_LOG_TEXT } attn_log_format;
+
+/* The effective configuration.  Field names are the key names; units are in
+ * the names or the comments.  Ranges are enforced when a value is set, so a
+ * filled struct is always within them. */
+typedef struct attn_config {
+  char host[ATTN_MAX_HOST_LEN + 1]; /* listen address; "0.0.0.0" = all IPv4 */
+  int port;                         /* 0 = ephemeral (kernel picks) */
+  int workers;                      /* worker threads running requests */
+  int blas_threads_per_worker;      /* threads one request may use */
+  int http_threads;                 /* libmicrohttpd I/O threads */
+  int queue_capacity;               /* queued requests beyond which: 503 */
+  int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */
+  int64_t drain_timeout_ms;         /* grace after SIGTERM */
+  int64_t max_body_bytes;           /* request body, bytes */
+  int64_t max_seq_len;              /* tokens per sequence */
+  int64_t max_tensor_elements;      /* elements of any one tensor */
+  int64_t max_weights_elements;     /* attention weights returned in JSON */
+  int max_connections;              /* open client connections */
+  int connection_timeout_s;         /* idle connection timeout; 0 = none */
+  char models_dir[ATTN_MAX_PATH_LEN + 1]; /* model definitions */
+  attn_log_level log_level;
+  attn_log_format log_format;
+  bool access_log; /* one log line per request */
+} attn_config;
+
+/* Fill *c with the built-in defaults.  Never fails. */
+void attn_config_defaults(attn_config *c);
+
+/* Set one key from text, the way an environment variable or flag does.
+ * key is the key name ("workers"); value is parsed strictly: integers are
+ * decimal, fully consumed and in range; bools are true/false/1/0/yes/no (any
+ * case); enums are one of their names; strings must be non-empty and fit.
+ * Returns ATTN_OK, or ATTN_EINVAL for an unknown key (the diagnostic suggests
+ * the closest key) or a bad value (it names key, value and allowed range).
+ * On failure *c is unchanged. */
+attn_status attn_config_set(attn_config *c, const char *key, const char *value,
+                            attn_diag *d);
+
+/* Apply the JSON object in file `path` on top of *c.  Keys present override;
+ * keys absent keep their value.  Numbers must be integral and in range,
+ * strings/bools/enums must have the JSON type of the key.
+ * Errors (diagnostic starts with the path):
+ *   ATTN_EIO      cannot open or read the file
+ *   ATTN_ETOOBIG  larger than ATTN_MAX_CONFIG_FILE_BYTES
+ *   ATTN_EPARSE   not JSON, or not an object (line:column given)
+ *   ATTN_EINVAL   unknown or duplicate key, wrong type, out of range
+ * On failure *c is unchanged. */
+attn_status attn_config_load_file(attn_config *c, const char *path,
+                                  attn_diag *d);
+
+/* What main should do after attn_config_from_cli succeeds. */
+typedef enum {
+  ATTN_CLI_RUN,     /* serve */
+  ATTN_CLI_HELP,    /* print attn_config_usage to stdout, exit 0 */
+  ATTN_CLI_VERSION, /* print the version, exit 0 */
+  ATTN_CLI_CHECK    /* print attn_config_write_json to stdout, exit 0 */
+} attn_cli_action;
+
+/* Build the effective configuration from all layers:
+ *   1. built-in defaults (whatever *c held before is ignored);
+ *   2. the file named by --config FILE, else by ATTND_CONFIG, else none;
+ *   3. ATTND_<KEY> for every key, looked up with getenv_fn;
+ *   4. flags, left to right (a repeated flag: the last wins).
+ * argv[0] is the program name.  Flags: --<key-with-dashes> VALUE or
+ * --<key-with-dashes>=VALUE for every key, --config FILE, --check-config,
+ * -h/--help and -V/--version.  --help and --version return at once with
+ * *action set and *c unchanged (the rest of argv is not examined, no file or
+ * variable is read).  A flag's value may not begin
+ * with "--" (that is taken as a missing value).  getenv_fn may be NULL (no
+ * environment) and is called only with names beginning "ATTND_".
+ * Returns ATTN_OK with *c and *action set, or ATTN_EINVAL (unknown flag,
+ * missing value, bad value; the diagnostic names the flag or variable) or any
+ * error of attn_config_load_file.  On failure *c and *action are unchanged. */
+attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
+                                 const char *(*getenv_fn)(const char *),
+                                 attn_cli_action *action, attn_diag *d);
+
+/* Print usage: every flag with its meaning, default, range and environment
+ * variable, generated from the key table.  prog is argv[0] (may be NULL). */
+void attn_config_usage(FILE *f, const char *prog);
+
+/* Print *c as a JSON object, one key per line in table order, two-space
+ * indent, trailing newline: the exact format of config/attnd.json, which the
+ * file accepts back.  Returns ATTN_OK or ATTN_EIO when writing failed. */
+attn_status attn_config_write_json(const attn_config *c, FILE *f);
+
+/* Name of the i-th key in table order ("host", "port", ...), or NULL when i
+ * is past the last key.  For documentation checks and tests. */
+const char *attn_config_key_name(size_t i);
+
+/* Text names of the enums ("info", "json"); NULL for foreign values. */
+const char *attn_log_level_name(attn_log_level l);
+const char *attn_log_format_name(attn_log_format f);
+
+#endif /* ATTN_CONFIG_H */

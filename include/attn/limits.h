@@ -1,0 +1,123 @@
+/* limits.h - every compile-time hard limit of attnd, each with its reason.
+ *
+ * Two kinds live here:
+ *  - Request-shape limits (rank, input count, name length, JSON depth, header
+ *    length) that decoders enforce whatever the configuration says.  They
+ *    bound fixed-size arrays and recursion, so they cannot be runtime knobs.
+ *  - Ceilings of runtime settings: configuration key `max_body_bytes` may be
+ *    set anywhere up to ATTN_MAX_BODY_BYTES, and so on.  src/config/config.c
+ *    uses these as the `max` column of its key table, so raising a ceiling
+ *    here raises what the configuration accepts.
+ *
+ * Sizes of names and strings count bytes and exclude the terminating NUL.
+ * Changing a value is a recompile; nothing reads these at run time.
+ * Every value is an integer constant expression usable in #if and in
+ * array bounds.
+ */
+#ifndef ATTN_LIMITS_H
+#define ATTN_LIMITS_H
+
+/* ---- Request shape ------------------------------------------------------ */
+
+/* Tensor rank.  Attention needs at most [batch, heads, seq, dim] plus masks
+ * with two broadcast dimensions; 8 leaves room and keeps attn_tensor.shape a
+ * small inline array.  Same value and spelling as include/attn/tensor.h (an
+ * identical redefinition is valid C), so including both is harmless. */
+#define ATTN_MAX_RANK 8
+
+/* Input tensors in one request.  The largest model (mha with masks and
+ * projection weights) takes about a dozen; 32 bounds the per-request input
+ * array and the work of duplicate-name checks (quadratic in the count). */
+#define ATTN_MAX_INPUTS 32
+
+/* Requested outputs in one request: output, weights and a few extras; same
+ * reasoning as ATTN_MAX_INPUTS. */
+#define ATTN_MAX_OUTPUTS 32
+
+/* Parameters in one request (causal, scale, num_heads, ...).  Bounds the
+ * parameter array and the linear lookups done per parameter. */
+#define ATTN_MAX_PARAMS 64
+
+/* Tensor, model, parameter and output names.  Names are identifiers echoed in
+ * responses and logs; 256 bytes is generous for that and keeps a hostile name
+ * from bloating every error message and log line. */
+#define ATTN_MAX_NAME_LEN 256
+
+/* Client-supplied request id, echoed in the response and the access log. */
+#define ATTN_MAX_ID_LEN 256
+
+/* JSON nesting depth of a request body.  A tensor of rank ATTN_MAX_RANK
+ * nested as arrays inside inputs[] inside the body is about 12 deep; 64 is
+ * ample, and the limit stops stack exhaustion from "[[[[..." bodies long
+ * before cJSON's own CJSON_NESTING_LIMIT (1000). */
+#define ATTN_MAX_JSON_DEPTH 64
+
+/* One HTTP request header line, name plus value.  8 KiB is what common
+ * proxies (nginx large_client_header_buffers, Apache LimitRequestFieldSize)
+ * accept, so anything longer would not have reached us through them anyway. */
+#define ATTN_MAX_HEADER_LEN 8192
+
+/* Request target (path and query).  Routes are short
+ * (/v2/models/NAME/versions/V/infer); 2 KiB covers the longest with
+ * ATTN_MAX_NAME_LEN names and rejects junk early. */
+#define ATTN_MAX_URL_LEN 2048
+
+/* ---- Ceilings of configuration keys ------------------------------------- */
+
+/* `host`: a DNS name is at most 253 bytes; 255 fits that and any textual
+ * IPv6 address with a zone id.  attn_config.host is this plus one. */
+#define ATTN_MAX_HOST_LEN 255
+
+/* `models_dir` and the --config path.  Not PATH_MAX (4096): the struct holds
+ * the string inline and 1023 bytes is plenty for a deployment path. */
+#define ATTN_MAX_PATH_LEN 1023
+
+/* `workers`: one thread each, each holding its request's tensors; beyond 256
+ * the memory held in flight outgrows any machine this runs on. */
+#define ATTN_MAX_WORKERS 256
+
+/* `blas_threads_per_worker`: OpenBLAS builds commonly cap at 64 threads
+ * (NUM_THREADS); asking for more is silently ignored by it. */
+#define ATTN_MAX_BLAS_THREADS 64
+
+/* libmicrohttpd I/O threads: they only parse, route and copy bytes, so a
+ * few per core is already more than enough. */
+#define ATTN_MAX_HTTP_THREADS 64
+
+/* `queue_capacity`: the queue preallocates one slot pointer per entry; a
+ * million slots is 8 MB, and a longer queue only delays the 503 a client
+ * should get. */
+#define ATTN_MAX_QUEUE_CAPACITY 1000000
+
+/* `queue_timeout_ms` and `drain_timeout_ms`: one hour.  Longer waits outlast
+ * every client and orchestrator timeout (Kubernetes terminationGracePeriod
+ * is typically 30 s), so they are configuration mistakes. */
+#define ATTN_MAX_TIMEOUT_MS 3600000
+
+/* `max_body_bytes`: 8 GiB.  The body is buffered in memory before decoding,
+ * and size_t arithmetic on it must not come near overflow on 64-bit hosts. */
+#define ATTN_MAX_BODY_BYTES (8LL * 1024 * 1024 * 1024)
+
+/* `max_seq_len`: 2^20 tokens.  Dense attention scores are seq x seq floats
+ * per head; at 2^20 one row block is already 4 MiB, and beyond that an exact
+ * (non-flash) kernel is not the right tool. */
+#define ATTN_MAX_SEQ_LEN 1048576
+
+/* `max_tensor_elements` and `max_weights_elements`: 2^40 elements (4 TiB of
+ * fp32).  Keeps element counts far inside int64 so byte sizes (times 8 for
+ * FP64 input) cannot overflow. */
+#define ATTN_MAX_ELEMENTS (1LL << 40)
+
+/* `max_connections`: 65536, the number of ports a single client address can
+ * use and well above a default RLIMIT_NOFILE. */
+#define ATTN_MAX_CONNECTIONS 65536
+
+/* `connection_timeout_s`: one day; an idle connection held longer is a leak,
+ * not a keep-alive. */
+#define ATTN_MAX_CONNECTION_TIMEOUT_S 86400
+
+/* Size of a configuration file.  Every key fits in well under 4 KiB; 1 MiB
+ * refuses a wrong path (a model file, /dev/zero) before reading it all. */
+#define ATTN_MAX_CONFIG_FILE_BYTES (1024 * 1024)
+
+#endif /* ATTN_LIMITS_H */

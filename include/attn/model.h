@@ -1,0 +1,207 @@
+/* model.h - the model layer: a registry of named models, each turning an
+ * attn_infer_request into engine calls and an attn_infer_response.
+ *
+ * Models
+ *  - "sdpa" (built in): scaled dot-product attention on client tensors.
+ *      inputs  query [B,H,Lq,Dk], key [B,Hkv,Lk,Dk], value [B,Hkv,Lk,Dv]
+ *              (B and H optional: rank 2 is [L,D], rank 3 is [H,L,D]; all
+ *              three share one rank), optional attn_mask, key_padding_mask,
+ *              key_lengths (below).
+ *      params  causal (bool), scale (number), need_weights (bool, default
+ *              true), average_attn_weights (bool, default false).
+ *      outputs attn_output [..,H,Lq,Dv] (rank of query),
+ *              attn_weights [..,H,Lq,Lk], or [..,Lq,Lk] when averaged.
+ *  - "mha" (built in): multi-head attention with client-supplied weights.
+ *      inputs  query [B,Lq,E] (B optional), optional key [B,Lk,kdim] and
+ *              value [B,Lk,vdim] (no key: self-attention; key without value:
+ *              value = key), w_q [E,E], w_k [kdim,Hkv*E/H], w_v
+ *              [vdim,Hkv*E/H], w_o [E,E] (all [in,out]), optional b_q [E],
+ *              b_k, b_v [Hkv*E/H], b_o [E], and the masks.
+ *      params  num_heads (int, required), num_kv_heads (int, default
+ *              num_heads) and the sdpa params.
+ *      outputs attn_output [B,Lq,E] (rank of query), attn_weights
+ *              [B,H,Lq,Lk] or [B,Lq,Lk] averaged (B dropped when the query
+ *              has none).
+ *  - resident models, one per NAME.json file in models_dir: an "mha" whose weights are
+ *    loaded once at registry creation (PyTorch nn.MultiheadAttention
+ *    state_dict names in a .safetensors file, or seeded random weights).
+ *    Inputs query/key/value and the masks; params as mha, where num_heads and
+ *    num_kv_heads, if given, must equal the model's.
+ *      {"name": "tiny", "embed_dim": 64, "num_heads": 4, "num_kv_heads": 4,
+ *       "kdim": 64, "vdim": 64, "bias": true,
+ *       "weights": "tiny.safetensors" | "seed": 1234,
+ *       "description": "...", "version": "1"}
+ *
+ * Masks (every model)
+ *   attn_mask         BOOL (true = blocked) or FP32 (added to the scores);
+ *                     [Lq,Lk], [N,Lq,Lk] with N = 1 or B*H (PyTorch's
+ *                     batch-major 3-d layout), or [B,H,Lq,Lk] with B, H = 1
+ *                     broadcasting.
+ *   key_padding_mask  BOOL [B,Lk] (true = padding); [Lk] when B is 1.
+ *   key_lengths       INT32/INT64 [B] ([] or [1] when B is 1), each in
+ *                     [0,Lk]; keys j >= length are padding.  Not together
+ *                     with key_padding_mask.
+ *
+ * Threads: the registry is built once (attn_registry_create, one thread) and
+ * then read-only; attn_model_infer may run concurrently on any number of
+ * threads for the same model.  The model layer starts no threads: the
+ * attn_exec passed in says how many threads the engine may use.
+ */
+#ifndef ATTN_MODEL_H
+#define ATTN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/engine.h"
+#include "attn/infer.h"
+#include "attn/status.h"
+#include "attn/tensor.h"
+
+/* Upper bound on a resident model's parameter count (embed_dim etc. from a
+ * json file are checked against it before anything is allocated): 2^30 fp32
+ * values are 4 GiB, far above any attention layer this server is for. */
+#define ATTN_MODEL_MAX_PARAMS ((size_t)1 << 30)
+/* A model description file larger than this is refused unread. */
+#define ATTN_MODEL_MAX_JSON_BYTES ((size_t)1 << 20)
+/* Model names: 1..64 of [A-Za-z0-9_.-], not starting with '.' (they appear
+ * in URL paths). */
+#define ATTN_MODEL_MAX_NAME 64
+
+typedef struct attn_registry attn_registry;
+typedef struct attn_model attn_model;
+
+/* Per-request limits, checked before any output is allocated.  0 in a field
+ * means no limit; a NULL limits pointer means no limits at all. */
+typedef struct attn_model_limits {
+  int64_t max_seq_len;         /* Lq and Lk (ATTN_ETOOBIG) */
+  size_t max_tensor_elements;  /* every output tensor (ATTN_ETOOBIG) */
+  size_t max_weights_elements; /* attn_weights sent as JSON (ATTN_EINVAL) */
+} attn_model_limits;
+
+/* One input or output as GET /v2/models/{m} describes it.  shape[i] == -1 is
+ * a variable dimension; leading dimensions the model allows to be omitted are
+ * still listed (sdpa query is rank 4 here, ranks 2 and 3 are accepted).  For
+ * masks the datatype is BOOL although FP32 (attn_mask) and INT32
+ * (key_lengths) are accepted too. */
+typedef struct attn_model_io {
+  const char *name;
+  attn_dtype datatype;
+  int rank;
+  int64_t shape[ATTN_MAX_RANK];
+  bool optional;
+} attn_model_io;
+
+/* Static facts about a model (all strings owned by the registry). */
+typedef struct attn_model_info {
+  const char *name, *version, *description;
+  const char *kind;   /* "sdpa", "mha" or "resident" */
+  const char *source; /* resident: path of the json file; else NULL */
+  /* resident only (0 / false otherwise): */
+  int64_t embed_dim, num_heads, num_kv_heads, kdim, vdim;
+  bool bias;
+  bool seeded; /* weights from "seed" rather than a file */
+} attn_model_info;
+
+/* Build the registry: "sdpa" and "mha", then one resident model per
+ * NAME.json file directly in models_dir (hidden files skipped, loaded in name order; the
+ * weights of each are read and converted once, here).  models_dir NULL or a
+ * directory that does not exist gives the built-ins only.  A bad model file
+ * (JSON syntax, unknown key, bad value, duplicate or built-in name, missing
+ * or malformed weights) fails the whole call with a diagnostic naming the
+ * file: ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG, ATTN_EUNSUPPORTED,
+ * ATTN_ENONFINITE or ATTN_ENOMEM.
+ * On success *out owns a new registry (free with attn_registry_destroy); on
+ * error *out is NULL and nothing is left allocated.
+ * Thread: start-up, before workers run. */
+attn_status attn_registry_create(const char *models_dir, attn_registry **out,
+                                 attn_diag *d);
+/* NULL is allowed.  No attn_model_infer may be running. */
+void attn_registry_destroy(attn_registry *r);
+
+/* Lookup by name; version NULL or "" matches any.  NULL when absent.  The
+ * model lives as long as the registry.  Any thread. */
+const attn_model *attn_registry_find(const attn_registry *r, const char *name,
+                                     const char *version);
+/* Models in registry order (built-ins first); i < count. */
+size_t attn_registry_count(const attn_registry *r);
+const attn_model *attn_registry_at(const attn_registry *r, size_t i);
+
+const char *attn_model_name(const attn_model *m);
+const char *attn_model_version(const attn_model *m); /* "1" unless the file
+                                                        says otherwise */
+void attn_model_info_get(const attn_model *m, attn_model_info *info);
+/* Inputs and outputs for metadata; *n receives the count.  The arrays live as
+ * long as the registry. */
+const attn_model_io *attn_model_inputs(const attn_model *m, size_t *n);
+const attn_model_io *attn_model_outputs(const attn_model *m, size_t *n);
+
+/* Run one request.
+ *   req   decoded request (float inputs already FP32); only read.
+ *   lim   per-request limits or NULL.
+ *   x     threads/path for the engine; NULL = one thread, auto path.
+ *   resp  must be empty (zeroed); on success it owns the outputs (free with
+ *         attn_infer_response_free): model_name, model_version, id (copy of
+ *         req->id), and the outputs in the order of req->outputs when given,
+ *         else attn_output then attn_weights (when computed).  Each output's
+ *         binary flag is req->outputs[i].binary when not -1, else
+ *         req->binary_data_output == 1.
+ * attn_weights is computed when need_weights (default true) and either no
+ * outputs list was given or it names attn_weights; naming it while
+ * need_weights is false is ATTN_EINVAL.  An empty outputs list counts as no
+ * list.
+ * Errors (diagnostic names the input, parameter or dimension):
+ *   ATTN_EINVAL   unknown/duplicate/missing input, output or parameter, wrong
+ *                 datatype or parameter type, bad key_lengths value,
+ *                 attn_weights over max_weights_elements as JSON;
+ *   ATTN_ESHAPE   shapes disagree;
+ *   ATTN_ETOOBIG  Lq/Lk over max_seq_len, an output over
+ *                 max_tensor_elements, or a size that overflows;
+ *   ATTN_ENONFINITE, ATTN_ENOMEM and engine statuses as from attn_sdpa /
+ *   attn_mha.
+ * On error *resp is left zeroed and nothing is allocated.  Limits are checked
+ * before any output memory is allocated.  Results are bitwise reproducible
+ * for the same request and exec settings.
+ * Thread: any (typically a worker); reentrant. */
+attn_status attn_model_infer(const attn_model *m, const attn_infer_request *req,
+                             const attn_model_limits *lim, const attn_exec *x,
+                             attn_infer_response *resp, attn_diag *d);
+
+/* ---- Internal to src/model (registry.c, builtin.c, resident.c) -----------
+ * Not for other modules; declared here because the model layer has no
+ * private header. */
+typedef enum {
+  ATTN__MODEL_SDPA,
+  ATTN__MODEL_MHA,
+  ATTN__MODEL_RESIDENT
+} attn__model_kind;
+
+/* A resident model as loaded from its json file.  Weight views point into
+ * `st` (safetensors) or `mem` (seeded); both owned. */
+typedef struct attn__resident {
+  char *name, *version, *description, *path;
+  int64_t E, H, Hkv, kdim, vdim;
+  bool bias, seeded;
+  attn_weight wq, wk, wv, wo;     /* ATTN_W_OUT_IN */
+  const float *bq, *bk, *bv, *bo; /* NULL without bias */
+  struct attn_safetensors *st;
+  float *mem;
+} attn__resident;
+
+/* resident.c: load one json file into *out (zeroed on entry).  On error *out
+ * is left zeroed.  Errors name the file. */
+attn_status attn__resident_load(const char *json_path, attn__resident *out,
+                                attn_diag *d);
+/* Frees everything inside r and zeroes it; NULL is allowed. */
+void attn__resident_free(attn__resident *r);
+
+/* builtin.c: attn_model_infer for a kind; `fixed` is the resident model or
+ * NULL. */
+attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
+                            const char *name, const char *version,
+                            const attn_infer_request *req,
+                            const attn_model_limits *lim, const attn_exec *x,
+                            attn_infer_response *resp, attn_diag *d);
+
+#endif /* ATTN_MODEL_H */

@@ -1,0 +1,47 @@
+/* server.h - the attnd HTTP front end: routes, the infer job, and the one
+ * file that speaks libmicrohttpd.
+ *
+ * main builds the pieces (config, model registry, queue, pool) and hands
+ * them to attn_server_create, which starts listening.  The server borrows
+ * everything it is given; main tears down in reverse order. */
+#ifndef ATTN_SERVER_H
+#define ATTN_SERVER_H
+
+#include <stdint.h>
+
+#include "attn/config.h"
+#include "attn/model.h"
+#include "attn/queue.h"
+#include "attn/status.h"
+
+typedef struct attn_server attn_server;
+
+typedef struct attn_server_deps {
+  const attn_config *cfg;
+  const attn_registry *models;
+  attn_queue *queue;
+  attn_pool *pool;
+} attn_server_deps;
+
+/* Bind and start serving.  On success *out owns a running server (stop it
+ * with attn_server_destroy); on error *out is NULL, nothing is listening and
+ * d says why (e.g. the port is taken). */
+attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
+                               attn_diag *d);
+
+/* The port actually bound (useful with port 0). */
+int attn_server_port(const attn_server *s);
+
+/* Readiness turns 503 and new inference requests are refused with 503;
+ * health, metadata and requests already accepted carry on.  Any thread. */
+void attn_server_begin_drain(attn_server *s);
+
+/* Wait until no request is in flight (accepted but not yet answered), up to
+ * timeout_ms.  Returns ATTN_OK or ATTN_ETIMEDOUT.  Main thread. */
+attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
+
+/* Stop listening and free.  Every suspended request must have been resumed
+ * (the pool drained).  NULL is allowed. */
+void attn_server_destroy(attn_server *s);
+
+#endif

@@ -1,0 +1,141 @@
+/* error_json.c - the {"error": ...} body and the JSON plumbing that the v2
+ * and v1 codecs share: effective limits, float printing, guarded parsing.
+ *
+ * Design
+ *  - Floats: every float a codec prints goes through attn__json_f32, which
+ *    uses attn_f32_shortest (include/attn/f32fmt.h) when that header exists
+ *    and a private "%.9g" fallback otherwise (9 significant digits always
+ *    round-trip an IEEE single).  Non-finite values become null: JSON has no
+ *    NaN or Infinity, and a response must stay parseable.
+ *  - Parsing: cJSON recurses once per nesting level and its own cap is 1000
+ *    levels, so attn__json_parse first scans the raw bytes (string-aware) and
+ *    refuses bodies nested deeper than the configured limit before cJSON
+ *    allocates anything.  Trailing bytes other than whitespace are an error
+ *    (cJSON would ignore them).
+ *
+ * Threads: stateless and reentrant.  cJSON writes a global error pointer on
+ * parse failure; we never read it (cJSON_ParseWithLengthOpts also returns the
+ * position through its end pointer, which is what we report).
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attn/codec.h"
+
+#if __has_include("attn/f32fmt.h")
+#include "attn/f32fmt.h"
+#else
+/* Fallback until include/attn/f32fmt.h lands: 9 significant digits always
+ * round-trip; not always the shortest text. */
+#define ATTN_F32_MAX_CHARS 16
+static size_t attn_f32_shortest(float v, char *out) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%.9g", (double)v);
+  if (n < 0 || n > ATTN_F32_MAX_CHARS) n = 0; /* cannot happen for finite v */
+  memcpy(out, tmp, (size_t)n);
+  return (size_t)n;
+}
+#endif
+
+void attn_codec_limits_default(attn_codec_limits *l) {
+  l->max_tensor_elements = ATTN_CODEC_DEFAULT_MAX_TENSOR_ELEMENTS;
+  l->max_inputs = ATTN_MAX_INPUTS;
+  l->max_depth = ATTN_MAX_JSON_DEPTH;
+}
+
+static size_t clamp_limit(size_t v, size_t ceiling) {
+  return v == 0 || v > ceiling ? ceiling : v;
+}
+
+void attn__codec_limits_eff(const attn_codec_limits *in,
+                            attn_codec_limits *out) {
+  attn_codec_limits l;
+  if (in)
+    l = *in;
+  else
+    attn_codec_limits_default(&l);
+  out->max_tensor_elements =
+      clamp_limit(l.max_tensor_elements, (size_t)ATTN_MAX_ELEMENTS);
+  out->max_inputs = clamp_limit(l.max_inputs, ATTN_MAX_INPUTS);
+  out->max_depth = clamp_limit(l.max_depth, ATTN_MAX_JSON_DEPTH);
+}
+
+attn_status attn__json_f32(attn_buf *b, float v) {
+  if (!isfinite(v)) return attn_buf_append(b, "null", 4);
+  attn_status s = attn_buf_reserve(b, ATTN_F32_MAX_CHARS + 1);
+  if (s != ATTN_OK) return s;
+  size_t n = attn_f32_shortest(v, b->data + b->len);
+  b->len += n;
+  b->data[b->len] = '\0'; /* buf.c keeps data NUL-terminated */
+  return ATTN_OK;
+}
+
+const char *attn__json_kind(const cJSON *item) {
+  if (!item) return "nothing";
+  if (cJSON_IsArray(item)) return "an array";
+  if (cJSON_IsObject(item)) return "an object";
+  if (cJSON_IsString(item)) return "a string";
+  if (cJSON_IsNumber(item)) return "a number";
+  if (cJSON_IsBool(item)) return "a boolean";
+  if (cJSON_IsNull(item)) return "null";
+  return "an invalid value";
+}
+
+attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
+                             cJSON **out, attn_diag *d) {
+  size_t depth = 0;
+  bool in_str = false, esc = false;
+  *out = NULL;
+  if (n == 0) return attn_diag_set(d, ATTN_EPARSE, "empty JSON body");
+  for (size_t i = 0; i < n; i++) { /* raw nesting scan, strings skipped */
+    char c = p[i];
+    if (in_str) {
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        return attn_diag_set(d, ATTN_ETOOBIG,
+                             "JSON nested deeper than %zu levels at byte %zu",
+                             max_depth, i);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(p, n, &end, 0);
+  if (!root) {
+    size_t at = end && end >= p && end <= p + n ? (size_t)(end - p) : 0;
+    return attn_diag_set(d, ATTN_EPARSE, "malformed JSON at byte %zu", at);
+  }
+  for (size_t i = (size_t)(end - p); i < n; i++) {
+    char c = p[i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      cJSON_Delete(root);
+      return attn_diag_set(d, ATTN_EPARSE,
+                           "unexpected bytes after the JSON value at byte %zu",
+                           i);
+    }
+  }
+  *out = root;
+  return ATTN_OK;
+}
+
+attn_status attn_error_json(attn_buf *out, const char *msg) {
+  size_t start = out->len;
+  attn_status s = attn_buf_puts(out, "{\"error\":");
+  if (s == ATTN_OK) s = attn_buf_json_string(out, msg);
+  if (s == ATTN_OK) s = attn_buf_puts(out, "}");
+  if (s != ATTN_OK && out->data) {
+    out->len = start;
+    out->data[start] = '\0';
+  }
+  return s;
+}

@@ -1,0 +1,963 @@
+/* kserve.c - KServe v2 / Open Inference Protocol request decoding and
+ * response encoding, including Triton's binary tensor data extension.
+ *
+ * Design
+ *  - Decoding is strict: the JSON schema of kserve
+ *    docs/predict-api/v2/required_api.md plus the parameters of Triton's
+ *    docs/protocol/extension_binary_data.md (binary_data_size on inputs,
+ *    binary_data on outputs, binary_data_output on the request) and Triton's
+ *    scheduling parameters priority and timeout.  Unknown keys in the request,
+ *    an input or an output are errors naming the key and where; other
+ *    request-level parameters pass through to the model.  "model_name" and
+ *    "model_version" are accepted at the top level (Triton's own examples
+ *    send them) and returned for the server to check against the URL.
+ *  - Two passes over the inputs.  Pass 1 reads every input's name, datatype,
+ *    shape and parameters, checks the element count against the limits
+ *    (overflow-safe) and lays out the binary blobs: each input with
+ *    binary_data_size takes that many bytes, in input order, right after the
+ *    JSON header, and together they must fill the body exactly.  Nothing is
+ *    allocated for tensor data until pass 1 has accepted the whole request.
+ *    Pass 2 allocates each tensor and converts: JSON data (flat, or nested
+ *    matching the shape at every level) or little-endian binary.  Float types
+ *    become FP32 (wire_dtype keeps the sent type), BOOL one byte 0/1, INT32
+ *    and INT64 stay.  Request bytes are never borrowed: blobs after an
+ *    arbitrary-length header are unaligned.
+ *  - Any failure frees the partially built request; *out ends zeroed.
+ *  - Encoding writes JSON straight into an attn_buf; floats go through
+ *    attn__json_f32 (shortest round-trip text).  Binary outputs follow the
+ *    JSON, little-endian, in output order.
+ *
+ * Threads: reentrant; no state.
+ */
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/codec.h"
+
+#define TWO_POW_53 9007199254740992.0 /* largest range of exact integers */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+/* An integral JSON number within [lo, hi] (|hi|, |lo| <= 2^53). */
+static bool json_int(const cJSON *it, double lo, double hi, int64_t *v) {
+  if (!cJSON_IsNumber(it)) return false;
+  double x = it->valuedouble;
+  if (!(x >= lo && x <= hi) || x != floor(x)) return false;
+  *v = (int64_t)x;
+  return true;
+}
+
+/* "[2,4]" into buf (truncated safely). */
+static const char *fmt_shape(char *buf, size_t cap, int rank,
+                             const int64_t *shape) {
+  size_t n = 0;
+  buf[0] = '\0';
+  n += (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
+                          (long long)shape[i]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
+/* Known KServe datatypes that attnd does not take. */
+static bool kserve_dtype_known(const char *s) {
+  static const char *const names[] = {"UINT8", "UINT16", "UINT32", "UINT64",
+                                      "INT8",  "INT16",  "BYTES"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(s, names[i]) == 0) return true;
+  return false;
+}
+
+/* Diagnostic prefixed with "inputs[i] 'name'" (or "inputs[i]" when the name
+ * is not known yet).  Names are cut at 64 bytes in messages. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+static attn_status
+where_err(attn_diag *d, attn_status s, const char *list, size_t i,
+          const char *name, const char *fmt, ...) {
+  char msg[ATTN_DIAG_MAX];
+  va_list ap;
+  if (!d) return s;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (name)
+    return attn_diag_set(d, s, "%s[%zu] '%.64s': %s", list, i, name, msg);
+  return attn_diag_set(d, s, "%s[%zu]: %s", list, i, msg);
+}
+
+static uint16_t ld16(const unsigned char *p) {
+  return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+static uint32_t ld32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+static uint64_t ld64(const unsigned char *p) {
+  return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
+}
+
+/* FP64 -> FP32: out-of-range finite values become +-inf (the engine then
+ * rejects them as non-finite, naming the tensor). */
+static float f64_to_f32(double v) {
+  if (v > FLT_MAX) return INFINITY;
+  if (v < -FLT_MAX) return -INFINITY;
+  return (float)v; /* NaN stays NaN */
+}
+
+/* ---- decoding: request level ------------------------------------------- */
+
+/* What pass 1 learns about one input. */
+typedef struct in_desc {
+  const char *name;   /* borrowed from the cJSON tree */
+  const cJSON *data;  /* NULL for binary inputs */
+  attn_dtype dt;
+  int rank;
+  int64_t shape[ATTN_MAX_RANK];
+  size_t numel;
+  bool binary;
+  size_t bin_off, bin_size;
+} in_desc;
+
+static attn_status parse_id(const cJSON *it, const char *key, size_t max,
+                            char **dst, attn_diag *d) {
+  if (!cJSON_IsString(it) || !it->valuestring[0])
+    return attn_diag_set(d, ATTN_EINVAL, "'%s' must be a non-empty string, got %s",
+                         key, attn__json_kind(it));
+  if (strlen(it->valuestring) > max)
+    return attn_diag_set(d, ATTN_EINVAL, "'%s' is longer than %zu bytes", key,
+                         max);
+  *dst = dupstr(it->valuestring);
+  return *dst ? ATTN_OK : ATTN_ENOMEM;
+}
+
+/* Request-level "parameters": binary_data_output, priority and timeout are
+ * taken here; everything else is copied for the model. */
+static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
+                                    attn_diag *d) {
+  const cJSON *c;
+  size_t n = 0;
+  int64_t v;
+  if (!cJSON_IsObject(obj))
+    return attn_diag_set(d, ATTN_EINVAL, "'parameters' must be an object, got %s",
+                         attn__json_kind(obj));
+  cJSON_ArrayForEach(c, obj) {
+    if (++n > ATTN_MAX_PARAMS)
+      return attn_diag_set(d, ATTN_ETOOBIG,
+                           "parameters: more than %d entries", ATTN_MAX_PARAMS);
+  }
+  out->params = calloc(n ? n : 1, sizeof *out->params);
+  if (!out->params) return ATTN_ENOMEM;
+  cJSON_ArrayForEach(c, obj) {
+    const char *k = c->string;
+    if (!k[0] || strlen(k) > ATTN_MAX_NAME_LEN)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "parameters: name must be 1..%d bytes",
+                           ATTN_MAX_NAME_LEN);
+    for (const cJSON *p = obj->child; p != c; p = p->next)
+      if (strcmp(p->string, k) == 0)
+        return attn_diag_set(d, ATTN_EINVAL, "parameters: duplicate key '%.64s'",
+                             k);
+    if (strcmp(k, "binary_data_output") == 0) {
+      if (!cJSON_IsBool(c))
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "parameters: 'binary_data_output' must be a "
+                             "boolean, got %s", attn__json_kind(c));
+      out->binary_data_output = cJSON_IsTrue(c) ? 1 : 0;
+      continue;
+    }
+    if (strcmp(k, "priority") == 0 || strcmp(k, "timeout") == 0) {
+      if (!json_int(c, 0, TWO_POW_53, &v))
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "parameters: '%s' must be a non-negative integer%s",
+                             k, k[0] == 't' ? " (microseconds)" : "");
+      if (k[0] == 'p')
+        out->priority = v;
+      else
+        out->timeout_us = v;
+      continue;
+    }
+    attn_param *p = &out->params[out->n_params];
+    if (cJSON_IsBool(c)) {
+      p->type = ATTN_PARAM_BOOL;
+      p->b = cJSON_IsTrue(c);
+    } else if (cJSON_IsNumber(c)) {
+      double x = c->valuedouble;
+      if (!isfinite(x))
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "parameters: '%.64s' is not a finite number", k);
+      p->d = x;
+      if (json_int(c, -TWO_POW_53, TWO_POW_53, &v)) {
+        p->type = ATTN_PARAM_INT;
+        p->i = v;
+      } else {
+        p->type = ATTN_PARAM_DOUBLE;
+      }
+    } else if (cJSON_IsString(c)) {
+      p->type = ATTN_PARAM_STRING;
+      if (!(p->s = dupstr(c->valuestring))) return ATTN_ENOMEM;
+    } else {
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "parameters: '%.64s' must be a string, number or "
+                           "boolean, got %s", k, attn__json_kind(c));
+    }
+    if (!(p->name = dupstr(k))) return ATTN_ENOMEM; /* freed with p->s */
+    out->n_params++;
+  }
+  return ATTN_OK;
+}
+
+static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
+                                 attn_diag *d) {
+  const cJSON *o;
+  size_t n, i = 0;
+  if (!cJSON_IsArray(arr))
+    return attn_diag_set(d, ATTN_EINVAL, "'outputs' must be an array, got %s",
+                         attn__json_kind(arr));
+  n = (size_t)cJSON_GetArraySize(arr);
+  if (n > ATTN_MAX_OUTPUTS)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "outputs: %zu requested, at most %d allowed", n,
+                         ATTN_MAX_OUTPUTS);
+  if (n == 0) return ATTN_OK; /* same as absent: all outputs */
+  out->outputs = calloc(n, sizeof *out->outputs);
+  if (!out->outputs) return ATTN_ENOMEM;
+  out->outputs_given = true;
+  cJSON_ArrayForEach(o, arr) {
+    const cJSON *name = NULL, *params = NULL, *c;
+    int binary = -1;
+    if (!cJSON_IsObject(o))
+      return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
+                       "expected an object, got %s", attn__json_kind(o));
+    cJSON_ArrayForEach(c, o) {
+      const cJSON **slot = strcmp(c->string, "name") == 0 ? &name
+                           : strcmp(c->string, "parameters") == 0 ? &params
+                                                                   : NULL;
+      if (!slot)
+        return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
+                         "unknown key '%.64s'", c->string);
+      if (*slot)
+        return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
+                         "duplicate key '%s'", c->string);
+      *slot = c;
+    }
+    if (!name)
+      return where_err(d, ATTN_EINVAL, "outputs", i, NULL, "missing 'name'");
+    if (!cJSON_IsString(name) || !name->valuestring[0] ||
+        strlen(name->valuestring) > ATTN_MAX_NAME_LEN)
+      return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
+                       "'name' must be a string of 1..%d bytes",
+                       ATTN_MAX_NAME_LEN);
+    const char *nm = name->valuestring;
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(out->outputs[j].name, nm) == 0)
+        return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                         "duplicate name (also outputs[%zu])", j);
+    if (params) {
+      if (!cJSON_IsObject(params))
+        return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                         "'parameters' must be an object, got %s",
+                         attn__json_kind(params));
+      cJSON_ArrayForEach(c, params) {
+        if (strcmp(c->string, "binary_data") != 0)
+          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                           "unknown parameter '%.64s' (only binary_data is "
+                           "known)", c->string);
+        if (binary != -1)
+          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                           "duplicate parameter 'binary_data'");
+        if (!cJSON_IsBool(c))
+          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                           "'binary_data' must be a boolean, got %s",
+                           attn__json_kind(c));
+        binary = cJSON_IsTrue(c) ? 1 : 0;
+      }
+    }
+    if (!(out->outputs[i].name = dupstr(nm))) return ATTN_ENOMEM;
+    out->outputs[i].binary = binary;
+    out->n_outputs = ++i;
+  }
+  return ATTN_OK;
+}
+
+/* ---- decoding: pass 1, one input's metadata ----------------------------- */
+
+static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
+                              size_t header_len, size_t len, size_t *off,
+                              const attn_codec_limits *lim, in_desc *o,
+                              attn_diag *d) {
+  const cJSON *name = NULL, *shape = NULL, *dtype = NULL, *data = NULL,
+              *params = NULL, *c, *bds = NULL;
+  char sh[160];
+  memset(o, 0, sizeof *o);
+  if (!cJSON_IsObject(in))
+    return where_err(d, ATTN_EINVAL, "inputs", i, NULL,
+                     "expected an object, got %s", attn__json_kind(in));
+  cJSON_ArrayForEach(c, in) {
+    const char *k = c->string;
+    const cJSON **slot = strcmp(k, "name") == 0         ? &name
+                         : strcmp(k, "shape") == 0      ? &shape
+                         : strcmp(k, "datatype") == 0   ? &dtype
+                         : strcmp(k, "data") == 0       ? &data
+                         : strcmp(k, "parameters") == 0 ? &params
+                                                        : NULL;
+    if (!slot)
+      return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "unknown key '%.64s'",
+                       k);
+    if (*slot)
+      return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "duplicate key '%s'",
+                       k);
+    *slot = c;
+  }
+  if (!name) return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "missing 'name'");
+  if (!cJSON_IsString(name) || !name->valuestring[0] ||
+      strlen(name->valuestring) > ATTN_MAX_NAME_LEN)
+    return where_err(d, ATTN_EINVAL, "inputs", i, NULL,
+                     "'name' must be a string of 1..%d bytes",
+                     ATTN_MAX_NAME_LEN);
+  const char *nm = o->name = name->valuestring;
+  for (size_t j = 0; j < i; j++)
+    if (strcmp(prev[j].name, nm) == 0)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "duplicate name (also inputs[%zu])", j);
+
+  /* datatype */
+  if (!dtype) return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'datatype'");
+  if (!cJSON_IsString(dtype))
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "'datatype' must be a string, got %s",
+                     attn__json_kind(dtype));
+  o->dt = attn_dtype_parse(dtype->valuestring);
+  if (o->dt == ATTN_DT_INVALID) {
+    bool known = kserve_dtype_known(dtype->valuestring);
+    return where_err(d, known ? ATTN_EUNSUPPORTED : ATTN_EINVAL, "inputs", i,
+                     nm, "%s datatype '%.32s' (use FP32, FP64, FP16, BF16, "
+                     "BOOL, INT32 or INT64)",
+                     known ? "unsupported" : "unknown", dtype->valuestring);
+  }
+
+  /* shape */
+  if (!shape) return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'shape'");
+  if (!cJSON_IsArray(shape))
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "'shape' must be an array, got %s", attn__json_kind(shape));
+  cJSON_ArrayForEach(c, shape) {
+    if (o->rank == ATTN_MAX_RANK)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "shape has rank %d, at most %d is supported",
+                       cJSON_GetArraySize(shape), ATTN_MAX_RANK);
+    if (!json_int(c, 0, TWO_POW_53, &o->shape[o->rank])) {
+      if (cJSON_IsNumber(c))
+        return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                         "shape[%d] must be a non-negative integer, got %.17g",
+                         o->rank, c->valuedouble);
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "shape[%d] must be a non-negative integer, got %s",
+                       o->rank, attn__json_kind(c));
+    }
+    o->rank++;
+  }
+  fmt_shape(sh, sizeof sh, o->rank, o->shape);
+  if (!attn_shape_numel(o->rank, o->shape, &o->numel))
+    return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
+                     "shape %s has too many elements (overflow)", sh);
+  if (o->numel > lim->max_tensor_elements)
+    return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
+                     "shape %s has %zu elements, above the limit of %zu", sh,
+                     o->numel, lim->max_tensor_elements);
+
+  /* parameters */
+  if (params) {
+    if (!cJSON_IsObject(params))
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "'parameters' must be an object, got %s",
+                       attn__json_kind(params));
+    cJSON_ArrayForEach(c, params) {
+      if (strcmp(c->string, "binary_data_size") != 0)
+        return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                         "unknown parameter '%.64s' (only binary_data_size is "
+                         "known)", c->string);
+      if (bds)
+        return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                         "duplicate parameter 'binary_data_size'");
+      bds = c;
+    }
+  }
+
+  size_t esize = attn_dtype_size(o->dt), bytes;
+  if (!attn_size_mul(o->numel, esize, &bytes))
+    return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
+                     "shape %s is too large in bytes", sh);
+  if (bds) {
+    int64_t n;
+    if (!json_int(bds, 0, TWO_POW_53, &n))
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "binary_data_size must be a non-negative integer");
+    if (header_len == 0)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "binary_data_size given but the request has no "
+                       "Inference-Header-Content-Length header");
+    if (data)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "both 'data' and binary_data_size given");
+    if ((uint64_t)n != bytes) {
+      char f[160];
+      size_t k = (size_t)snprintf(f, sizeof f, "%zu", esize);
+      for (int r = 0; r < o->rank && k < sizeof f; r++)
+        k += (size_t)snprintf(f + k, sizeof f - k, "*%lld",
+                              (long long)o->shape[r]);
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "binary_data_size %lld != %s = %zu (%s %s)",
+                       (long long)n, f, bytes, attn_dtype_name(o->dt), sh);
+    }
+    if (bytes > len - *off)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "binary data of %zu bytes at offset %zu runs past the "
+                       "end of the body (%zu bytes)", bytes, *off, len);
+    o->binary = true;
+    o->bin_off = *off;
+    o->bin_size = bytes;
+    *off += bytes;
+    return ATTN_OK;
+  }
+  if (!data)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "missing 'data' (or parameters.binary_data_size)");
+  if (o->dt == ATTN_DT_FP16 || o->dt == ATTN_DT_BF16)
+    return where_err(d, ATTN_EUNSUPPORTED, "inputs", i, nm,
+                     "%s data cannot be sent as JSON numbers; use the binary "
+                     "tensor data extension (parameters.binary_data_size)",
+                     attn_dtype_name(o->dt));
+  if (!cJSON_IsArray(data))
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "'data' must be an array, got %s", attn__json_kind(data));
+  o->data = data;
+  return ATTN_OK;
+}
+
+/* ---- decoding: pass 2, tensor data -------------------------------------- */
+
+typedef struct fill_ctx {
+  const in_desc *in;
+  size_t i;       /* input index, for messages */
+  void *dst;
+  size_t pos;     /* next element to write */
+  int64_t idx[ATTN_MAX_RANK + 1];
+  attn_diag *d;
+} fill_ctx;
+
+/* "data[1][2]" for the first `depth` indices. */
+static const char *fmt_path(const fill_ctx *c, int depth, char *buf,
+                            size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "data");
+  for (int k = 0; k < depth && n < cap; k++)
+    n += (size_t)snprintf(buf + n, cap - n, "[%lld]", (long long)c->idx[k]);
+  return buf;
+}
+
+static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
+  char p[128];
+  const char *dn = attn_dtype_name(c->in->dt);
+  int64_t v;
+  if (c->pos >= c->in->numel) /* flat data with a ragged tail */
+    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                     "data has more elements than shape needs");
+  switch (c->in->dt) {
+    case ATTN_DT_FP32:
+    case ATTN_DT_FP64:
+      if (!cJSON_IsNumber(e)) break;
+      if (!(fabs(e->valuedouble) <= FLT_MAX))
+        return where_err(c->d, ATTN_ENONFINITE, "inputs", c->i, c->in->name,
+                         "%s = %g is outside the FP32 range",
+                         fmt_path(c, depth, p, sizeof p), e->valuedouble);
+      ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
+      return ATTN_OK;
+    case ATTN_DT_BOOL:
+      if (!cJSON_IsBool(e)) break;
+      ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
+      return ATTN_OK;
+    case ATTN_DT_INT32:
+    case ATTN_DT_INT64: {
+      bool i32 = c->in->dt == ATTN_DT_INT32;
+      double lim = i32 ? 2147483647.0 : TWO_POW_53;
+      if (!cJSON_IsNumber(e)) break;
+      if (json_int(e, i32 ? -lim - 1 : -lim, lim, &v)) {
+        if (i32)
+          ((int32_t *)c->dst)[c->pos++] = (int32_t)v;
+        else
+          ((int64_t *)c->dst)[c->pos++] = v;
+        return ATTN_OK;
+      }
+      fmt_path(c, depth, p, sizeof p);
+      if (isfinite(e->valuedouble) && e->valuedouble != floor(e->valuedouble))
+        return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                         "%s = %g is not an integer (%s)", p, e->valuedouble,
+                         dn);
+      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                       "%s = %g is outside the %s range%s", p, e->valuedouble,
+                       dn,
+                       i32 ? ""
+                           : " JSON can carry exactly (+-2^53); send it as "
+                             "binary data");
+    }
+    default:
+      break;
+  }
+  return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                   "%s is %s, expected %s (%s)",
+                   fmt_path(c, depth, p, sizeof p), attn__json_kind(e),
+                   c->in->dt == ATTN_DT_BOOL ? "true or false"
+                   : c->in->dt == ATTN_DT_INT32 || c->in->dt == ATTN_DT_INT64
+                       ? "an integer"
+                       : "a number",
+                   dn);
+}
+
+static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
+  const in_desc *in = c->in;
+  char p[128], sh[160];
+  size_t n = (size_t)cJSON_GetArraySize(arr);
+  if ((int64_t)n != in->shape[depth]) {
+    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    if (depth == 0)
+      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
+                       "data has %zu elements, shape %s needs %lld at dim 0",
+                       n, sh, (long long)in->shape[0]);
+    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
+                     "%s has %zu elements, shape %s needs %lld at dim %d",
+                     fmt_path(c, depth, p, sizeof p), n, sh,
+                     (long long)in->shape[depth], depth);
+  }
+  const cJSON *e;
+  int64_t k = 0;
+  cJSON_ArrayForEach(e, arr) {
+    attn_status s;
+    c->idx[depth] = k++;
+    if (depth + 1 < in->rank) {
+      if (!cJSON_IsArray(e)) {
+        fmt_shape(sh, sizeof sh, in->rank, in->shape);
+        return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
+                         "%s is %s, expected an array (shape %s, dim %d)",
+                         fmt_path(c, depth + 1, p, sizeof p),
+                         attn__json_kind(e), sh, depth + 1);
+      }
+      s = fill_nested(c, e, depth + 1);
+    } else {
+      s = put_elem(c, e, depth + 1);
+    }
+    if (s != ATTN_OK) return s;
+  }
+  return ATTN_OK;
+}
+
+static attn_status fill_json(fill_ctx *c) {
+  const in_desc *in = c->in;
+  const cJSON *data = in->data, *e;
+  char sh[160];
+  if (in->rank > 0 && data->child && cJSON_IsArray(data->child))
+    return fill_nested(c, data, 0);
+  size_t n = (size_t)cJSON_GetArraySize(data);
+  if (n != in->numel) {
+    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
+                     "data has %zu elements, shape %s needs %zu", n, sh,
+                     in->numel);
+  }
+  int64_t k = 0;
+  cJSON_ArrayForEach(e, data) {
+    c->idx[0] = k++;
+    attn_status s = put_elem(c, e, 1);
+    if (s != ATTN_OK) return s;
+  }
+  return ATTN_OK;
+}
+
+static void fill_binary(const in_desc *in, const unsigned char *p, void *dst) {
+  size_t n = in->numel;
+  switch (in->dt) {
+    case ATTN_DT_FP32:
+    case ATTN_DT_INT32:
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+      memcpy(dst, p, n * 4);
+#else
+      for (size_t k = 0; k < n; k++) {
+        uint32_t u = ld32(p + 4 * k);
+        memcpy((char *)dst + 4 * k, &u, 4);
+      }
+#endif
+      break;
+    case ATTN_DT_INT64:
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+      memcpy(dst, p, n * 8);
+#else
+      for (size_t k = 0; k < n; k++) {
+        uint64_t u = ld64(p + 8 * k);
+        memcpy((char *)dst + 8 * k, &u, 8);
+      }
+#endif
+      break;
+    case ATTN_DT_FP64:
+      for (size_t k = 0; k < n; k++) {
+        uint64_t u = ld64(p + 8 * k);
+        double v;
+        memcpy(&v, &u, 8);
+        ((float *)dst)[k] = f64_to_f32(v);
+      }
+      break;
+    case ATTN_DT_FP16:
+      for (size_t k = 0; k < n; k++)
+        ((float *)dst)[k] = attn_f16_to_f32(ld16(p + 2 * k));
+      break;
+    case ATTN_DT_BF16:
+      for (size_t k = 0; k < n; k++)
+        ((float *)dst)[k] = attn_bf16_to_f32(ld16(p + 2 * k));
+      break;
+    case ATTN_DT_BOOL:
+      for (size_t k = 0; k < n; k++) ((uint8_t *)dst)[k] = p[k] != 0;
+      break;
+    default:
+      break;
+  }
+}
+
+/* Tensor dtype after decoding: floats become FP32. */
+static attn_dtype stored_dtype(attn_dtype wire) {
+  switch (wire) {
+    case ATTN_DT_FP64:
+    case ATTN_DT_FP16:
+    case ATTN_DT_BF16:
+      return ATTN_DT_FP32;
+    default:
+      return wire;
+  }
+}
+
+static attn_status build_input(const in_desc *in, size_t i, const char *body,
+                               attn_infer_input *dst, attn_diag *d) {
+  attn_dtype st = stored_dtype(in->dt);
+  size_t bytes = in->numel * attn_dtype_size(st); /* checked in pass 1 */
+  if (!(dst->name = dupstr(in->name))) return ATTN_ENOMEM;
+  dst->wire_dtype = in->dt;
+  dst->tensor.dtype = st;
+  dst->tensor.rank = in->rank;
+  memcpy(dst->tensor.shape, in->shape, sizeof in->shape);
+  if (!(dst->tensor.data = malloc(bytes ? bytes : 1))) return ATTN_ENOMEM;
+  dst->tensor.owns = true;
+  if (in->binary) {
+    fill_binary(in, (const unsigned char *)body + in->bin_off,
+                dst->tensor.data);
+    return ATTN_OK;
+  }
+  fill_ctx c = {.in = in, .i = i, .dst = dst->tensor.data, .d = d};
+  return fill_json(&c);
+}
+
+/* ---- decoding: entry point ---------------------------------------------- */
+
+static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
+                             size_t header_len, const attn_codec_limits *lim,
+                             attn_infer_request *out, attn_diag *d) {
+  const cJSON *id = NULL, *inputs = NULL, *outputs = NULL, *params = NULL,
+              *mname = NULL, *mver = NULL, *c;
+  attn_status s;
+  if (!cJSON_IsObject(root))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "request must be a JSON object, got %s",
+                         attn__json_kind(root));
+  cJSON_ArrayForEach(c, root) {
+    const char *k = c->string;
+    const cJSON **slot = strcmp(k, "id") == 0              ? &id
+                         : strcmp(k, "inputs") == 0        ? &inputs
+                         : strcmp(k, "outputs") == 0       ? &outputs
+                         : strcmp(k, "parameters") == 0    ? &params
+                         : strcmp(k, "model_name") == 0    ? &mname
+                         : strcmp(k, "model_version") == 0 ? &mver
+                                                           : NULL;
+    if (!slot)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "request: unknown key '%.64s' (known: id, inputs, "
+                           "outputs, parameters)", k);
+    if (*slot)
+      return attn_diag_set(d, ATTN_EINVAL, "request: duplicate key '%s'", k);
+    *slot = c;
+  }
+  if (id && (s = parse_id(id, "id", ATTN_MAX_ID_LEN, &out->id, d))) return s;
+  if (mname &&
+      (s = parse_id(mname, "model_name", ATTN_MAX_NAME_LEN, &out->model, d)))
+    return s;
+  if (mver &&
+      (s = parse_id(mver, "model_version", ATTN_MAX_NAME_LEN, &out->version, d)))
+    return s;
+  if (params && (s = parse_req_params(params, out, d))) return s;
+  if (outputs && (s = parse_outputs(outputs, out, d))) return s;
+
+  if (!inputs) return attn_diag_set(d, ATTN_EINVAL, "request: missing 'inputs'");
+  if (!cJSON_IsArray(inputs))
+    return attn_diag_set(d, ATTN_EINVAL, "'inputs' must be an array, got %s",
+                         attn__json_kind(inputs));
+  size_t n = (size_t)cJSON_GetArraySize(inputs), i = 0;
+  if (n > lim->max_inputs)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "inputs: %zu tensors, above the limit of %zu", n,
+                         lim->max_inputs);
+  in_desc *desc = calloc(n ? n : 1, sizeof *desc);
+  if (!desc) return ATTN_ENOMEM;
+  size_t off = header_len, last_bin = SIZE_MAX;
+  s = ATTN_OK;
+  cJSON_ArrayForEach(c, inputs) { /* pass 1: metadata and layout */
+    s = scan_input(c, i, desc, header_len, len, &off, lim, &desc[i], d);
+    if (s != ATTN_OK) goto done;
+    if (desc[i].binary) last_bin = i;
+    i++;
+  }
+  if (header_len > 0 && off != len) {
+    if (last_bin == SIZE_MAX)
+      s = attn_diag_set(d, ATTN_EINVAL,
+                        "%zu bytes follow the %zu-byte JSON header but no "
+                        "input has parameters.binary_data_size",
+                        len - off, header_len);
+    else
+      s = where_err(d, ATTN_EINVAL, "inputs", last_bin, desc[last_bin].name,
+                    "%zu trailing bytes after this input's binary data "
+                    "(body is %zu bytes, binary data ends at %zu)",
+                    len - off, len, off);
+    goto done;
+  }
+  out->inputs = calloc(n ? n : 1, sizeof *out->inputs);
+  if (!out->inputs) {
+    s = ATTN_ENOMEM;
+    goto done;
+  }
+  for (i = 0; i < n; i++) { /* pass 2: data */
+    out->n_inputs = i + 1;  /* so that a failure frees this one too */
+    s = build_input(&desc[i], i, body, &out->inputs[i], d);
+    if (s != ATTN_OK) goto done;
+  }
+done:
+  free(desc);
+  return s;
+}
+
+attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
+                           const attn_codec_limits *lim,
+                           attn_infer_request *out, attn_diag *d) {
+  attn_codec_limits l;
+  cJSON *root = NULL;
+  attn_status s;
+  memset(out, 0, sizeof *out);
+  if (header_len > len)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "Inference-Header-Content-Length %zu is larger than "
+                         "the body (%zu bytes)", header_len, len);
+  attn__codec_limits_eff(lim, &l);
+  s = attn__json_parse(body, header_len ? header_len : len, l.max_depth, &root,
+                       d);
+  if (s != ATTN_OK) return s;
+  out->binary_data_output = -1;
+  out->timeout_us = -1;
+  s = v2_decode(root, body, len, header_len, &l, out, d);
+  if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
+  cJSON_Delete(root);
+  if (s != ATTN_OK) attn_infer_request_free(out);
+  return s;
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+#define TRY(x)                         \
+  do {                                 \
+    if ((s = (x)) != ATTN_OK) goto fail; \
+  } while (0)
+
+static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
+  attn_status s = attn_buf_append(b, "[", 1);
+  for (int i = 0; s == ATTN_OK && i < rank; i++)
+    s = attn_buf_printf(b, i ? ",%lld" : "%lld", (long long)shape[i]);
+  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
+}
+
+static void restore(attn_buf *b, size_t start) {
+  if (b->data) {
+    b->len = start;
+    b->data[start] = '\0';
+  }
+}
+
+static attn_status check_output(const attn_infer_output *o, size_t i,
+                                size_t *numel, attn_diag *d) {
+  if (!o->name)
+    return where_err(d, ATTN_EINVAL, "outputs", i, NULL, "no name");
+  if (o->tensor.dtype != ATTN_DT_FP32)
+    return where_err(d, ATTN_EINVAL, "outputs", i, o->name,
+                     "tensor is %s, only FP32 outputs are encoded",
+                     attn_dtype_name(o->tensor.dtype)
+                         ? attn_dtype_name(o->tensor.dtype)
+                         : "invalid");
+  if (!attn_shape_numel(o->tensor.rank, o->tensor.shape, numel) ||
+      *numel > SIZE_MAX / sizeof(float))
+    return where_err(d, ATTN_EINVAL, "outputs", i, o->name, "bad shape");
+  if (*numel && !o->tensor.data)
+    return where_err(d, ATTN_EINVAL, "outputs", i, o->name, "no data");
+  return ATTN_OK;
+}
+
+attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
+                           size_t *header_len, attn_diag *d) {
+  size_t start = out->len, numel;
+  bool any_binary = false;
+  attn_status s;
+  if (header_len) *header_len = 0;
+  if (!r->model_name)
+    return attn_diag_set(d, ATTN_EINVAL, "response has no model_name");
+  for (size_t i = 0; i < r->n_outputs; i++)
+    if ((s = check_output(&r->outputs[i], i, &numel, d)) != ATTN_OK) return s;
+
+  TRY(attn_buf_puts(out, "{\"model_name\":"));
+  TRY(attn_buf_json_string(out, r->model_name));
+  if (r->model_version) {
+    TRY(attn_buf_puts(out, ",\"model_version\":"));
+    TRY(attn_buf_json_string(out, r->model_version));
+  }
+  if (r->id) {
+    TRY(attn_buf_puts(out, ",\"id\":"));
+    TRY(attn_buf_json_string(out, r->id));
+  }
+  TRY(attn_buf_puts(out, ",\"outputs\":["));
+  for (size_t i = 0; i < r->n_outputs; i++) {
+    const attn_infer_output *o = &r->outputs[i];
+    const float *v = o->tensor.data;
+    attn_shape_numel(o->tensor.rank, o->tensor.shape, &numel);
+    TRY(attn_buf_puts(out, i ? ",{\"name\":" : "{\"name\":"));
+    TRY(attn_buf_json_string(out, o->name));
+    TRY(attn_buf_puts(out, ",\"datatype\":\"FP32\",\"shape\":"));
+    TRY(put_shape(out, o->tensor.rank, o->tensor.shape));
+    if (o->binary) {
+      any_binary = true;
+      TRY(attn_buf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}",
+                          numel * sizeof(float)));
+      continue;
+    }
+    TRY(attn_buf_puts(out, ",\"data\":["));
+    for (size_t k = 0; k < numel; k++) {
+      if (k) TRY(attn_buf_append(out, ",", 1));
+      TRY(attn__json_f32(out, v[k]));
+    }
+    TRY(attn_buf_puts(out, "]}"));
+  }
+  TRY(attn_buf_puts(out, "]}"));
+  size_t json_len = out->len - start;
+  for (size_t i = 0; any_binary && i < r->n_outputs; i++) {
+    const attn_infer_output *o = &r->outputs[i];
+    if (!o->binary) continue;
+    attn_shape_numel(o->tensor.rank, o->tensor.shape, &numel);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    TRY(attn_buf_append(out, o->tensor.data, numel * sizeof(float)));
+#else
+    TRY(attn_buf_reserve(out, numel * sizeof(float)));
+    for (size_t k = 0; k < numel; k++) {
+      uint32_t u;
+      unsigned char le[4];
+      memcpy(&u, (const float *)o->tensor.data + k, 4);
+      le[0] = u & 255; le[1] = (u >> 8) & 255;
+      le[2] = (u >> 16) & 255; le[3] = u >> 24;
+      TRY(attn_buf_append(out, le, 4));
+    }
+#endif
+  }
+  if (header_len) *header_len = any_binary ? json_len : 0;
+  return ATTN_OK;
+fail:
+  restore(out, start);
+  return attn_diag_set(d, s, "encoding the response: %s", attn_strerror(s));
+}
+
+attn_status attn_v2_encode_server_metadata(attn_buf *out, const char *name,
+                                           const char *version,
+                                           const char *const *extensions,
+                                           size_t n) {
+  size_t start = out->len;
+  attn_status s;
+  TRY(attn_buf_puts(out, "{\"name\":"));
+  TRY(attn_buf_json_string(out, name));
+  TRY(attn_buf_puts(out, ",\"version\":"));
+  TRY(attn_buf_json_string(out, version));
+  TRY(attn_buf_puts(out, ",\"extensions\":["));
+  for (size_t i = 0; i < n; i++) {
+    if (i) TRY(attn_buf_append(out, ",", 1));
+    TRY(attn_buf_json_string(out, extensions[i]));
+  }
+  TRY(attn_buf_puts(out, "]}"));
+  return ATTN_OK;
+fail:
+  restore(out, start);
+  return s;
+}
+
+static attn_status put_tensor_metas(attn_buf *out, const attn_tensor_meta *t,
+                                    size_t n) {
+  attn_status s = attn_buf_append(out, "[", 1);
+  for (size_t i = 0; s == ATTN_OK && i < n; i++) {
+    s = attn_buf_puts(out, i ? ",{\"name\":" : "{\"name\":");
+    if (s == ATTN_OK) s = attn_buf_json_string(out, t[i].name);
+    if (s == ATTN_OK) s = attn_buf_puts(out, ",\"datatype\":");
+    if (s == ATTN_OK) s = attn_buf_json_string(out, t[i].datatype);
+    if (s == ATTN_OK) s = attn_buf_puts(out, ",\"shape\":");
+    if (s == ATTN_OK) s = put_shape(out, t[i].rank, t[i].shape);
+    if (s == ATTN_OK) s = attn_buf_append(out, "}", 1);
+  }
+  return s == ATTN_OK ? attn_buf_append(out, "]", 1) : s;
+}
+
+static bool metas_ok(const attn_tensor_meta *t, size_t n) {
+  if (n && !t) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!t[i].name || !t[i].datatype || t[i].rank < 0 ||
+        t[i].rank > ATTN_MAX_RANK)
+      return false;
+  return true;
+}
+
+attn_status attn_v2_encode_model_metadata(attn_buf *out,
+                                          const attn_model_meta *m) {
+  size_t start = out->len;
+  attn_status s;
+  if (!m || !m->name || !metas_ok(m->inputs, m->n_inputs) ||
+      !metas_ok(m->outputs, m->n_outputs) || (m->n_versions && !m->versions))
+    return ATTN_EINVAL;
+  TRY(attn_buf_puts(out, "{\"name\":"));
+  TRY(attn_buf_json_string(out, m->name));
+  if (m->n_versions) {
+    TRY(attn_buf_puts(out, ",\"versions\":["));
+    for (size_t i = 0; i < m->n_versions; i++) {
+      if (i) TRY(attn_buf_append(out, ",", 1));
+      TRY(attn_buf_json_string(out, m->versions[i]));
+    }
+    TRY(attn_buf_append(out, "]", 1));
+  }
+  TRY(attn_buf_puts(out, ",\"platform\":"));
+  TRY(attn_buf_json_string(out, m->platform ? m->platform : ""));
+  TRY(attn_buf_puts(out, ",\"inputs\":"));
+  TRY(put_tensor_metas(out, m->inputs, m->n_inputs));
+  TRY(attn_buf_puts(out, ",\"outputs\":"));
+  TRY(put_tensor_metas(out, m->outputs, m->n_outputs));
+  TRY(attn_buf_append(out, "}", 1));
+  return ATTN_OK;
+fail:
+  restore(out, start);
+  return s;
+}

@@ -1,0 +1,785 @@
+/* v1.c - the /v1/attention JSON format: decoding into an attn_infer_request
+ * for the built-in "sdpa" or "mha" model or a resident model, and encoding
+ * the answer.  docs/api.md is the public contract of the field names.
+ *
+ * Design
+ *  - A v1 body is one JSON object of nested arrays ("query": [[..],[..]]).
+ *    A nested array's shape is read from its first elements, checked against
+ *    the element limit, and only then allocated and filled; the fill checks
+ *    every row so ragged input is an error with the index path
+ *    ("query[3]: row has 63 numbers, expected 64").
+ *  - Mapping (names are what the models take; see codec.h):
+ *      no weights, no model -> "sdpa": query/key/value [.., L, H*D] are cut
+ *        into heads [.., H, L, D] (column block h -> head h; one copy, none
+ *        when H = 1) and key/value are always present (self-attention copies
+ *        the query, value defaults to key);
+ *      "weights" -> "mha": tensors as sent plus w_q..w_o and b_q..b_o;
+ *      "model" -> that resident model: tensors as sent.
+ *    attn_v1_info records what was done so attn_v1_encode can undo it: the
+ *    sdpa answer [.., H, Lq, Dv] is written as [.., Lq, H*Dv] by reading with
+ *    strides, without a transposed copy.
+ *  - Unknown fields are errors with a "did you mean" (edit distance <= 2).
+ *  - Any failure frees everything decoded so far; *out ends zeroed.
+ *
+ * Threads: reentrant; no state.
+ */
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/codec.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+static const char *fmt_shape(char *buf, size_t cap, int rank,
+                             const int64_t *shape) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
+                          (long long)shape[i]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
+/* Levenshtein distance, for "did you mean"; strings longer than 63 bytes
+ * count as far from everything. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), row[64], prev, tmp;
+  if (la > 63 || lb > 63) return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t best = prev + (a[i - 1] != b[j - 1]);
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      tmp = row[j];
+      row[j] = best;
+      prev = tmp;
+    }
+  }
+  return row[lb];
+}
+
+/* Match the keys of obj against names[]; slots[i] gets the item for
+ * names[i].  Unknown or duplicate keys are errors prefixed by `where`. */
+static attn_status match_keys(const cJSON *obj, const char *const *names,
+                              size_t n, const cJSON **slots, const char *where,
+                              attn_diag *d) {
+  const cJSON *c;
+  cJSON_ArrayForEach(c, obj) {
+    size_t i = 0;
+    while (i < n && strcmp(c->string, names[i]) != 0) i++;
+    if (i == n) {
+      size_t best = SIZE_MAX, bi = 0;
+      for (size_t j = 0; j < n; j++) {
+        size_t e = edit_distance(c->string, names[j]);
+        if (e < best) best = e, bi = j;
+      }
+      if (best <= 2)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "%sunknown field '%.64s' (did you mean '%s'?)",
+                             where, c->string, names[bi]);
+      return attn_diag_set(d, ATTN_EINVAL, "%sunknown field '%.64s'", where,
+                           c->string);
+    }
+    if (slots[i])
+      return attn_diag_set(d, ATTN_EINVAL, "%sduplicate field '%s'", where,
+                           names[i]);
+    slots[i] = c;
+  }
+  return ATTN_OK;
+}
+
+/* ---- nested arrays -> tensors ------------------------------------------- */
+
+enum { LEAF_NUM = 1, LEAF_BOOL = 2 };
+
+typedef struct nest_ctx {
+  const char *field;
+  attn_dtype dt; /* FP32 or BOOL */
+  int rank;
+  int64_t shape[ATTN_MAX_RANK];
+  void *dst;
+  size_t pos;
+  int64_t idx[ATTN_MAX_RANK];
+  attn_diag *d;
+} nest_ctx;
+
+/* "query[3][1]" for the first `depth` indices. */
+static const char *nest_path(const nest_ctx *c, int depth, char *buf,
+                             size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "%s", c->field);
+  for (int k = 0; k < depth && n < cap; k++)
+    n += (size_t)snprintf(buf + n, cap - n, "[%lld]", (long long)c->idx[k]);
+  return buf;
+}
+
+static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
+  char p[128];
+  if (c->dt == ATTN_DT_BOOL) {
+    if (!cJSON_IsBool(e))
+      return attn_diag_set(c->d, ATTN_EINVAL,
+                           "%s: expected true or false (like the first "
+                           "element), got %s",
+                           nest_path(c, depth, p, sizeof p),
+                           attn__json_kind(e));
+    ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
+    return ATTN_OK;
+  }
+  if (!cJSON_IsNumber(e))
+    return attn_diag_set(c->d, ATTN_EINVAL, "%s: expected a number, got %s",
+                         nest_path(c, depth, p, sizeof p), attn__json_kind(e));
+  if (!(fabs(e->valuedouble) <= FLT_MAX))
+    return attn_diag_set(c->d, ATTN_ENONFINITE,
+                         "%s: %g is outside the FP32 range",
+                         nest_path(c, depth, p, sizeof p), e->valuedouble);
+  ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
+  return ATTN_OK;
+}
+
+static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
+  char p[128];
+  size_t n = (size_t)cJSON_GetArraySize(arr);
+  if ((int64_t)n != c->shape[depth]) {
+    if (depth == c->rank - 1)
+      return attn_diag_set(c->d, ATTN_EINVAL,
+                           "%s: row has %zu %s, expected %lld",
+                           nest_path(c, depth, p, sizeof p), n,
+                           c->dt == ATTN_DT_BOOL ? "values" : "numbers",
+                           (long long)c->shape[depth]);
+    return attn_diag_set(c->d, ATTN_EINVAL, "%s: has %zu arrays, expected %lld",
+                         nest_path(c, depth, p, sizeof p), n,
+                         (long long)c->shape[depth]);
+  }
+  const cJSON *e;
+  int64_t k = 0;
+  cJSON_ArrayForEach(e, arr) {
+    attn_status s;
+    c->idx[depth] = k++;
+    if (depth + 1 < c->rank) {
+      if (!cJSON_IsArray(e))
+        return attn_diag_set(c->d, ATTN_EINVAL,
+                             "%s: expected an array of %lld, got %s",
+                             nest_path(c, depth + 1, p, sizeof p),
+                             (long long)c->shape[depth + 1],
+                             attn__json_kind(e));
+      s = nest_fill(c, e, depth + 1);
+    } else {
+      s = nest_leaf(c, e, depth + 1);
+    }
+    if (s != ATTN_OK) return s;
+  }
+  return ATTN_OK;
+}
+
+/* Parse a nested array of numbers (FP32) or of booleans (BOOL), as `allow`
+ * permits; the first leaf decides.  On success *t owns new data; on failure
+ * *t is zeroed. */
+static attn_status parse_nested(const cJSON *item, const char *field,
+                                unsigned allow, const attn_codec_limits *lim,
+                                attn_tensor *t, attn_diag *d) {
+  nest_ctx c = {.field = field, .d = d};
+  const cJSON *leaf = item;
+  char p[128], sh[160];
+  size_t numel;
+  memset(t, 0, sizeof *t);
+  if (!cJSON_IsArray(item))
+    return attn_diag_set(d, ATTN_EINVAL, "'%s' must be a nested array of %s, got %s",
+                         field, allow & LEAF_NUM ? "numbers" : "booleans",
+                         attn__json_kind(item));
+  while (leaf && cJSON_IsArray(leaf)) {
+    if (c.rank == ATTN_MAX_RANK)
+      return attn_diag_set(d, ATTN_EINVAL, "%s: nested deeper than %d levels",
+                           field, ATTN_MAX_RANK);
+    c.idx[c.rank] = 0;
+    c.shape[c.rank++] = cJSON_GetArraySize(leaf);
+    leaf = leaf->child;
+  }
+  if (!leaf)
+    c.dt = allow & LEAF_NUM ? ATTN_DT_FP32 : ATTN_DT_BOOL;
+  else if ((allow & LEAF_BOOL) && cJSON_IsBool(leaf))
+    c.dt = ATTN_DT_BOOL;
+  else if ((allow & LEAF_NUM) && cJSON_IsNumber(leaf))
+    c.dt = ATTN_DT_FP32;
+  else
+    return attn_diag_set(d, ATTN_EINVAL, "%s: expected %s, got %s",
+                         nest_path(&c, c.rank, p, sizeof p),
+                         allow == LEAF_BOOL  ? "true or false"
+                         : allow == LEAF_NUM ? "a number"
+                                             : "a number or true/false",
+                         attn__json_kind(leaf));
+  fmt_shape(sh, sizeof sh, c.rank, c.shape);
+  if (!attn_shape_numel(c.rank, c.shape, &numel))
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s: shape %s is too large", field,
+                         sh);
+  if (numel > lim->max_tensor_elements)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "%s: shape %s has %zu elements, above the limit of %zu",
+                         field, sh, numel, lim->max_tensor_elements);
+  size_t bytes = numel * attn_dtype_size(c.dt);
+  if (!(c.dst = malloc(bytes ? bytes : 1))) return ATTN_ENOMEM;
+  attn_status s = nest_fill(&c, item, 0);
+  if (s != ATTN_OK) {
+    free(c.dst);
+    return s;
+  }
+  t->dtype = c.dt;
+  t->rank = c.rank;
+  memcpy(t->shape, c.shape, sizeof c.shape);
+  t->data = c.dst;
+  t->owns = true;
+  return ATTN_OK;
+}
+
+static attn_status want_rank(const attn_tensor *t, const char *field, int r1,
+                             int r2, const char *layouts, attn_diag *d) {
+  char sh[160];
+  if (t->rank == r1 || t->rank == r2) return ATTN_OK;
+  return attn_diag_set(d, ATTN_EINVAL, "'%s' must be %s, got shape %s", field,
+                       layouts, fmt_shape(sh, sizeof sh, t->rank, t->shape));
+}
+
+/* [.., L, H*D] -> [.., H, L, D]; consumes *src (zeroed on return). */
+static attn_status split_heads(attn_tensor *src, int64_t H, const char *field,
+                               attn_tensor *dst, attn_diag *d) {
+  int r = src->rank;
+  int64_t B = r == 3 ? src->shape[0] : 1, L = src->shape[r - 2],
+          D = src->shape[r - 1];
+  memset(dst, 0, sizeof *dst);
+  if (D % H != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'%s': last dimension %lld is not divisible by "
+                         "num_heads %lld",
+                         field, (long long)D, (long long)H);
+  int64_t Dh = D / H;
+  *dst = *src;
+  dst->rank = r + 1;
+  dst->shape[r - 2] = H;
+  dst->shape[r - 1] = L;
+  dst->shape[r] = Dh;
+  if (H == 1) { /* same bytes, one more dimension: move, do not copy */
+    memset(src, 0, sizeof *src);
+    return ATTN_OK;
+  }
+  size_t bytes = (size_t)(B * L * D) * sizeof(float);
+  float *out = malloc(bytes ? bytes : 1);
+  if (!out) {
+    memset(dst, 0, sizeof *dst);
+    return ATTN_ENOMEM;
+  }
+  const float *in = src->data;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < L; i++)
+        memcpy(out + ((b * H + h) * L + i) * Dh, in + (b * L + i) * D + h * Dh,
+               (size_t)Dh * sizeof(float));
+  dst->data = out;
+  dst->owns = true;
+  attn_tensor_free(src);
+  return ATTN_OK;
+}
+
+static attn_status copy_tensor(const attn_tensor *src, attn_tensor *dst) {
+  size_t numel = 0, bytes;
+  attn_shape_numel(src->rank, src->shape, &numel);
+  bytes = numel * attn_dtype_size(src->dtype);
+  *dst = *src;
+  if (!(dst->data = malloc(bytes ? bytes : 1))) {
+    memset(dst, 0, sizeof *dst);
+    return ATTN_ENOMEM;
+  }
+  if (bytes) memcpy(dst->data, src->data, bytes);
+  dst->owns = true;
+  return ATTN_OK;
+}
+
+/* ---- building the request ----------------------------------------------- */
+
+enum {
+  K_QUERY, K_KEY, K_VALUE, K_NUM_HEADS, K_WEIGHTS, K_MODEL, K_CAUSAL,
+  K_SCALE, K_ATTN_MASK, K_KPM, K_NEED_WEIGHTS, K_AVG, K_TOKENS, K_KEY_TOKENS,
+  K_COUNT
+};
+static const char *const top_names[K_COUNT] = {
+    "query",     "key",    "value",     "num_heads",
+    "weights",   "model",  "causal",    "scale",
+    "attn_mask", "key_padding_mask",    "need_weights",
+    "average_attn_weights", "tokens",   "key_tokens"};
+
+#define N_WEIGHTS 8 /* the first four are required */
+static const char *const weight_names[N_WEIGHTS] = {
+    "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"};
+
+#define MAX_V1_INPUTS (5 + N_WEIGHTS)
+
+/* Moves *t into a new input named `name`; *t is consumed (zeroed) even on
+ * failure. */
+static attn_status add_input(attn_infer_request *r, const char *name,
+                             attn_tensor *t) {
+  attn_infer_input *in = &r->inputs[r->n_inputs];
+  if (!(in->name = dupstr(name))) {
+    attn_tensor_free(t);
+    return ATTN_ENOMEM;
+  }
+  in->wire_dtype = t->dtype;
+  in->tensor = *t;
+  memset(t, 0, sizeof *t);
+  r->n_inputs++;
+  return ATTN_OK;
+}
+
+static attn_status add_param(attn_infer_request *r, const char *name,
+                             attn_param_type type, bool b, int64_t i,
+                             double dv) {
+  attn_param *p = &r->params[r->n_params];
+  if (!(p->name = dupstr(name))) return ATTN_ENOMEM;
+  p->type = type;
+  p->b = b;
+  p->i = i;
+  p->d = dv;
+  r->n_params++;
+  return ATTN_OK;
+}
+
+static attn_status add_echo(attn_infer_request *r, const char *name,
+                            const cJSON *item) {
+  attn_echo *e = &r->echo[r->n_echo];
+  if (!(e->name = dupstr(name))) return ATTN_ENOMEM;
+  if (!(e->json = cJSON_PrintUnformatted(item))) {
+    free(e->name);
+    e->name = NULL;
+    return ATTN_ENOMEM;
+  }
+  r->n_echo++;
+  return ATTN_OK;
+}
+
+/* Tensors parsed from the body before they move into the request. */
+typedef struct v1_tensors {
+  attn_tensor q, k, v, mask, kpm, w[N_WEIGHTS];
+} v1_tensors;
+
+static void v1_tensors_free(v1_tensors *t) {
+  attn_tensor_free(&t->q);
+  attn_tensor_free(&t->k);
+  attn_tensor_free(&t->v);
+  attn_tensor_free(&t->mask);
+  attn_tensor_free(&t->kpm);
+  for (int i = 0; i < N_WEIGHTS; i++) attn_tensor_free(&t->w[i]);
+}
+
+static attn_status check_bool(const cJSON *it, const char *name,
+                              attn_diag *d) {
+  if (!it || cJSON_IsBool(it)) return ATTN_OK;
+  return attn_diag_set(d, ATTN_EINVAL, "'%s' must be true or false, got %s",
+                       name, attn__json_kind(it));
+}
+
+static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
+                                const attn_codec_limits *lim, attn_diag *d) {
+  attn_status s;
+  const cJSON *wf[N_WEIGHTS] = {0};
+  /* cheap checks first */
+  if (f[K_NUM_HEADS]) {
+    double x = cJSON_IsNumber(f[K_NUM_HEADS]) ? f[K_NUM_HEADS]->valuedouble : 0;
+    if (!(x >= 1 && x <= 65536) || x != floor(x))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "'num_heads' must be an integer in 1..65536, got %s",
+                           attn__json_kind(f[K_NUM_HEADS]));
+  }
+  if ((s = check_bool(f[K_CAUSAL], "causal", d)) ||
+      (s = check_bool(f[K_NEED_WEIGHTS], "need_weights", d)) ||
+      (s = check_bool(f[K_AVG], "average_attn_weights", d)))
+    return s;
+  if (f[K_SCALE] && (!cJSON_IsNumber(f[K_SCALE]) ||
+                     !isfinite(f[K_SCALE]->valuedouble)))
+    return attn_diag_set(d, ATTN_EINVAL, "'scale' must be a finite number, got %s",
+                         attn__json_kind(f[K_SCALE]));
+  if (f[K_MODEL]) {
+    const cJSON *m = f[K_MODEL];
+    if (!cJSON_IsString(m) || !m->valuestring[0] ||
+        strlen(m->valuestring) > ATTN_MAX_NAME_LEN)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "'model' must be a model name (1..%d bytes), got %s",
+                           ATTN_MAX_NAME_LEN, attn__json_kind(m));
+    if (f[K_WEIGHTS])
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "give either 'model' (a resident model) or "
+                           "'weights', not both");
+    if (strcmp(m->valuestring, "sdpa") == 0 || strcmp(m->valuestring, "mha") == 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "'model': '%s' is chosen automatically (omit "
+                           "'model'%s)",
+                           m->valuestring,
+                           m->valuestring[0] == 'm' ? " and send 'weights'" : "");
+  }
+  if (f[K_TOKENS] && !cJSON_IsArray(f[K_TOKENS]))
+    return attn_diag_set(d, ATTN_EINVAL, "'tokens' must be an array, got %s",
+                         attn__json_kind(f[K_TOKENS]));
+  if (f[K_KEY_TOKENS] && !cJSON_IsArray(f[K_KEY_TOKENS]))
+    return attn_diag_set(d, ATTN_EINVAL, "'key_tokens' must be an array, got %s",
+                         attn__json_kind(f[K_KEY_TOKENS]));
+  if (!f[K_QUERY]) return attn_diag_set(d, ATTN_EINVAL, "missing 'query'");
+  if (f[K_VALUE] && !f[K_KEY])
+    return attn_diag_set(d, ATTN_EINVAL, "'value' given without 'key'");
+  if (f[K_WEIGHTS]) {
+    if (!cJSON_IsObject(f[K_WEIGHTS]))
+      return attn_diag_set(d, ATTN_EINVAL, "'weights' must be an object, got %s",
+                           attn__json_kind(f[K_WEIGHTS]));
+    if ((s = match_keys(f[K_WEIGHTS], weight_names, N_WEIGHTS, wf,
+                        "weights: ", d)))
+      return s;
+    for (int i = 0; i < 4; i++)
+      if (!wf[i])
+        return attn_diag_set(d, ATTN_EINVAL, "weights: missing '%s'",
+                             weight_names[i]);
+  }
+
+  /* tensors */
+  if ((s = parse_nested(f[K_QUERY], "query", LEAF_NUM, lim, &t->q, d)) ||
+      (s = want_rank(&t->q, "query", 2, 3, "[Lq,D] or [B,Lq,D]", d)))
+    return s;
+  const char *qlay = t->q.rank == 2 ? "[L,D] like 'query'" : "[B,L,D] like 'query'";
+  if (f[K_KEY] &&
+      ((s = parse_nested(f[K_KEY], "key", LEAF_NUM, lim, &t->k, d)) ||
+       (s = want_rank(&t->k, "key", t->q.rank, t->q.rank, qlay, d))))
+    return s;
+  if (f[K_VALUE] &&
+      ((s = parse_nested(f[K_VALUE], "value", LEAF_NUM, lim, &t->v, d)) ||
+       (s = want_rank(&t->v, "value", t->q.rank, t->q.rank, qlay, d))))
+    return s;
+  if (f[K_ATTN_MASK] &&
+      ((s = parse_nested(f[K_ATTN_MASK], "attn_mask", LEAF_NUM | LEAF_BOOL, lim,
+                         &t->mask, d)) ||
+       (s = want_rank(&t->mask, "attn_mask", 2, 4, "[Lq,Lk] or [B,H,Lq,Lk]",
+                      d))))
+    return s;
+  if (f[K_KPM]) {
+    if ((s = parse_nested(f[K_KPM], "key_padding_mask", LEAF_BOOL, lim,
+                          &t->kpm, d)) ||
+        (s = want_rank(&t->kpm, "key_padding_mask", 1, 2, "[Lk] or [B,Lk]",
+                       d)))
+      return s;
+    if (t->kpm.rank == 1) { /* [Lk] -> [1,Lk] */
+      t->kpm.shape[1] = t->kpm.shape[0];
+      t->kpm.shape[0] = 1;
+      t->kpm.rank = 2;
+    }
+  }
+  for (int i = 0; i < N_WEIGHTS; i++) {
+    char field[16];
+    if (!wf[i]) continue;
+    snprintf(field, sizeof field, "weights.%s", weight_names[i]);
+    if ((s = parse_nested(wf[i], field, LEAF_NUM, lim, &t->w[i], d)) ||
+        (s = want_rank(&t->w[i], field, i < 4 ? 2 : 1, i < 4 ? 2 : 1,
+                       i < 4 ? "[in,out]" : "[out]", d)))
+      return s;
+  }
+  return ATTN_OK;
+}
+
+static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
+                             attn_infer_request *out, attn_v1_info *info,
+                             attn_diag *d) {
+  const cJSON *f[K_COUNT] = {0};
+  v1_tensors t;
+  attn_status s;
+  memset(&t, 0, sizeof t);
+  if (!cJSON_IsObject(root))
+    return attn_diag_set(d, ATTN_EINVAL, "request must be a JSON object, got %s",
+                         attn__json_kind(root));
+  if ((s = match_keys(root, top_names, K_COUNT, f, "", d))) return s;
+  if ((s = parse_fields(f, &t, lim, d))) goto done;
+
+  int64_t H = f[K_NUM_HEADS] ? (int64_t)f[K_NUM_HEADS]->valuedouble : 1;
+  attn_v1_mapping map = f[K_WEIGHTS] ? ATTN_V1_MHA
+                        : f[K_MODEL] ? ATTN_V1_RESIDENT
+                                     : ATTN_V1_SDPA;
+  size_t n_in = 1 + (t.mask.data != NULL) + (t.kpm.data != NULL);
+  if (map == ATTN_V1_SDPA) n_in += 2;
+  else n_in += (t.k.data != NULL) + (t.v.data != NULL);
+  for (int i = 0; i < N_WEIGHTS; i++) n_in += t.w[i].data != NULL;
+  if (n_in > lim->max_inputs) {
+    s = attn_diag_set(d, ATTN_ETOOBIG,
+                      "request makes %zu input tensors, above the limit of %zu",
+                      n_in, lim->max_inputs);
+    goto done;
+  }
+  out->model = dupstr(map == ATTN_V1_MHA    ? "mha"
+                      : map == ATTN_V1_SDPA ? "sdpa"
+                                            : f[K_MODEL]->valuestring);
+  out->inputs = calloc(MAX_V1_INPUTS, sizeof *out->inputs);
+  out->params = calloc(6, sizeof *out->params);
+  out->echo = calloc(2, sizeof *out->echo);
+  if (!out->model || !out->inputs || !out->params || !out->echo) {
+    s = ATTN_ENOMEM;
+    goto done;
+  }
+
+  if (map == ATTN_V1_SDPA) {
+    attn_tensor q, k, v;
+    bool self = !t.k.data;
+    if ((s = split_heads(&t.q, H, "query", &q, d))) goto done;
+    s = add_input(out, "query", &q);
+    if (s == ATTN_OK && !self) s = split_heads(&t.k, H, "key", &k, d);
+    if (s == ATTN_OK && self) s = copy_tensor(&out->inputs[0].tensor, &k);
+    if (s == ATTN_OK) s = add_input(out, "key", &k);
+    if (s == ATTN_OK && t.v.data) s = split_heads(&t.v, H, "value", &v, d);
+    if (s == ATTN_OK && !t.v.data) /* value defaults to key */
+      s = copy_tensor(&out->inputs[1].tensor, &v);
+    if (s == ATTN_OK) s = add_input(out, "value", &v);
+    if (s) goto done;
+  } else {
+    if ((s = add_input(out, "query", &t.q))) goto done;
+    if (t.k.data && (s = add_input(out, "key", &t.k))) goto done;
+    if (t.v.data && (s = add_input(out, "value", &t.v))) goto done;
+    for (int i = 0; i < N_WEIGHTS; i++)
+      if (t.w[i].data && (s = add_input(out, weight_names[i], &t.w[i])))
+        goto done;
+  }
+  if (t.mask.data && (s = add_input(out, "attn_mask", &t.mask))) goto done;
+  if (t.kpm.data && (s = add_input(out, "key_padding_mask", &t.kpm))) goto done;
+
+  if (map == ATTN_V1_MHA || (map == ATTN_V1_RESIDENT && f[K_NUM_HEADS]))
+    if ((s = add_param(out, "num_heads", ATTN_PARAM_INT, false, H, (double)H)))
+      goto done;
+  if (f[K_CAUSAL] &&
+      (s = add_param(out, "causal", ATTN_PARAM_BOOL, cJSON_IsTrue(f[K_CAUSAL]),
+                     0, 0)))
+    goto done;
+  if (f[K_SCALE] && (s = add_param(out, "scale", ATTN_PARAM_DOUBLE, false, 0,
+                                   f[K_SCALE]->valuedouble)))
+    goto done;
+  if ((s = add_param(out, "need_weights", ATTN_PARAM_BOOL,
+                     !f[K_NEED_WEIGHTS] || cJSON_IsTrue(f[K_NEED_WEIGHTS]), 0,
+                     0)) ||
+      (s = add_param(out, "average_attn_weights", ATTN_PARAM_BOOL,
+                     f[K_AVG] && cJSON_IsTrue(f[K_AVG]), 0, 0)))
+    goto done;
+
+  if (f[K_TOKENS] && (s = add_echo(out, "tokens", f[K_TOKENS]))) goto done;
+  if (f[K_KEY_TOKENS] && (s = add_echo(out, "key_tokens", f[K_KEY_TOKENS])))
+    goto done;
+
+  info->mapping = map;
+  info->heads_sliced = map == ATTN_V1_SDPA;
+  info->B_given = out->inputs[0].tensor.rank == (map == ATTN_V1_SDPA ? 4 : 3)
+                      ? out->inputs[0].tensor.shape[0]
+                      : 0;
+  info->H = H;
+done:
+  v1_tensors_free(&t);
+  return s;
+}
+
+attn_status attn_v1_decode(const char *body, size_t len,
+                           const attn_codec_limits *lim,
+                           attn_infer_request *out, attn_v1_info *info,
+                           attn_diag *d) {
+  attn_codec_limits l;
+  attn_v1_info inf;
+  cJSON *root = NULL;
+  attn_status s;
+  memset(out, 0, sizeof *out);
+  memset(&inf, 0, sizeof inf);
+  if (info) memset(info, 0, sizeof *info);
+  attn__codec_limits_eff(lim, &l);
+  s = attn__json_parse(body, len, l.max_depth, &root, d);
+  if (s != ATTN_OK) return s;
+  out->binary_data_output = -1;
+  out->timeout_us = -1;
+  s = v1_decode(root, &l, out, &inf, d);
+  if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
+  cJSON_Delete(root);
+  if (s != ATTN_OK)
+    attn_infer_request_free(out);
+  else if (info)
+    *info = inf;
+  return s;
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+#define TRY(x)                           \
+  do {                                   \
+    if ((s = (x)) != ATTN_OK) goto fail; \
+  } while (0)
+
+/* One dimension of a strided read: n elements, stride in floats. */
+typedef struct dimspec {
+  int64_t n, stride;
+} dimspec;
+
+/* Nested JSON arrays: one level per outer dimension; the innermost JSON array
+ * runs over all inner dimensions (1 or 2) in order. */
+static attn_status put_nested(attn_buf *b, const float *base,
+                              const dimspec *outer, int n_outer,
+                              const dimspec *inner, int n_inner) {
+  attn_status s = attn_buf_append(b, "[", 1);
+  if (n_outer > 0) {
+    for (int64_t i = 0; s == ATTN_OK && i < outer[0].n; i++) {
+      if (i) s = attn_buf_append(b, ",", 1);
+      if (s == ATTN_OK)
+        s = put_nested(b, base + i * outer[0].stride, outer + 1, n_outer - 1,
+                       inner, n_inner);
+    }
+  } else {
+    int64_t n1 = n_inner > 1 ? inner[1].n : 1, s1 = n_inner > 1 ? inner[1].stride : 0;
+    bool first = true;
+    for (int64_t i = 0; s == ATTN_OK && i < inner[0].n; i++)
+      for (int64_t j = 0; s == ATTN_OK && j < n1; j++) {
+        if (!first) s = attn_buf_append(b, ",", 1);
+        first = false;
+        if (s == ATTN_OK)
+          s = attn__json_f32(b, base[i * inner[0].stride + j * s1]);
+      }
+  }
+  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
+}
+
+/* A contiguous tensor as nested arrays (a rank-0 tensor as one number). */
+static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
+  dimspec dims[ATTN_MAX_RANK];
+  int64_t stride = 1;
+  if (t->rank == 0) return attn__json_f32(b, *(const float *)t->data);
+  for (int i = t->rank - 1; i >= 0; i--) {
+    dims[i].n = t->shape[i];
+    dims[i].stride = stride;
+    stride *= t->shape[i];
+  }
+  return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1, 1);
+}
+
+static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
+  attn_status s = attn_buf_append(b, "[", 1);
+  for (int i = 0; s == ATTN_OK && i < rank; i++)
+    s = attn_buf_printf(b, i ? ",%lld" : "%lld", (long long)shape[i]);
+  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
+}
+
+static attn_status put_ms(attn_buf *b, const char *key, double v) {
+  attn_status s = attn_buf_printf(b, "\"%s\":", key);
+  if (s != ATTN_OK) return s;
+  return isfinite(v) ? attn_buf_printf(b, "%.3f", v) : attn_buf_puts(b, "null");
+}
+
+static const attn_infer_output *find_output(const attn_infer_response *r,
+                                            const char *name) {
+  for (size_t i = 0; i < r->n_outputs; i++)
+    if (r->outputs[i].name && strcmp(r->outputs[i].name, name) == 0)
+      return &r->outputs[i];
+  return NULL;
+}
+
+static attn_status usable(const attn_infer_output *o, attn_diag *d) {
+  size_t n;
+  if (o->tensor.dtype != ATTN_DT_FP32 ||
+      !attn_shape_numel(o->tensor.rank, o->tensor.shape, &n) ||
+      (n && !o->tensor.data) || (o->tensor.rank == 0 && !o->tensor.data))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "response output '%s' is not a valid FP32 tensor",
+                         o->name);
+  return ATTN_OK;
+}
+
+attn_status attn_v1_encode(const attn_infer_response *r,
+                           const attn_infer_request *req,
+                           const attn_v1_info *info, const attn_v1_timing *t,
+                           attn_buf *out, attn_diag *d) {
+  const attn_infer_output *o = find_output(r, "attn_output"),
+                          *w = find_output(r, "attn_weights");
+  size_t start = out->len;
+  attn_status s;
+  int64_t oshape[ATTN_MAX_RANK];
+  int orank;
+  char sh[160];
+  if (!o)
+    return attn_diag_set(d, ATTN_EINVAL, "response has no 'attn_output'");
+  if ((s = usable(o, d)) || (w && (s = usable(w, d)))) return s;
+  const attn_tensor *ot = &o->tensor;
+  bool sliced = info && info->heads_sliced;
+  dimspec outer[2], inner[2];
+  int n_outer = 0;
+  if (sliced) { /* [B?,H,Lq,Dv] -> [B?,Lq,H*Dv] */
+    int b = info->B_given > 0;
+    if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
+        ot->shape[b] != info->H)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "attn_output: expected [%sH=%lld,Lq,Dv], the model "
+                           "returned %s",
+                           b ? "B," : "", (long long)info->H,
+                           fmt_shape(sh, sizeof sh, ot->rank, ot->shape));
+    int64_t H = ot->shape[b], Lq = ot->shape[b + 1], Dv = ot->shape[b + 2];
+    if (b) {
+      outer[n_outer].n = ot->shape[0];
+      outer[n_outer++].stride = H * Lq * Dv;
+    }
+    outer[n_outer].n = Lq;
+    outer[n_outer++].stride = Dv;
+    inner[0].n = H;
+    inner[0].stride = Lq * Dv;
+    inner[1].n = Dv;
+    inner[1].stride = 1;
+    orank = 2 + b;
+    if (b) oshape[0] = ot->shape[0];
+    oshape[b] = Lq;
+    oshape[b + 1] = H * Dv;
+  } else {
+    orank = ot->rank;
+    memcpy(oshape, ot->shape, sizeof oshape);
+  }
+
+  TRY(attn_buf_puts(out, "{\"output\":"));
+  if (sliced)
+    TRY(put_nested(out, ot->data, outer, n_outer, inner, 2));
+  else
+    TRY(put_tensor(out, ot));
+  if (w) {
+    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
+    TRY(put_tensor(out, &w->tensor));
+  }
+  TRY(attn_buf_puts(out, ",\"shape\":{\"output\":"));
+  TRY(put_shape(out, orank, oshape));
+  if (w) {
+    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
+    TRY(put_shape(out, w->tensor.rank, w->tensor.shape));
+  }
+  TRY(attn_buf_append(out, "}", 1));
+  for (size_t i = 0; req && i < req->n_echo; i++) {
+    if (!req->echo[i].name || !req->echo[i].json) continue;
+    TRY(attn_buf_append(out, ",", 1));
+    TRY(attn_buf_json_string(out, req->echo[i].name));
+    TRY(attn_buf_append(out, ":", 1));
+    TRY(attn_buf_puts(out, req->echo[i].json));
+  }
+  if (t) {
+    TRY(attn_buf_puts(out, ",\"timing\":{"));
+    TRY(put_ms(out, "queue_ms", t->queue_ms));
+    TRY(attn_buf_append(out, ",", 1));
+    TRY(put_ms(out, "compute_ms", t->compute_ms));
+    TRY(attn_buf_append(out, ",", 1));
+    TRY(put_ms(out, "total_ms", t->total_ms));
+    TRY(attn_buf_append(out, "}", 1));
+  }
+  TRY(attn_buf_append(out, "}", 1));
+  return ATTN_OK;
+fail:
+  if (out->data) {
+    out->len = start;
+    out->data[start] = '\0';
+  }
+  return attn_diag_set(d, s, "encoding the answer: %s", attn_strerror(s));
+}

@@ -1,0 +1,796 @@
+/* config.c - the key table of attnd and the code that fills attn_config from
+ * defaults, a JSON file, the environment and argv.
+ *
+ * DESIGN
+ *  - One static table, `keys[]`, has a row per key: name (also the struct
+ *    field name: the row macros stringify the field, and _Generic checks its
+ *    C type against the row's type), environment variable (written out so a
+ *    grep finds it; the tests check it is ATTND_<KEY>), type,
+ *    field offset and size, default, min, max, unit and help text.  Every
+ *    layer (defaults, file, env, flags) and every output (--help,
+ *    --check-config) walks that table; nothing else knows the key list.
+ *    tests/test_config.c checks config/attnd.json and docs/configuration.md
+ *    against it.
+ *  - Values arrive either as text (env, flags, attn_config_set) or as cJSON
+ *    items (file).  Both paths end in check_and_store(), which does the one
+ *    range check and the one store, so a key can never be set out of range.
+ *  - Failure changes nothing: each public entry point works on a copy of the
+ *    struct and copies it back only when every step succeeded.
+ *  - Diagnostics begin with where the bad value came from: the key name
+ *    (attn_config_set), "FILE: key", "ATTND_KEY" or "--flag".  Values echoed
+ *    in messages are cut to VALUE_SHOW bytes so they fit ATTN_DIAG_MAX.
+ *
+ * THREADS: no global or static mutable state; every function is reentrant.
+ * cJSON is used only through cJSON_ParseWithOpts (which reports its error
+ * position locally, not through the global cJSON_GetErrorPtr).
+ */
+#include "attn/config.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- The key table ------------------------------------------------------ */
+
+typedef enum { CFG_INT, CFG_I64, CFG_BOOL, CFG_ENUM, CFG_STR } cfg_type;
+
+typedef struct cfg_key {
+  const char *key; /* also the attn_config field name */
+  const char *env; /* "ATTND_" + upper-case key */
+  cfg_type type;
+  size_t off, size;         /* field within attn_config */
+  int64_t def, min, max;    /* INT/I64: value and range; BOOL: 0/1;
+                               ENUM: index into names; STR: length range */
+  const char *sdef;         /* STR: default */
+  const char *const *names; /* ENUM: NULL-terminated, index = enum value */
+  const char *unit;         /* shown after numbers in --help; "" for none */
+  const char *help;         /* one line, no trailing period */
+} cfg_key;
+
+static const char *const log_level_names[] = {"debug", "info", "warn", "error",
+                                              NULL};
+static const char *const log_format_names[] = {"json", "text", NULL};
+
+_Static_assert(ATTN_LOG_DEBUG == 0 && ATTN_LOG_INFO == 1 &&
+                   ATTN_LOG_WARN == 2 && ATTN_LOG_ERROR == 3,
+               "log_level_names[] is indexed by attn_log_level");
+_Static_assert(ATTN_LOG_JSON == 0 && ATTN_LOG_TEXT == 1,
+               "log_format_names[] is indexed by attn_log_format");
+/* Enum fields are stored through memcpy of an int. */
+_Static_assert(sizeof(attn_log_level) == sizeof(int) &&
+                   sizeof(attn_log_format) == sizeof(int),
+               "enum fields must be int-sized");
+_Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
+                   ATTN_MAX_BLAS_THREADS <= INT_MAX &&
+                   ATTN_MAX_QUEUE_CAPACITY <= INT_MAX &&
+                   ATTN_MAX_CONNECTIONS <= INT_MAX &&
+                   ATTN_MAX_CONNECTION_TIMEOUT_S <= INT_MAX,
+               "ceilings of int keys must fit an int");
+
+/* clang-format off */
+/* Offset and size of field m; _Generic makes the build fail when a row's
+ * type does not match the field's C type (a char array matches char *). */
+#define CFG_FIELD(m, T) \
+  offsetof(attn_config, m), \
+  _Generic(((attn_config *)0)->m, T: sizeof(((attn_config *)0)->m))
+
+/* One row per key type.  k is the key and the field name. */
+#define K_INT(k, env, def, lo, hi, unit, help) \
+  {#k, env, CFG_INT, CFG_FIELD(k, int), def, lo, hi, NULL, NULL, unit, help}
+#define K_I64(k, env, def, lo, hi, unit, help) \
+  {#k, env, CFG_I64, CFG_FIELD(k, int64_t), def, lo, hi, NULL, NULL, unit, \
+   help}
+#define K_BOOL(k, env, def, help) \
+  {#k, env, CFG_BOOL, CFG_FIELD(k, bool), def, 0, 1, NULL, NULL, "", help}
+#define K_ENUM(k, env, T, def, names, help) \
+  {#k, env, CFG_ENUM, CFG_FIELD(k, T), def, 0, \
+   (int64_t)(sizeof names / sizeof names[0]) - 2, NULL, names, "", help}
+#define K_STR(k, env, def, help) \
+  {#k, env, CFG_STR, CFG_FIELD(k, char *), 0, 1, \
+   (int64_t)sizeof(((attn_config *)0)->k) - 1, def, NULL, "", help}
+
+static const cfg_key keys[] = {
+    K_STR(host, "ATTND_HOST", "0.0.0.0",
+          "address to listen on; 0.0.0.0 = all IPv4, :: = all IPv6"),
+    K_INT(port, "ATTND_PORT", 8080, 0, 65535, "",
+          "TCP port to listen on; 0 = ephemeral (the kernel picks)"),
+    K_INT(workers, "ATTND_WORKERS", 2, 1, ATTN_MAX_WORKERS, "threads",
+          "worker threads running requests"),
+    K_INT(blas_threads_per_worker, "ATTND_BLAS_THREADS_PER_WORKER", 1, 1,
+          ATTN_MAX_BLAS_THREADS, "threads",
+          "threads one request may use inside the engine"),
+    K_INT(http_threads, "ATTND_HTTP_THREADS", 2, 1, ATTN_MAX_HTTP_THREADS,
+          "threads", "libmicrohttpd I/O threads (parse, route, send)"),
+    K_INT(queue_capacity, "ATTND_QUEUE_CAPACITY", 64, 1,
+          ATTN_MAX_QUEUE_CAPACITY, "requests",
+          "requests that may wait for a worker; beyond that: 503"),
+    K_I64(queue_timeout_ms, "ATTND_QUEUE_TIMEOUT_MS", 10000, 0,
+          ATTN_MAX_TIMEOUT_MS, "ms",
+          "longest a request may wait in the queue before a 503; 0 = no limit"),
+    K_I64(drain_timeout_ms, "ATTND_DRAIN_TIMEOUT_MS", 30000, 0,
+          ATTN_MAX_TIMEOUT_MS, "ms",
+          "on SIGTERM, how long queued and running requests may take to finish"),
+    K_I64(max_body_bytes, "ATTND_MAX_BODY_BYTES", 256LL * 1024 * 1024, 1024,
+          ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
+    K_I64(max_seq_len, "ATTND_MAX_SEQ_LEN", 16384, 1, ATTN_MAX_SEQ_LEN,
+          "tokens", "longest query or key sequence in a request"),
+    K_I64(max_tensor_elements, "ATTND_MAX_TENSOR_ELEMENTS", 64LL * 1024 * 1024,
+          1, ATTN_MAX_ELEMENTS, "elements", "largest input or output tensor"),
+    K_I64(max_weights_elements, "ATTND_MAX_WEIGHTS_ELEMENTS",
+          16LL * 1024 * 1024, 0, ATTN_MAX_ELEMENTS, "elements",
+          "largest attention-weights output returned as JSON; 0 = never"),
+    K_INT(max_connections, "ATTND_MAX_CONNECTIONS", 1024, 1,
+          ATTN_MAX_CONNECTIONS, "connections", "open client connections"),
+    K_INT(connection_timeout_s, "ATTND_CONNECTION_TIMEOUT_S", 60, 0,
+          ATTN_MAX_CONNECTION_TIMEOUT_S, "s",
+          "idle connection timeout; 0 = none"),
+    K_STR(models_dir, "ATTND_MODELS_DIR", "config/models",
+          "directory of model definitions"),
+    K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
+           log_level_names, "least severe log level written"),
+    K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
+           log_format_names, "log line format"),
+    K_BOOL(access_log, "ATTND_ACCESS_LOG", 1, "log one line per request"),
+};
+/* clang-format on */
+
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+/* Longest key name, for buffers that hold a key or its env/flag form. */
+#define KEY_NAME_MAX 64
+/* Bytes of a user value echoed back in a diagnostic. */
+#define VALUE_SHOW 48
+
+/* "--" + key with '_' as '-' into buf. */
+static const char *flag_name(const char *key, char *buf, size_t size) {
+  size_t n = 0;
+  for (const char *p = "--"; *p && n + 1 < size; p++) buf[n++] = *p;
+  for (const char *p = key; *p && n + 1 < size; p++)
+    buf[n++] = *p == '_' ? '-' : *p;
+  buf[n] = '\0';
+  return buf;
+}
+
+static const cfg_key *find_key(const char *key) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (strcmp(keys[i].key, key) == 0) return &keys[i];
+  return NULL;
+}
+
+/* Key whose dashed form equals name[0..len). */
+static const cfg_key *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const char *k = keys[i].key;
+    size_t j = 0;
+    while (j < len && k[j] && (k[j] == '_' ? '-' : k[j]) == name[j]) j++;
+    if (j == len && k[j] == '\0') return &keys[i];
+  }
+  return NULL;
+}
+
+/* ---- Suggestions -------------------------------------------------------- */
+
+/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps), or
+ * KEY_NAME_MAX when either string is longer than that. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > KEY_NAME_MAX || lb > KEY_NAME_MAX) return KEY_NAME_MAX;
+  size_t d[KEY_NAME_MAX + 1][KEY_NAME_MAX + 1];
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cost = a[i - 1] != b[j - 1];
+      size_t v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  }
+  return d[la][lb];
+}
+
+/* Closest known key (or, with extra, one of the extra names) within edit
+ * distance 2 of name; NULL when none is that close.  Ties: first in table. */
+static const char *closest(const char *name, const char *const *extra) {
+  const char *best = NULL;
+  size_t best_d = 3;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    size_t dist = edit_distance(name, keys[i].key);
+    if (dist < best_d) best_d = dist, best = keys[i].key;
+  }
+  for (; extra && *extra; extra++) {
+    size_t dist = edit_distance(name, *extra);
+    if (dist < best_d) best_d = dist, best = *extra;
+  }
+  return best;
+}
+
+/* ---- Parsing and storing one value -------------------------------------- */
+
+static void store(attn_config *c, const cfg_key *k, int64_t v, const char *s) {
+  char *field = (char *)c + k->off;
+  switch (k->type) {
+    case CFG_INT: {
+      int x = (int)v;
+      memcpy(field, &x, sizeof x);
+      break;
+    }
+    case CFG_I64:
+      memcpy(field, &v, sizeof v);
+      break;
+    case CFG_BOOL: {
+      bool x = v != 0;
+      memcpy(field, &x, sizeof x);
+      break;
+    }
+    case CFG_ENUM: {
+      int x = (int)v;
+      memcpy(field, &x, sizeof x);
+      break;
+    }
+    case CFG_STR: {
+      size_t n = strlen(s);
+      memcpy(field, s, n + 1); /* length checked against k->max < size */
+      break;
+    }
+  }
+}
+
+/* "0..65535", "true/false/1/0/yes/no", "debug, info, warn, error" or
+ * "1..255 bytes" into buf. */
+static const char *allowed(const cfg_key *k, char *buf, size_t size) {
+  size_t n = 0;
+  switch (k->type) {
+    case CFG_INT:
+    case CFG_I64:
+      snprintf(buf, size, "%" PRId64 "..%" PRId64, k->min, k->max);
+      break;
+    case CFG_BOOL:
+      snprintf(buf, size, "true/false/1/0/yes/no");
+      break;
+    case CFG_ENUM:
+      buf[0] = '\0';
+      for (const char *const *p = k->names; *p && n < size; p++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s",
+                              p == k->names ? "" : ", ", *p);
+      break;
+    case CFG_STR:
+      snprintf(buf, size, "%" PRId64 "..%" PRId64 " bytes", k->min, k->max);
+      break;
+  }
+  return buf;
+}
+
+/* The one range/length check and the one store.  `src` names where the value
+ * came from; `shown` is the value as the user wrote it.  For CFG_STR, s is the
+ * string; otherwise v is the parsed number (bool 0/1, enum index). */
+static attn_status check_and_store(attn_config *c, const cfg_key *k,
+                                   const char *src, const char *shown,
+                                   int64_t v, const char *s, attn_diag *d) {
+  char range[96];
+  if (k->type == CFG_STR) {
+    size_t len = strlen(s);
+    if (len < (size_t)k->min)
+      return attn_diag_set(d, ATTN_EINVAL, "%s: empty value (%s must be %s)",
+                           src, k->key, allowed(k, range, sizeof range));
+    if (len > (size_t)k->max)
+      return attn_diag_set(
+          d, ATTN_EINVAL,
+          "%s: '%.*s...' is too long, %zu bytes (%s must be %s)", src,
+          VALUE_SHOW / 2, s, len, k->key, allowed(k, range, sizeof range));
+    for (const char *p = s; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "%s: value contains a control character", src);
+  } else if (v < k->min || v > k->max) {
+    return attn_diag_set(
+        d, ATTN_EINVAL, "%s: %.*s is out of range (%s must be %s)", src,
+        VALUE_SHOW, shown, k->key, allowed(k, range, sizeof range));
+  }
+  store(c, k, v, s);
+  return ATTN_OK;
+}
+
+/* Strict decimal: optional '-', digits, nothing else.  Returns 1 on success,
+ * 0 when not an integer, -1 when an integer outside int64. */
+static int parse_int(const char *s, int64_t *out) {
+  const char *p = s[0] == '-' ? s + 1 : s;
+  if (!isdigit((unsigned char)*p)) return 0; /* "", "+1", " 1", "-" */
+  for (const char *q = p; *q; q++)
+    if (!isdigit((unsigned char)*q)) return 0;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (errno == ERANGE) return -1;
+  if (*end != '\0') return 0;
+  *out = (int64_t)v;
+  return 1;
+}
+
+/* Parse text for key k and store it.  See attn_config_set for the rules. */
+static attn_status set_text(attn_config *c, const cfg_key *k, const char *src,
+                            const char *text, attn_diag *d) {
+  char range[96];
+  int64_t v = 0;
+  switch (k->type) {
+    case CFG_INT:
+    case CFG_I64: {
+      int r = parse_int(text, &v);
+      if (r == 0)
+        return attn_diag_set(
+            d, ATTN_EINVAL, "%s: '%.*s' is not an integer (%s must be %s)", src,
+            VALUE_SHOW, text, k->key, allowed(k, range, sizeof range));
+      if (r < 0)
+        return attn_diag_set(
+            d, ATTN_EINVAL, "%s: %.*s is out of range (%s must be %s)", src,
+            VALUE_SHOW, text, k->key, allowed(k, range, sizeof range));
+      return check_and_store(c, k, src, text, v, NULL, d);
+    }
+    case CFG_BOOL: {
+      static const char *const yes[] = {"true", "1", "yes"};
+      static const char *const no[] = {"false", "0", "no"};
+      for (size_t i = 0; i < 3; i++) {
+        if (strcasecmp(text, yes[i]) == 0)
+          return check_and_store(c, k, src, text, 1, NULL, d);
+        if (strcasecmp(text, no[i]) == 0)
+          return check_and_store(c, k, src, text, 0, NULL, d);
+      }
+      return attn_diag_set(
+          d, ATTN_EINVAL, "%s: '%.*s' is not a boolean (%s must be %s)", src,
+          VALUE_SHOW, text, k->key, allowed(k, range, sizeof range));
+    }
+    case CFG_ENUM:
+      for (int64_t i = 0; k->names[i]; i++)
+        if (strcmp(text, k->names[i]) == 0)
+          return check_and_store(c, k, src, text, i, NULL, d);
+      return attn_diag_set(d, ATTN_EINVAL, "%s: '%.*s' is not one of %s", src,
+                           VALUE_SHOW, text, allowed(k, range, sizeof range));
+    case CFG_STR:
+      return check_and_store(c, k, src, text, 0, text, d);
+  }
+  return attn_diag_set(d, ATTN_EINTERNAL, "%s: bad key type", src);
+}
+
+static const char *json_type_name(const cJSON *it) {
+  if (cJSON_IsBool(it)) return "a boolean";
+  if (cJSON_IsNull(it)) return "null";
+  if (cJSON_IsNumber(it)) return "a number";
+  if (cJSON_IsString(it)) return "a string";
+  if (cJSON_IsArray(it)) return "an array";
+  if (cJSON_IsObject(it)) return "an object";
+  return "an invalid value";
+}
+
+/* Store the cJSON value `it` for key k.  src is "FILE: key". */
+static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
+                            const cJSON *it, attn_diag *d) {
+  static const char *const want[] = {[CFG_INT] = "an integer",
+                                     [CFG_I64] = "an integer",
+                                     [CFG_BOOL] = "true or false",
+                                     [CFG_ENUM] = "a string",
+                                     [CFG_STR] = "a string"};
+  char shown[40];
+  bool ok_type = false;
+  switch (k->type) {
+    case CFG_INT:
+    case CFG_I64:
+      ok_type = cJSON_IsNumber(it);
+      break;
+    case CFG_BOOL:
+      ok_type = cJSON_IsBool(it);
+      break;
+    case CFG_ENUM:
+    case CFG_STR:
+      ok_type = cJSON_IsString(it) && it->valuestring;
+      break;
+  }
+  if (!ok_type)
+    return attn_diag_set(d, ATTN_EINVAL, "%s: must be %s, not %s", src,
+                         want[k->type], json_type_name(it));
+  switch (k->type) {
+    case CFG_INT:
+    case CFG_I64: {
+      double x = it->valuedouble;
+      snprintf(shown, sizeof shown, "%.15g", x);
+      /* Compare as doubles first: also rejects NaN/Inf and anything that would
+       * not fit int64 (all ranges are far inside +-2^53, so this is exact). */
+      if (!(x >= (double)k->min && x <= (double)k->max))
+        return check_and_store(c, k, src, shown, x < 0 ? INT64_MIN : INT64_MAX,
+                               NULL, d);
+      int64_t v = (int64_t)x;
+      if ((double)v != x)
+        return attn_diag_set(d, ATTN_EINVAL, "%s: %s is not an integer", src,
+                             shown);
+      return check_and_store(c, k, src, shown, v, NULL, d);
+    }
+    case CFG_BOOL:
+      return check_and_store(c, k, src, "", cJSON_IsTrue(it), NULL, d);
+    case CFG_ENUM:
+    case CFG_STR:
+      return set_text(c, k, src, it->valuestring, d);
+  }
+  return attn_diag_set(d, ATTN_EINTERNAL, "%s: bad key type", src);
+}
+
+/* ---- Public: defaults, set, names --------------------------------------- */
+
+void attn_config_defaults(attn_config *c) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < N_KEYS; i++)
+    store(c, &keys[i], keys[i].def, keys[i].sdef);
+}
+
+static attn_status unknown_key(const char *prefix, const char *key,
+                               attn_diag *d) {
+  const char *near = closest(key, NULL);
+  if (near)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%sunknown key '%.*s' (did you mean '%s'?)", prefix,
+                         VALUE_SHOW, key, near);
+  return attn_diag_set(d, ATTN_EINVAL, "%sunknown key '%.*s'", prefix,
+                       VALUE_SHOW, key);
+}
+
+attn_status attn_config_set(attn_config *c, const char *key, const char *value,
+                            attn_diag *d) {
+  if (!c || !key || !value)
+    return attn_diag_set(d, ATTN_EINVAL, "attn_config_set: NULL argument");
+  const cfg_key *k = find_key(key);
+  if (!k) return unknown_key("", key, d);
+  attn_config tmp = *c;
+  attn_status st = set_text(&tmp, k, k->key, value, d);
+  if (st == ATTN_OK) *c = tmp;
+  return st;
+}
+
+const char *attn_config_key_name(size_t i) {
+  return i < N_KEYS ? keys[i].key : NULL;
+}
+
+const char *attn_log_level_name(attn_log_level l) {
+  return (unsigned)l < 4 ? log_level_names[l] : NULL;
+}
+
+const char *attn_log_format_name(attn_log_format f) {
+  return (unsigned)f < 2 ? log_format_names[f] : NULL;
+}
+
+/* ---- Public: file ------------------------------------------------------- */
+
+/* Read all of path into a NUL-terminated malloc'd buffer. */
+static attn_status read_file(const char *path, char **out, attn_diag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
+                         strerror(errno));
+  size_t cap = ATTN_MAX_CONFIG_FILE_BYTES + 1;
+  char *buf = malloc(cap + 1);
+  if (!buf) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  }
+  size_t n = fread(buf, 1, cap, f);
+  int err = ferror(f) ? errno : 0; /* e.g. EISDIR for a directory */
+  fclose(f);
+  if (err) {
+    free(buf);
+    return attn_diag_set(d, ATTN_EIO, "%s: cannot read: %s", path,
+                         strerror(err));
+  }
+  if (n > ATTN_MAX_CONFIG_FILE_BYTES) {
+    free(buf);
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s: larger than %d bytes", path,
+                         ATTN_MAX_CONFIG_FILE_BYTES);
+  }
+  buf[n] = '\0';
+  if (strlen(buf) != n) {
+    free(buf);
+    return attn_diag_set(d, ATTN_EPARSE, "%s: contains a NUL byte", path);
+  }
+  *out = buf;
+  return ATTN_OK;
+}
+
+attn_status attn_config_load_file(attn_config *c, const char *path,
+                                  attn_diag *d) {
+  if (!c || !path)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "attn_config_load_file: NULL argument");
+  char *text = NULL;
+  attn_status st = read_file(path, &text, d);
+  if (st != ATTN_OK) return st;
+
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  if (!root) {
+    int line = 1, col = 1;
+    if (!end) end = text;
+    for (const char *p = text; p < end && *p; p++) {
+      if (*p == '\n')
+        line++, col = 1;
+      else
+        col++;
+    }
+    free(text);
+    return attn_diag_set(d, ATTN_EPARSE, "%s:%d:%d: invalid JSON", path, line,
+                         col);
+  }
+  free(text);
+  if (!cJSON_IsObject(root)) {
+    st = attn_diag_set(d, ATTN_EPARSE, "%s: must be a JSON object, not %s",
+                       path, json_type_name(root));
+    cJSON_Delete(root);
+    return st;
+  }
+
+  attn_config tmp = *c;
+  char src[ATTN_DIAG_MAX];
+  char prefix[ATTN_DIAG_MAX];
+  for (const cJSON *it = root->child; it && st == ATTN_OK; it = it->next) {
+    const char *name = it->string ? it->string : "";
+    for (const cJSON *prev = root->child; prev != it; prev = prev->next) {
+      if (prev->string && strcmp(prev->string, name) == 0) {
+        st = attn_diag_set(d, ATTN_EINVAL, "%s: duplicate key '%.*s'", path,
+                           VALUE_SHOW, name);
+        break;
+      }
+    }
+    if (st != ATTN_OK) break;
+    const cfg_key *k = find_key(name);
+    if (!k) {
+      snprintf(prefix, sizeof prefix, "%s: ", path);
+      st = unknown_key(prefix, name, d);
+      break;
+    }
+    snprintf(src, sizeof src, "%s: %s", path, k->key);
+    st = set_json(&tmp, k, src, it, d);
+  }
+  cJSON_Delete(root);
+  if (st == ATTN_OK) *c = tmp;
+  return st;
+}
+
+/* ---- Public: command line ----------------------------------------------- */
+
+/* Option names that are not keys, with '_' for '-' (for suggestions). */
+static const char *const extra_opts[] = {"config", "check_config", "help",
+                                         "version", NULL};
+
+typedef enum { OPT_KEY, OPT_CONFIG, OPT_CHECK, OPT_HELP, OPT_VERSION } opt_kind;
+
+typedef struct cli_opt {
+  opt_kind kind;
+  const cfg_key *key;          /* OPT_KEY */
+  const char *value;           /* OPT_KEY, OPT_CONFIG */
+  char flag[KEY_NAME_MAX + 8]; /* "--port", for messages */
+} cli_opt;
+
+/* Decode argv[*i] (and its value, possibly argv[*i + 1]) into *o, advancing
+ * *i past what was used.  Never changes anything else. */
+static attn_status next_opt(int argc, char **argv, int *i, cli_opt *o,
+                            attn_diag *d) {
+  const char *a = argv[*i];
+  o->key = NULL;
+  o->value = NULL;
+  if (strcmp(a, "-h") == 0) a = "--help";
+  if (strcmp(a, "-V") == 0) a = "--version";
+  if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "unexpected argument '%.*s'; try --help", VALUE_SHOW,
+                         a);
+  const char *name = a + 2;
+  const char *eq = strchr(name, '=');
+  size_t len = eq ? (size_t)(eq - name) : strlen(name);
+  snprintf(o->flag, sizeof o->flag, "--%.*s",
+           (int)(len < KEY_NAME_MAX ? len : KEY_NAME_MAX), name);
+
+  bool takes_value = true;
+  if ((o->key = find_flag(name, len)) != NULL) {
+    o->kind = OPT_KEY;
+  } else if (len == 6 && strncmp(name, "config", 6) == 0) {
+    o->kind = OPT_CONFIG;
+  } else if (len == 12 && strncmp(name, "check-config", 12) == 0) {
+    o->kind = OPT_CHECK, takes_value = false;
+  } else if (len == 4 && strncmp(name, "help", 4) == 0) {
+    o->kind = OPT_HELP, takes_value = false;
+  } else if (len == 7 && strncmp(name, "version", 7) == 0) {
+    o->kind = OPT_VERSION, takes_value = false;
+  } else {
+    char under[KEY_NAME_MAX + 1], sugg[KEY_NAME_MAX + 8];
+    size_t n = 0;
+    for (; n < len && n < KEY_NAME_MAX; n++)
+      under[n] = name[n] == '-' ? '_' : name[n];
+    under[n] = '\0';
+    const char *near = len <= KEY_NAME_MAX ? closest(under, extra_opts) : NULL;
+    if (near)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "unknown option '%s' (did you mean '%s'?)", o->flag,
+                           flag_name(near, sugg, sizeof sugg));
+    return attn_diag_set(d, ATTN_EINVAL, "unknown option '%s'; try --help",
+                         o->flag);
+  }
+
+  if (!takes_value) {
+    if (eq)
+      return attn_diag_set(d, ATTN_EINVAL, "option '%s' takes no value",
+                           o->flag);
+  } else if (eq) {
+    o->value = eq + 1;
+  } else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+    o->value = argv[++*i];
+  } else {
+    return attn_diag_set(d, ATTN_EINVAL, "option '%s' needs a value", o->flag);
+  }
+  ++*i;
+  return ATTN_OK;
+}
+
+attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
+                                 const char *(*getenv_fn)(const char *),
+                                 attn_cli_action *action, attn_diag *d) {
+  if (!c || !action || argc < 0 || (argc > 0 && !argv))
+    return attn_diag_set(d, ATTN_EINVAL, "attn_config_from_cli: bad argument");
+  attn_cli_action act = ATTN_CLI_RUN;
+  const char *file = NULL;
+  cli_opt o;
+  attn_status st;
+
+  /* Pass 1: syntax, actions and the config file; no values applied yet. */
+  for (int i = 1; i < argc;) {
+    if ((st = next_opt(argc, argv, &i, &o, d)) != ATTN_OK) return st;
+    if (o.kind == OPT_HELP || o.kind == OPT_VERSION) {
+      *action = o.kind == OPT_HELP ? ATTN_CLI_HELP : ATTN_CLI_VERSION;
+      return ATTN_OK;
+    }
+    if (o.kind == OPT_CHECK) act = ATTN_CLI_CHECK;
+    if (o.kind == OPT_CONFIG) {
+      if (o.value[0] == '\0')
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "option '--config' needs a file name");
+      file = o.value;
+    }
+  }
+
+  attn_config tmp;
+  attn_config_defaults(&tmp);
+
+  /* Layer 2: the file. */
+  if (!file && getenv_fn) {
+    file = getenv_fn("ATTND_CONFIG");
+    if (file && file[0] == '\0')
+      return attn_diag_set(d, ATTN_EINVAL, "ATTND_CONFIG is set but empty");
+  }
+  if (file && (st = attn_config_load_file(&tmp, file, d)) != ATTN_OK) return st;
+
+  /* Layer 3: the environment. */
+  for (size_t i = 0; getenv_fn && i < N_KEYS; i++) {
+    const char *v = getenv_fn(keys[i].env);
+    if (v && (st = set_text(&tmp, &keys[i], keys[i].env, v, d)) != ATTN_OK)
+      return st;
+  }
+
+  /* Layer 4: flags, left to right. */
+  for (int i = 1; i < argc;) {
+    if ((st = next_opt(argc, argv, &i, &o, d)) != ATTN_OK) return st;
+    if (o.kind == OPT_KEY &&
+        (st = set_text(&tmp, o.key, o.flag, o.value, d)) != ATTN_OK)
+      return st;
+  }
+
+  *c = tmp;
+  *action = act;
+  return ATTN_OK;
+}
+
+/* ---- Public: output ----------------------------------------------------- */
+
+/* Value of key k in c as text (JSON scalar syntax without string quotes). */
+static const char *value_text(const attn_config *c, const cfg_key *k, char *buf,
+                              size_t size) {
+  const char *field = (const char *)c + k->off;
+  int x;
+  int64_t v;
+  bool b;
+  switch (k->type) {
+    case CFG_INT:
+      memcpy(&x, field, sizeof x);
+      snprintf(buf, size, "%d", x);
+      return buf;
+    case CFG_I64:
+      memcpy(&v, field, sizeof v);
+      snprintf(buf, size, "%" PRId64, v);
+      return buf;
+    case CFG_BOOL:
+      memcpy(&b, field, sizeof b);
+      return b ? "true" : "false";
+    case CFG_ENUM:
+      memcpy(&x, field, sizeof x);
+      return x >= 0 && x <= k->max ? k->names[x] : "?";
+    case CFG_STR:
+      return field;
+  }
+  return "?";
+}
+
+void attn_config_usage(FILE *f, const char *prog) {
+  if (!prog || !*prog) prog = "attnd";
+  char flag[KEY_NAME_MAX + 8], range[96], val[32];
+  attn_config def;
+  attn_config_defaults(&def);
+  fprintf(
+      f,
+      "Usage: %s [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n"
+      "HTTP attention-inference server.\n"
+      "\n"
+      "Settings come from built-in defaults, then the JSON file named by\n"
+      "--config or ATTND_CONFIG (none by default), then ATTND_<KEY>\n"
+      "environment variables, then flags; later ones win.\n"
+      "\n"
+      "Options:\n"
+      "  --config FILE   read settings from a JSON file (env ATTND_CONFIG)\n"
+      "  --check-config  validate, print the effective settings as JSON, exit\n"
+      "  -h, --help      print this help and exit\n"
+      "  -V, --version   print the version and exit\n"
+      "\n"
+      "Settings:\n",
+      prog);
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const cfg_key *k = &keys[i];
+    const char *meta = k->type == CFG_BOOL   ? "BOOL"
+                       : k->type == CFG_STR  ? "TEXT"
+                       : k->type == CFG_ENUM ? "NAME"
+                                             : "N";
+    fprintf(f, "  %s %s\n      %s\n", flag_name(k->key, flag, sizeof flag),
+            meta, k->help);
+    const char *dv = value_text(&def, k, val, sizeof val);
+    if (k->type == CFG_STR)
+      fprintf(f, "      default \"%s\"", dv);
+    else
+      fprintf(f, "      default %s", dv);
+    if (k->type == CFG_INT || k->type == CFG_I64 || k->type == CFG_ENUM)
+      fprintf(f, ", %s %s%s%s", k->type == CFG_ENUM ? "one of" : "range",
+              allowed(k, range, sizeof range), *k->unit ? " " : "", k->unit);
+    fprintf(f, ", env %s\n", k->env);
+  }
+}
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20 || *p == 0x7f)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+attn_status attn_config_write_json(const attn_config *c, FILE *f) {
+  if (!c || !f) return ATTN_EINVAL;
+  char val[32];
+  fputs("{\n", f);
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const cfg_key *k = &keys[i];
+    fprintf(f, "  \"%s\": ", k->key);
+    const char *v = value_text(c, k, val, sizeof val);
+    if (k->type == CFG_STR || k->type == CFG_ENUM)
+      json_string(f, v);
+    else
+      fputs(v, f);
+    fputs(i + 1 < N_KEYS ? ",\n" : "\n", f);
+  }
+  fputs("}\n", f);
+  if (fflush(f) != 0 || ferror(f)) return ATTN_EIO;
+  return ATTN_OK;
+}

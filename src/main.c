@@ -1,0 +1,124 @@
+/* main.c - attnd: build everything from the config, serve, drain, tear down.
+ *
+ * The only file that reads argv, the environment and signals.  SIGTERM and
+ * SIGINT are blocked in every thread (threads inherit the mask) and taken
+ * synchronously here with sigwait, so no handler runs in a random thread.
+ * Shutdown: readiness turns 503 and new requests are refused; queued and
+ * running requests finish within drain_timeout_ms; the answers are sent;
+ * then everything is destroyed in reverse order of creation and attnd exits
+ * 0.  If the drain runs out of time attnd exits 0 without waiting further.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn/config.h"
+#include "attn/engine.h"
+#include "attn/log.h"
+#include "attn/model.h"
+#include "attn/queue.h"
+#include "attn/server.h"
+#include "attn_version.h"
+
+static const char *env(const char *name) { return getenv(name); }
+
+int main(int argc, char **argv) {
+  attn_config cfg;
+  attn_cli_action action;
+  attn_diag d = {{0}};
+  sigset_t sigs;
+
+  attn_config_defaults(&cfg);
+  if (attn_config_from_cli(&cfg, argc, argv, env, &action, &d) != ATTN_OK) {
+    fprintf(stderr, "attnd: %s\n", d.msg);
+    return 2;
+  }
+  switch (action) {
+    case ATTN_CLI_HELP:
+      attn_config_usage(stdout, "attnd");
+      return 0;
+    case ATTN_CLI_VERSION:
+      printf("attnd %s (engine kernel: %s)\n", ATTN_VERSION,
+             attn_engine_kernel_name());
+      return 0;
+    case ATTN_CLI_CHECK:
+      return attn_config_write_json(&cfg, stdout) == ATTN_OK ? 0 : 1;
+    case ATTN_CLI_RUN:
+      break;
+  }
+
+  signal(SIGPIPE, SIG_IGN);
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+  attn_log_init(cfg.log_level, cfg.log_format);
+  attn_engine_set_blas_threads(1); /* the engine owns parallelism */
+
+  attn_registry *models = NULL;
+  attn_queue *queue = NULL;
+  attn_pool *pool = NULL;
+  attn_server *server = NULL;
+  int rc = 1;
+
+  if (attn_registry_create(cfg.models_dir, &models, &d) != ATTN_OK) {
+    attn_log(ATTN_LOG_ERROR, "models: %s", d.msg);
+    goto out;
+  }
+  if (attn_queue_create((size_t)cfg.queue_capacity, &queue) != ATTN_OK) {
+    attn_log(ATTN_LOG_ERROR, "cannot create the queue");
+    goto out;
+  }
+  attn_pool_opts po;
+  attn_pool_default_opts(&po);
+  po.workers = cfg.workers;
+  po.queue = queue;
+  if (attn_pool_create(&po, &pool) != ATTN_OK) {
+    attn_log(ATTN_LOG_ERROR, "cannot start %d workers", cfg.workers);
+    goto out;
+  }
+  attn_server_deps deps = {&cfg, models, queue, pool};
+  if (attn_server_create(&deps, &server, &d) != ATTN_OK) {
+    attn_log(ATTN_LOG_ERROR, "%s", d.msg);
+    goto out;
+  }
+  attn_log(ATTN_LOG_INFO,
+           "attnd %s listening on %s:%d (workers=%d, "
+           "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
+           "models=%zu, kernel=%s)",
+           ATTN_VERSION, cfg.host, attn_server_port(server), cfg.workers,
+           cfg.blas_threads_per_worker, cfg.http_threads, cfg.queue_capacity,
+           attn_registry_count(models), attn_engine_kernel_name());
+
+  int sig = 0;
+  while (sigwait(&sigs, &sig) != 0) {
+  }
+  attn_log(ATTN_LOG_INFO, "received %s: draining (up to %lld ms)",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT",
+           (long long)cfg.drain_timeout_ms);
+  uint64_t t0 = attn_now_ns();
+  attn_server_begin_drain(server);
+  if (attn_pool_drain(pool, cfg.drain_timeout_ms) != ATTN_OK) {
+    attn_log(ATTN_LOG_WARN,
+             "drain_timeout_ms=%lld passed with requests still running; "
+             "exiting without them",
+             (long long)cfg.drain_timeout_ms);
+    _exit(0);
+  }
+  int64_t left = cfg.drain_timeout_ms -
+                 (int64_t)((attn_now_ns() - t0) / 1000000u);
+  if (attn_server_wait_idle(server, left > 1000 ? left : 1000) != ATTN_OK)
+    attn_log(ATTN_LOG_WARN, "some responses were still being sent at exit");
+  attn_log(ATTN_LOG_INFO, "drained in %.0f ms; bye",
+           (double)(attn_now_ns() - t0) / 1e6);
+  rc = 0;
+out:
+  attn_server_destroy(server);
+  attn_pool_destroy(pool);
+  attn_queue_destroy(queue);
+  attn_registry_destroy(models);
+  return rc;
+}

@@ -1,0 +1,850 @@
+/* builtin.c - from attn_infer_request to engine call to attn_infer_response,
+ * for the built-in models "sdpa" and "mha" and for resident models (an mha
+ * whose weights and dims are fixed by the registry).
+ *
+ * Design: one request goes through fixed stages, each finishing before the
+ * next starts so that the first client mistake is the one reported:
+ *   1. names and types: every input, parameter and output name is known and
+ *      given once; datatypes fit (activations and weights FP32, masks BOOL or
+ *      FP32, key_lengths INT32/INT64); parameter types fit.
+ *   2. shapes: the 4-d sdpa problem or the mha problem is derived from the
+ *      inputs with messages naming the input and dimension; masks checked.
+ *   3. limits: Lq/Lk against max_seq_len, every output's element count
+ *      against max_tensor_elements, JSON attn_weights against
+ *      max_weights_elements - all before anything is allocated.
+ *   4. engine check and sizes (attn_*_check, attn_*_bytes), then allocate the
+ *      outputs (zeroed), run, and hand the buffers to the response.
+ * Nothing here holds state between calls; every function is reentrant.  No
+ * threads of its own: the attn_exec from the caller goes to the engine.
+ * Inputs are read in place (engine views over the request's tensors); the
+ * only copy is key_lengths, widened to int64 (B values).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/model.h"
+
+#define LL(x) ((long long)(x))
+
+/* Input ids; sdpa and resident models take the first IN_N_COMMON. */
+enum {
+  IN_QUERY,
+  IN_KEY,
+  IN_VALUE,
+  IN_MASK,
+  IN_KPM,
+  IN_KLEN,
+  IN_N_COMMON,
+  IN_WQ = IN_N_COMMON,
+  IN_WK,
+  IN_WV,
+  IN_WO,
+  IN_BQ,
+  IN_BK,
+  IN_BV,
+  IN_BO,
+  IN_N
+};
+static const char *const in_names[IN_N] = {
+    "query", "key", "value", "attn_mask", "key_padding_mask", "key_lengths",
+    "w_q",   "w_k", "w_v",   "w_o",       "b_q",              "b_k",
+    "b_v",   "b_o"};
+
+/* Parameter ids; sdpa takes the first P_N_SDPA. */
+enum { P_CAUSAL, P_SCALE, P_NEED, P_AVG, P_N_SDPA, P_HEADS = P_N_SDPA, P_KV, P_N };
+static const char *const p_names[P_N] = {"causal",       "scale",
+                                         "need_weights", "average_attn_weights",
+                                         "num_heads",    "num_kv_heads"};
+
+enum { OUT_O, OUT_W, OUT_N };
+static const char *const out_names[OUT_N] = {"attn_output", "attn_weights"};
+
+/* Everything stage 1 learns from a request. */
+typedef struct req_info {
+  const char *model; /* for messages */
+  const attn_tensor *in[IN_N];
+  bool causal, avg;
+  bool has_scale;
+  double scale;
+  int need;              /* need_weights: -1 unset, 0, 1 */
+  int64_t heads, kv;     /* -1 unset */
+  bool want_w;           /* compute attn_weights */
+  bool bin[OUT_N];       /* binary flag per output */
+  int order[OUT_N];      /* outputs returned, in order */
+  int n_order;
+} req_info;
+
+static const char *param_type_name(attn_param_type t) {
+  switch (t) {
+    case ATTN_PARAM_BOOL:
+      return "bool";
+    case ATTN_PARAM_INT:
+      return "integer";
+    case ATTN_PARAM_DOUBLE:
+      return "number";
+    case ATTN_PARAM_STRING:
+      return "string";
+  }
+  return "unknown";
+}
+
+/* "a, b, c" of the first n names, into buf. */
+static const char *join(const char *const *names, int n, char *buf,
+                        size_t cap) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && at < cap; i++) {
+    int w = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", names[i]);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+  return buf;
+}
+
+static const char *shape_str(const attn_tensor *t, char *buf, size_t cap) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < t->rank && at < cap; i++) {
+    int w = snprintf(buf + at, cap - at, "%s%lld", i ? "," : "[",
+                     LL(t->shape[i]));
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+  if (at < cap) snprintf(buf + at, cap - at, t->rank ? "]" : "[]");
+  return buf;
+}
+
+static int find_name(const char *const *names, int n, const char *s) {
+  for (int i = 0; s && i < n; i++)
+    if (strcmp(names[i], s) == 0) return i;
+  return -1;
+}
+
+/* ---- stage 1: names and types ------------------------------------------ */
+
+static attn_status read_inputs(attn__model_kind kind,
+                               const attn_infer_request *req, req_info *ri,
+                               attn_diag *d) {
+  int n = kind == ATTN__MODEL_MHA ? IN_N : IN_N_COMMON;
+  char list[160];
+  for (size_t i = 0; i < req->n_inputs; i++) {
+    const attn_infer_input *x = &req->inputs[i];
+    int id = find_name(in_names, n, x->name);
+    if (id < 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "unknown input '%.40s' for model '%s' (expected "
+                           "%s)",
+                           x->name ? x->name : "", ri->model,
+                           join(in_names, n, list, sizeof list));
+    if (ri->in[id])
+      return attn_diag_set(d, ATTN_EINVAL, "input '%s' given twice",
+                           in_names[id]);
+    const attn_tensor *t = &x->tensor;
+    const char *dt = attn_dtype_name(t->dtype);
+    dt = dt ? dt : "invalid";
+    switch (id) {
+      case IN_MASK:
+        if (t->dtype != ATTN_DT_BOOL && t->dtype != ATTN_DT_FP32)
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "input 'attn_mask': datatype %s, expected BOOL "
+                               "(true = blocked) or FP32 (added to scores)",
+                               dt);
+        break;
+      case IN_KPM:
+        if (t->dtype != ATTN_DT_BOOL)
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "input 'key_padding_mask': datatype %s, "
+                               "expected BOOL (true = padding)",
+                               dt);
+        break;
+      case IN_KLEN:
+        if (t->dtype != ATTN_DT_INT32 && t->dtype != ATTN_DT_INT64)
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "input 'key_lengths': datatype %s, expected "
+                               "INT32 or INT64",
+                               dt);
+        break;
+      default:
+        if (t->dtype != ATTN_DT_FP32)
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "input '%s': datatype %s, expected a float "
+                               "type (FP32, FP16, BF16, FP64)",
+                               in_names[id], dt);
+    }
+    size_t numel;
+    if (t->rank < 0 || t->rank > ATTN_MAX_RANK ||
+        !attn_shape_numel(t->rank, t->shape, &numel) ||
+        (numel && !t->data))
+      return attn_diag_set(d, ATTN_EINVAL, "input '%s': malformed tensor",
+                           in_names[id]);
+    ri->in[id] = t;
+  }
+  const int required[] = {IN_QUERY, IN_KEY, IN_VALUE, IN_WQ, IN_WK, IN_WV,
+                          IN_WO};
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+    int id = required[i];
+    if ((id == IN_KEY || id == IN_VALUE) && kind != ATTN__MODEL_SDPA) continue;
+    if (id >= IN_N_COMMON && kind != ATTN__MODEL_MHA) continue;
+    if (!ri->in[id])
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "missing required input '%s' for model '%s'",
+                           in_names[id], ri->model);
+  }
+  if (ri->in[IN_KPM] && ri->in[IN_KLEN])
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "inputs 'key_padding_mask' and 'key_lengths' both "
+                         "given; give one");
+  if (kind != ATTN__MODEL_SDPA && ri->in[IN_VALUE] && !ri->in[IN_KEY])
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "input 'value' given without 'key' (omit both for "
+                         "self-attention)");
+  return ATTN_OK;
+}
+
+static attn_status want_bool(const attn_param *p, bool *v, attn_diag *d) {
+  if (p->type != ATTN_PARAM_BOOL)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter '%s' must be a bool, got a %s", p->name,
+                         param_type_name(p->type));
+  *v = p->b;
+  return ATTN_OK;
+}
+
+/* A positive head count: an integer (or an integral number) in [1, 2^31). */
+static attn_status want_count(const attn_param *p, int64_t *v, attn_diag *d) {
+  int64_t x;
+  if (p->type == ATTN_PARAM_INT) {
+    x = p->i;
+  } else if (p->type == ATTN_PARAM_DOUBLE && p->d == floor(p->d) &&
+             fabs(p->d) < 9.0e15) {
+    x = (int64_t)p->d;
+  } else {
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter '%s' must be an integer, got a %s",
+                         p->name, param_type_name(p->type));
+  }
+  if (x < 1 || x > INT32_MAX)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter '%s' is %lld, expected a positive integer",
+                         p->name, LL(x));
+  *v = x;
+  return ATTN_OK;
+}
+
+static attn_status read_params(attn__model_kind kind,
+                               const attn_infer_request *req, req_info *ri,
+                               attn_diag *d) {
+  int n = kind == ATTN__MODEL_SDPA ? P_N_SDPA : P_N;
+  bool seen[P_N] = {false};
+  char list[160];
+  attn_status s = ATTN_OK;
+  for (size_t i = 0; i < req->n_params && s == ATTN_OK; i++) {
+    const attn_param *p = &req->params[i];
+    int id = find_name(p_names, n, p->name);
+    if (id < 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "unknown parameter '%.40s' for model '%s' "
+                           "(expected %s)",
+                           p->name ? p->name : "", ri->model,
+                           join(p_names, n, list, sizeof list));
+    if (seen[id])
+      return attn_diag_set(d, ATTN_EINVAL, "parameter '%s' given twice",
+                           p_names[id]);
+    seen[id] = true;
+    bool b = false;
+    switch (id) {
+      case P_CAUSAL:
+        s = want_bool(p, &ri->causal, d);
+        break;
+      case P_AVG:
+        s = want_bool(p, &ri->avg, d);
+        break;
+      case P_NEED:
+        if ((s = want_bool(p, &b, d)) == ATTN_OK) ri->need = b;
+        break;
+      case P_SCALE:
+        if (p->type == ATTN_PARAM_DOUBLE)
+          ri->scale = p->d;
+        else if (p->type == ATTN_PARAM_INT)
+          ri->scale = (double)p->i;
+        else
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "parameter 'scale' must be a number, got a %s",
+                               param_type_name(p->type));
+        if (!(fabs(ri->scale) <= FLT_MAX))
+          return attn_diag_set(d, ATTN_EINVAL,
+                               "parameter 'scale' must be a finite float");
+        ri->has_scale = true;
+        break;
+      case P_HEADS:
+        s = want_count(p, &ri->heads, d);
+        break;
+      case P_KV:
+        s = want_count(p, &ri->kv, d);
+        break;
+    }
+  }
+  return s;
+}
+
+static attn_status read_outputs(const attn_infer_request *req, req_info *ri,
+                                attn_diag *d) {
+  bool dflt = req->binary_data_output == 1;
+  ri->bin[OUT_O] = ri->bin[OUT_W] = dflt;
+  if (!req->outputs_given || req->n_outputs == 0) {
+    ri->want_w = ri->need != 0;
+    ri->order[ri->n_order++] = OUT_O;
+    if (ri->want_w) ri->order[ri->n_order++] = OUT_W;
+    return ATTN_OK;
+  }
+  bool seen[OUT_N] = {false};
+  for (size_t i = 0; i < req->n_outputs; i++) {
+    const attn_infer_output_req *o = &req->outputs[i];
+    int id = find_name(out_names, OUT_N, o->name);
+    if (id < 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "unknown output '%.40s' for model '%s' (expected "
+                           "attn_output, attn_weights)",
+                           o->name ? o->name : "", ri->model);
+    if (seen[id])
+      return attn_diag_set(d, ATTN_EINVAL, "output '%s' requested twice",
+                           out_names[id]);
+    seen[id] = true;
+    ri->bin[id] = o->binary != -1 ? o->binary != 0 : dflt;
+    ri->order[ri->n_order++] = id;
+  }
+  ri->want_w = seen[OUT_W];
+  if (ri->want_w && ri->need == 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter need_weights is false but outputs request "
+                         "attn_weights: they conflict");
+  return ATTN_OK;
+}
+
+/* ---- stage 2: shapes ---------------------------------------------------- */
+
+/* Fill o->mask and o->kpm from the mask inputs (key_lengths only checked:
+ * its int64 copy is made after the limits).  B, H are the problem's batch
+ * and query heads. */
+static attn_status read_masks(const req_info *ri, int64_t B, int64_t H,
+                              int64_t Lq, int64_t Lk, attn_attend_opts *o,
+                              attn_diag *d) {
+  char sh[96];
+  const attn_tensor *m = ri->in[IN_MASK];
+  if (m) {
+    const int r = m->rank;
+    bool ok = r >= 2 && r <= 4 && m->shape[r - 2] == Lq && m->shape[r - 1] == Lk;
+    int64_t mb = 1, mh = 1;
+    if (ok && r == 3) {
+      if (m->shape[0] == B * H && B * H != 1) mb = B, mh = H;
+      else ok = m->shape[0] == 1;
+    } else if (ok && r == 4) {
+      mb = m->shape[0];
+      mh = m->shape[1];
+      ok = (mb == 1 || mb == B) && (mh == 1 || mh == H);
+    }
+    if (!ok)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'attn_mask': shape %s, expected [Lq,Lk], "
+                           "[1 or B*H,Lq,Lk] or [1 or B,1 or H,Lq,Lk] with "
+                           "B=%lld H=%lld Lq=%lld Lk=%lld",
+                           shape_str(m, sh, sizeof sh), LL(B), LL(H), LL(Lq),
+                           LL(Lk));
+    o->mask.kind = m->dtype == ATTN_DT_BOOL ? ATTN_MASK_BOOL : ATTN_MASK_ADD;
+    o->mask.data = m->data;
+    o->mask.mb = mb;
+    o->mask.mh = mh;
+  }
+  const attn_tensor *k = ri->in[IN_KPM];
+  if (k) {
+    bool ok = (k->rank == 2 && k->shape[0] == B && k->shape[1] == Lk) ||
+              (k->rank == 1 && B == 1 && k->shape[0] == Lk);
+    if (!ok)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'key_padding_mask': shape %s, expected "
+                           "[B,Lk] = [%lld,%lld]%s",
+                           shape_str(k, sh, sizeof sh), LL(B), LL(Lk),
+                           B == 1 ? " or [Lk]" : "");
+    o->kpm.kind = ATTN_KPM_BOOL;
+    o->kpm.pad = k->data;
+  }
+  const attn_tensor *l = ri->in[IN_KLEN];
+  if (l) {
+    bool ok = (l->rank == 1 && l->shape[0] == B) || (l->rank == 0 && B == 1);
+    if (!ok)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'key_lengths': shape %s, expected [B] = "
+                           "[%lld]",
+                           shape_str(l, sh, sizeof sh), LL(B));
+    const unsigned char *p = l->data;
+    for (int64_t b = 0; b < B; b++) {
+      int64_t v;
+      if (l->dtype == ATTN_DT_INT32) {
+        int32_t v32;
+        memcpy(&v32, p + 4 * b, 4);
+        v = v32;
+      } else {
+        memcpy(&v, p + 8 * b, 8);
+      }
+      if (v < 0 || v > Lk)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "input 'key_lengths': element %lld is %lld, "
+                             "expected 0..Lk=%lld",
+                             LL(b), LL(v), LL(Lk));
+    }
+    o->kpm.kind = ATTN_KPM_LENGTHS;
+  }
+  return ATTN_OK;
+}
+
+/* The int64 copy of key_lengths (B values); NULL on ENOMEM. */
+static int64_t *copy_lengths(const attn_tensor *l, int64_t B) {
+  int64_t *v = malloc((size_t)B * sizeof *v);
+  const unsigned char *p = l->data;
+  for (int64_t b = 0; v && b < B; b++) {
+    if (l->dtype == ATTN_DT_INT32) {
+      int32_t v32;
+      memcpy(&v32, p + 4 * b, 4);
+      v[b] = v32;
+    } else {
+      memcpy(&v[b], p + 8 * b, 8);
+    }
+  }
+  return v;
+}
+
+/* Problem dims plus the response layout. */
+typedef struct plan {
+  bool is_sdpa;
+  attn_sdpa_problem sp;
+  attn_mha_problem mp;
+  int64_t B, H, Lq, Lk;
+  int out_rank, w_rank;
+  int64_t out_shape[ATTN_MAX_RANK], w_shape[ATTN_MAX_RANK];
+} plan;
+
+/* Every dimension >= 1 (the engine's rule), checked first so that products
+ * of dimensions are bounded by the tensor's element count. */
+static attn_status positive_dims(const attn_tensor *t, const char *name,
+                                 attn_diag *d) {
+  for (int i = 0; i < t->rank; i++)
+    if (t->shape[i] < 1)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input '%s': dim %d is %lld; every dimension must "
+                           "be >= 1",
+                           name, i, LL(t->shape[i]));
+  return ATTN_OK;
+}
+
+static attn_status sdpa_shapes(const req_info *ri, plan *pl, attn_diag *d) {
+  const attn_tensor *q = ri->in[IN_QUERY], *k = ri->in[IN_KEY],
+                    *v = ri->in[IN_VALUE];
+  const int r = q->rank;
+  char sh[96];
+  if (r < 2 || r > 4)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'query': shape %s, expected rank 2 [Lq,Dk], "
+                         "3 [H,Lq,Dk] or 4 [B,H,Lq,Dk]",
+                         shape_str(q, sh, sizeof sh));
+  if (k->rank != r || v->rank != r)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input '%s': rank %d, query has rank %d (query, key "
+                         "and value share one rank)",
+                         k->rank != r ? "key" : "value",
+                         k->rank != r ? k->rank : v->rank, r);
+  attn_status s;
+  if ((s = positive_dims(q, "query", d)) || (s = positive_dims(k, "key", d)) ||
+      (s = positive_dims(v, "value", d)))
+    return s;
+  const int dh = r - 3, dl = r - 2, dd = r - 1; /* dim indices */
+  int64_t B = r == 4 ? q->shape[0] : 1, H = r >= 3 ? q->shape[dh] : 1;
+  int64_t Lq = q->shape[dl], Dk = q->shape[dd];
+  int64_t Hkv = r >= 3 ? k->shape[dh] : 1, Lk = k->shape[dl];
+  int64_t Dv = v->shape[dd];
+  if (r == 4 && k->shape[0] != B)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'key': dim 0 (B) is %lld, query has %lld",
+                         LL(k->shape[0]), LL(B));
+  if (r == 4 && v->shape[0] != B)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'value': dim 0 (B) is %lld, query has %lld",
+                         LL(v->shape[0]), LL(B));
+  if (k->shape[dd] != Dk)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'key': dim %d (Dk) is %lld, query has %lld",
+                         dd, LL(k->shape[dd]), LL(Dk));
+  if (r >= 3 && v->shape[dh] != Hkv)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'value': dim %d (Hkv) is %lld, key has %lld",
+                         dh, LL(v->shape[dh]), LL(Hkv));
+  if (v->shape[dl] != Lk)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'value': dim %d (Lk) is %lld, key has %lld", dl,
+                         LL(v->shape[dl]), LL(Lk));
+  if (Hkv < 1 || H < 1 || H % Hkv != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'key': dim %d (Hkv) is %lld; it must divide "
+                         "the query's H=%lld",
+                         dh, LL(Hkv), LL(H));
+  attn_sdpa_problem *p = &pl->sp;
+  pl->is_sdpa = true;
+  p->B = B, p->H = H, p->Hkv = Hkv, p->Lq = Lq, p->Lk = Lk, p->Dk = Dk,
+  p->Dv = Dv;
+  p->q = (attn_view){q->data, H * Lq * Dk, Lq * Dk, Dk};
+  p->k = (attn_view){k->data, Hkv * Lk * Dk, Lk * Dk, Dk};
+  p->v = (attn_view){v->data, Hkv * Lk * Dv, Lk * Dv, Dv};
+  pl->B = B, pl->H = H, pl->Lq = Lq, pl->Lk = Lk;
+  /* Outputs keep the query's leading dims. */
+  pl->out_rank = r;
+  memcpy(pl->out_shape, q->shape, sizeof pl->out_shape);
+  pl->out_shape[dd] = Dv;
+  pl->w_rank = r;
+  memcpy(pl->w_shape, q->shape, sizeof pl->w_shape);
+  pl->w_shape[dd] = Lk;
+  if (ri->avg && r >= 3) { /* drop H */
+    pl->w_rank = r - 1;
+    pl->w_shape[dh] = Lq;
+    pl->w_shape[dh + 1] = Lk;
+  }
+  return ATTN_OK;
+}
+
+/* t must be rank n with the given dims; `what` names them for the message. */
+static attn_status expect(const attn_tensor *t, const char *name, int n,
+                          const int64_t *dims, const char *what,
+                          attn_diag *d) {
+  bool ok = t->rank == n;
+  for (int i = 0; ok && i < n; i++) ok = t->shape[i] == dims[i];
+  if (ok) return ATTN_OK;
+  char sh[96];
+  if (n == 1)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input '%s': shape %s, expected [%s] = [%lld]", name,
+                         shape_str(t, sh, sizeof sh), what, LL(dims[0]));
+  return attn_diag_set(d, ATTN_ESHAPE,
+                       "input '%s': shape %s, expected [%s] = [%lld,%lld]",
+                       name, shape_str(t, sh, sizeof sh), what, LL(dims[0]),
+                       LL(dims[1]));
+}
+
+static attn_status mha_shapes(attn__model_kind kind,
+                              const attn__resident *fx, const req_info *ri,
+                              plan *pl, attn_diag *d) {
+  const attn_tensor *q = ri->in[IN_QUERY], *k = ri->in[IN_KEY],
+                    *v = ri->in[IN_VALUE];
+  const int r = q->rank;
+  char sh[96];
+  attn_status s;
+  if (r != 2 && r != 3)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'query': shape %s, expected rank 3 [B,Lq,E] "
+                         "or 2 [Lq,E]",
+                         shape_str(q, sh, sizeof sh));
+  if ((s = positive_dims(q, "query", d)) ||
+      (k && (s = positive_dims(k, "key", d))) ||
+      (v && (s = positive_dims(v, "value", d))))
+    return s;
+  int64_t B = r == 3 ? q->shape[0] : 1, Lq = q->shape[r - 2],
+          E = q->shape[r - 1];
+  int64_t H, Hkv;
+  if (kind == ATTN__MODEL_RESIDENT) {
+    if (ri->heads != -1 && ri->heads != fx->H)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "parameter 'num_heads' is %lld but model '%s' has "
+                           "%lld heads",
+                           LL(ri->heads), ri->model, LL(fx->H));
+    if (ri->kv != -1 && ri->kv != fx->Hkv)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "parameter 'num_kv_heads' is %lld but model '%s' "
+                           "has %lld",
+                           LL(ri->kv), ri->model, LL(fx->Hkv));
+    if (E != fx->E)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'query': dim %d (E) is %lld, model '%s' has "
+                           "embed_dim %lld",
+                           r - 1, LL(E), ri->model, LL(fx->E));
+    H = fx->H, Hkv = fx->Hkv;
+  } else {
+    if (ri->heads == -1)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "missing required parameter 'num_heads' for model "
+                           "'%s'",
+                           ri->model);
+    H = ri->heads;
+    Hkv = ri->kv == -1 ? H : ri->kv;
+  }
+  if (E < 1 || E % H != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'query': dim %d (E) is %lld, not a positive "
+                         "multiple of num_heads=%lld",
+                         r - 1, LL(E), LL(H));
+  if (H % Hkv != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "num_heads=%lld is not a multiple of "
+                         "num_kv_heads=%lld",
+                         LL(H), LL(Hkv));
+  int64_t Lk = Lq, kdim = E, vdim = E;
+  if (k) {
+    if (k->rank != r)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'key': rank %d, query has rank %d", k->rank,
+                           r);
+    if (r == 3 && k->shape[0] != B)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'key': dim 0 (B) is %lld, query has %lld",
+                           LL(k->shape[0]), LL(B));
+    Lk = k->shape[r - 2];
+    kdim = vdim = k->shape[r - 1];
+  }
+  if (v) {
+    if (v->rank != r)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'value': rank %d, query has rank %d",
+                           v->rank, r);
+    if (r == 3 && v->shape[0] != B)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'value': dim 0 (B) is %lld, query has %lld",
+                           LL(v->shape[0]), LL(B));
+    if (v->shape[r - 2] != Lk)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input 'value': dim %d (Lk) is %lld, key has %lld",
+                           r - 2, LL(v->shape[r - 2]), LL(Lk));
+    vdim = v->shape[r - 1];
+  }
+  if (kind == ATTN__MODEL_RESIDENT) {
+    const char *who = k ? "key" : "query";
+    if (kdim != fx->kdim)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input '%s': dim %d (kdim) is %lld, model '%s' has "
+                           "kdim %lld%s",
+                           who, r - 1, LL(kdim), ri->model, LL(fx->kdim),
+                           k ? "" : " (send 'key')");
+    if (vdim != fx->vdim)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "input '%s': dim %d (vdim) is %lld, model '%s' has "
+                           "vdim %lld%s",
+                           v ? "value" : who, r - 1, LL(vdim), ri->model,
+                           LL(fx->vdim), v ? "" : " (send 'value')");
+  }
+  attn_mha_problem *p = &pl->mp;
+  const int64_t kw = Hkv * (E / H);
+  p->B = B, p->Lq = Lq, p->Lk = Lk, p->E = E, p->H = H, p->Hkv = Hkv;
+  p->kdim = kdim, p->vdim = vdim;
+  p->xq = q->data;
+  p->xk = k ? k->data : NULL;
+  p->xv = v ? v->data : NULL;
+  if (kind == ATTN__MODEL_RESIDENT) {
+    p->wq = fx->wq, p->wk = fx->wk, p->wv = fx->wv, p->wo = fx->wo;
+    p->bq = fx->bq, p->bk = fx->bk, p->bv = fx->bv, p->bo = fx->bo;
+  } else {
+    const int64_t dq[2] = {E, E}, dk[2] = {kdim, kw}, dv[2] = {vdim, kw};
+    if ((s = expect(ri->in[IN_WQ], "w_q", 2, dq, "E,E", d)) ||
+        (s = expect(ri->in[IN_WK], "w_k", 2, dk, "kdim,Hkv*E/H", d)) ||
+        (s = expect(ri->in[IN_WV], "w_v", 2, dv, "vdim,Hkv*E/H", d)) ||
+        (s = expect(ri->in[IN_WO], "w_o", 2, dq, "E,E", d)) ||
+        (ri->in[IN_BQ] && (s = expect(ri->in[IN_BQ], "b_q", 1, &E, "E", d))) ||
+        (ri->in[IN_BK] &&
+         (s = expect(ri->in[IN_BK], "b_k", 1, &kw, "Hkv*E/H", d))) ||
+        (ri->in[IN_BV] &&
+         (s = expect(ri->in[IN_BV], "b_v", 1, &kw, "Hkv*E/H", d))) ||
+        (ri->in[IN_BO] && (s = expect(ri->in[IN_BO], "b_o", 1, &E, "E", d))))
+      return s;
+    p->wq = (attn_weight){ri->in[IN_WQ]->data, ATTN_W_IN_OUT, 0};
+    p->wk = (attn_weight){ri->in[IN_WK]->data, ATTN_W_IN_OUT, 0};
+    p->wv = (attn_weight){ri->in[IN_WV]->data, ATTN_W_IN_OUT, 0};
+    p->wo = (attn_weight){ri->in[IN_WO]->data, ATTN_W_IN_OUT, 0};
+    p->bq = ri->in[IN_BQ] ? ri->in[IN_BQ]->data : NULL;
+    p->bk = ri->in[IN_BK] ? ri->in[IN_BK]->data : NULL;
+    p->bv = ri->in[IN_BV] ? ri->in[IN_BV]->data : NULL;
+    p->bo = ri->in[IN_BO] ? ri->in[IN_BO]->data : NULL;
+  }
+  pl->is_sdpa = false;
+  pl->B = B, pl->H = H, pl->Lq = Lq, pl->Lk = Lk;
+  pl->out_rank = r;
+  memcpy(pl->out_shape, q->shape, sizeof pl->out_shape);
+  /* weights: [B,]H,Lq,Lk or [B,]Lq,Lk */
+  int w = 0;
+  if (r == 3) pl->w_shape[w++] = B;
+  if (!ri->avg) pl->w_shape[w++] = H;
+  pl->w_shape[w++] = Lq;
+  pl->w_shape[w++] = Lk;
+  pl->w_rank = w;
+  return ATTN_OK;
+}
+
+/* ---- stage 3: limits ---------------------------------------------------- */
+
+static attn_status check_limits(const attn_model_limits *lim, const plan *pl,
+                                const req_info *ri, size_t out_n, size_t w_n,
+                                attn_diag *d) {
+  if (!lim) return ATTN_OK;
+  if (lim->max_seq_len > 0 && pl->Lq > lim->max_seq_len)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "query length Lq=%lld exceeds max_seq_len %lld",
+                         LL(pl->Lq), LL(lim->max_seq_len));
+  if (lim->max_seq_len > 0 && pl->Lk > lim->max_seq_len)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "key length Lk=%lld exceeds max_seq_len %lld",
+                         LL(pl->Lk), LL(lim->max_seq_len));
+  size_t mt = lim->max_tensor_elements;
+  if (mt && out_n > mt)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "attn_output would have %zu elements (limit %zu)",
+                         out_n, mt);
+  if (ri->want_w && mt && w_n > mt)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "attn_weights would have %zu elements (limit %zu)",
+                         w_n, mt);
+  size_t mw = lim->max_weights_elements;
+  if (ri->want_w && !ri->bin[OUT_W] && mw && w_n > mw)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "attn_weights would have %zu elements (limit %zu): "
+                         "drop attn_weights from the outputs, set "
+                         "need_weights false, or request binary output",
+                         w_n, mw);
+  return ATTN_OK;
+}
+
+/* ---- the whole request -------------------------------------------------- */
+
+static char *dup_or_null(const char *s, bool *oom) {
+  if (!s) return NULL;
+  char *r = strdup(s);
+  if (!r) *oom = true;
+  return r;
+}
+
+attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
+                            const char *name, const char *version,
+                            const attn_infer_request *req,
+                            const attn_model_limits *lim, const attn_exec *x,
+                            attn_infer_response *resp, attn_diag *d) {
+  static const attn_exec one_thread = {0};
+  req_info ri;
+  plan pl;
+  attn_status s;
+  memset(&ri, 0, sizeof ri);
+  memset(&pl, 0, sizeof pl);
+  memset(resp, 0, sizeof *resp);
+  ri.model = name;
+  ri.need = -1;
+  ri.heads = ri.kv = -1;
+  if (!x) x = &one_thread;
+  if (!req) return attn_diag_set(d, ATTN_EINVAL, "request is NULL");
+  if (kind == ATTN__MODEL_RESIDENT && !fixed)
+    return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
+
+  if ((s = read_inputs(kind, req, &ri, d)) || (s = read_params(kind, req, &ri, d)) ||
+      (s = read_outputs(req, &ri, d)))
+    return s;
+
+  attn_attend_opts o;
+  memset(&o, 0, sizeof o);
+  o.causal = ri.causal;
+  o.has_scale = ri.has_scale;
+  o.scale = (float)ri.scale;
+  o.weights = !ri.want_w ? ATTN_WEIGHTS_NONE
+              : ri.avg   ? ATTN_WEIGHTS_MEAN
+                         : ATTN_WEIGHTS_PER_HEAD;
+  s = kind == ATTN__MODEL_SDPA ? sdpa_shapes(&ri, &pl, d)
+                               : mha_shapes(kind, fixed, &ri, &pl, d);
+  if (s) return s;
+  if ((s = read_masks(&ri, pl.B, pl.H, pl.Lq, pl.Lk, &o, d))) return s;
+
+  size_t out_n = 0, w_n = 0;
+  if (!attn_shape_numel(pl.out_rank, pl.out_shape, &out_n) ||
+      !attn_shape_numel(pl.w_rank, pl.w_shape, &w_n))
+    return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
+  if ((s = check_limits(lim, &pl, &ri, out_n, w_n, d))) return s;
+
+  /* Engine validation and sizes, still before allocating. */
+  attn_bytes bytes;
+  pl.sp.o = o;
+  pl.mp.o = o;
+  if (kind == ATTN__MODEL_SDPA)
+    s = attn_sdpa_bytes(&pl.sp, x, &bytes, d);
+  else
+    s = attn_mha_bytes(&pl.mp, x, &bytes, d);
+  if (s) return s;
+  size_t out_b, w_b = 0;
+  if (!attn_size_mul(out_n, sizeof(float), &out_b) ||
+      (ri.want_w && !attn_size_mul(w_n, sizeof(float), &w_b)))
+    return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
+  if (out_b != bytes.out || (ri.want_w && w_b != bytes.weights))
+    return attn_diag_set(d, ATTN_EINTERNAL,
+                         "output sizes disagree with the engine (%zu/%zu, "
+                         "%zu/%zu bytes)",
+                         out_b, bytes.out, w_b, bytes.weights);
+
+  int64_t *lens = NULL;
+  float *out = calloc(out_n ? out_n : 1, sizeof *out);
+  float *w = ri.want_w ? calloc(w_n ? w_n : 1, sizeof *w) : NULL;
+  if (ri.in[IN_KLEN]) lens = copy_lengths(ri.in[IN_KLEN], pl.B);
+  if (!out || (ri.want_w && !w) || (ri.in[IN_KLEN] && !lens)) {
+    s = attn_diag_set(d, ATTN_ENOMEM,
+                      "out of memory for outputs (%zu + %zu bytes)", out_b,
+                      w_b);
+    goto fail;
+  }
+  if (lens) {
+    pl.sp.o.kpm.lengths = lens;
+    pl.mp.o.kpm.lengths = lens;
+  }
+  if (kind == ATTN__MODEL_SDPA) {
+    const attn_sdpa_problem *p = &pl.sp;
+    attn_mview mv = {out, p->H * p->Lq * p->Dv, p->Lq * p->Dv, p->Dv};
+    s = attn_sdpa(p, x, mv, w, d);
+  } else {
+    s = attn_mha(&pl.mp, x, out, w, d);
+  }
+  free(lens);
+  lens = NULL;
+  if (s) goto fail;
+
+  /* Hand the buffers to the response. */
+  attn_infer_response r;
+  memset(&r, 0, sizeof r);
+  bool oom = false;
+  r.model_name = dup_or_null(name, &oom);
+  r.model_version = dup_or_null(version, &oom);
+  r.id = dup_or_null(req->id, &oom);
+  r.outputs = calloc((size_t)ri.n_order, sizeof *r.outputs);
+  if (!r.outputs) oom = true;
+  for (int i = 0; !oom && i < ri.n_order; i++) {
+    int id = ri.order[i];
+    attn_infer_output *ro = &r.outputs[i];
+    r.n_outputs = (size_t)i + 1;
+    ro->name = dup_or_null(out_names[id], &oom);
+    ro->binary = ri.bin[id];
+    ro->tensor.dtype = ATTN_DT_FP32;
+    ro->tensor.owns = true;
+    if (id == OUT_O) {
+      ro->tensor.rank = pl.out_rank;
+      memcpy(ro->tensor.shape, pl.out_shape, sizeof pl.out_shape);
+      ro->tensor.data = out;
+      out = NULL;
+    } else {
+      ro->tensor.rank = pl.w_rank;
+      memcpy(ro->tensor.shape, pl.w_shape, sizeof pl.w_shape);
+      ro->tensor.data = w;
+      w = NULL;
+    }
+  }
+  free(out); /* computed but not asked for */
+  free(w);
+  if (oom) {
+    attn_infer_response_free(&r);
+    return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the response");
+  }
+  *resp = r;
+  return ATTN_OK;
+
+fail:
+  free(lens);
+  free(out);
+  free(w);
+  return s;
+}

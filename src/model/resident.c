@@ -1,0 +1,470 @@
+/* resident.c - load one resident model description (<name>.json) and its
+ * weights.
+ *
+ * Design: the json file is read whole (refused unread above
+ * ATTN_MODEL_MAX_JSON_BYTES), every key is checked against one table, the
+ * dimensions are validated and the parameter count is computed with overflow
+ * checks and compared with ATTN_MODEL_MAX_PARAMS - all before any weight
+ * memory exists.  Weights come either from a .safetensors file with PyTorch
+ * nn.MultiheadAttention state_dict names ([out, in] layout) or from a seeded
+ * PRNG.  The engine receives ATTN_W_OUT_IN views: the q, k and v blocks of a
+ * packed in_proj_weight [3E, E] are pointer offsets into that one tensor, the
+ * q, k and v parts of in_proj_bias likewise.  Seeded weights use the same
+ * packed layout in one block, so both kinds look alike to the engine.
+ *
+ * Seeded weights: splitmix64 from the seed, uniform in +-sqrt(6/(in+out))
+ * (Xavier/Glorot) for each of the four projections in turn (q, k, v, out),
+ * biases zero as PyTorch initialises them.  The bytes are the same on every
+ * platform for the same seed.
+ *
+ * Threads: called once per file at registry creation; a loaded model is
+ * read-only afterwards.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attn/model.h"
+#include "attn/safetensors.h"
+
+#define LL(x) ((long long)(x))
+/* Any single dimension above this is a typo, not a model. */
+#define MAX_DIM ((int64_t)1 << 24)
+#define SEED_MAX 9007199254740991.0 /* 2^53 - 1: exact in a JSON double */
+
+void attn__resident_free(attn__resident *r) {
+  if (!r) return;
+  free(r->name);
+  free(r->version);
+  free(r->description);
+  free(r->path);
+  attn_safetensors_destroy(r->st);
+  free(r->mem);
+  memset(r, 0, sizeof *r);
+}
+
+/* Names appear in URL paths: 1..ATTN_MODEL_MAX_NAME of [A-Za-z0-9_.-], no
+ * leading dot. */
+static bool good_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > ATTN_MODEL_MAX_NAME || s[0] == '.') return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+static attn_status read_text(const char *path, char **text, size_t *len,
+                             attn_diag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
+                         strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_EIO, "%s: not a regular file", path);
+  }
+  if (sb.st_size < 0 || (uint64_t)sb.st_size > ATTN_MODEL_MAX_JSON_BYTES) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s: %lld bytes, limit %zu", path,
+                         (long long)sb.st_size, ATTN_MODEL_MAX_JSON_BYTES);
+  }
+  size_t n = (size_t)sb.st_size;
+  char *buf = malloc(n + 1);
+  if (!buf) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  }
+  size_t got = fread(buf, 1, n, f);
+  int err = ferror(f);
+  fclose(f);
+  if (got != n || err) {
+    free(buf);
+    return attn_diag_set(d, ATTN_EIO, "%s: short read", path);
+  }
+  buf[n] = '\0';
+  *text = buf;
+  *len = n;
+  return ATTN_OK;
+}
+
+/* The keys a description may hold. */
+enum {
+  K_NAME,
+  K_E,
+  K_H,
+  K_HKV,
+  K_KDIM,
+  K_VDIM,
+  K_BIAS,
+  K_WEIGHTS,
+  K_SEED,
+  K_DESC,
+  K_VERSION,
+  K_N
+};
+static const char *const keys[K_N] = {
+    "name", "embed_dim", "num_heads",   "num_kv_heads", "kdim",   "vdim",
+    "bias", "weights",   "seed",        "description",  "version"};
+
+static attn_status json_dim(const cJSON *j, const char *path, const char *key,
+                            int64_t *v, attn_diag *d) {
+  if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) ||
+      j->valuedouble < 1 || j->valuedouble > (double)MAX_DIM)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: \"%s\" must be an integer in 1..%lld", path, key,
+                         LL(MAX_DIM));
+  *v = (int64_t)j->valuedouble;
+  return ATTN_OK;
+}
+
+static attn_status json_str(const cJSON *j, const char *path, const char *key,
+                            attn_diag *d) {
+  if (!cJSON_IsString(j))
+    return attn_diag_set(d, ATTN_EINVAL, "%s: \"%s\" must be a string", path,
+                         key);
+  return ATTN_OK;
+}
+
+/* weights path relative to the json file's directory unless absolute. */
+static char *resolve(const char *json_path, const char *rel) {
+  const char *slash = strrchr(json_path, '/');
+  size_t dl = rel[0] == '/' || !slash ? 0 : (size_t)(slash - json_path) + 1;
+  size_t rl = strlen(rel);
+  char *p = malloc(dl + rl + 1);
+  if (!p) return NULL;
+  memcpy(p, json_path, dl);
+  memcpy(p + dl, rel, rl + 1);
+  return p;
+}
+
+/* ---- weights ------------------------------------------------------------ */
+
+typedef struct dims {
+  int64_t E, H, Hkv, kdim, vdim, kw; /* kw = Hkv * E / H */
+} dims;
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* [out, in] block of Xavier-uniform values. */
+static void fill_xavier(float *w, int64_t out, int64_t in, uint64_t *s) {
+  const double a = sqrt(6.0 / (double)(out + in));
+  const size_t n = (size_t)out * (size_t)in;
+  for (size_t i = 0; i < n; i++) {
+    double u = (double)(splitmix64(s) >> 40) * (1.0 / 16777216.0); /* [0,1) */
+    w[i] = (float)((2.0 * u - 1.0) * a);
+  }
+}
+
+/* Wire the views over a block laid out as q | k | v (OUT_IN) | out, and the
+ * biases in | out, starting at w and b. */
+static void set_views(attn__resident *r, const dims *z, const float *q,
+                      const float *k, const float *v, const float *o,
+                      const float *in_b, const float *out_b) {
+  r->wq = (attn_weight){q, ATTN_W_OUT_IN, z->E};
+  r->wk = (attn_weight){k, ATTN_W_OUT_IN, z->kdim};
+  r->wv = (attn_weight){v, ATTN_W_OUT_IN, z->vdim};
+  r->wo = (attn_weight){o, ATTN_W_OUT_IN, z->E};
+  if (in_b) {
+    r->bq = in_b;
+    r->bk = in_b + z->E;
+    r->bv = in_b + z->E + z->kw;
+  }
+  r->bo = out_b;
+}
+
+static attn_status seed_weights(attn__resident *r, const dims *z,
+                                uint64_t seed, size_t total, attn_diag *d) {
+  r->mem = calloc(total, sizeof *r->mem);
+  if (!r->mem)
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory for %zu weights",
+                         r->path, total);
+  uint64_t s = seed;
+  float *q = r->mem, *k = q + z->E * z->E, *v = k + z->kw * z->kdim,
+        *o = v + z->kw * z->vdim, *b = o + z->E * z->E;
+  fill_xavier(q, z->E, z->E, &s);
+  fill_xavier(k, z->kw, z->kdim, &s);
+  fill_xavier(v, z->kw, z->vdim, &s);
+  fill_xavier(o, z->E, z->E, &s);
+  set_views(r, z, q, k, v, o, r->bias ? b : NULL,
+            r->bias ? b + z->E + 2 * z->kw : NULL); /* zeros */
+  r->seeded = true;
+  return ATTN_OK;
+}
+
+/* Tensor `name` of the file with exactly the given shape, finite; NULL data
+ * with *s set on error (missing is ATTN_EINVAL unless `optional`). */
+static const float *tensor_of(const attn_safetensors *st, const char *file,
+                              const char *name, int rank, int64_t d0,
+                              int64_t d1, attn_status *s, attn_diag *d) {
+  const attn_safetensors_entry *e = attn_safetensors_find(st, name);
+  if (!e) {
+    *s = attn_diag_set(d, ATTN_EINVAL, "%s: missing tensor '%s'", file, name);
+    return NULL;
+  }
+  const attn_tensor *t = &e->tensor;
+  if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1)) {
+    char got[96] = "[", want[48];
+    size_t at = 1;
+    for (int i = 0; i < t->rank && at < sizeof got; i++) {
+      int w = snprintf(got + at, sizeof got - at, "%s%lld", i ? ", " : "",
+                       LL(t->shape[i]));
+      if (w > 0) at += (size_t)w;
+    }
+    if (at < sizeof got) snprintf(got + at, sizeof got - at, "]");
+    if (rank == 2)
+      snprintf(want, sizeof want, "[%lld, %lld]", LL(d0), LL(d1));
+    else
+      snprintf(want, sizeof want, "[%lld]", LL(d0));
+    *s = attn_diag_set(d, ATTN_ESHAPE, "%s: tensor '%s' has shape %s, expected %s",
+                       file, name, got, want);
+    return NULL;
+  }
+  size_t n;
+  attn_shape_numel(t->rank, t->shape, &n);
+  const float *f = t->data;
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(f[i])) {
+      *s = attn_diag_set(d, ATTN_ENONFINITE,
+                         "%s: tensor '%s' element %zu is not finite", file,
+                         name, i);
+      return NULL;
+    }
+  return f;
+}
+
+static attn_status file_weights(attn__resident *r, const dims *z,
+                                const char *file, size_t total, attn_diag *d) {
+  attn_status s = attn_safetensors_load(file, total, &r->st, d);
+  if (s) return s;
+  const attn_safetensors *st = r->st;
+  const bool packable = z->kdim == z->E && z->vdim == z->E && z->Hkv == z->H;
+  const bool packed = attn_safetensors_find(st, "in_proj_weight") != NULL;
+  static const char *const packed_names[] = {"in_proj_weight", "in_proj_bias",
+                                             "out_proj.weight",
+                                             "out_proj.bias"};
+  static const char *const split_names[] = {
+      "q_proj_weight",   "k_proj_weight", "v_proj_weight", "in_proj_bias",
+      "out_proj.weight", "out_proj.bias"};
+  const char *const *allowed = packed ? packed_names : split_names;
+  size_t n_allowed = packed ? 4 : 6;
+  if (packed && !packable)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: tensor 'in_proj_weight' needs kdim == vdim == "
+                         "embed_dim and num_kv_heads == num_heads; use "
+                         "q_proj_weight, k_proj_weight, v_proj_weight",
+                         file);
+  for (size_t i = 0; i < attn_safetensors_count(st); i++) {
+    const char *nm = attn_safetensors_at(st, i)->name;
+    bool ok = false;
+    for (size_t j = 0; j < n_allowed; j++) ok |= strcmp(nm, allowed[j]) == 0;
+    if (ok && !r->bias &&
+        (strcmp(nm, "in_proj_bias") == 0 || strcmp(nm, "out_proj.bias") == 0))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s: tensor '%s' present but the model says "
+                           "\"bias\": false",
+                           file, nm);
+    if (!ok)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s: unexpected tensor '%s' (expected "
+                           "nn.MultiheadAttention names: %s, "
+                           "out_proj.weight%s)",
+                           file, nm,
+                           packed ? "in_proj_weight"
+                                  : "q_proj_weight, k_proj_weight, "
+                                    "v_proj_weight",
+                           r->bias ? ", in_proj_bias, out_proj.bias" : "");
+  }
+  const float *q, *k, *v, *o, *in_b = NULL, *out_b = NULL;
+  s = ATTN_OK;
+  if (packed) {
+    const float *w = tensor_of(st, file, "in_proj_weight", 2, 3 * z->E, z->E,
+                               &s, d);
+    if (!w) return s;
+    q = w;
+    k = w + z->E * z->E;
+    v = k + z->E * z->E;
+  } else {
+    if (!(q = tensor_of(st, file, "q_proj_weight", 2, z->E, z->E, &s, d)) ||
+        !(k = tensor_of(st, file, "k_proj_weight", 2, z->kw, z->kdim, &s,
+                        d)) ||
+        !(v = tensor_of(st, file, "v_proj_weight", 2, z->kw, z->vdim, &s, d)))
+      return s;
+  }
+  if (!(o = tensor_of(st, file, "out_proj.weight", 2, z->E, z->E, &s, d)))
+    return s;
+  if (r->bias &&
+      (!(in_b = tensor_of(st, file, "in_proj_bias", 1, z->E + 2 * z->kw, 0,
+                          &s, d)) ||
+       !(out_b = tensor_of(st, file, "out_proj.bias", 1, z->E, 0, &s, d))))
+    return s;
+  set_views(r, z, q, k, v, o, in_b, out_b);
+  return ATTN_OK;
+}
+
+/* ---- the description file ------------------------------------------------ */
+
+static attn_status load_json(const char *path, const cJSON *root,
+                             attn__resident *r, attn_diag *d) {
+  const cJSON *k[K_N] = {NULL};
+  const cJSON *c;
+  attn_status s;
+  if (!cJSON_IsObject(root))
+    return attn_diag_set(d, ATTN_EPARSE, "%s: not a JSON object", path);
+  cJSON_ArrayForEach(c, root) {
+    int id = -1;
+    for (int i = 0; i < K_N; i++)
+      if (strcmp(c->string, keys[i]) == 0) id = i;
+    if (id < 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s: unknown key '%.40s' (expected name, "
+                           "embed_dim, num_heads, num_kv_heads, kdim, vdim, "
+                           "bias, weights, seed, description, version)",
+                           path, c->string);
+    if (k[id])
+      return attn_diag_set(d, ATTN_EINVAL, "%s: key '%s' given twice", path,
+                           keys[id]);
+    k[id] = c;
+  }
+  if (!k[K_NAME] || !k[K_E] || !k[K_H])
+    return attn_diag_set(d, ATTN_EINVAL, "%s: missing required key '%s'", path,
+                         !k[K_NAME] ? "name" : !k[K_E] ? "embed_dim"
+                                                       : "num_heads");
+  if ((s = json_str(k[K_NAME], path, "name", d))) return s;
+  if (!good_name(k[K_NAME]->valuestring))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: \"name\" must be 1..%d of [A-Za-z0-9_.-] not "
+                         "starting with '.'",
+                         path, ATTN_MODEL_MAX_NAME);
+  dims z;
+  if ((s = json_dim(k[K_E], path, "embed_dim", &z.E, d)) ||
+      (s = json_dim(k[K_H], path, "num_heads", &z.H, d)))
+    return s;
+  z.Hkv = z.H, z.kdim = z.vdim = z.E;
+  if ((k[K_HKV] && (s = json_dim(k[K_HKV], path, "num_kv_heads", &z.Hkv, d))) ||
+      (k[K_KDIM] && (s = json_dim(k[K_KDIM], path, "kdim", &z.kdim, d))) ||
+      (k[K_VDIM] && (s = json_dim(k[K_VDIM], path, "vdim", &z.vdim, d))))
+    return s;
+  if (z.E % z.H != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: embed_dim %lld is not divisible by num_heads "
+                         "%lld",
+                         path, LL(z.E), LL(z.H));
+  if (z.H % z.Hkv != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: num_heads %lld is not a multiple of "
+                         "num_kv_heads %lld",
+                         path, LL(z.H), LL(z.Hkv));
+  z.kw = z.Hkv * (z.E / z.H);
+  r->bias = true;
+  if (k[K_BIAS]) {
+    if (!cJSON_IsBool(k[K_BIAS]))
+      return attn_diag_set(d, ATTN_EINVAL, "%s: \"bias\" must be true or false",
+                           path);
+    r->bias = cJSON_IsTrue(k[K_BIAS]);
+  }
+  if (!!k[K_WEIGHTS] == !!k[K_SEED])
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: give exactly one of \"weights\" (a .safetensors "
+                         "file) and \"seed\"",
+                         path);
+  if (k[K_WEIGHTS] && (s = json_str(k[K_WEIGHTS], path, "weights", d)))
+    return s;
+  uint64_t seed = 0;
+  if (k[K_SEED]) {
+    double x = k[K_SEED]->valuedouble;
+    if (!cJSON_IsNumber(k[K_SEED]) || x != floor(x) || x < 0 || x > SEED_MAX)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s: \"seed\" must be an integer in 0..2^53-1",
+                           path);
+    seed = (uint64_t)x;
+  }
+  if (k[K_DESC] && (s = json_str(k[K_DESC], path, "description", d))) return s;
+  char vbuf[32] = "1";
+  if (k[K_VERSION]) {
+    const cJSON *v = k[K_VERSION];
+    if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
+        v->valuedouble >= 0 && v->valuedouble <= SEED_MAX)
+      snprintf(vbuf, sizeof vbuf, "%llu", (unsigned long long)v->valuedouble);
+    else if (cJSON_IsString(v) && good_name(v->valuestring) &&
+             strlen(v->valuestring) < sizeof vbuf)
+      snprintf(vbuf, sizeof vbuf, "%s", v->valuestring);
+    else
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s: \"version\" must be a non-negative integer or "
+                           "1..31 of [A-Za-z0-9_.-]",
+                           path);
+  }
+
+  /* Parameter count, overflow-checked, before any weight memory. */
+  size_t total = 0, t;
+  const int64_t terms[][2] = {{z.E, z.E},
+                              {z.kw, z.kdim},
+                              {z.kw, z.vdim},
+                              {z.E, z.E},
+                              {r->bias ? 1 : 0, 2 * z.E + 2 * z.kw}};
+  for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
+    if (!attn_size_mul((size_t)terms[i][0], (size_t)terms[i][1], &t) ||
+        !attn_size_add(total, t, &total) || total > ATTN_MODEL_MAX_PARAMS)
+      return attn_diag_set(d, ATTN_ETOOBIG,
+                           "%s: the model would have more than %zu "
+                           "parameters",
+                           path, ATTN_MODEL_MAX_PARAMS);
+
+  r->name = strdup(k[K_NAME]->valuestring);
+  r->version = strdup(vbuf);
+  r->description = k[K_DESC] ? strdup(k[K_DESC]->valuestring) : NULL;
+  r->path = strdup(path);
+  if (!r->name || !r->version || !r->path || (k[K_DESC] && !r->description))
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  r->E = z.E, r->H = z.H, r->Hkv = z.Hkv, r->kdim = z.kdim, r->vdim = z.vdim;
+  if (k[K_SEED]) return seed_weights(r, &z, seed, total, d);
+  char *file = resolve(path, k[K_WEIGHTS]->valuestring);
+  if (!file) return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  s = file_weights(r, &z, file, total, d);
+  free(file);
+  return s;
+}
+
+attn_status attn__resident_load(const char *json_path, attn__resident *out,
+                                attn_diag *d) {
+  char *text = NULL;
+  size_t len = 0;
+  memset(out, 0, sizeof *out);
+  attn_status s = read_text(json_path, &text, &len, d);
+  if (s) return s;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  if (!root) {
+    size_t at = end && end >= text ? (size_t)(end - text) : 0;
+    free(text);
+    return attn_diag_set(d, ATTN_EPARSE, "%s: invalid JSON near byte %zu",
+                         json_path, at);
+  }
+  for (const char *p = end; p < text + len; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      cJSON_Delete(root);
+      free(text);
+      return attn_diag_set(d, ATTN_EPARSE,
+                           "%s: unexpected text after the JSON object",
+                           json_path);
+    }
+  s = load_json(json_path, root, out, d);
+  cJSON_Delete(root);
+  free(text);
+  if (s) attn__resident_free(out);
+  return s;
+}

@@ -1,0 +1,164 @@
+/* queue.c - bounded FIFO of intrusive jobs (include/attn/queue.h).
+ *
+ * Design
+ *   A singly linked list (head, tail) of attn_job threaded through job->next,
+ *   so a push allocates nothing and can fail only for being full or closed.
+ *   One mutex guards the list, its length and the closed flag; one condition
+ *   variable (nonempty) wakes poppers.  Push never waits: the HTTP side must
+ *   answer "busy" at once rather than block a libmicrohttpd callback.
+ *
+ * Threads
+ *   Producers (HTTP threads) push; pool workers pop; main closes and, once
+ *   no thread uses the queue, destroys it.  All entry points but destroy are
+ *   safe from any thread.
+ *
+ * Invariants (under mu)
+ *   - count == length of the list <= capacity; head == NULL iff count == 0;
+ *     tail->next == NULL.
+ *   - closed only goes false -> true.  Once closed, no job enters; pop
+ *     returns queued jobs, then ATTN_ESHUTDOWN.
+ *   - Every waiter in pop re-checks (count > 0 || closed) after waking, so
+ *     spurious wake-ups are harmless; close broadcasts, push signals one.
+ *   - depth mirrors count for lock-free readers; it is written only under mu.
+ *
+ * Locks
+ *   mu is a leaf: no callback and no other module's lock runs under it.
+ */
+#include "attn/queue.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct attn_queue {
+  pthread_mutex_t mu;
+  pthread_cond_t nonempty;
+  attn_job *head, *tail; /* under mu */
+  size_t count;          /* under mu */
+  bool closed;           /* under mu; mirrored in closed_flag */
+  size_t capacity;       /* fixed */
+
+  atomic_bool closed_flag;
+  atomic_uint_fast64_t depth;
+  atomic_uint_fast64_t pushed;
+  atomic_uint_fast64_t rejected_full;
+  atomic_uint_fast64_t rejected_closed;
+};
+
+uint64_t attn_now_ns(void) {
+  struct timespec ts;
+  /* CLOCK_MONOTONIC cannot fail on Linux with a valid pointer. */
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+attn_status attn_queue_create(size_t capacity, attn_queue **out) {
+  if (!out) return ATTN_EINVAL;
+  *out = NULL;
+  if (capacity == 0) return ATTN_EINVAL;
+
+  attn_queue *q = calloc(1, sizeof *q);
+  if (!q) return ATTN_ENOMEM;
+  if (pthread_mutex_init(&q->mu, NULL) != 0) {
+    free(q);
+    return ATTN_ENOMEM;
+  }
+  if (pthread_cond_init(&q->nonempty, NULL) != 0) {
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+    return ATTN_ENOMEM;
+  }
+  q->capacity = capacity;
+  atomic_init(&q->closed_flag, false);
+  atomic_init(&q->depth, 0);
+  atomic_init(&q->pushed, 0);
+  atomic_init(&q->rejected_full, 0);
+  atomic_init(&q->rejected_closed, 0);
+  *out = q;
+  return ATTN_OK;
+}
+
+void attn_queue_destroy(attn_queue *q) {
+  if (!q) return;
+  pthread_cond_destroy(&q->nonempty);
+  pthread_mutex_destroy(&q->mu);
+  free(q);
+}
+
+attn_status attn_queue_push(attn_queue *q, attn_job *job) {
+  if (!q || !job || !job->run || (job->deadline_ns != 0 && !job->expire))
+    return ATTN_EINVAL;
+
+  pthread_mutex_lock(&q->mu);
+  if (q->closed) {
+    pthread_mutex_unlock(&q->mu);
+    atomic_fetch_add(&q->rejected_closed, 1);
+    return ATTN_ESHUTDOWN;
+  }
+  if (q->count == q->capacity) {
+    pthread_mutex_unlock(&q->mu);
+    atomic_fetch_add(&q->rejected_full, 1);
+    return ATTN_EBUSY;
+  }
+  job->next = NULL;
+  job->enqueued_ns = attn_now_ns();
+  if (q->tail)
+    q->tail->next = job;
+  else
+    q->head = job;
+  q->tail = job;
+  q->count++;
+  atomic_store(&q->depth, q->count);
+  atomic_fetch_add(&q->pushed, 1);
+  pthread_cond_signal(&q->nonempty);
+  pthread_mutex_unlock(&q->mu);
+  return ATTN_OK;
+}
+
+attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
+  if (!out) return ATTN_EINVAL;
+  *out = NULL;
+  if (!q) return ATTN_EINVAL;
+
+  pthread_mutex_lock(&q->mu);
+  while (q->count == 0 && !q->closed) pthread_cond_wait(&q->nonempty, &q->mu);
+  if (q->count == 0) { /* closed and empty */
+    pthread_mutex_unlock(&q->mu);
+    return ATTN_ESHUTDOWN;
+  }
+  attn_job *job = q->head;
+  q->head = job->next;
+  if (!q->head) q->tail = NULL;
+  q->count--;
+  atomic_store(&q->depth, q->count);
+  pthread_mutex_unlock(&q->mu);
+
+  job->next = NULL;
+  *out = job;
+  return ATTN_OK;
+}
+
+void attn_queue_close(attn_queue *q) {
+  if (!q) return;
+  pthread_mutex_lock(&q->mu);
+  q->closed = true;
+  atomic_store(&q->closed_flag, true);
+  pthread_cond_broadcast(&q->nonempty);
+  pthread_mutex_unlock(&q->mu);
+}
+
+bool attn_queue_is_closed(const attn_queue *q) {
+  return q && atomic_load(&q->closed_flag);
+}
+
+void attn_queue_get_stats(const attn_queue *q, attn_queue_stats *st) {
+  if (!st) return;
+  *st = (attn_queue_stats){0};
+  if (!q) return;
+  st->capacity = q->capacity;
+  st->depth = atomic_load(&q->depth);
+  st->pushed = atomic_load(&q->pushed);
+  st->rejected_full = atomic_load(&q->rejected_full);
+  st->rejected_closed = atomic_load(&q->rejected_closed);
+}

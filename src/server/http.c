@@ -1,0 +1,349 @@
+/* http.c - the only file that includes microhttpd.h.
+ *
+ * DESIGN
+ * libmicrohttpd runs its own I/O threads (a pool of http_threads, epoll).
+ * On those threads we only gather the body (refusing more than
+ * max_body_bytes with 413, from Content-Length before reading it when the
+ * client sends one), build a plain attn_http_req and ask routes.c.  An
+ * immediate answer is queued at once; an inference job is queued after the
+ * connection is suspended (MHD_suspend_connection), so a worker can never
+ * resume a connection that is not yet suspended.  The worker's completion
+ * stores the response in the connection's context and resumes it; the
+ * access handler runs again and queues that response.  A full queue is
+ * answered with 503 right away.
+ * Threads: on_request and on_completed run on MHD threads; complete() runs
+ * on a worker and touches only its own connection's context before
+ * MHD_resume_connection (a release point for libmicrohttpd's ITC).
+ * Invariants: a context lives from the first callback to on_completed; it is
+ * never freed while its connection is suspended, so the borrowed body stays
+ * valid for the job.  `inflight` counts live contexts for draining.
+ */
+#include <microhttpd.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn/log.h"
+#include "attn/server.h"
+#include "internal.h"
+
+#define BODY_INITIAL (64 * 1024)
+
+struct attn_server {
+  attn_srv_ctx ctx;
+  struct MHD_Daemon *daemon;
+  int port;
+  atomic_int inflight;
+};
+
+typedef struct conn_ctx {
+  attn_server *srv;
+  struct MHD_Connection *conn;
+  char method[16];
+  char path[ATTN_MAX_URL_LEN + 1];
+  char *body;
+  size_t len, cap;
+  int too_big;
+  int suspended;
+  atomic_int done; /* a worker stored resp */
+  attn_http_resp resp;
+  uint64_t start_ns;
+  int status;
+  size_t bytes_out;
+  char request_id[72];
+} conn_ctx;
+
+static const char *header(struct MHD_Connection *c, const char *name) {
+  return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* Queue resp on the connection; takes resp->body.  MHD thread. */
+static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
+  struct MHD_Response *r;
+  char num[32];
+  if (!resp->body) { /* encoding failed for lack of memory */
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    resp->status = 503;
+    resp->body = strdup(oom);
+    resp->len = resp->body ? sizeof oom - 1 : 0;
+  }
+  r = MHD_create_response_from_buffer(resp->len, resp->body,
+                                      MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(resp->body);
+    resp->body = NULL;
+    return MHD_NO;
+  }
+  resp->body = NULL;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          resp->content_type ? resp->content_type
+                                             : "application/json");
+  if (resp->header_len) {
+    snprintf(num, sizeof num, "%zu", resp->header_len);
+    MHD_add_response_header(r, "Inference-Header-Content-Length", num);
+  }
+  if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+  if (resp->retry_after_s > 0) {
+    snprintf(num, sizeof num, "%d", resp->retry_after_s);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, num);
+  }
+  if (cx->request_id[0])
+    MHD_add_response_header(r, "X-Request-Id", cx->request_id);
+  cx->status = resp->status;
+  cx->bytes_out = resp->len;
+  enum MHD_Result ret =
+      MHD_queue_response(cx->conn, (unsigned)resp->status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result send_error(conn_ctx *cx, int status, const char *msg) {
+  attn_http_resp resp = {0};
+  attn__resp_error(&resp, status, "%s", msg);
+  return send_resp(cx, &resp);
+}
+
+/* Worker thread: hand the response over and wake the connection. */
+static void complete(void *arg, attn_http_resp *resp) {
+  conn_ctx *cx = arg;
+  cx->resp = *resp;
+  if (resp->request_id[0] && strcmp(resp->request_id, cx->request_id) != 0)
+    snprintf(cx->request_id, sizeof cx->request_id, "%s", resp->request_id);
+  atomic_store(&cx->done, 1);
+  MHD_resume_connection(cx->conn);
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  if (!s || *s < '0' || *s > '9') return 0;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) return 0;
+  *out = v;
+  return 1;
+}
+
+static enum MHD_Result dispatch(conn_ctx *cx) {
+  attn_server *s = cx->srv;
+  attn_http_req req = {
+      .method = cx->method,
+      .path = cx->path,
+      .content_type = header(cx->conn, MHD_HTTP_HEADER_CONTENT_TYPE),
+      .content_encoding = header(cx->conn, MHD_HTTP_HEADER_CONTENT_ENCODING),
+      .header_len = header(cx->conn, "Inference-Header-Content-Length"),
+      .request_id = cx->request_id,
+      .body = cx->body ? cx->body : "",
+      .body_len = cx->len,
+      .start_ns = cx->start_ns};
+  attn_http_resp resp = {0};
+  attn_infer_job *job = NULL;
+  if (attn__route(&s->ctx, &req, &resp, &job) == ATTN_ROUTE_DONE)
+    return send_resp(cx, &resp);
+  job->complete = complete;
+  job->complete_arg = cx;
+  snprintf(job->request_id, sizeof job->request_id, "%s", cx->request_id);
+  MHD_suspend_connection(cx->conn);
+  cx->suspended = 1;
+  if (!attn__infer_submit(job, &resp)) { /* 503: answer now */
+    cx->resp = resp;
+    atomic_store(&cx->done, 1);
+    MHD_resume_connection(cx->conn);
+  }
+  return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  attn_server *s = cls;
+  conn_ctx *cx = *con_cls;
+  (void)version;
+  if (!cx) { /* first call: headers only */
+    cx = calloc(1, sizeof *cx);
+    if (!cx) return MHD_NO;
+    atomic_fetch_add(&s->inflight, 1);
+    *con_cls = cx;
+    cx->srv = s;
+    cx->conn = conn;
+    cx->start_ns = attn_now_ns();
+    snprintf(cx->method, sizeof cx->method, "%s", method);
+    const char *rid = header(conn, "X-Request-Id");
+    if (rid && *rid && strlen(rid) < sizeof cx->request_id)
+      snprintf(cx->request_id, sizeof cx->request_id, "%s", rid);
+    else
+      snprintf(cx->request_id, sizeof cx->request_id, "req-%llu",
+               (unsigned long long)atomic_fetch_add(&s->ctx.next_id, 1));
+    if (strlen(url) > ATTN_MAX_URL_LEN) {
+      snprintf(cx->path, sizeof cx->path, "%.64s...", url);
+      return send_error(cx, 414, "request URL is too long");
+    }
+    snprintf(cx->path, sizeof cx->path, "%s", url);
+    uint64_t cl;
+    const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cls_h && parse_u64(cls_h, &cl)) {
+      if (cl > (uint64_t)s->ctx.cfg->max_body_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "request body of %llu bytes exceeds max_body_bytes=%lld",
+                 (unsigned long long)cl,
+                 (long long)s->ctx.cfg->max_body_bytes);
+        return send_error(cx, 413, msg);
+      }
+      cx->cap = (size_t)cl;
+    }
+    return MHD_YES;
+  }
+  if (atomic_load(&cx->done)) { /* resumed by a worker */
+    atomic_store(&cx->done, 0);
+    cx->suspended = 0;
+    return send_resp(cx, &cx->resp);
+  }
+  if (*upload_size > 0) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (cx->too_big) return MHD_YES;
+    if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes) {
+      cx->too_big = 1;
+      free(cx->body);
+      cx->body = NULL;
+      cx->len = 0;
+      return MHD_YES; /* discard the rest, answer 413 at the end */
+    }
+    if (cx->len + n > cx->cap || !cx->body) {
+      size_t cap = cx->cap > cx->len + n ? cx->cap : BODY_INITIAL;
+      while (cap < cx->len + n) cap *= 2;
+      if (cap > (size_t)s->ctx.cfg->max_body_bytes)
+        cap = (size_t)s->ctx.cfg->max_body_bytes;
+      char *nb = realloc(cx->body, cap);
+      if (!nb) return MHD_NO;
+      cx->body = nb;
+      cx->cap = cap;
+    }
+    memcpy(cx->body + cx->len, upload, n);
+    cx->len += n;
+    return MHD_YES;
+  }
+  if (cx->suspended) return MHD_YES; /* spurious call while queued */
+  if (cx->too_big) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "request body exceeds max_body_bytes=%lld",
+             (long long)s->ctx.cfg->max_body_bytes);
+    return send_error(cx, 413, msg);
+  }
+  return dispatch(cx);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+  attn_server *s = cls;
+  conn_ctx *cx = *con_cls;
+  (void)conn;
+  if (!cx) return;
+  if (s->ctx.cfg->access_log) {
+    attn_access a = {.method = cx->method,
+                     .path = cx->path,
+                     .request_id = cx->request_id,
+                     .status = cx->status ? cx->status
+                                          : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                     .bytes_in = cx->len,
+                     .bytes_out = cx->bytes_out,
+                     .queue_ms = cx->resp.queue_ms,
+                     .compute_ms = cx->resp.compute_ms,
+                     .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6};
+    attn_log_access(&a);
+  }
+  free(cx->resp.body);
+  free(cx->body);
+  free(cx);
+  *con_cls = NULL;
+  atomic_fetch_sub(&s->inflight, 1);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  (void)cls;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
+  attn_log(ATTN_LOG_WARN, "libmicrohttpd: %s", msg);
+}
+
+attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
+                               attn_diag *d) {
+  const attn_config *cfg = deps->cfg;
+  struct addrinfo hints = {0}, *ai = NULL;
+  char port[16];
+  *out = NULL;
+  attn_server *s = calloc(1, sizeof *s);
+  if (!s) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  s->ctx.cfg = cfg;
+  s->ctx.models = deps->models;
+  s->ctx.queue = deps->queue;
+  s->ctx.pool = deps->pool;
+  atomic_init(&s->ctx.draining, false);
+  atomic_init(&s->ctx.next_id, 1);
+  atomic_init(&s->inflight, 0);
+
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  snprintf(port, sizeof port, "%d", cfg->port);
+  int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+  if (gai != 0) {
+    free(s);
+    return attn_diag_set(d, ATTN_EINVAL, "host '%s': %s", cfg->host,
+                         gai_strerror(gai));
+  }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  unsigned pool = cfg->http_threads > 1 ? (unsigned)cfg->http_threads : 0;
+  s->daemon = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+      mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!s->daemon) {
+    free(s);
+    return attn_diag_set(d, ATTN_EIO,
+                         "cannot listen on %s:%d (is the port in use?)",
+                         cfg->host, cfg->port);
+  }
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = info ? (int)info->port : cfg->port;
+  *out = s;
+  return ATTN_OK;
+}
+
+int attn_server_port(const attn_server *s) { return s->port; }
+
+void attn_server_begin_drain(attn_server *s) {
+  atomic_store(&s->ctx.draining, true);
+}
+
+attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {
+  uint64_t end = attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) *
+                                     1000000u;
+  while (atomic_load(&s->inflight) > 0) {
+    if (attn_now_ns() >= end) return ATTN_ETIMEDOUT;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return ATTN_OK;
+}
+
+void attn_server_destroy(attn_server *s) {
+  if (!s) return;
+  if (s->daemon) MHD_stop_daemon(s->daemon);
+  free(s);
+}

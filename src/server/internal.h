@@ -1,0 +1,101 @@
+/* internal.h - what http.c, routes.c and infer.c share.  Not a public
+ * header.
+ *
+ * http.c turns a libmicrohttpd request into an attn_http_req (plain data:
+ * method, path, a few headers, the body) and an attn_http_resp back into a
+ * libmicrohttpd response.  routes.c maps one to the other without sockets:
+ * it answers at once (health, metadata, errors) or hands back a job that
+ * http.c queues after suspending the connection; infer.c runs that job on a
+ * worker thread and calls the completion, which resumes the connection. */
+#ifndef ATTN_SERVER_INTERNAL_H
+#define ATTN_SERVER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/config.h"
+#include "attn/model.h"
+#include "attn/queue.h"
+#include "attn/status.h"
+
+typedef struct attn_http_req {
+  const char *method;
+  const char *path; /* without the query string */
+  const char *content_type;     /* NULL when absent */
+  const char *content_encoding; /* NULL when absent */
+  const char *header_len;       /* Inference-Header-Content-Length */
+  const char *request_id;       /* X-Request-Id */
+  const char *body;             /* borrowed; lives until the response is sent */
+  size_t body_len;
+  uint64_t start_ns;
+} attn_http_req;
+
+typedef struct attn_http_resp {
+  int status;
+  const char *content_type; /* static string */
+  char *body;               /* malloc'd; ownership passes to http.c */
+  size_t len;
+  size_t header_len;        /* >0: Inference-Header-Content-Length */
+  const char *allow;        /* 405: Allow header */
+  int retry_after_s;        /* >0: Retry-After header */
+  double queue_ms, compute_ms;
+  char request_id[72];
+} attn_http_resp;
+
+/* State shared by the HTTP threads and the workers. */
+typedef struct attn_srv_ctx {
+  const attn_config *cfg;
+  const attn_registry *models;
+  attn_queue *queue;
+  attn_pool *pool;
+  atomic_bool draining;
+  atomic_uint_fast64_t next_id;
+} attn_srv_ctx;
+
+typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
+
+typedef enum { ATTN_JOB_V2, ATTN_JOB_V1 } attn_job_proto;
+
+/* One inference request on its way through the queue.  Created by routes.c,
+ * completed exactly once through `complete` (on a worker thread, or on the
+ * HTTP thread when the queue refuses it), then freed by the completer. */
+typedef struct attn_infer_job {
+  attn_job job; /* queue link; first member */
+  attn_srv_ctx *srv;
+  attn_job_proto proto;
+  char *model, *version; /* v2: from the URL */
+  const char *body;      /* borrowed from the connection */
+  size_t body_len;
+  size_t header_len;     /* v2 binary: Inference-Header-Content-Length */
+  char request_id[72];
+  uint64_t start_ns;
+  void (*complete)(void *arg, attn_http_resp *resp); /* takes resp's body */
+  void *complete_arg;
+} attn_infer_job;
+
+/* routes.c: answer req now (DONE, *resp filled) or return a job to queue
+ * (DEFER, *job set, *resp untouched).  HTTP thread; never blocks. */
+attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
+                            attn_http_resp *resp, attn_infer_job **job);
+
+/* infer.c: queue the job (deadline from queue_timeout_ms).  On a full or
+ * closed queue, fills *resp with 503 and frees the job: returns false. */
+bool attn__infer_submit(attn_infer_job *job, attn_http_resp *resp);
+void attn__infer_job_free(attn_infer_job *job);
+
+/* Fill resp with {"error": msg} and status. */
+void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Fill resp with a JSON body taken from buf (buf is emptied). */
+struct attn_buf;
+void attn__resp_json(attn_http_resp *resp, int status, struct attn_buf *buf);
+
+/* HTTP status for an engine/codec/model status. */
+int attn__http_status(attn_status s);
+
+#endif

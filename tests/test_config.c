@@ -1,0 +1,883 @@
+/* test_config.c - the configuration module: defaults, each layer overriding
+ * the one before, strict parsing of every type, file errors, argv handling,
+ * and that config/attnd.json and docs/configuration.md list exactly the keys
+ * of the table in src/config/config.c.
+ *
+ * The environment is injected through a fake getenv; files are written to
+ * mkstemp() paths under /tmp and removed by the test that made them.
+ * ATTN_SOURCE_DIR (set by the build) locates config/ and docs/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn/config.h"
+#include "unit.h"
+
+#ifndef ATTN_SOURCE_DIR
+#define ATTN_SOURCE_DIR "."
+#endif
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Fake environment: NULL-terminated name, value pairs. */
+static const char *const *fake_env;
+
+static const char *fake_getenv(const char *name) {
+  for (const char *const *p = fake_env; p && p[0]; p += 2)
+    if (strcmp(p[0], name) == 0) return p[1];
+  return NULL;
+}
+
+/* Run attn_config_from_cli with argv given as string literals. */
+static attn_status cli_run(attn_config *c, attn_cli_action *a,
+                           const char *const *env, char **argv, size_t argc,
+                           attn_diag *d) {
+  fake_env = env;
+  return attn_config_from_cli(c, (int)argc, argv, fake_getenv, a, d);
+}
+#define CLI(c, a, env, d, ...)                               \
+  cli_run(c, a, env, (char **)(const char *[]){__VA_ARGS__}, \
+          sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *), d)
+
+/* Write text to a new temporary file; returns its path (static buffer per
+ * slot; the caller unlinks it). */
+static char tmp_paths[4][64];
+static const char *write_tmp(int slot, const char *text, size_t len) {
+  char *path = tmp_paths[slot];
+  snprintf(path, sizeof tmp_paths[slot], "/tmp/attn_test_cfg_XXXXXX");
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+  ck_assert_int_eq(fclose(f), 0);
+  return path;
+}
+#define WRITE_TMP(slot, s) write_tmp(slot, s, strlen(s))
+
+/* Whole file into a malloc'd NUL-terminated string. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  char *buf = NULL;
+  size_t cap = 0, len = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      buf = realloc(buf, cap);
+      ck_assert_ptr_nonnull(buf);
+    }
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+  }
+  fclose(f);
+  buf[len] = '\0';
+  return buf;
+}
+
+static size_t n_keys(void) {
+  size_t n = 0;
+  while (attn_config_key_name(n)) n++;
+  return n;
+}
+
+/* "ATTND_" + upper(key) and "--" + key with dashes. */
+static void env_of(const char *key, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "ATTND_");
+  for (const char *p = key; *p && n + 1 < size; p++)
+    buf[n++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+  buf[n] = '\0';
+}
+static void flag_of(const char *key, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "--");
+  for (const char *p = key; *p && n + 1 < size; p++)
+    buf[n++] = *p == '_' ? '-' : *p;
+  buf[n] = '\0';
+}
+
+/* A config whose every field differs from the default. */
+static void non_default(attn_config *c) {
+  attn_config_defaults(c);
+  snprintf(c->host, sizeof c->host, "127.0.0.1");
+  c->port = 1;
+  c->workers = 3;
+  c->blas_threads_per_worker = 4;
+  c->queue_capacity = 5;
+  c->queue_timeout_ms = 6;
+  c->drain_timeout_ms = 7;
+  c->max_body_bytes = 8000;
+  c->max_seq_len = 9;
+  c->max_tensor_elements = 10;
+  c->max_weights_elements = 11;
+  c->max_connections = 12;
+  c->connection_timeout_s = 13;
+  snprintf(c->models_dir, sizeof c->models_dir, "/srv/models");
+  c->log_level = ATTN_LOG_ERROR;
+  c->log_format = ATTN_LOG_TEXT;
+  c->access_log = false;
+}
+
+#define ASSERT_UNCHANGED(c, before)                      \
+  ck_assert_msg(memcmp(&(c), &(before), sizeof(c)) == 0, \
+                "config changed on failure")
+#define ASSERT_DIAG_HAS(d, s) \
+  ck_assert_msg(strstr((d).msg, s) != NULL, "diag '%s' lacks '%s'", (d).msg, s)
+
+/* ---- defaults and table -------------------------------------------------- */
+
+START_TEST(test_defaults) {
+  attn_config c;
+  memset(&c, 0xAB, sizeof c);
+  attn_config_defaults(&c);
+  ck_assert_str_eq(c.host, "0.0.0.0");
+  ck_assert_int_eq(c.port, 8080);
+  ck_assert_int_eq(c.workers, 2);
+  ck_assert_int_eq(c.blas_threads_per_worker, 1);
+  ck_assert_int_eq(c.queue_capacity, 64);
+  ck_assert_int_eq(c.queue_timeout_ms, 10000);
+  ck_assert_int_eq(c.drain_timeout_ms, 30000);
+  ck_assert_int_eq(c.max_body_bytes, 256LL * 1024 * 1024);
+  ck_assert_int_eq(c.max_seq_len, 16384);
+  ck_assert_int_eq(c.max_tensor_elements, 64LL * 1024 * 1024);
+  ck_assert_int_eq(c.max_weights_elements, 16LL * 1024 * 1024);
+  ck_assert_int_eq(c.max_connections, 1024);
+  ck_assert_int_eq(c.connection_timeout_s, 60);
+  ck_assert_str_eq(c.models_dir, "config/models");
+  ck_assert_int_eq(c.log_level, ATTN_LOG_INFO);
+  ck_assert_int_eq(c.log_format, ATTN_LOG_JSON);
+  ck_assert(c.access_log);
+}
+END_TEST
+
+START_TEST(test_key_names) {
+  static const char *const want[] = {"host",
+                                     "port",
+                                     "workers",
+                                     "blas_threads_per_worker",
+                                     "http_threads",
+                                     "queue_capacity",
+                                     "queue_timeout_ms",
+                                     "drain_timeout_ms",
+                                     "max_body_bytes",
+                                     "max_seq_len",
+                                     "max_tensor_elements",
+                                     "max_weights_elements",
+                                     "max_connections",
+                                     "connection_timeout_s",
+                                     "models_dir",
+                                     "log_level",
+                                     "log_format",
+                                     "access_log"};
+  size_t n = sizeof want / sizeof want[0];
+  ck_assert_uint_eq(n_keys(), n);
+  for (size_t i = 0; i < n; i++)
+    ck_assert_str_eq(attn_config_key_name(i), want[i]);
+  ck_assert_ptr_null(attn_config_key_name(n));
+  ck_assert_ptr_null(attn_config_key_name((size_t)-1));
+  ck_assert_str_eq(attn_log_level_name(ATTN_LOG_WARN), "warn");
+  ck_assert_str_eq(attn_log_format_name(ATTN_LOG_TEXT), "text");
+  ck_assert_ptr_null(attn_log_level_name((attn_log_level)7));
+}
+END_TEST
+
+/* ---- attn_config_set: text parsing --------------------------------------- */
+
+START_TEST(test_set_each_type) {
+  attn_config c;
+  attn_config_defaults(&c);
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_set(&c, "host", "::1", &d), ATTN_OK);
+  ck_assert_str_eq(c.host, "::1");
+  ck_assert_int_eq(attn_config_set(&c, "port", "0", &d), ATTN_OK);
+  ck_assert_int_eq(c.port, 0);
+  ck_assert_int_eq(attn_config_set(&c, "port", "65535", &d), ATTN_OK);
+  ck_assert_int_eq(c.port, 65535);
+  ck_assert_int_eq(attn_config_set(&c, "max_body_bytes", "8589934592", &d),
+                   ATTN_OK);
+  ck_assert_int_eq(c.max_body_bytes, 8589934592LL);
+  ck_assert_int_eq(
+      attn_config_set(&c, "max_tensor_elements", "1099511627776", &d), ATTN_OK);
+  ck_assert_int_eq(c.max_tensor_elements, 1LL << 40);
+  ck_assert_int_eq(attn_config_set(&c, "queue_timeout_ms", "007", &d), ATTN_OK);
+  ck_assert_int_eq(c.queue_timeout_ms, 7);
+  ck_assert_int_eq(attn_config_set(&c, "log_level", "debug", &d), ATTN_OK);
+  ck_assert_int_eq(c.log_level, ATTN_LOG_DEBUG);
+  ck_assert_int_eq(attn_config_set(&c, "log_level", "error", &d), ATTN_OK);
+  ck_assert_int_eq(c.log_level, ATTN_LOG_ERROR);
+  ck_assert_int_eq(attn_config_set(&c, "log_format", "text", &d), ATTN_OK);
+  ck_assert_int_eq(c.log_format, ATTN_LOG_TEXT);
+  ck_assert_int_eq(attn_config_set(&c, "models_dir", "/a b/c", &d), ATTN_OK);
+  ck_assert_str_eq(c.models_dir, "/a b/c");
+}
+END_TEST
+
+START_TEST(test_set_bad_int_text) {
+  static const char *const bad[] = {"12abc",
+                                    "",
+                                    "99999999999999999999",
+                                    "-99999999999999999999",
+                                    "+5",
+                                    " 5",
+                                    "5 ",
+                                    "0x10",
+                                    "-",
+                                    "1.0",
+                                    "1e3",
+                                    "８"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    attn_config c, before;
+    attn_config_defaults(&c);
+    before = c;
+    attn_diag d = {{0}};
+    ck_assert_msg(attn_config_set(&c, "workers", bad[i], &d) == ATTN_EINVAL,
+                  "'%s' accepted", bad[i]);
+    ASSERT_UNCHANGED(c, before);
+    ASSERT_DIAG_HAS(d, "workers");
+    ASSERT_DIAG_HAS(d, "1..256");
+  }
+  attn_config c;
+  attn_config_defaults(&c);
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_set(&c, "port", "12abc", &d), ATTN_EINVAL);
+  ck_assert_str_eq(d.msg,
+                   "port: '12abc' is not an integer (port must be 0..65535)");
+  ck_assert_int_eq(
+      attn_config_set(&c, "max_body_bytes", "99999999999999999999", &d),
+      ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "out of range");
+}
+END_TEST
+
+START_TEST(test_set_out_of_range) {
+  static const struct {
+    const char *key, *value, *range;
+  } cases[] = {
+      {"port", "65536", "0..65535"},
+      {"port", "-1", "0..65535"},
+      {"workers", "0", "1..256"},
+      {"workers", "257", "1..256"},
+      {"blas_threads_per_worker", "65", "1..64"},
+      {"queue_capacity", "1000001", "1..1000000"},
+      {"queue_timeout_ms", "3600001", "0..3600000"},
+      {"drain_timeout_ms", "-5", "0..3600000"},
+      {"max_body_bytes", "1023", "1024..8589934592"},
+      {"max_body_bytes", "8589934593", "1024..8589934592"},
+      {"max_seq_len", "0", "1..1048576"},
+      {"max_tensor_elements", "1099511627777", "1..1099511627776"},
+      {"max_weights_elements", "-1", "0..1099511627776"},
+      {"max_connections", "65537", "1..65536"},
+      {"connection_timeout_s", "86401", "0..86400"},
+      {"workers", "4294967298", "1..256"}, /* would wrap to 2 as an int */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    attn_config c, before;
+    attn_config_defaults(&c);
+    before = c;
+    attn_diag d = {{0}};
+    ck_assert_msg(
+        attn_config_set(&c, cases[i].key, cases[i].value, &d) == ATTN_EINVAL,
+        "%s=%s accepted", cases[i].key, cases[i].value);
+    ASSERT_UNCHANGED(c, before);
+    ASSERT_DIAG_HAS(d, cases[i].key);
+    ASSERT_DIAG_HAS(d, cases[i].value);
+    ASSERT_DIAG_HAS(d, cases[i].range);
+    ASSERT_DIAG_HAS(d, "out of range");
+  }
+}
+END_TEST
+
+START_TEST(test_set_bool_forms) {
+  static const struct {
+    const char *text;
+    bool v;
+  } ok[] = {{"true", true}, {"false", false}, {"1", true},    {"0", false},
+            {"yes", true},  {"no", false},    {"TRUE", true}, {"No", false}};
+  attn_config c;
+  attn_diag d = {{0}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    attn_config_defaults(&c);
+    c.access_log = !ok[i].v;
+    ck_assert_msg(attn_config_set(&c, "access_log", ok[i].text, &d) == ATTN_OK,
+                  "'%s' rejected", ok[i].text);
+    ck_assert_msg(c.access_log == ok[i].v, "'%s' gave %d", ok[i].text,
+                  c.access_log);
+  }
+  static const char *const bad[] = {"",  "2",     "on",   "off",
+                                    "y", "truee", " true"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    attn_config_defaults(&c);
+    ck_assert_msg(attn_config_set(&c, "access_log", bad[i], &d) == ATTN_EINVAL,
+                  "'%s' accepted", bad[i]);
+    ASSERT_DIAG_HAS(d, "not a boolean");
+    ck_assert(c.access_log);
+  }
+}
+END_TEST
+
+START_TEST(test_set_enum_and_string) {
+  attn_config c, before;
+  attn_config_defaults(&c);
+  before = c;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_set(&c, "log_level", "verbose", &d),
+                   ATTN_EINVAL);
+  ck_assert_str_eq(
+      d.msg, "log_level: 'verbose' is not one of debug, info, warn, error");
+  ck_assert_int_eq(attn_config_set(&c, "log_level", "INFO", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_config_set(&c, "log_format", "", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_config_set(&c, "host", "", &d), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "empty");
+  ck_assert_int_eq(attn_config_set(&c, "host", "a\nb", &d), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "control character");
+  char longv[ATTN_MAX_HOST_LEN + 2];
+  memset(longv, 'h', sizeof longv - 1);
+  longv[sizeof longv - 1] = '\0'; /* 256 bytes: one too many */
+  ck_assert_int_eq(attn_config_set(&c, "host", longv, &d), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "too long");
+  ASSERT_DIAG_HAS(d, "1..255 bytes");
+  ASSERT_UNCHANGED(c, before);
+  longv[ATTN_MAX_HOST_LEN] = '\0'; /* exactly 255 fits */
+  ck_assert_int_eq(attn_config_set(&c, "host", longv, &d), ATTN_OK);
+  ck_assert_uint_eq(strlen(c.host), ATTN_MAX_HOST_LEN);
+}
+END_TEST
+
+START_TEST(test_set_unknown_key) {
+  attn_config c, before;
+  attn_config_defaults(&c);
+  before = c;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_set(&c, "wokers", "3", &d), ATTN_EINVAL);
+  ck_assert_str_eq(d.msg, "unknown key 'wokers' (did you mean 'workers'?)");
+  ck_assert_int_eq(attn_config_set(&c, "prot", "3", &d),
+                   ATTN_EINVAL); /* swap */
+  ck_assert_str_eq(d.msg, "unknown key 'prot' (did you mean 'port'?)");
+  ck_assert_int_eq(attn_config_set(&c, "max_body_byte", "3", &d), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "did you mean 'max_body_bytes'?");
+  ck_assert_int_eq(attn_config_set(&c, "Port", "3", &d),
+                   ATTN_EINVAL); /* case */
+  ASSERT_DIAG_HAS(d, "did you mean 'port'?");
+  ck_assert_int_eq(attn_config_set(&c, "threads", "3", &d), ATTN_EINVAL);
+  ck_assert_str_eq(d.msg, "unknown key 'threads'");
+  ck_assert_int_eq(attn_config_set(&c, "", "3", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_config_set(&c, "port", NULL, NULL), ATTN_EINVAL);
+  ASSERT_UNCHANGED(c, before);
+}
+END_TEST
+
+/* ---- files ----------------------------------------------------------------
+ */
+
+START_TEST(test_file_overrides_some_keys) {
+  const char *p =
+      WRITE_TMP(0,
+                "{ \"workers\": 8, \"host\": \"127.0.0.1\",\n"
+                "  \"access_log\": false, \"log_level\": \"warn\",\n"
+                "  \"max_body_bytes\": 1e6 }\n");
+  attn_config c;
+  attn_config_defaults(&c);
+  attn_diag d = {{0}};
+  attn_status st = attn_config_load_file(&c, p, &d);
+  unlink(p);
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.workers, 8);
+  ck_assert_str_eq(c.host, "127.0.0.1");
+  ck_assert(!c.access_log);
+  ck_assert_int_eq(c.log_level, ATTN_LOG_WARN);
+  ck_assert_int_eq(c.max_body_bytes, 1000000);
+  ck_assert_int_eq(c.port, 8080); /* absent keys keep their value */
+  ck_assert_int_eq(c.queue_capacity, 64);
+}
+END_TEST
+
+START_TEST(test_file_errors) {
+  static const struct {
+    const char *text;
+    attn_status st;
+    const char *msg; /* substring of the diagnostic, after the path */
+  } cases[] = {
+      {"{\"wokers\": 3}", ATTN_EINVAL,
+       "unknown key 'wokers' (did you mean 'workers'?)"},
+      {"{\"port\": 70000}", ATTN_EINVAL,
+       "port: 70000 is out of range (port must be 0..65535)"},
+      {"{\"port\": -1}", ATTN_EINVAL, "port must be 0..65535"},
+      {"{\"port\": 1e30}", ATTN_EINVAL, "out of range"},
+      {"{\"port\": 80.5}", ATTN_EINVAL, "port: 80.5 is not an integer"},
+      {"{\"port\": \"8080\"}", ATTN_EINVAL,
+       "port: must be an integer, not a string"},
+      {"{\"port\": null}", ATTN_EINVAL, "port: must be an integer, not null"},
+      {"{\"access_log\": \"true\"}", ATTN_EINVAL,
+       "access_log: must be true or false, not a string"},
+      {"{\"access_log\": 1}", ATTN_EINVAL,
+       "access_log: must be true or false, not a number"},
+      {"{\"host\": 1}", ATTN_EINVAL, "host: must be a string, not a number"},
+      {"{\"host\": [\"a\"]}", ATTN_EINVAL,
+       "host: must be a string, not an array"},
+      {"{\"host\": \"\"}", ATTN_EINVAL, "host: empty value"},
+      {"{\"log_format\": \"xml\"}", ATTN_EINVAL,
+       "log_format: 'xml' is not one of json, text"},
+      {"{\"workers\": 2, \"workers\": 3}", ATTN_EINVAL,
+       "duplicate key 'workers'"},
+      {"[1, 2]", ATTN_EPARSE, "must be a JSON object, not an array"},
+      {"8080", ATTN_EPARSE, "must be a JSON object"},
+      {"", ATTN_EPARSE, ":1:1: invalid JSON"},
+      {"{\"port\": 1,\n \"host\": }", ATTN_EPARSE, ":2:10: invalid JSON"},
+      {"{\"port\": 1} x", ATTN_EPARSE, "invalid JSON"},
+      {"{\"port\": 1,}", ATTN_EPARSE, "invalid JSON"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    /* A valid key before the bad one must not be applied either. */
+    const char *p = WRITE_TMP(0, cases[i].text);
+    attn_config c, before;
+    non_default(&c);
+    before = c;
+    attn_diag d = {{0}};
+    attn_status st = attn_config_load_file(&c, p, &d);
+    unlink(p);
+    ck_assert_msg(st == cases[i].st, "case %zu '%s': got %s (%s)", i,
+                  cases[i].text, attn_status_name(st), d.msg);
+    ASSERT_UNCHANGED(c, before);
+    ck_assert_msg(strncmp(d.msg, p, strlen(p)) == 0, "diag '%s' lacks path",
+                  d.msg);
+    ASSERT_DIAG_HAS(d, cases[i].msg);
+  }
+}
+END_TEST
+
+START_TEST(test_file_partial_failure_changes_nothing) {
+  const char *p = WRITE_TMP(0, "{\"workers\": 9, \"port\": 99999}");
+  attn_config c, before;
+  attn_config_defaults(&c);
+  before = c;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_EINVAL);
+  unlink(p);
+  ASSERT_UNCHANGED(c, before);
+  ck_assert_int_eq(c.workers, 2);
+}
+END_TEST
+
+START_TEST(test_file_io_errors) {
+  attn_config c, before;
+  attn_config_defaults(&c);
+  before = c;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_load_file(&c, "/nonexistent/attnd.json", &d),
+                   ATTN_EIO);
+  ASSERT_DIAG_HAS(d, "/nonexistent/attnd.json: cannot open");
+  ck_assert_int_eq(attn_config_load_file(&c, "/tmp", &d), ATTN_EIO);
+  ASSERT_DIAG_HAS(d, "/tmp: cannot read");
+  ck_assert_int_eq(attn_config_load_file(&c, NULL, &d), ATTN_EINVAL);
+
+  /* Too big: valid JSON padded with whitespace past the limit. */
+  size_t n = ATTN_MAX_CONFIG_FILE_BYTES + 1;
+  char *big = malloc(n);
+  ck_assert_ptr_nonnull(big);
+  memset(big, ' ', n);
+  big[0] = '{';
+  big[n - 1] = '}';
+  const char *p = write_tmp(0, big, n);
+  free(big);
+  ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_ETOOBIG);
+  unlink(p);
+
+  /* NUL byte inside. */
+  p = write_tmp(1, "{\"port\": 1}\0{\"port\": 2}", 23);
+  ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_EPARSE);
+  ASSERT_DIAG_HAS(d, "NUL");
+  unlink(p);
+  ASSERT_UNCHANGED(c, before);
+}
+END_TEST
+
+START_TEST(test_shipped_file_equals_defaults) {
+  /* Start from zeros so that a key missing from the file shows up. */
+  attn_config c, def;
+  memset(&c, 0, sizeof c);
+  attn_config_defaults(&def);
+  attn_diag d = {{0}};
+  const char *path = ATTN_SOURCE_DIR "/config/attnd.json";
+  ck_assert_msg(attn_config_load_file(&c, path, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_msg(memcmp(&c, &def, sizeof c) == 0,
+                "config/attnd.json differs from the built-in defaults");
+
+  /* Byte for byte what --check-config prints for the defaults: so the file
+   * lists exactly the table's keys, in table order. */
+  char *want = NULL;
+  size_t want_len = 0;
+  FILE *m = open_memstream(&want, &want_len);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_int_eq(attn_config_write_json(&def, m), ATTN_OK);
+  fclose(m);
+  char *have = slurp(path);
+  ck_assert_str_eq(have, want);
+  free(have);
+  free(want);
+}
+END_TEST
+
+START_TEST(test_write_json_round_trip) {
+  attn_config c, back;
+  non_default(&c);
+  snprintf(c.models_dir, sizeof c.models_dir, "/m/\"quoted\"\\dir/é");
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_int_eq(attn_config_write_json(&c, m), ATTN_OK);
+  fclose(m);
+  ck_assert_ptr_nonnull(
+      strstr(text, "\"models_dir\": \"/m/\\\"quoted\\\"\\\\dir/é\""));
+  ck_assert_ptr_nonnull(strstr(text, "\"access_log\": false\n}\n"));
+  const char *p = write_tmp(0, text, len);
+  free(text);
+  attn_config_defaults(&back);
+  attn_diag d = {{0}};
+  attn_status st = attn_config_load_file(&back, p, &d);
+  unlink(p);
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_msg(memcmp(&c, &back, sizeof c) == 0,
+                "round trip changed the config");
+}
+END_TEST
+
+START_TEST(test_docs_list_every_key) {
+  char *doc = slurp(ATTN_SOURCE_DIR "/docs/configuration.md");
+  size_t n = n_keys();
+  bool *seen = calloc(n, sizeof *seen);
+  ck_assert_ptr_nonnull(seen);
+  /* Rows of the key table start with "| `key` |"; the table ends at the next
+   * heading. */
+  char *start = strstr(doc, "## Keys");
+  ck_assert_ptr_nonnull(start);
+  char *end = strstr(start + 1, "\n## ");
+  ck_assert_ptr_nonnull(end);
+  *end = '\0';
+  size_t rows = 0;
+  for (char *line = start; line && *line;
+       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    if (strncmp(line, "| `", 3) != 0) continue;
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    char key[64];
+    const char *ks = line + 3, *ke = strchr(ks, '`');
+    ck_assert_ptr_nonnull(ke);
+    snprintf(key, sizeof key, "%.*s", (int)(ke - ks), ks);
+    size_t i = 0;
+    while (i < n && strcmp(attn_config_key_name(i), key) != 0) i++;
+    ck_assert_msg(i < n, "docs list unknown key '%s'", key);
+    ck_assert_msg(!seen[i], "docs list '%s' twice", key);
+    seen[i] = true;
+    rows++;
+    char want[96];
+    env_of(key, want, sizeof want);
+    ck_assert_msg(strstr(line, want), "docs row '%s' lacks %s", key, want);
+    flag_of(key, want, sizeof want);
+    ck_assert_msg(strstr(line, want), "docs row '%s' lacks %s", key, want);
+    if (nl) *nl = '\n';
+  }
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(seen[i], "docs/configuration.md lacks key '%s'",
+                  attn_config_key_name(i));
+  ck_assert_uint_eq(rows, n);
+  free(seen);
+  free(doc);
+}
+END_TEST
+
+/* ---- command line and environment ------------------------------------------
+ */
+
+START_TEST(test_cli_no_sources_is_defaults) {
+  attn_config c, def;
+  memset(&c, 0, sizeof c);
+  attn_config_defaults(&def);
+  attn_cli_action a = ATTN_CLI_HELP;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_RUN);
+  ck_assert(memcmp(&c, &def, sizeof c) == 0);
+  /* NULL getenv: no environment at all. */
+  char *argv[] = {"attnd", NULL};
+  ck_assert_int_eq(attn_config_from_cli(&c, 1, argv, NULL, &a, &d), ATTN_OK);
+  ck_assert(memcmp(&c, &def, sizeof c) == 0);
+  /* argc 0 is allowed (execve with an empty argv). */
+  ck_assert_int_eq(attn_config_from_cli(&c, 0, argv, NULL, &a, &d), ATTN_OK);
+}
+END_TEST
+
+START_TEST(test_cli_layers_precedence) {
+  const char *file =
+      WRITE_TMP(0,
+                "{\"port\": 1, \"workers\": 3, \"queue_capacity\": 5,"
+                " \"log_level\": \"warn\"}");
+  const char *env[] = {"ATTND_CONFIG",  file, "ATTND_PORT", "2",
+                       "ATTND_WORKERS", "4",  NULL};
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  attn_status st = CLI(&c, &a, env, &d, "attnd", "--port", "3");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 3);                  /* flag > env > file */
+  ck_assert_int_eq(c.workers, 4);               /* env > file */
+  ck_assert_int_eq(c.queue_capacity, 5);        /* file > default */
+  ck_assert_int_eq(c.log_level, ATTN_LOG_WARN); /* file > default */
+  ck_assert_int_eq(c.max_connections, 1024);    /* default */
+
+  /* Without the flag the environment wins; without env, the file. */
+  st = CLI(&c, &a, env, &d, "attnd");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 2);
+  const char *env_file_only[] = {"ATTND_CONFIG", file, NULL};
+  st = CLI(&c, &a, env_file_only, &d, "attnd");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 1);
+  ck_assert_int_eq(c.workers, 3);
+  unlink(file);
+}
+END_TEST
+
+START_TEST(test_cli_config_flag_beats_env) {
+  const char *good = WRITE_TMP(0, "{\"workers\": 7}");
+  const char *bad = WRITE_TMP(1, "{\"wokers\": 7}");
+  const char *env[] = {"ATTND_CONFIG", bad, NULL};
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  /* --config wins, so the bad ATTND_CONFIG file is never read. */
+  attn_status st = CLI(&c, &a, env, &d, "attnd", "--config", good);
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.workers, 7);
+  char eqform[128];
+  snprintf(eqform, sizeof eqform, "--config=%s", good);
+  st = CLI(&c, &a, env, &d, "attnd", eqform);
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.workers, 7);
+  /* Only ATTND_CONFIG: the bad file is read and reported. */
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd"), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "unknown key 'wokers'");
+  ASSERT_DIAG_HAS(d, bad);
+  const char *empty[] = {"ATTND_CONFIG", "", NULL};
+  ck_assert_int_eq(CLI(&c, &a, empty, &d, "attnd"), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "ATTND_CONFIG");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--config="), ATTN_EINVAL);
+  ck_assert_int_eq(
+      CLI(&c, &a, NULL, &d, "attnd", "--config", "/nonexistent.json"),
+      ATTN_EIO);
+  unlink(good);
+  unlink(bad);
+}
+END_TEST
+
+START_TEST(test_cli_every_key_has_env_and_flag) {
+  /* An empty value is an error for every type, so the diagnostic proves the
+   * variable (or flag) was read for that key. */
+  size_t n = n_keys();
+  for (size_t i = 0; i < n; i++) {
+    const char *key = attn_config_key_name(i);
+    char env_name[96], flag[96];
+    env_of(key, env_name, sizeof env_name);
+    flag_of(key, flag, sizeof flag);
+    const char *env[] = {env_name, "", NULL};
+    attn_config c;
+    attn_cli_action a;
+    attn_diag d = {{0}};
+    ck_assert_msg(CLI(&c, &a, env, &d, "attnd") == ATTN_EINVAL, "%s ignored",
+                  env_name);
+    ck_assert_msg(strncmp(d.msg, env_name, strlen(env_name)) == 0, "diag '%s'",
+                  d.msg);
+    char eq[128];
+    snprintf(eq, sizeof eq, "%s=", flag);
+    ck_assert_msg(CLI(&c, &a, NULL, &d, "attnd", eq) == ATTN_EINVAL,
+                  "%s ignored", flag);
+    ck_assert_msg(strncmp(d.msg, flag, strlen(flag)) == 0, "diag '%s'", d.msg);
+  }
+}
+END_TEST
+
+START_TEST(test_cli_flag_forms) {
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  attn_status st =
+      CLI(&c, &a, NULL, &d, "attnd", "--host", "::", "--port=0", "--workers",
+          "16", "--blas-threads-per-worker=2", "--max-body-bytes", "1024",
+          "--access-log", "no", "--log-format=text", "--models-dir", "m=1",
+          "--queue-timeout-ms", "-0");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(a, ATTN_CLI_RUN);
+  ck_assert_str_eq(c.host, "::");
+  ck_assert_int_eq(c.port, 0);
+  ck_assert_int_eq(c.workers, 16);
+  ck_assert_int_eq(c.blas_threads_per_worker, 2);
+  ck_assert_int_eq(c.max_body_bytes, 1024);
+  ck_assert(!c.access_log);
+  ck_assert_int_eq(c.log_format, ATTN_LOG_TEXT);
+  ck_assert_str_eq(c.models_dir, "m=1");
+  ck_assert_int_eq(c.queue_timeout_ms, 0);
+  /* Repeated: the last wins.  A value may start with a single dash. */
+  st =
+      CLI(&c, &a, NULL, &d, "attnd", "--port", "1", "--port=2", "--host", "-x");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 2);
+  ck_assert_str_eq(c.host, "-x");
+  /* A value starting with "--" needs the = form. */
+  st = CLI(&c, &a, NULL, &d, "attnd", "--models-dir=--odd");
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  ck_assert_str_eq(c.models_dir, "--odd");
+}
+END_TEST
+
+START_TEST(test_cli_errors_change_nothing) {
+  static const struct {
+    const char *argv[4];
+    const char *msg;
+  } cases[] = {
+      {{"attnd", "--port"}, "option '--port' needs a value"},
+      {{"attnd", "--port", "--workers", "2"}, "option '--port' needs a value"},
+      {{"attnd", "--config"}, "option '--config' needs a value"},
+      {{"attnd", "--port", "12abc"},
+       "--port: '12abc' is not an integer (port must be 0..65535)"},
+      {{"attnd", "--port="}, "--port: '' is not an integer"},
+      {{"attnd", "--workers", "0"},
+       "--workers: 0 is out of range (workers must be 1..256)"},
+      {{"attnd", "--wokers", "3"},
+       "unknown option '--wokers' (did you mean '--workers'?)"},
+      {{"attnd", "--queue_capacity", "3"}, "did you mean '--queue-capacity'?"},
+      {{"attnd", "--confg", "x"}, "did you mean '--config'?"},
+      {{"attnd", "--frobnicate"}, "unknown option '--frobnicate'; try --help"},
+      {{"attnd", "serve"}, "unexpected argument 'serve'"},
+      {{"attnd", "-p", "80"}, "unexpected argument '-p'"},
+      {{"attnd", "--"}, "unexpected argument '--'"},
+      {{"attnd", "--check-config=yes"},
+       "option '--check-config' takes no value"},
+      {{"attnd", "--access-log", "maybe"},
+       "--access-log: 'maybe' is not a boolean"},
+  };
+  const char *env[] = {"ATTND_WORKERS", "5", NULL};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t argc = 0;
+    while (argc < 4 && cases[i].argv[argc]) argc++;
+    attn_config c, before;
+    non_default(&c);
+    before = c;
+    attn_cli_action a = ATTN_CLI_VERSION;
+    attn_diag d = {{0}};
+    attn_status st = cli_run(&c, &a, env, (char **)cases[i].argv, argc, &d);
+    ck_assert_msg(st == ATTN_EINVAL, "case %zu: %s", i, attn_status_name(st));
+    ASSERT_UNCHANGED(c, before);
+    ck_assert_int_eq(a, ATTN_CLI_VERSION);
+    ASSERT_DIAG_HAS(d, cases[i].msg);
+  }
+  /* A bad environment value is reported with its variable name. */
+  const char *bad_env[] = {"ATTND_PORT", "80x", NULL};
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(CLI(&c, &a, bad_env, &d, "attnd"), ATTN_EINVAL);
+  ck_assert_str_eq(
+      d.msg, "ATTND_PORT: '80x' is not an integer (port must be 0..65535)");
+  /* ...even when a flag would override it: every layer must be valid. */
+  ck_assert_int_eq(CLI(&c, &a, bad_env, &d, "attnd", "--port", "80"),
+                   ATTN_EINVAL);
+}
+END_TEST
+
+START_TEST(test_cli_actions) {
+  attn_config c, before;
+  non_default(&c);
+  before = c;
+  attn_cli_action a = ATTN_CLI_RUN;
+  attn_diag d = {{0}};
+  const char *bad_env[] = {"ATTND_PORT", "bad", NULL};
+  /* --help and --version return at once, reading nothing, changing nothing. */
+  ck_assert_int_eq(CLI(&c, &a, bad_env, &d, "attnd", "--help", "--bogus"),
+                   ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_HELP);
+  ASSERT_UNCHANGED(c, before);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "-h"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_HELP);
+  ck_assert_int_eq(
+      CLI(&c, &a, bad_env, &d, "attnd", "--config", "/nonexistent", "-V"),
+      ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_VERSION);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--version"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_VERSION);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--port", "9", "--help=x"),
+                   ATTN_EINVAL);
+  /* --check-config still builds and validates the config. */
+  ck_assert_int_eq(
+      CLI(&c, &a, NULL, &d, "attnd", "--check-config", "--port", "9"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_CHECK);
+  ck_assert_int_eq(c.port, 9);
+  ck_assert_int_eq(CLI(&c, &a, bad_env, &d, "attnd", "--check-config"),
+                   ATTN_EINVAL);
+}
+END_TEST
+
+START_TEST(test_usage_lists_every_key) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(m);
+  attn_config_usage(m, "attnd");
+  fclose(m);
+  ck_assert_ptr_nonnull(strstr(text, "Usage: attnd "));
+  static const char *const fixed[] = {
+      "--config FILE", "--check-config", "--help",
+      "--version",     "ATTND_CONFIG",   "default 8080, range 0..65535"};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    ck_assert_msg(strstr(text, fixed[i]), "usage lacks %s", fixed[i]);
+  for (size_t i = 0; attn_config_key_name(i); i++) {
+    char name[96], want[112];
+    flag_of(attn_config_key_name(i), name, sizeof name);
+    snprintf(want, sizeof want, "  %s ", name);
+    ck_assert_msg(strstr(text, want), "usage lacks '%s'", want);
+    env_of(attn_config_key_name(i), name, sizeof name);
+    snprintf(want, sizeof want, "env %s\n", name);
+    ck_assert_msg(strstr(text, want), "usage lacks '%s'", want);
+  }
+  free(text);
+}
+END_TEST
+
+Suite *config_suite(void) {
+  Suite *s = suite_create("config");
+  TCase *t = tcase_create("table");
+  tcase_add_test(t, test_defaults);
+  tcase_add_test(t, test_key_names);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("set");
+  tcase_add_test(t, test_set_each_type);
+  tcase_add_test(t, test_set_bad_int_text);
+  tcase_add_test(t, test_set_out_of_range);
+  tcase_add_test(t, test_set_bool_forms);
+  tcase_add_test(t, test_set_enum_and_string);
+  tcase_add_test(t, test_set_unknown_key);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("file");
+  tcase_add_test(t, test_file_overrides_some_keys);
+  tcase_add_test(t, test_file_errors);
+  tcase_add_test(t, test_file_partial_failure_changes_nothing);
+  tcase_add_test(t, test_file_io_errors);
+  tcase_add_test(t, test_shipped_file_equals_defaults);
+  tcase_add_test(t, test_write_json_round_trip);
+  tcase_add_test(t, test_docs_list_every_key);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("cli");
+  tcase_add_test(t, test_cli_no_sources_is_defaults);
+  tcase_add_test(t, test_cli_layers_precedence);
+  tcase_add_test(t, test_cli_config_flag_beats_env);
+  tcase_add_test(t, test_cli_every_key_has_env_and_flag);
+  tcase_add_test(t, test_cli_flag_forms);
+  tcase_add_test(t, test_cli_errors_change_nothing);
+  tcase_add_test(t, test_cli_actions);
+  tcase_add_test(t, test_usage_lists_every_key);
+  suite_add_tcase(s, t);
+  return s;
+}

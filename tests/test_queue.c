@@ -1,0 +1,698 @@
+/* test_queue.c - the bounded job queue and the worker pool.
+ *
+ * No test asserts on timing.  Workers are held and released with latches
+ * (mutex + condition variable); the only sleeps are in a helper thread that
+ * releases a latch "a little later", and the assertion after it holds for
+ * any delay.  Assertions run on the test's own thread; job callbacks only
+ * record what happened. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "attn/limits.h"
+#include "attn/queue.h"
+#include "unit.h"
+
+/* ---- latch: a counter one can wait on ---------------------------------- */
+
+typedef struct latch {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int n;
+} latch;
+
+static void latch_init(latch *l, int n) {
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  l->n = n;
+}
+
+static void latch_fini(latch *l) {
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+}
+
+static void latch_add(latch *l, int d) {
+  pthread_mutex_lock(&l->mu);
+  l->n += d;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* Waits until the counter is at least n. */
+static void latch_wait_ge(latch *l, int n) {
+  pthread_mutex_lock(&l->mu);
+  while (l->n < n) pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* ---- test jobs ----------------------------------------------------------- */
+
+typedef struct tctx {
+  latch started; /* +1 when a blocking job begins */
+  latch gate;    /* blocking jobs wait until this is >= 1 */
+  pthread_mutex_t mu;
+  int order[256]; /* ids in the order run saw them */
+  int norder;
+} tctx;
+
+typedef struct tjob {
+  attn_job job; /* first member is not required; container_of is used */
+  tctx *ctx;
+  int id;
+  bool block; /* wait on ctx->gate inside run */
+  atomic_int runs, expires;
+  atomic_int worker;
+} tjob;
+
+#define TJOB(j) ((tjob *)((char *)(j) - offsetof(tjob, job)))
+
+static void tjob_run(attn_job *j, int worker, uint64_t waited_ns) {
+  tjob *t = TJOB(j);
+  (void)waited_ns;
+  atomic_store(&t->worker, worker);
+  if (t->block) {
+    latch_add(&t->ctx->started, 1);
+    latch_wait_ge(&t->ctx->gate, 1);
+  }
+  if (t->ctx) {
+    pthread_mutex_lock(&t->ctx->mu);
+    if (t->ctx->norder < 256) t->ctx->order[t->ctx->norder++] = t->id;
+    pthread_mutex_unlock(&t->ctx->mu);
+  }
+  atomic_fetch_add(&t->runs, 1);
+}
+
+static void tjob_expire(attn_job *j, uint64_t waited_ns) {
+  (void)waited_ns;
+  atomic_fetch_add(&TJOB(j)->expires, 1);
+}
+
+static void tjob_init(tjob *t, tctx *ctx, int id, bool block) {
+  t->job = (attn_job){.run = tjob_run, .expire = tjob_expire};
+  t->ctx = ctx;
+  t->id = id;
+  t->block = block;
+  atomic_init(&t->runs, 0);
+  atomic_init(&t->expires, 0);
+  atomic_init(&t->worker, -1);
+}
+
+static void tctx_init(tctx *c) {
+  latch_init(&c->started, 0);
+  latch_init(&c->gate, 0);
+  pthread_mutex_init(&c->mu, NULL);
+  c->norder = 0;
+}
+
+static void tctx_fini(tctx *c) {
+  latch_fini(&c->started);
+  latch_fini(&c->gate);
+  pthread_mutex_destroy(&c->mu);
+}
+
+static attn_pool *start_pool(attn_queue *q, int workers) {
+  attn_pool_opts o;
+  attn_pool_default_opts(&o);
+  o.queue = q;
+  o.workers = workers;
+  attn_pool *p = NULL;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_OK);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+START_TEST(test_destroy_null) {
+  attn_queue_destroy(NULL);
+  attn_pool_destroy(NULL);
+  ck_assert_uint_eq(attn_pool_busy(NULL), 0);
+  ck_assert(!attn_queue_is_closed(NULL));
+}
+END_TEST
+
+START_TEST(test_create_einval) {
+  attn_queue *q = (attn_queue *)&q; /* must be reset to NULL */
+  ck_assert_int_eq(attn_queue_create(0, &q), ATTN_EINVAL);
+  ck_assert_ptr_null(q);
+  ck_assert_int_eq(attn_queue_create(4, NULL), ATTN_EINVAL);
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+
+  attn_pool_opts o;
+  attn_pool_default_opts(&o);
+  ck_assert_int_eq(o.workers, 1);
+  attn_pool *p = (attn_pool *)&p;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_EINVAL); /* no queue */
+  ck_assert_ptr_null(p);
+  o.queue = q;
+  o.workers = 0;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_EINVAL);
+  o.workers = ATTN_MAX_WORKERS + 1;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_EINVAL);
+  ck_assert_int_eq(attn_pool_create(NULL, &p), ATTN_EINVAL);
+  o.workers = 1;
+  ck_assert_int_eq(attn_pool_create(&o, NULL), ATTN_EINVAL);
+  ck_assert(!attn_queue_is_closed(q)); /* failures leave the queue alone */
+  ck_assert_int_eq(attn_pool_drain(NULL, 0), ATTN_EINVAL);
+  attn_queue_destroy(q);
+}
+END_TEST
+
+/* The queue alone, one thread: order, capacity, close, bad jobs. */
+START_TEST(test_queue_single_thread) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(3, &q), ATTN_OK);
+  tjob t[5];
+  for (int i = 0; i < 5; i++) tjob_init(&t[i], NULL, i, false);
+
+  tjob bad;
+  tjob_init(&bad, NULL, 99, false);
+  bad.job.run = NULL;
+  ck_assert_int_eq(attn_queue_push(q, &bad.job), ATTN_EINVAL);
+  bad.job.run = tjob_run;
+  bad.job.expire = NULL;
+  bad.job.deadline_ns = 1;
+  ck_assert_int_eq(attn_queue_push(q, &bad.job), ATTN_EINVAL);
+  ck_assert_int_eq(attn_queue_push(q, NULL), ATTN_EINVAL);
+
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+  t[3].job.enqueued_ns = 12345;
+  ck_assert_int_eq(attn_queue_push(q, &t[3].job), ATTN_EBUSY);
+  ck_assert_uint_eq(t[3].job.enqueued_ns, 12345); /* failure touched nothing */
+
+  attn_job *j;
+  ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
+  ck_assert_ptr_eq(j, &t[0].job);
+  ck_assert_int_eq(attn_queue_push(q, &t[3].job), ATTN_OK);
+
+  attn_queue_close(q);
+  ck_assert(attn_queue_is_closed(q));
+  ck_assert_int_eq(attn_queue_push(q, &t[4].job), ATTN_ESHUTDOWN);
+
+  attn_queue_stats st;
+  attn_queue_get_stats(q, &st);
+  ck_assert_uint_eq(st.capacity, 3);
+  ck_assert_uint_eq(st.depth, 3);
+  ck_assert_uint_eq(st.pushed, 4);
+  ck_assert_uint_eq(st.rejected_full, 1);
+  ck_assert_uint_eq(st.rejected_closed, 1);
+  ck_assert_uint_eq(st.started + st.completed + st.expired + st.running, 0);
+
+  for (int i = 1; i <= 3; i++) {
+    ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
+    ck_assert_ptr_eq(j, &t[i].job);
+    ck_assert_ptr_null(j->next);
+  }
+  ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_ESHUTDOWN);
+  ck_assert_ptr_null(j);
+  ck_assert_int_eq(attn_queue_pop(q, NULL), ATTN_EINVAL);
+  attn_queue_destroy(q);
+}
+END_TEST
+
+static void *popper(void *arg) {
+  attn_job *j;
+  return (void *)(intptr_t)attn_queue_pop(arg, &j);
+}
+
+/* close must wake every blocked pop, not just one. */
+START_TEST(test_close_wakes_all_poppers) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(2, &q), ATTN_OK);
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(pthread_create(&th[i], NULL, popper, q), 0);
+  attn_queue_close(q);
+  for (int i = 0; i < 4; i++) {
+    void *rv;
+    pthread_join(th[i], &rv);
+    ck_assert_int_eq((int)(intptr_t)rv, ATTN_ESHUTDOWN);
+  }
+  attn_queue_destroy(q);
+}
+END_TEST
+
+START_TEST(test_fifo_one_worker) {
+  enum { N = 100 };
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(N + 1, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+
+  /* Hold the worker so that all N jobs are really queued together. */
+  tjob blocker, *t = calloc(N, sizeof *t);
+  tjob_init(&blocker, &c, -1, true);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+  for (int i = 0; i < N; i++) {
+    tjob_init(&t[i], &c, i, false);
+    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+  }
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.depth, N);
+  latch_add(&c.gate, 1);
+
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(c.norder, N + 1);
+  ck_assert_int_eq(c.order[0], -1);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(c.order[i + 1], i);
+    ck_assert_int_eq(atomic_load(&t[i].runs), 1);
+    ck_assert_int_eq(atomic_load(&t[i].worker), 0);
+  }
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  free(t);
+  tctx_fini(&c);
+}
+END_TEST
+
+START_TEST(test_capacity_busy) {
+  enum { W = 2, CAP = 3 };
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(CAP, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, W);
+
+  tjob blk[W], fill[CAP + 2];
+  for (int i = 0; i < W; i++) {
+    tjob_init(&blk[i], &c, 100 + i, true);
+    ck_assert_int_eq(attn_queue_push(q, &blk[i].job), ATTN_OK);
+  }
+  latch_wait_ge(&c.started, W); /* both workers are now held */
+  ck_assert_uint_eq(attn_pool_busy(p), W);
+
+  for (int i = 0; i < CAP + 2; i++) {
+    tjob_init(&fill[i], &c, i, false);
+    ck_assert_int_eq(attn_queue_push(q, &fill[i].job),
+                     i < CAP ? ATTN_OK : ATTN_EBUSY);
+  }
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.capacity, CAP);
+  ck_assert_uint_eq(st.depth, CAP);
+  ck_assert_uint_eq(st.pushed, W + CAP);
+  ck_assert_uint_eq(st.rejected_full, 2);
+  ck_assert_uint_eq(st.rejected_closed, 0);
+  ck_assert_uint_eq(st.running, W);
+  ck_assert_uint_eq(st.started, W);
+  ck_assert_uint_eq(st.completed, 0);
+
+  latch_add(&c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.depth, 0);
+  ck_assert_uint_eq(st.running, 0);
+  ck_assert_uint_eq(st.started, W + CAP);
+  ck_assert_uint_eq(st.completed, W + CAP);
+  for (int i = 0; i < CAP + 2; i++)
+    ck_assert_int_eq(atomic_load(&fill[i].runs), i < CAP ? 1 : 0);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+/* Close refuses pushes, yet what was queued runs; destroy finishes it. */
+START_TEST(test_close_runs_queued) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+
+  tjob blocker, t[5], late;
+  tjob_init(&blocker, &c, -1, true);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+  for (int i = 0; i < 5; i++) {
+    tjob_init(&t[i], &c, i, false);
+    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+  }
+  attn_queue_close(q);
+  tjob_init(&late, &c, 99, false);
+  ck_assert_int_eq(attn_queue_push(q, &late.job), ATTN_ESHUTDOWN);
+
+  latch_add(&c.gate, 1);
+  attn_pool_destroy(p); /* closes (again), runs the rest, joins */
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 1);
+  ck_assert_int_eq(atomic_load(&blocker.runs), 1);
+  ck_assert_int_eq(atomic_load(&late.runs), 0);
+  attn_queue_stats st;
+  attn_queue_get_stats(q, &st);
+  ck_assert_uint_eq(st.rejected_closed, 1);
+  ck_assert_uint_eq(st.depth, 0);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+START_TEST(test_deadline_expired) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+
+  tjob blocker, past, queued_out, future, none;
+  tjob_init(&blocker, &c, -1, true);
+  tjob_init(&past, &c, 1, false);
+  tjob_init(&queued_out, &c, 2, false);
+  tjob_init(&future, &c, 3, false);
+  tjob_init(&none, &c, 4, false);
+
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+
+  uint64_t now = attn_now_ns();
+  past.job.deadline_ns = now; /* already over when a worker looks */
+  queued_out.job.deadline_ns = now + 1000000; /* runs out while queued */
+  future.job.deadline_ns = now + 3600ull * 1000000000ull;
+  ck_assert_int_eq(attn_queue_push(q, &past.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &queued_out.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &future.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &none.job), ATTN_OK);
+  /* Sequencing, not an assertion: release the worker only once the second
+   * deadline is behind us. */
+  while (attn_now_ns() <= queued_out.job.deadline_ns) sched_yield();
+  latch_add(&c.gate, 1);
+
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&past.expires), 1);
+  ck_assert_int_eq(atomic_load(&past.runs), 0);
+  ck_assert_int_eq(atomic_load(&queued_out.expires), 1);
+  ck_assert_int_eq(atomic_load(&queued_out.runs), 0);
+  ck_assert_int_eq(atomic_load(&future.runs), 1);
+  ck_assert_int_eq(atomic_load(&future.expires), 0);
+  ck_assert_int_eq(atomic_load(&none.runs), 1);
+  ck_assert_int_eq(atomic_load(&none.expires), 0);
+
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.pushed, 5);
+  ck_assert_uint_eq(st.expired, 2);
+  ck_assert_uint_eq(st.started, 3);
+  ck_assert_uint_eq(st.completed, 3);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+static void *release_later(void *arg) {
+  struct timespec ts = {0, 20 * 1000000};
+  nanosleep(&ts, NULL);
+  latch_add(arg, 1);
+  return NULL;
+}
+
+/* drain returns OK only after every queued and running job has finished. */
+START_TEST(test_drain_waits) {
+  enum { W = 3, N = 60 };
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(N + W, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, W);
+
+  tjob blk[W], *t = calloc(N, sizeof *t);
+  for (int i = 0; i < W; i++) {
+    tjob_init(&blk[i], &c, -1, true);
+    ck_assert_int_eq(attn_queue_push(q, &blk[i].job), ATTN_OK);
+  }
+  for (int i = 0; i < N; i++) {
+    tjob_init(&t[i], &c, i, false);
+    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+  }
+  pthread_t rel;
+  ck_assert_int_eq(pthread_create(&rel, NULL, release_later, &c.gate), 0);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+
+  /* Read before joining the releaser or destroying the pool. */
+  for (int i = 0; i < W; i++) ck_assert_int_eq(atomic_load(&blk[i].runs), 1);
+  for (int i = 0; i < N; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 1);
+  ck_assert_uint_eq(attn_pool_busy(p), 0);
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.completed, N + W);
+  ck_assert_uint_eq(st.depth, 0);
+
+  pthread_join(rel, NULL);
+  ck_assert_int_eq(attn_queue_push(q, &t[0].job), ATTN_ESHUTDOWN);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  free(t);
+  tctx_fini(&c);
+}
+END_TEST
+
+START_TEST(test_drain_timeout) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+
+  tjob blocker, t[3];
+  tjob_init(&blocker, &c, -1, true);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  for (int i = 0; i < 3; i++) {
+    tjob_init(&t[i], &c, i, false);
+    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+  }
+  latch_wait_ge(&c.started, 1);
+
+  ck_assert_int_eq(attn_pool_drain(p, 0), ATTN_ETIMEDOUT);
+  ck_assert_int_eq(attn_pool_drain(p, 20), ATTN_ETIMEDOUT);
+  ck_assert(attn_queue_is_closed(q));
+  ck_assert_uint_eq(attn_pool_busy(p), 1);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 0);
+
+  latch_add(&c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 1);
+  ck_assert_int_eq(attn_pool_drain(p, 0), ATTN_OK); /* idempotent */
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+/* Timed-out drain, then destroy: destroy waits for the held job. */
+START_TEST(test_drain_timeout_then_destroy) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 2);
+  tjob blocker, after;
+  tjob_init(&blocker, &c, -1, true);
+  tjob_init(&after, &c, 1, false);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+  ck_assert_int_eq(attn_queue_push(q, &after.job), ATTN_OK);
+  ck_assert_int_eq(attn_pool_drain(p, 10), ATTN_ETIMEDOUT);
+
+  pthread_t rel;
+  ck_assert_int_eq(pthread_create(&rel, NULL, release_later, &c.gate), 0);
+  attn_pool_destroy(p);
+  ck_assert_int_eq(atomic_load(&blocker.runs), 1);
+  ck_assert_int_eq(atomic_load(&after.runs), 1);
+  pthread_join(rel, NULL);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+/* ---- on_worker_start and thread-creation failure ------------------------ */
+
+typedef struct start_rec {
+  atomic_int calls;
+  atomic_int seen[8];
+} start_rec;
+
+static void on_start(int worker, void *user) {
+  start_rec *r = user;
+  atomic_fetch_add(&r->calls, 1);
+  if (worker >= 0 && worker < 8) atomic_fetch_add(&r->seen[worker], 1);
+}
+
+START_TEST(test_worker_start_hook) {
+  start_rec r = {0};
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_pool_opts o;
+  attn_pool_default_opts(&o);
+  o.queue = q;
+  o.workers = 4;
+  o.on_worker_start = on_start;
+  o.user = &r;
+  attn_pool *p;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_OK);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&r.calls), 4);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(atomic_load(&r.seen[i]), 1);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+}
+END_TEST
+
+START_TEST(test_thread_create_failure) {
+  start_rec r = {0};
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_pool_opts o;
+  attn_pool_default_opts(&o);
+  o.queue = q;
+  o.workers = 4;
+  o.on_worker_start = on_start;
+  o.user = &r;
+
+  for (int at = 0; at < 4; at++) {
+    attn_pool *p = (attn_pool *)&p;
+    attn__pool_fail_thread_at(at);
+    ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_ENOMEM);
+    attn__pool_fail_thread_at(-1);
+    ck_assert_ptr_null(p);
+  }
+  ck_assert_int_eq(atomic_load(&r.calls), 0);
+  ck_assert(!attn_queue_is_closed(q));
+
+  /* The queue is untouched and a later pool works. */
+  tctx c;
+  tctx_init(&c);
+  tjob t;
+  tjob_init(&t, &c, 7, false);
+  ck_assert_int_eq(attn_queue_push(q, &t.job), ATTN_OK);
+  attn_pool *p = start_pool(q, 2);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&t.runs), 1);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+/* ---- stress: many producers x many workers ------------------------------- */
+
+enum { S_PRODUCERS = 4, S_PER = 10000, S_WORKERS = 4 };
+
+typedef struct sjob {
+  attn_job job;
+  atomic_int runs;
+  atomic_int bad_worker;
+} sjob;
+
+static void sjob_run(attn_job *j, int worker, uint64_t waited_ns) {
+  sjob *s = (sjob *)((char *)j - offsetof(sjob, job));
+  (void)waited_ns;
+  if (worker < 0 || worker >= S_WORKERS) atomic_store(&s->bad_worker, 1);
+  atomic_fetch_add(&s->runs, 1);
+}
+
+typedef struct producer {
+  attn_queue *q;
+  sjob *jobs; /* [S_PER] */
+  uint64_t busy; /* EBUSY answers seen */
+  int errors;    /* anything but OK / EBUSY */
+} producer;
+
+static void *produce(void *arg) {
+  producer *pr = arg;
+  for (int i = 0; i < S_PER; i++) {
+    attn_job *j = &pr->jobs[i].job;
+    *j = (attn_job){.run = sjob_run};
+    atomic_init(&pr->jobs[i].runs, 0);
+    atomic_init(&pr->jobs[i].bad_worker, 0);
+    for (;;) {
+      attn_status s = attn_queue_push(pr->q, j);
+      if (s == ATTN_OK) break;
+      if (s != ATTN_EBUSY) {
+        pr->errors++;
+        break;
+      }
+      pr->busy++;
+      sched_yield();
+    }
+  }
+  return NULL;
+}
+
+START_TEST(test_stress) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(64, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, S_WORKERS);
+  sjob *jobs = calloc((size_t)S_PRODUCERS * S_PER, sizeof *jobs);
+  ck_assert_ptr_nonnull(jobs);
+  producer pr[S_PRODUCERS];
+  pthread_t th[S_PRODUCERS];
+  for (int i = 0; i < S_PRODUCERS; i++) {
+    pr[i] = (producer){.q = q, .jobs = jobs + (size_t)i * S_PER};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, produce, &pr[i]), 0);
+  }
+  uint64_t busy = 0;
+  for (int i = 0; i < S_PRODUCERS; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_int_eq(pr[i].errors, 0);
+    busy += pr[i].busy;
+  }
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+
+  int not_once = 0, bad = 0;
+  for (size_t i = 0; i < (size_t)S_PRODUCERS * S_PER; i++) {
+    not_once += atomic_load(&jobs[i].runs) != 1;
+    bad += atomic_load(&jobs[i].bad_worker);
+  }
+  ck_assert_int_eq(not_once, 0);
+  ck_assert_int_eq(bad, 0);
+
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  const uint64_t total = (uint64_t)S_PRODUCERS * S_PER;
+  ck_assert_uint_eq(st.pushed, total);
+  ck_assert_uint_eq(st.rejected_full, busy);
+  ck_assert_uint_eq(st.rejected_closed, 0);
+  ck_assert_uint_eq(st.started, total);
+  ck_assert_uint_eq(st.completed, total);
+  ck_assert_uint_eq(st.expired, 0);
+  ck_assert_uint_eq(st.running, 0);
+  ck_assert_uint_eq(st.depth, 0);
+  ck_assert_uint_eq(st.pushed, st.completed + st.expired);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  free(jobs);
+}
+END_TEST
+
+Suite *queue_suite(void) {
+  Suite *s = suite_create("queue");
+  TCase *tc = tcase_create("queue");
+  tcase_add_test(tc, test_destroy_null);
+  tcase_add_test(tc, test_create_einval);
+  tcase_add_test(tc, test_queue_single_thread);
+  tcase_add_test(tc, test_close_wakes_all_poppers);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("pool");
+  tcase_set_timeout(tc, 60); /* sanitizer builds are slow; nothing is timed */
+  tcase_add_test(tc, test_fifo_one_worker);
+  tcase_add_test(tc, test_capacity_busy);
+  tcase_add_test(tc, test_close_runs_queued);
+  tcase_add_test(tc, test_deadline_expired);
+  tcase_add_test(tc, test_drain_waits);
+  tcase_add_test(tc, test_drain_timeout);
+  tcase_add_test(tc, test_drain_timeout_then_destroy);
+  tcase_add_test(tc, test_worker_start_hook);
+  tcase_add_test(tc, test_thread_create_failure);
+  tcase_add_test(tc, test_stress);
+  suite_add_tcase(s, tc);
+  return s;
+}
