@@ -18,21 +18,29 @@ test-deps:
 $(BUILD)/build.ninja:
 	meson setup $(BUILD)
 
+# Built-in defaults (0.0.0.0:8080); models from config/models.
 run: all
-	@if [ -x $(BUILD)/src/attnd ]; then exec $(BUILD)/src/attnd; \
-	else echo "attnd: no server yet (engine only); see README"; fi
+	exec $(BUILD)/src/attnd
 
+# Integration tests (real server over HTTP) first, then the Check unit
+# tests, whose closing line gives the counts.
 test: test-deps $(BUILD)/build.ninja
+	scripts/lint.sh
 	ninja -C $(BUILD)
-	meson test -C $(BUILD) --print-errorlogs
+	python3 tests/integration/run.py --attnd $(BUILD)/src/attnd --source-dir .
+	$(BUILD)/tests/unit
 
 bench: all
 	$(BUILD)/bench/bench_attention
 
+# The same tests built with AddressSanitizer + UndefinedBehaviorSanitizer
+# (any report is fatal; leaks fail the run at exit).
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 asan: test-deps
-	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debug -Db_lundef=false
+	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
 	ninja -C build-asan
-	meson test -C build-asan --print-errorlogs
+	$(ASAN_ENV) python3 tests/integration/run.py --attnd build-asan/src/attnd --source-dir .
+	$(ASAN_ENV) CK_FORK=no build-asan/tests/unit
 
 clean:
 	rm -rf $(BUILD) build-asan
