@@ -114,8 +114,8 @@ attn_status attn_v2_encode_server_metadata(attn_buf *out, const char *name,
 /* Model metadata, a plain description independent of the model module. */
 typedef struct attn_tensor_meta {
   const char *name;
-  const char *datatype; /* "FP32", "BOOL", ... */
-  int rank;             /* 0..ATTN_MAX_RANK */
+  const char *datatype;         /* "FP32", "BOOL", ... */
+  int rank;                     /* 0..ATTN_MAX_RANK */
   int64_t shape[ATTN_MAX_RANK]; /* -1 = variable */
   bool optional; /* not written: the v2 schema has no such field (see below) */
 } attn_tensor_meta;
@@ -147,9 +147,9 @@ attn_status attn_v2_encode_model_metadata(attn_buf *out,
 
 /* Which internal model a v1 request was mapped to. */
 typedef enum {
-  ATTN_V1_SDPA,     /* no "weights", no "model": model "sdpa", heads sliced */
-  ATTN_V1_MHA,      /* "weights" given: model "mha" */
-  ATTN_V1_RESIDENT  /* "model" given: that resident model */
+  ATTN_V1_SDPA,    /* no "weights", no "model": model "sdpa", heads sliced */
+  ATTN_V1_MHA,     /* "weights" given: model "mha" */
+  ATTN_V1_RESIDENT /* "model" given: that resident model */
 } attn_v1_mapping;
 
 /* How a v1 request was reshaped, so that attn_v1_encode can undo it. */
@@ -230,18 +230,22 @@ attn_status attn_error_json(attn_buf *out, const char *msg);
 struct cJSON;
 
 /* Effective limits: defaults for NULL, ceilings applied, zeros replaced. */
-void attn__codec_limits_eff(const attn_codec_limits *in, attn_codec_limits *out);
+void attn__codec_limits_eff(const attn_codec_limits *in,
+                            attn_codec_limits *out);
 
 /* Append v as a JSON number (shortest round-trip text) or null when not
  * finite. */
 attn_status attn__json_f32(attn_buf *b, float v);
 
 /* Parse p[0, n) as one JSON value followed only by whitespace, after checking
- * on the raw bytes that nesting stays within max_depth.  On success *out owns
- * a new cJSON tree (cJSON_Delete); on failure *out is NULL.  Errors:
- * ATTN_EPARSE (with byte offset), ATTN_ETOOBIG (depth), ATTN_ENOMEM. */
+ * on the raw bytes that nesting stays within max_depth.  trailing_hint (may be
+ * NULL) is appended to the message about bytes after the value.  On success
+ * *out owns a new cJSON tree (cJSON_Delete); on failure *out is NULL.
+ * Errors: ATTN_EPARSE (with byte offset; also when cJSON runs out of memory,
+ * which it does not report apart), ATTN_ETOOBIG (depth). */
 attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
-                             struct cJSON **out, attn_diag *d);
+                             const char *trailing_hint, struct cJSON **out,
+                             attn_diag *d);
 
 /* "a string", "an array", ... for messages. */
 const char *attn__json_kind(const struct cJSON *item);

@@ -82,9 +82,9 @@ typedef struct attn_model_limits {
 
 /* One input or output as GET /v2/models/{m} describes it.  shape[i] == -1 is
  * a variable dimension; leading dimensions the model allows to be omitted are
- * still listed (sdpa query is rank 4 here, ranks 2 and 3 are accepted).  For
- * masks the datatype is BOOL although FP32 (attn_mask) and INT32
- * (key_lengths) are accepted too. */
+ * still listed (sdpa query is rank 4 here, ranks 2 and 3 are accepted).
+ * attn_mask is listed as BOOL (FP32 is accepted too) and key_lengths as INT64
+ * (INT32 too). */
 typedef struct attn_model_io {
   const char *name;
   attn_dtype datatype;

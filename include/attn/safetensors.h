@@ -12,7 +12,9 @@
  * safetensors dtypes are ATTN_EUNSUPPORTED.  Diagnostics name the file (the
  * `label`) and the tensor.
  *
- * A loaded set is immutable and may be read from any number of threads.
+ * Threads: a loaded set is immutable and may be read from any number of
+ * threads.  Parse or load from one thread at a time: cJSON's parser resets a
+ * process-wide error variable on every call.
  */
 #ifndef ATTN_SAFETENSORS_H
 #define ATTN_SAFETENSORS_H

@@ -84,7 +84,8 @@ const char *attn__json_kind(const cJSON *item) {
 }
 
 attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
-                             cJSON **out, attn_diag *d) {
+                             const char *trailing_hint, cJSON **out,
+                             attn_diag *d) {
   size_t depth = 0;
   bool in_str = false, esc = false;
   *out = NULL;
@@ -120,8 +121,9 @@ attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
       cJSON_Delete(root);
       return attn_diag_set(d, ATTN_EPARSE,
-                           "unexpected bytes after the JSON value at byte %zu",
-                           i);
+                           "unexpected bytes after the JSON value at byte "
+                           "%zu%s",
+                           i, trailing_hint ? trailing_hint : "");
     }
   }
   *out = root;

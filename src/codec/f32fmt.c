@@ -45,11 +45,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__SIZEOF_INT128__) && defined(__BYTE_ORDER__) &&   \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ &&                \
-    !defined(ATTN_F32FMT_PORTABLE)
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && !defined(ATTN_F32FMT_PORTABLE)
 #define ATTN__F32_FAST 1
-__extension__ typedef unsigned __int128 attn__u128;
 #else
 #define ATTN__F32_FAST 0
 #endif
@@ -57,8 +55,10 @@ __extension__ typedef unsigned __int128 attn__u128;
 /* Range of k = floor(log10(2^q)) (or of (3/4)*2^q) over binary32's q. */
 #if defined(__GNUC__)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define INLINE static inline __attribute__((always_inline))
 #else
 #define UNLIKELY(x) (x)
+#define INLINE static inline
 #endif
 
 #define K_MIN (-45)
@@ -108,7 +108,7 @@ static inline int flog10_3q_pow2(int q) { return (q * 78913 - 32752) >> 18; }
 static inline int flog2_pow10(int x) { return (x * 1741647) >> 19; }
 
 /* High 64 bits of a * b. */
-static inline uint64_t mulhi64(uint64_t a, uint64_t b) {
+INLINE uint64_t mulhi64(uint64_t a, uint64_t b) {
 #if defined(__SIZEOF_INT128__)
   __extension__ typedef unsigned __int128 u128;
   return (uint64_t)(((u128)a * b) >> 64);
@@ -122,7 +122,7 @@ static inline uint64_t mulhi64(uint64_t a, uint64_t b) {
 
 /* Round-to-odd of cp * g / 2^95: floor, low bit set if any of the 31
  * fraction bits kept above the truncated low word is nonzero. */
-static inline uint32_t rop(uint64_t g, uint64_t cp) {
+INLINE uint32_t rop(uint64_t g, uint64_t cp) {
   uint64_t hi = mulhi64(g, cp);
   return (uint32_t)(hi >> 31) | ((hi & 0x7fffffffu) != 0);
 }
@@ -130,7 +130,7 @@ static inline uint32_t rop(uint64_t g, uint64_t cp) {
 /* The shortest, nearest decimal dec * 10^*k in R_v for v = c * 2^q; irr
  * marks the power-of-two case with the asymmetric interval.  dec may carry
  * trailing zeros; it is < 2^28 (9 digits at most) and never 0. */
-static inline uint32_t to_decimal(uint32_t c, int q, int irr, int *kout) {
+INLINE uint32_t to_decimal(uint32_t c, int q, int irr, int *kout) {
   int k = irr ? flog10_3q_pow2(q) : flog10_pow2(q);
   int sh = q + flog2_pow10(-k) + 32; /* h + 32, h in 0..3 */
   uint64_t g = G[k - K_MIN];
@@ -139,26 +139,28 @@ static inline uint32_t to_decimal(uint32_t c, int q, int irr, int *kout) {
   uint32_t vbl = rop(g, (cb - 2 + (uint64_t)irr) << sh);
   uint32_t vbr = rop(g, (cb + 2) << sh);
   uint32_t open = c & 1; /* odd c: ties round away from v, ends excluded */
-  uint32_t s = vb >> 2;
+  uint32_t s = vb >> 2, t = s + 1;
+  /* Step 1: the multiple of 10 below or above u, if exactly one is in. */
+  uint32_t sp = s / 10 * 10, tp = sp + 10;
+  uint32_t upin = vbl + open <= sp << 2;
+  uint32_t wpin = (tp << 2) + open <= vbr;
+  /* Step 2: s or t = s+1, whichever is in; both in: the nearer, tie even.
+   * At least one is in (width >= 1), so "s not in" means t. */
+  uint32_t uin = vbl + open <= s << 2;
+  uint32_t win = (t << 2) + open <= vbr;
+  int32_t cmp = (int32_t)(vb - ((s + t) << 1)); /* sign of u - (s + 1/2) */
+  uint32_t pick_t = (uin ^ 1) | (win & ((cmp > 0) | ((cmp == 0) & s & 1)));
+  /* s < 10: sp = 0 is no candidate (and 10 = t is caught by step 2). */
+  uint32_t shorter = (upin ^ wpin) & (s >= 10);
+  uint32_t sel = 0u - shorter; /* masks, not ?:, so no branch is emitted */
   *kout = k;
-  if (s >= 10) {
-    uint32_t sp = s / 10 * 10, tp = sp + 10;
-    int upin = vbl + open <= sp << 2;
-    int wpin = (tp << 2) + open <= vbr;
-    if (upin != wpin) return upin ? sp : tp;
-  }
-  uint32_t t = s + 1;
-  int uin = vbl + open <= s << 2;
-  int win = (t << 2) + open <= vbr;
-  if (uin != win) return uin ? s : t;
-  int32_t cmp = (int32_t)(vb - ((s + t) << 1));
-  return cmp < 0 || (cmp == 0 && (s & 1) == 0) ? s : t;
+  return ((sp + 10 * wpin) & sel) | ((s + pick_t) & ~sel);
 }
 
 #if ATTN__F32_FAST
 /* b < 10^8 -> its 8 decimal digits as byte values 0..9, most significant in
  * the lowest byte (memory order on little-endian). */
-static inline uint64_t digits8(uint32_t b) {
+INLINE uint64_t digits8(uint32_t b) {
   uint64_t hi4 = b / 10000, lo4 = b - hi4 * 10000;
   uint64_t x = hi4 | lo4 << 32;                         /* 2 x 32-bit lanes */
   uint64_t d = ((x * 10486) >> 20) & 0x0000007f0000007fu; /* lane / 100 */
@@ -167,50 +169,62 @@ static inline uint64_t digits8(uint32_t b) {
   return d | (x - d * 10) << 8;                         /* 8 x 8-bit lanes */
 }
 
-static inline attn__u128 low_bytes(int n) { /* mask of the low n bytes */
-  return ((attn__u128)1 << (8 * n)) - 1;
-}
+static const uint32_t P10[10] = {1,      10,      100,      1000,      10000,
+                                 100000, 1000000, 10000000, 100000000,
+                                 1000000000};
 
-static inline size_t format(char *out, uint32_t neg, uint32_t dec, int k) {
-  const attn__u128 zeros = ~(attn__u128)0 / 0xff * '0'; /* 16 x '0' */
-  uint32_t a = dec / 100000000u;
-  uint64_t z = digits8(dec - a * 100000000u);
-  /* 9 digit bytes: a, then z; locate the first and last nonzero digit. */
-  uint64_t lo = a | z << 8, hi = z >> 56;
-  int lz = (lo ? __builtin_ctzll(lo) : 64 + __builtin_ctzll(hi)) >> 3;
-  int hb = (hi ? 64 + 63 - __builtin_clzll(hi) : 63 - __builtin_clzll(lo)) >> 3;
-  int n = hb - lz + 1; /* significant digits, 1..9 */
-  k += 8 - hb;         /* dropped trailing zeros */
-  int e = k + n - 1;   /* decimal exponent of the first digit */
-  attn__u128 d = (((attn__u128)hi << 64 | lo) >> (8 * lz)) |
-                 (zeros & low_bytes(n)); /* n ASCII digits, 0 above */
-  attn__u128 body;
-  int len;
-  if (e >= -5 && e < 9) {
-    if (k >= 0) { /* integer: digits, k zeros */
-      body = d | zeros << (8 * n);
-      len = n + k;
-    } else if (e >= 0) { /* ddd.ddd */
-      attn__u128 m = low_bytes(e + 1);
-      body = (d & m) | (attn__u128)'.' << (8 * (e + 1)) | (d & ~m) << 8;
-      len = n + 1;
-    } else { /* 0.000ddd; '0' | digit == digit */
-      body = ('0' | '.' << 8) | zeros << 16 | d << (8 * (1 - e));
-      len = n + 1 - e;
+INLINE size_t format(char *out, uint32_t neg, uint32_t dec, int k) {
+  /* Normalise dec (1..9 digits, maybe trailing zeros) to exactly 9 digits:
+   * first digit fd, then the 8 digits of z; e is the decimal exponent of
+   * the first digit and n the significant digit count. */
+  int t = ((32 - __builtin_clz(dec)) * 1233) >> 12; /* ~ floor(log10) */
+  int n0 = t + 1 - (dec < P10[t]);                   /* digits of dec */
+  int e = k + n0 - 1;
+  uint32_t d9 = dec * P10[9 - n0];
+  uint32_t fd = d9 / 100000000u; /* 1..9 */
+  uint64_t z = digits8(d9 - fd * 100000000u);
+  int n = 1 + (z != 0) + ((63 - __builtin_clzll(z | 1)) >> 3);
+  uint64_t zc = z + 0x3030303030303030u; /* ASCII; zero digits pad */
+  char c0 = (char)('0' + fd);
+  char *p = out;
+  size_t len;
+  *p = '-';
+  p += neg;
+  /* Every store stays inside out[0..16); later stores overwrite the zero
+   * padding of earlier ones. */
+  if ((unsigned)(e + 5) <= 13) { /* plain: -5 <= e <= 8 */
+    if (e < 0) {                 /* 0.000ddd */
+      memcpy(p, "0.000000", 8);
+      p[1 - e] = c0;
+      memcpy(p + 2 - e, &zc, 8);
+      len = (size_t)(n + 1 - e);
+    } else if (n <= e + 1) { /* integer: ddd000, e + 1 <= 9 digits */
+      *p = c0;
+      memcpy(p + 1, &zc, 8);
+      len = (size_t)e + 1;
+    } else { /* ddd.ddd: '.' after digit e; n + 1 <= 10 bytes */
+      uint64_t dig = (uint8_t)c0 | zc << 8;         /* digits 0..7 */
+      uint64_t m = ~(uint64_t)0 >> (56 - 8 * e);     /* bytes 0..e */
+      uint64_t lo = (dig & m) | (dig & ~m) << 8 | ((uint64_t)'.' << 8 * e) << 8;
+      uint16_t hi = (uint16_t)(zc >> 48); /* digits 7, 8 */
+      hi = e == 7 ? (uint16_t)((hi & 0xff00u) | '.') : hi;
+      memcpy(p, &lo, 8);
+      memcpy(p + 8, &hi, 2);
+      len = (size_t)n + 1;
     }
-  } else {
-    uint32_t ae = e < 0 ? (uint32_t)-e : (uint32_t)e; /* 6..45 */
-    uint32_t tens = ae * 103 >> 10;
-    uint32_t ex = 'e' | (e < 0 ? '-' : '+') << 8 | ('0' + tens) << 16 |
-                  ('0' + ae - 10 * tens) << 24;
-    int dot = n > 1;
-    body = (d & 0xff) | (attn__u128)(dot ? '.' : 0) << 8 | (d >> 8) << 16 |
-           (attn__u128)ex << (8 * (n + dot));
-    len = n + dot + 4;
+  } else { /* d[.ddd]e+XX, |e| in 6..45 */
+    uint32_t ae = e < 0 ? (uint32_t)-e : (uint32_t)e;
+    uint32_t tens = ae * 103 >> 10; /* ae / 10 for ae < 100 */
+    uint32_t ex = 'e' | (uint32_t)(e < 0 ? '-' : '+') << 8 |
+                  ('0' + tens) << 16 | ('0' + ae - 10 * tens) << 24;
+    int at = n + (n > 1); /* no point for one digit */
+    p[0] = c0;
+    p[1] = '.';
+    memcpy(p + 2, &zc, 8);
+    memcpy(p + at, &ex, 4);
+    len = (size_t)at + 4;
   }
-  body = body << (8 * neg) | (neg ? '-' : 0);
-  memcpy(out, &body, 16);
-  return (size_t)len + neg;
+  return len + neg;
 }
 #else
 static size_t format(char *out, uint32_t neg, uint32_t dec, int k) {

@@ -124,8 +124,8 @@ static float f64_to_f32(double v) {
 
 /* What pass 1 learns about one input. */
 typedef struct in_desc {
-  const char *name;   /* borrowed from the cJSON tree */
-  const cJSON *data;  /* NULL for binary inputs */
+  const char *name;  /* borrowed from the cJSON tree */
+  const cJSON *data; /* NULL for binary inputs */
   attn_dtype dt;
   int rank;
   int64_t shape[ATTN_MAX_RANK];
@@ -137,8 +137,9 @@ typedef struct in_desc {
 static attn_status parse_id(const cJSON *it, const char *key, size_t max,
                             char **dst, attn_diag *d) {
   if (!cJSON_IsString(it) || !it->valuestring[0])
-    return attn_diag_set(d, ATTN_EINVAL, "'%s' must be a non-empty string, got %s",
-                         key, attn__json_kind(it));
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'%s' must be a non-empty string, got %s", key,
+                         attn__json_kind(it));
   if (strlen(it->valuestring) > max)
     return attn_diag_set(d, ATTN_EINVAL, "'%s' is longer than %zu bytes", key,
                          max);
@@ -154,12 +155,13 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
   size_t n = 0;
   int64_t v;
   if (!cJSON_IsObject(obj))
-    return attn_diag_set(d, ATTN_EINVAL, "'parameters' must be an object, got %s",
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'parameters' must be an object, got %s",
                          attn__json_kind(obj));
   cJSON_ArrayForEach(c, obj) {
     if (++n > ATTN_MAX_PARAMS)
-      return attn_diag_set(d, ATTN_ETOOBIG,
-                           "parameters: more than %d entries", ATTN_MAX_PARAMS);
+      return attn_diag_set(d, ATTN_ETOOBIG, "parameters: more than %d entries",
+                           ATTN_MAX_PARAMS);
   }
   out->params = calloc(n ? n : 1, sizeof *out->params);
   if (!out->params) return ATTN_ENOMEM;
@@ -171,21 +173,22 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
                            ATTN_MAX_NAME_LEN);
     for (const cJSON *p = obj->child; p != c; p = p->next)
       if (strcmp(p->string, k) == 0)
-        return attn_diag_set(d, ATTN_EINVAL, "parameters: duplicate key '%.64s'",
-                             k);
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "parameters: duplicate key '%.64s'", k);
     if (strcmp(k, "binary_data_output") == 0) {
       if (!cJSON_IsBool(c))
         return attn_diag_set(d, ATTN_EINVAL,
                              "parameters: 'binary_data_output' must be a "
-                             "boolean, got %s", attn__json_kind(c));
+                             "boolean, got %s",
+                             attn__json_kind(c));
       out->binary_data_output = cJSON_IsTrue(c) ? 1 : 0;
       continue;
     }
     if (strcmp(k, "priority") == 0 || strcmp(k, "timeout") == 0) {
       if (!json_int(c, 0, TWO_POW_53, &v))
-        return attn_diag_set(d, ATTN_EINVAL,
-                             "parameters: '%s' must be a non-negative integer%s",
-                             k, k[0] == 't' ? " (microseconds)" : "");
+        return attn_diag_set(
+            d, ATTN_EINVAL, "parameters: '%s' must be a non-negative integer%s",
+            k, k[0] == 't' ? " (microseconds)" : "");
       if (k[0] == 'p')
         out->priority = v;
       else
@@ -214,7 +217,8 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
     } else {
       return attn_diag_set(d, ATTN_EINVAL,
                            "parameters: '%.64s' must be a string, number or "
-                           "boolean, got %s", k, attn__json_kind(c));
+                           "boolean, got %s",
+                           k, attn__json_kind(c));
     }
     if (!(p->name = dupstr(k))) return ATTN_ENOMEM; /* freed with p->s */
     out->n_params++;
@@ -245,9 +249,9 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
       return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
                        "expected an object, got %s", attn__json_kind(o));
     cJSON_ArrayForEach(c, o) {
-      const cJSON **slot = strcmp(c->string, "name") == 0 ? &name
+      const cJSON **slot = strcmp(c->string, "name") == 0         ? &name
                            : strcmp(c->string, "parameters") == 0 ? &params
-                                                                   : NULL;
+                                                                  : NULL;
       if (!slot)
         return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
                          "unknown key '%.64s'", c->string);
@@ -277,7 +281,8 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
         if (strcmp(c->string, "binary_data") != 0)
           return where_err(d, ATTN_EINVAL, "outputs", i, nm,
                            "unknown parameter '%.64s' (only binary_data is "
-                           "known)", c->string);
+                           "known)",
+                           c->string);
         if (binary != -1)
           return where_err(d, ATTN_EINVAL, "outputs", i, nm,
                            "duplicate parameter 'binary_data'");
@@ -324,7 +329,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                        k);
     *slot = c;
   }
-  if (!name) return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "missing 'name'");
+  if (!name)
+    return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "missing 'name'");
   if (!cJSON_IsString(name) || !name->valuestring[0] ||
       strlen(name->valuestring) > ATTN_MAX_NAME_LEN)
     return where_err(d, ATTN_EINVAL, "inputs", i, NULL,
@@ -337,7 +343,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                        "duplicate name (also inputs[%zu])", j);
 
   /* datatype */
-  if (!dtype) return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'datatype'");
+  if (!dtype)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'datatype'");
   if (!cJSON_IsString(dtype))
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                      "'datatype' must be a string, got %s",
@@ -346,16 +353,19 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
   if (o->dt == ATTN_DT_INVALID) {
     bool known = kserve_dtype_known(dtype->valuestring);
     return where_err(d, known ? ATTN_EUNSUPPORTED : ATTN_EINVAL, "inputs", i,
-                     nm, "%s datatype '%.32s' (use FP32, FP64, FP16, BF16, "
+                     nm,
+                     "%s datatype '%.32s' (use FP32, FP64, FP16, BF16, "
                      "BOOL, INT32 or INT64)",
                      known ? "unsupported" : "unknown", dtype->valuestring);
   }
 
   /* shape */
-  if (!shape) return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'shape'");
+  if (!shape)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'shape'");
   if (!cJSON_IsArray(shape))
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                     "'shape' must be an array, got %s", attn__json_kind(shape));
+                     "'shape' must be an array, got %s",
+                     attn__json_kind(shape));
   cJSON_ArrayForEach(c, shape) {
     if (o->rank == ATTN_MAX_RANK)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
@@ -391,7 +401,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
       if (strcmp(c->string, "binary_data_size") != 0)
         return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                          "unknown parameter '%.64s' (only binary_data_size is "
-                         "known)", c->string);
+                         "known)",
+                         c->string);
       if (bds)
         return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                          "duplicate parameter 'binary_data_size'");
@@ -428,7 +439,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     if (bytes > len - *off)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "binary data of %zu bytes at offset %zu runs past the "
-                       "end of the body (%zu bytes)", bytes, *off, len);
+                       "end of the body (%zu bytes)",
+                       bytes, *off, len);
     o->binary = true;
     o->bin_off = *off;
     o->bin_size = bytes;
@@ -454,9 +466,9 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
 
 typedef struct fill_ctx {
   const in_desc *in;
-  size_t i;       /* input index, for messages */
+  size_t i; /* input index, for messages */
   void *dst;
-  size_t pos;     /* next element to write */
+  size_t pos; /* next element to write */
   int64_t idx[ATTN_MAX_RANK + 1];
   attn_diag *d;
 } fill_ctx;
@@ -536,8 +548,8 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
     fmt_shape(sh, sizeof sh, in->rank, in->shape);
     if (depth == 0)
       return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
-                       "data has %zu elements, shape %s needs %lld at dim 0",
-                       n, sh, (long long)in->shape[0]);
+                       "data has %zu elements, shape %s needs %lld at dim 0", n,
+                       sh, (long long)in->shape[0]);
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                      "%s has %zu elements, shape %s needs %lld at dim %d",
                      fmt_path(c, depth, p, sizeof p), n, sh,
@@ -691,7 +703,8 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
     if (!slot)
       return attn_diag_set(d, ATTN_EINVAL,
                            "request: unknown key '%.64s' (known: id, inputs, "
-                           "outputs, parameters)", k);
+                           "outputs, parameters)",
+                           k);
     if (*slot)
       return attn_diag_set(d, ATTN_EINVAL, "request: duplicate key '%s'", k);
     *slot = c;
@@ -700,13 +713,14 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
   if (mname &&
       (s = parse_id(mname, "model_name", ATTN_MAX_NAME_LEN, &out->model, d)))
     return s;
-  if (mver &&
-      (s = parse_id(mver, "model_version", ATTN_MAX_NAME_LEN, &out->version, d)))
+  if (mver && (s = parse_id(mver, "model_version", ATTN_MAX_NAME_LEN,
+                            &out->version, d)))
     return s;
   if (params && (s = parse_req_params(params, out, d))) return s;
   if (outputs && (s = parse_outputs(outputs, out, d))) return s;
 
-  if (!inputs) return attn_diag_set(d, ATTN_EINVAL, "request: missing 'inputs'");
+  if (!inputs)
+    return attn_diag_set(d, ATTN_EINVAL, "request: missing 'inputs'");
   if (!cJSON_IsArray(inputs))
     return attn_diag_set(d, ATTN_EINVAL, "'inputs' must be an array, got %s",
                          attn__json_kind(inputs));
@@ -763,10 +777,14 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
   if (header_len > len)
     return attn_diag_set(d, ATTN_EINVAL,
                          "Inference-Header-Content-Length %zu is larger than "
-                         "the body (%zu bytes)", header_len, len);
+                         "the body (%zu bytes)",
+                         header_len, len);
   attn__codec_limits_eff(lim, &l);
-  s = attn__json_parse(body, header_len ? header_len : len, l.max_depth, &root,
-                       d);
+  s = attn__json_parse(body, header_len ? header_len : len, l.max_depth,
+                       header_len ? ""
+                                  : " (binary tensor data needs the "
+                                    "Inference-Header-Content-Length header)",
+                       &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;
@@ -779,8 +797,8 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
 
 /* ---- encoding ----------------------------------------------------------- */
 
-#define TRY(x)                         \
-  do {                                 \
+#define TRY(x)                           \
+  do {                                   \
     if ((s = (x)) != ATTN_OK) goto fail; \
   } while (0)
 
@@ -800,8 +818,7 @@ static void restore(attn_buf *b, size_t start) {
 
 static attn_status check_output(const attn_infer_output *o, size_t i,
                                 size_t *numel, attn_diag *d) {
-  if (!o->name)
-    return where_err(d, ATTN_EINVAL, "outputs", i, NULL, "no name");
+  if (!o->name) return where_err(d, ATTN_EINVAL, "outputs", i, NULL, "no name");
   if (o->tensor.dtype != ATTN_DT_FP32)
     return where_err(d, ATTN_EINVAL, "outputs", i, o->name,
                      "tensor is %s, only FP32 outputs are encoded",
@@ -873,8 +890,10 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
       uint32_t u;
       unsigned char le[4];
       memcpy(&u, (const float *)o->tensor.data + k, 4);
-      le[0] = u & 255; le[1] = (u >> 8) & 255;
-      le[2] = (u >> 16) & 255; le[3] = u >> 24;
+      le[0] = u & 255;
+      le[1] = (u >> 8) & 255;
+      le[2] = (u >> 16) & 255;
+      le[3] = u >> 24;
       TRY(attn_buf_append(out, le, 4));
     }
 #endif

@@ -171,11 +171,10 @@ static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
     c->idx[depth] = k++;
     if (depth + 1 < c->rank) {
       if (!cJSON_IsArray(e))
-        return attn_diag_set(c->d, ATTN_EINVAL,
-                             "%s: expected an array of %lld, got %s",
-                             nest_path(c, depth + 1, p, sizeof p),
-                             (long long)c->shape[depth + 1],
-                             attn__json_kind(e));
+        return attn_diag_set(
+            c->d, ATTN_EINVAL, "%s: expected an array of %lld, got %s",
+            nest_path(c, depth + 1, p, sizeof p),
+            (long long)c->shape[depth + 1], attn__json_kind(e));
       s = nest_fill(c, e, depth + 1);
     } else {
       s = nest_leaf(c, e, depth + 1);
@@ -197,9 +196,9 @@ static attn_status parse_nested(const cJSON *item, const char *field,
   size_t numel;
   memset(t, 0, sizeof *t);
   if (!cJSON_IsArray(item))
-    return attn_diag_set(d, ATTN_EINVAL, "'%s' must be a nested array of %s, got %s",
-                         field, allow & LEAF_NUM ? "numbers" : "booleans",
-                         attn__json_kind(item));
+    return attn_diag_set(
+        d, ATTN_EINVAL, "'%s' must be a nested array of %s, got %s", field,
+        allow & LEAF_NUM ? "numbers" : "booleans", attn__json_kind(item));
   while (leaf && cJSON_IsArray(leaf)) {
     if (c.rank == ATTN_MAX_RANK)
       return attn_diag_set(d, ATTN_EINVAL, "%s: nested deeper than %d levels",
@@ -226,9 +225,10 @@ static attn_status parse_nested(const cJSON *item, const char *field,
     return attn_diag_set(d, ATTN_ETOOBIG, "%s: shape %s is too large", field,
                          sh);
   if (numel > lim->max_tensor_elements)
-    return attn_diag_set(d, ATTN_ETOOBIG,
-                         "%s: shape %s has %zu elements, above the limit of %zu",
-                         field, sh, numel, lim->max_tensor_elements);
+    return attn_diag_set(
+        d, ATTN_ETOOBIG,
+        "%s: shape %s has %zu elements, above the limit of %zu", field, sh,
+        numel, lim->max_tensor_elements);
   size_t bytes = numel * attn_dtype_size(c.dt);
   if (!(c.dst = malloc(bytes ? bytes : 1))) return ATTN_ENOMEM;
   attn_status s = nest_fill(&c, item, 0);
@@ -309,19 +309,34 @@ static attn_status copy_tensor(const attn_tensor *src, attn_tensor *dst) {
 /* ---- building the request ----------------------------------------------- */
 
 enum {
-  K_QUERY, K_KEY, K_VALUE, K_NUM_HEADS, K_WEIGHTS, K_MODEL, K_CAUSAL,
-  K_SCALE, K_ATTN_MASK, K_KPM, K_NEED_WEIGHTS, K_AVG, K_TOKENS, K_KEY_TOKENS,
+  K_QUERY,
+  K_KEY,
+  K_VALUE,
+  K_NUM_HEADS,
+  K_WEIGHTS,
+  K_MODEL,
+  K_CAUSAL,
+  K_SCALE,
+  K_ATTN_MASK,
+  K_KPM,
+  K_NEED_WEIGHTS,
+  K_AVG,
+  K_TOKENS,
+  K_KEY_TOKENS,
   K_COUNT
 };
 static const char *const top_names[K_COUNT] = {
-    "query",     "key",    "value",     "num_heads",
-    "weights",   "model",  "causal",    "scale",
-    "attn_mask", "key_padding_mask",    "need_weights",
-    "average_attn_weights", "tokens",   "key_tokens"};
+    "query",        "key",
+    "value",        "num_heads",
+    "weights",      "model",
+    "causal",       "scale",
+    "attn_mask",    "key_padding_mask",
+    "need_weights", "average_attn_weights",
+    "tokens",       "key_tokens"};
 
 #define N_WEIGHTS 8 /* the first four are required */
-static const char *const weight_names[N_WEIGHTS] = {
-    "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"};
+static const char *const weight_names[N_WEIGHTS] = {"w_q", "w_k", "w_v", "w_o",
+                                                    "b_q", "b_k", "b_v", "b_o"};
 
 #define MAX_V1_INPUTS (5 + N_WEIGHTS)
 
@@ -381,8 +396,7 @@ static void v1_tensors_free(v1_tensors *t) {
   for (int i = 0; i < N_WEIGHTS; i++) attn_tensor_free(&t->w[i]);
 }
 
-static attn_status check_bool(const cJSON *it, const char *name,
-                              attn_diag *d) {
+static attn_status check_bool(const cJSON *it, const char *name, attn_diag *d) {
   if (!it || cJSON_IsBool(it)) return ATTN_OK;
   return attn_diag_set(d, ATTN_EINVAL, "'%s' must be true or false, got %s",
                        name, attn__json_kind(it));
@@ -404,9 +418,10 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
       (s = check_bool(f[K_NEED_WEIGHTS], "need_weights", d)) ||
       (s = check_bool(f[K_AVG], "average_attn_weights", d)))
     return s;
-  if (f[K_SCALE] && (!cJSON_IsNumber(f[K_SCALE]) ||
-                     !isfinite(f[K_SCALE]->valuedouble)))
-    return attn_diag_set(d, ATTN_EINVAL, "'scale' must be a finite number, got %s",
+  if (f[K_SCALE] &&
+      (!cJSON_IsNumber(f[K_SCALE]) || !isfinite(f[K_SCALE]->valuedouble)))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'scale' must be a finite number, got %s",
                          attn__json_kind(f[K_SCALE]));
   if (f[K_MODEL]) {
     const cJSON *m = f[K_MODEL];
@@ -419,25 +434,29 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
       return attn_diag_set(d, ATTN_EINVAL,
                            "give either 'model' (a resident model) or "
                            "'weights', not both");
-    if (strcmp(m->valuestring, "sdpa") == 0 || strcmp(m->valuestring, "mha") == 0)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "'model': '%s' is chosen automatically (omit "
-                           "'model'%s)",
-                           m->valuestring,
-                           m->valuestring[0] == 'm' ? " and send 'weights'" : "");
+    if (strcmp(m->valuestring, "sdpa") == 0 ||
+        strcmp(m->valuestring, "mha") == 0)
+      return attn_diag_set(
+          d, ATTN_EINVAL,
+          "'model': '%s' is chosen automatically (omit "
+          "'model'%s)",
+          m->valuestring,
+          m->valuestring[0] == 'm' ? " and send 'weights'" : "");
   }
   if (f[K_TOKENS] && !cJSON_IsArray(f[K_TOKENS]))
     return attn_diag_set(d, ATTN_EINVAL, "'tokens' must be an array, got %s",
                          attn__json_kind(f[K_TOKENS]));
   if (f[K_KEY_TOKENS] && !cJSON_IsArray(f[K_KEY_TOKENS]))
-    return attn_diag_set(d, ATTN_EINVAL, "'key_tokens' must be an array, got %s",
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'key_tokens' must be an array, got %s",
                          attn__json_kind(f[K_KEY_TOKENS]));
   if (!f[K_QUERY]) return attn_diag_set(d, ATTN_EINVAL, "missing 'query'");
   if (f[K_VALUE] && !f[K_KEY])
     return attn_diag_set(d, ATTN_EINVAL, "'value' given without 'key'");
   if (f[K_WEIGHTS]) {
     if (!cJSON_IsObject(f[K_WEIGHTS]))
-      return attn_diag_set(d, ATTN_EINVAL, "'weights' must be an object, got %s",
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "'weights' must be an object, got %s",
                            attn__json_kind(f[K_WEIGHTS]));
     if ((s = match_keys(f[K_WEIGHTS], weight_names, N_WEIGHTS, wf,
                         "weights: ", d)))
@@ -452,7 +471,8 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
   if ((s = parse_nested(f[K_QUERY], "query", LEAF_NUM, lim, &t->q, d)) ||
       (s = want_rank(&t->q, "query", 2, 3, "[Lq,D] or [B,Lq,D]", d)))
     return s;
-  const char *qlay = t->q.rank == 2 ? "[L,D] like 'query'" : "[B,L,D] like 'query'";
+  const char *qlay =
+      t->q.rank == 2 ? "[L,D] like 'query'" : "[B,L,D] like 'query'";
   if (f[K_KEY] &&
       ((s = parse_nested(f[K_KEY], "key", LEAF_NUM, lim, &t->k, d)) ||
        (s = want_rank(&t->k, "key", t->q.rank, t->q.rank, qlay, d))))
@@ -468,10 +488,9 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
                       d))))
     return s;
   if (f[K_KPM]) {
-    if ((s = parse_nested(f[K_KPM], "key_padding_mask", LEAF_BOOL, lim,
-                          &t->kpm, d)) ||
-        (s = want_rank(&t->kpm, "key_padding_mask", 1, 2, "[Lk] or [B,Lk]",
-                       d)))
+    if ((s = parse_nested(f[K_KPM], "key_padding_mask", LEAF_BOOL, lim, &t->kpm,
+                          d)) ||
+        (s = want_rank(&t->kpm, "key_padding_mask", 1, 2, "[Lk] or [B,Lk]", d)))
       return s;
     if (t->kpm.rank == 1) { /* [Lk] -> [1,Lk] */
       t->kpm.shape[1] = t->kpm.shape[0];
@@ -499,7 +518,8 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
   attn_status s;
   memset(&t, 0, sizeof t);
   if (!cJSON_IsObject(root))
-    return attn_diag_set(d, ATTN_EINVAL, "request must be a JSON object, got %s",
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "request must be a JSON object, got %s",
                          attn__json_kind(root));
   if ((s = match_keys(root, top_names, K_COUNT, f, "", d))) return s;
   if ((s = parse_fields(f, &t, lim, d))) goto done;
@@ -509,8 +529,10 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
                         : f[K_MODEL] ? ATTN_V1_RESIDENT
                                      : ATTN_V1_SDPA;
   size_t n_in = 1 + (t.mask.data != NULL) + (t.kpm.data != NULL);
-  if (map == ATTN_V1_SDPA) n_in += 2;
-  else n_in += (t.k.data != NULL) + (t.v.data != NULL);
+  if (map == ATTN_V1_SDPA)
+    n_in += 2;
+  else
+    n_in += (t.k.data != NULL) + (t.v.data != NULL);
   for (int i = 0; i < N_WEIGHTS; i++) n_in += t.w[i].data != NULL;
   if (n_in > lim->max_inputs) {
     s = attn_diag_set(d, ATTN_ETOOBIG,
@@ -531,14 +553,14 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
 
   if (map == ATTN_V1_SDPA) {
     attn_tensor q, k, v;
-    bool self = !t.k.data;
+    bool self = !t.k.data, has_v = t.v.data != NULL;
     if ((s = split_heads(&t.q, H, "query", &q, d))) goto done;
     s = add_input(out, "query", &q);
     if (s == ATTN_OK && !self) s = split_heads(&t.k, H, "key", &k, d);
     if (s == ATTN_OK && self) s = copy_tensor(&out->inputs[0].tensor, &k);
     if (s == ATTN_OK) s = add_input(out, "key", &k);
-    if (s == ATTN_OK && t.v.data) s = split_heads(&t.v, H, "value", &v, d);
-    if (s == ATTN_OK && !t.v.data) /* value defaults to key */
+    if (s == ATTN_OK && has_v) s = split_heads(&t.v, H, "value", &v, d);
+    if (s == ATTN_OK && !has_v) /* value defaults to key */
       s = copy_tensor(&out->inputs[1].tensor, &v);
     if (s == ATTN_OK) s = add_input(out, "value", &v);
     if (s) goto done;
@@ -556,9 +578,8 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
   if (map == ATTN_V1_MHA || (map == ATTN_V1_RESIDENT && f[K_NUM_HEADS]))
     if ((s = add_param(out, "num_heads", ATTN_PARAM_INT, false, H, (double)H)))
       goto done;
-  if (f[K_CAUSAL] &&
-      (s = add_param(out, "causal", ATTN_PARAM_BOOL, cJSON_IsTrue(f[K_CAUSAL]),
-                     0, 0)))
+  if (f[K_CAUSAL] && (s = add_param(out, "causal", ATTN_PARAM_BOOL,
+                                    cJSON_IsTrue(f[K_CAUSAL]), 0, 0)))
     goto done;
   if (f[K_SCALE] && (s = add_param(out, "scale", ATTN_PARAM_DOUBLE, false, 0,
                                    f[K_SCALE]->valuedouble)))
@@ -597,7 +618,7 @@ attn_status attn_v1_decode(const char *body, size_t len,
   memset(&inf, 0, sizeof inf);
   if (info) memset(info, 0, sizeof *info);
   attn__codec_limits_eff(lim, &l);
-  s = attn__json_parse(body, len, l.max_depth, &root, d);
+  s = attn__json_parse(body, len, l.max_depth, "", &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;
@@ -637,7 +658,8 @@ static attn_status put_nested(attn_buf *b, const float *base,
                        inner, n_inner);
     }
   } else {
-    int64_t n1 = n_inner > 1 ? inner[1].n : 1, s1 = n_inner > 1 ? inner[1].stride : 0;
+    int64_t n1 = n_inner > 1 ? inner[1].n : 1,
+            s1 = n_inner > 1 ? inner[1].stride : 0;
     bool first = true;
     for (int64_t i = 0; s == ATTN_OK && i < inner[0].n; i++)
       for (int64_t j = 0; s == ATTN_OK && j < n1; j++) {
@@ -706,8 +728,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
   int64_t oshape[ATTN_MAX_RANK];
   int orank;
   char sh[160];
-  if (!o)
-    return attn_diag_set(d, ATTN_EINVAL, "response has no 'attn_output'");
+  if (!o) return attn_diag_set(d, ATTN_EINVAL, "response has no 'attn_output'");
   if ((s = usable(o, d)) || (w && (s = usable(w, d)))) return s;
   const attn_tensor *ot = &o->tensor;
   bool sliced = info && info->heads_sliced;

@@ -100,12 +100,12 @@ static size_t utf8_seq(const unsigned char *s, size_t *bad) {
     n = 2;
   } else if (c >= 0xE0 && c <= 0xEF) {
     n = 3;
-    if (c == 0xE0) lo = 0xA0;      /* no overlongs */
-    if (c == 0xED) hi = 0x9F;      /* no surrogates */
+    if (c == 0xE0) lo = 0xA0; /* no overlongs */
+    if (c == 0xED) hi = 0x9F; /* no surrogates */
   } else if (c >= 0xF0 && c <= 0xF4) {
     n = 4;
-    if (c == 0xF0) lo = 0x90;      /* no overlongs */
-    if (c == 0xF4) hi = 0x8F;      /* <= U+10FFFF */
+    if (c == 0xF0) lo = 0x90; /* no overlongs */
+    if (c == 0xF4) hi = 0x8F; /* <= U+10FFFF */
   } else {
     *bad = 1;
     return 0;
@@ -135,13 +135,27 @@ attn_status attn_buf_json_string(attn_buf *b, const char *str) {
     char esc[6] = {'\\', 0, 0, 0, 0, 0};
     size_t esc_len = 2;
     switch (*s) {
-      case '"': esc[1] = '"'; break;
-      case '\\': esc[1] = '\\'; break;
-      case '\b': esc[1] = 'b'; break;
-      case '\f': esc[1] = 'f'; break;
-      case '\n': esc[1] = 'n'; break;
-      case '\r': esc[1] = 'r'; break;
-      case '\t': esc[1] = 't'; break;
+      case '"':
+        esc[1] = '"';
+        break;
+      case '\\':
+        esc[1] = '\\';
+        break;
+      case '\b':
+        esc[1] = 'b';
+        break;
+      case '\f':
+        esc[1] = 'f';
+        break;
+      case '\n':
+        esc[1] = 'n';
+        break;
+      case '\r':
+        esc[1] = 'r';
+        break;
+      case '\t':
+        esc[1] = 't';
+        break;
       default:
         if (*s < 0x20) {
           esc[1] = 'u';

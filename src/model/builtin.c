@@ -80,13 +80,13 @@ typedef struct req_info {
 static const char *param_type_name(attn_param_type t) {
   switch (t) {
     case ATTN_PARAM_BOOL:
-      return "bool";
+      return "a bool";
     case ATTN_PARAM_INT:
-      return "integer";
+      return "an integer";
     case ATTN_PARAM_DOUBLE:
-      return "number";
+      return "a number";
     case ATTN_PARAM_STRING:
-      return "string";
+      return "a string";
   }
   return "unknown";
 }
@@ -207,7 +207,7 @@ static attn_status read_inputs(attn__model_kind kind,
 static attn_status want_bool(const attn_param *p, bool *v, attn_diag *d) {
   if (p->type != ATTN_PARAM_BOOL)
     return attn_diag_set(d, ATTN_EINVAL,
-                         "parameter '%s' must be a bool, got a %s", p->name,
+                         "parameter '%s' must be a bool, got %s", p->name,
                          param_type_name(p->type));
   *v = p->b;
   return ATTN_OK;
@@ -223,7 +223,7 @@ static attn_status want_count(const attn_param *p, int64_t *v, attn_diag *d) {
     x = (int64_t)p->d;
   } else {
     return attn_diag_set(d, ATTN_EINVAL,
-                         "parameter '%s' must be an integer, got a %s",
+                         "parameter '%s' must be an integer, got %s",
                          p->name, param_type_name(p->type));
   }
   if (x < 1 || x > INT32_MAX)
@@ -272,7 +272,7 @@ static attn_status read_params(attn__model_kind kind,
           ri->scale = (double)p->i;
         else
           return attn_diag_set(d, ATTN_EINVAL,
-                               "parameter 'scale' must be a number, got a %s",
+                               "parameter 'scale' must be a number, got %s",
                                param_type_name(p->type));
         if (!(fabs(ri->scale) <= FLT_MAX))
           return attn_diag_set(d, ATTN_EINVAL,
@@ -760,38 +760,44 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
     return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
   if ((s = check_limits(lim, &pl, &ri, out_n, w_n, d))) return s;
 
-  /* Engine validation and sizes, still before allocating. */
+  /* key_lengths widened to int64 (B values, bounded by the input). */
+  int64_t *lens = NULL;
+  if (ri.in[IN_KLEN]) {
+    if (!(lens = copy_lengths(ri.in[IN_KLEN], pl.B)))
+      return attn_diag_set(d, ATTN_ENOMEM, "out of memory for key_lengths");
+    o.kpm.lengths = lens;
+  }
+  /* Engine validation and sizes, still before allocating outputs. */
   attn_bytes bytes;
+  float *out = NULL, *w = NULL;
   pl.sp.o = o;
   pl.mp.o = o;
   if (kind == ATTN__MODEL_SDPA)
     s = attn_sdpa_bytes(&pl.sp, x, &bytes, d);
   else
     s = attn_mha_bytes(&pl.mp, x, &bytes, d);
-  if (s) return s;
+  if (s) goto fail;
   size_t out_b, w_b = 0;
   if (!attn_size_mul(out_n, sizeof(float), &out_b) ||
-      (ri.want_w && !attn_size_mul(w_n, sizeof(float), &w_b)))
-    return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
-  if (out_b != bytes.out || (ri.want_w && w_b != bytes.weights))
-    return attn_diag_set(d, ATTN_EINTERNAL,
-                         "output sizes disagree with the engine (%zu/%zu, "
-                         "%zu/%zu bytes)",
-                         out_b, bytes.out, w_b, bytes.weights);
+      (ri.want_w && !attn_size_mul(w_n, sizeof(float), &w_b))) {
+    s = attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
+    goto fail;
+  }
+  if (out_b != bytes.out || (ri.want_w && w_b != bytes.weights)) {
+    s = attn_diag_set(d, ATTN_EINTERNAL,
+                      "output sizes disagree with the engine (%zu/%zu, "
+                      "%zu/%zu bytes)",
+                      out_b, bytes.out, w_b, bytes.weights);
+    goto fail;
+  }
 
-  int64_t *lens = NULL;
-  float *out = calloc(out_n ? out_n : 1, sizeof *out);
-  float *w = ri.want_w ? calloc(w_n ? w_n : 1, sizeof *w) : NULL;
-  if (ri.in[IN_KLEN]) lens = copy_lengths(ri.in[IN_KLEN], pl.B);
-  if (!out || (ri.want_w && !w) || (ri.in[IN_KLEN] && !lens)) {
+  out = calloc(out_n ? out_n : 1, sizeof *out);
+  w = ri.want_w ? calloc(w_n ? w_n : 1, sizeof *w) : NULL;
+  if (!out || (ri.want_w && !w)) {
     s = attn_diag_set(d, ATTN_ENOMEM,
                       "out of memory for outputs (%zu + %zu bytes)", out_b,
                       w_b);
     goto fail;
-  }
-  if (lens) {
-    pl.sp.o.kpm.lengths = lens;
-    pl.mp.o.kpm.lengths = lens;
   }
   if (kind == ATTN__MODEL_SDPA) {
     const attn_sdpa_problem *p = &pl.sp;

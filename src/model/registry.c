@@ -217,6 +217,7 @@ static attn_status add_resident(attn_registry *r, const char *path,
     free(m);
     return s;
   }
+  m->kind = ATTN__MODEL_RESIDENT;
   for (size_t i = 0; i < r->n; i++) {
     const attn_model *o = r->models[i];
     if (strcmp(o->name, m->res.name) != 0) continue;
@@ -230,7 +231,6 @@ static attn_status add_resident(attn_registry *r, const char *path,
     model_free(m);
     return s;
   }
-  m->kind = ATTN__MODEL_RESIDENT;
   m->name = m->res.name;
   m->version = m->res.version;
   m->description = m->res.description;

@@ -409,20 +409,24 @@ static attn_status load_json(const char *path, const cJSON *root,
                            path);
   }
 
-  /* Parameter count, overflow-checked, before any weight memory. */
-  size_t total = 0, t;
+  /* Parameter count, overflow-checked, before any weight memory.  `bound`
+   * counts the biases even without "bias" so that a file holding them fails
+   * with a message naming them rather than on the size bound. */
+  size_t total = 0, bound = 0, t;
   const int64_t terms[][2] = {{z.E, z.E},
                               {z.kw, z.kdim},
                               {z.kw, z.vdim},
                               {z.E, z.E},
-                              {r->bias ? 1 : 0, 2 * z.E + 2 * z.kw}};
-  for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
+                              {1, 2 * z.E + 2 * z.kw}};
+  for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++) {
     if (!attn_size_mul((size_t)terms[i][0], (size_t)terms[i][1], &t) ||
-        !attn_size_add(total, t, &total) || total > ATTN_MODEL_MAX_PARAMS)
+        !attn_size_add(bound, t, &bound) || bound > ATTN_MODEL_MAX_PARAMS)
       return attn_diag_set(d, ATTN_ETOOBIG,
                            "%s: the model would have more than %zu "
                            "parameters",
                            path, ATTN_MODEL_MAX_PARAMS);
+    if (i < 4 || r->bias) total += t;
+  }
 
   r->name = strdup(k[K_NAME]->valuestring);
   r->version = strdup(vbuf);
@@ -434,7 +438,12 @@ static attn_status load_json(const char *path, const cJSON *root,
   if (k[K_SEED]) return seed_weights(r, &z, seed, total, d);
   char *file = resolve(path, k[K_WEIGHTS]->valuestring);
   if (!file) return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
-  s = file_weights(r, &z, file, total, d);
+  /* A packed file for a model that cannot use one should fail naming
+   * in_proj_weight, so the read bound also admits that layout's size. */
+  size_t packed = (size_t)(4 * z.E * z.E + 4 * z.E);
+  if (packed > bound) bound = packed < ATTN_MODEL_MAX_PARAMS ? packed
+                                                            : ATTN_MODEL_MAX_PARAMS;
+  s = file_weights(r, &z, file, bound, d);
   free(file);
   return s;
 }

@@ -88,6 +88,17 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   if (req.id && job->proto == ATTN_JOB_V2)
     snprintf(job->request_id, sizeof job->request_id, "%s", req.id);
   if (job->proto == ATTN_JOB_V2) {
+    /* Triton clients may repeat model_name / model_version in the body */
+    if ((req.model && strcmp(req.model, job->model) != 0) ||
+        (req.version && job->version && strcmp(req.version, job->version))) {
+      attn__resp_error(&resp, 400,
+                       "model_name '%s' (version '%s') in the body does not "
+                       "match the URL's '%s' (version '%s')",
+                       req.model ? req.model : job->model,
+                       req.version ? req.version : "-", job->model,
+                       job->version ? job->version : "-");
+      goto done;
+    }
     m = attn_registry_find(s->models, job->model, job->version);
   } else {
     m = attn_registry_find(s->models, req.model ? req.model : "sdpa", NULL);
