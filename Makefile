@@ -28,6 +28,7 @@ test: test-deps $(BUILD)/build.ninja
 	scripts/lint.sh
 	ninja -C $(BUILD)
 	python3 tests/integration/run.py --attnd $(BUILD)/src/attnd --source-dir .
+	python3 tests/readme_examples.py --attnd $(BUILD)/src/attnd --source-dir .
 	$(BUILD)/tests/unit
 
 bench: all

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Run the README's curl examples verbatim against a real attnd.
+
+Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
+"Try it with curl", points `localhost:8080` at that port and runs every
+command with bash.  Each must print JSON; the examples marked as mistakes
+must answer {"error": ...}, all others must not.  Ends with the line
+`N passed, M failed`.  Standard library only."""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+
+def start(attnd, source_dir):
+    proc = subprocess.Popen(
+        [attnd, "--host", "127.0.0.1", "--port", "0", "--access-log", "false"],
+        cwd=source_dir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+    proc.kill()
+    raise SystemExit("attnd did not start")
+
+
+def commands(readme):
+    text = open(readme, encoding="utf-8").read()
+    section = text.split("## Try it with curl", 1)[1]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    cmds, cur, comment = [], "", ""
+    for line in block.splitlines():
+        if not cur and line.startswith("#"):
+            comment = line
+            continue
+        if not line.strip():
+            continue
+        cur += line + "\n"
+        if not line.rstrip().endswith("\\") and cur.count("'") % 2 == 0:
+            cmds.append((comment, cur))
+            cur = ""
+    return cmds
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attnd", default="build/src/attnd")
+    ap.add_argument("--source-dir", default=".")
+    a = ap.parse_args()
+    attnd = os.path.abspath(a.attnd)
+    proc, port = start(attnd, a.source_dir)
+    passed = failed = 0
+    try:
+        cmds = commands(os.path.join(a.source_dir, "README.md"))
+        if len(cmds) < 5:
+            print("FAIL found only %d curl examples" % len(cmds))
+            failed += 1
+        for comment, cmd in cmds:
+            run = cmd.replace("localhost:8080", "127.0.0.1:%d" % port)
+            out = subprocess.run(["bash", "-c", run], capture_output=True,
+                                 text=True, timeout=30).stdout
+            name = cmd.split("\n")[0][:70]
+            try:
+                body = json.loads(out)
+            except ValueError:
+                print("FAIL %s: not JSON: %r" % (name, out[:200]))
+                failed += 1
+                continue
+            want_error = "Mistakes" in comment
+            if want_error != ("error" in body):
+                print("FAIL %s: %r" % (name, out[:200]))
+                failed += 1
+            else:
+                print("ok   %s" % name)
+                passed += 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
