@@ -329,25 +329,39 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
   float *xv = c->cross ? rnd_buf((size_t)c->B * Lk * vdim) : NULL;
   /* torch layout: pack q, k, v weights [out, in] into one block with a
    * common row stride, like in_proj_weight, when the in dims agree */
+  /* torch_layout 1: [out, in] blocks of one in_proj_weight (ld = E) and one
+   * in_proj_bias; 2: a textbook packed W_qkv [E, 3E] (ld = 3E).  Both take
+   * the fused QKV projection when it is self-attention with Hkv == H. */
   int packed = c->torch_layout && kdim == c->E && vdim == c->E;
   float *wpack = packed ? rnd_buf((size_t)(c->E + 2 * kw) * c->E) : NULL;
+  float *bpack = packed && c->bias ? rnd_buf((size_t)(c->E + 2 * kw)) : NULL;
   float *wq = packed ? NULL : rnd_buf((size_t)c->E * c->E);
   float *wk = packed ? NULL : rnd_buf((size_t)kdim * kw);
   float *wv = packed ? NULL : rnd_buf((size_t)vdim * kw);
   float *wo = rnd_buf((size_t)c->E * c->E);
-  float *bq = c->bias ? rnd_buf((size_t)c->E) : NULL;
-  float *bk = c->bias ? rnd_buf((size_t)kw) : NULL;
-  float *bv = c->bias ? rnd_buf((size_t)kw) : NULL;
+  float *bq = c->bias && !bpack ? rnd_buf((size_t)c->E) : NULL;
+  float *bk = c->bias && !bpack ? rnd_buf((size_t)kw) : NULL;
+  float *bv = c->bias && !bpack ? rnd_buf((size_t)kw) : NULL;
   float *bo = c->bias ? rnd_buf((size_t)c->E) : NULL;
-  attn_wlayout lay = c->torch_layout ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
+  attn_wlayout lay = c->torch_layout == 1 ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
   attn_mha_problem p = {.B = c->B, .Lq = c->Lq, .Lk = Lk, .E = c->E,
                         .H = c->H, .Hkv = c->Hkv, .kdim = kdim, .vdim = vdim,
                         .xq = xq, .xk = xk, .xv = xv,
                         .bq = bq, .bk = bk, .bv = bv, .bo = bo};
-  if (packed) {
+  if (bpack) {
+    p.bq = bpack;
+    p.bk = bpack + c->E;
+    p.bv = bpack + c->E + kw;
+  }
+  if (packed && c->torch_layout == 1) {
     p.wq = (attn_weight){wpack, lay, c->E};
     p.wk = (attn_weight){wpack + (size_t)c->E * c->E, lay, c->E};
     p.wv = (attn_weight){wpack + (size_t)(c->E + kw) * c->E, lay, c->E};
+  } else if (packed) { /* [E, E + 2kw] row-major, column blocks */
+    int64_t ld = c->E + 2 * kw;
+    p.wq = (attn_weight){wpack, lay, ld};
+    p.wk = (attn_weight){wpack + c->E, lay, ld};
+    p.wv = (attn_weight){wpack + c->E + kw, lay, ld};
   } else {
     p.wq = (attn_weight){wq, lay, 0};
     p.wk = (attn_weight){wk, lay, 0};
@@ -392,7 +406,7 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
       bad += compare("out", out, ro, no, ctx);
       if (c->weights) bad += compare("weights", w, rw, nw, ctx);
     }
-  free(xq); free(xk); free(xv); free(wpack); free(wq); free(wk); free(wv);
+  free(xq); free(xk); free(xv); free(wpack); free(bpack); free(wq); free(wk); free(wv);
   free(wo); free(bq); free(bk); free(bv); free(bo); free(ro); free(rw);
   free(out); free(w);
   free_masks(&m);
@@ -411,6 +425,12 @@ START_TEST(test_mha_table) {
       {3, 13, 13, 24, 4, 2, 24, 24, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD4, K_LEN},
       {1, 1, 1, 4, 1, 1, 4, 4, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE, K_NONE},
       {3, 10, 6, 32, 8, 8, 20, 12, 1, 1, 1, ATTN_WEIGHTS_NONE, 0, M_NONE, K_BOOL},
+      /* packed textbook W_qkv [E, 3E]: fused projection */
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE, K_NONE},
+      {1, 600, 600, 16, 2, 2, 16, 16, 0, 0, 2, ATTN_WEIGHTS_NONE, 0, M_BOOL2, K_NONE},
+      /* packed with GQA: not fusable, separate projections */
+      {1, 5, 5, 16, 4, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_NONE},
+      {3, 7, 7, 16, 4, 4, 16, 16, 0, 1, 1, ATTN_WEIGHTS_NONE, 1, M_NONE, K_LEN},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -726,6 +726,7 @@ typedef struct proj_job {
   const attn_weight *w;
   const float *bias;
   float *y;
+  int64_t ldx, ldy; /* row strides of x and y; 0 = in and out */
 } proj_job;
 
 typedef struct proj_ctx {
@@ -743,13 +744,14 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   int64_t r0 = u * PROJ_ROWS;
   int64_t r1 = r0 + PROJ_ROWS < p->rows ? r0 + PROJ_ROWS : p->rows;
   int trans = p->w->layout == ATTN_W_OUT_IN;
+  int64_t ldx = p->ldx ? p->ldx : p->in, ldy = p->ldy ? p->ldy : p->out;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans,
-              (int)(r1 - r0), (int)p->out, (int)p->in, 1.0f, p->x + r0 * p->in,
-              (int)p->in, p->w->data, (int)weight_ld(p->w, p->in, p->out), 0.0f,
-              p->y + r0 * p->out, (int)p->out);
+              (int)(r1 - r0), (int)p->out, (int)p->in, 1.0f, p->x + r0 * ldx,
+              (int)ldx, p->w->data, (int)weight_ld(p->w, p->in, p->out), 0.0f,
+              p->y + r0 * ldy, (int)ldy);
   if (p->bias)
     for (int64_t r = r0; r < r1; r++)
-      attn__row_axpy(p->y + r * p->out, p->bias, p->out, 1.0f);
+      attn__row_axpy(p->y + r * ldy, p->bias, p->out, 1.0f);
 }
 
 static void run_proj(proj_ctx *c, int threads) {
@@ -812,6 +814,41 @@ static attn_status mha_check_values(const attn_mha_problem *p, attn_diag *d) {
   return check_opt_values(&p->o, p->B, p->Lq, p->Lk, d);
 }
 
+static int follows(const float *next, const float *prev, int64_t step) {
+  return (uintptr_t)next == (uintptr_t)(prev + step);
+}
+
+/* Self-attention whose three projections are blocks of one packed matrix
+ * (PyTorch's in_proj_weight [3E, E], or a textbook W_qkv [E, 3E]) runs as one
+ * sgemm with N = 3E, so X is packed once instead of three times.  On success
+ * *w3 describes the whole [E -> 3E] matrix and *b3 the packed bias (or
+ * NULL). */
+static int qkv_fusable(const attn_mha_problem *p, attn_weight *w3,
+                       const float **b3) {
+  int64_t E = p->E;
+  attn_wlayout lay = p->wq.layout;
+  if (p->xk != p->xq || p->xv != p->xq || p->Hkv != p->H) return 0;
+  if (p->wk.layout != lay || p->wv.layout != lay) return 0;
+  int64_t ld = weight_ld(&p->wq, E, E);
+  if (weight_ld(&p->wk, E, E) != ld || weight_ld(&p->wv, E, E) != ld)
+    return 0;
+  if (lay == ATTN_W_IN_OUT && ld < 3 * E) return 0;
+  int64_t step = lay == ATTN_W_OUT_IN ? E * ld : E;
+  if (!follows(p->wk.data, p->wq.data, step) ||
+      !follows(p->wv.data, p->wk.data, step))
+    return 0;
+  if (!p->bq && !p->bk && !p->bv) {
+    *b3 = NULL;
+  } else if (p->bq && p->bk && p->bv && follows(p->bk, p->bq, E) &&
+             follows(p->bv, p->bk, E)) {
+    *b3 = p->bq;
+  } else {
+    return 0;
+  }
+  *w3 = (attn_weight){p->wq.data, lay, ld};
+  return 1;
+}
+
 attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
                      float *out, float *weights, attn_diag *d) {
   attn_mha_problem pp, *p = &pp;
@@ -833,20 +870,37 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
     return attn_diag_set(d, ATTN_ETOOBIG, "problem size overflows");
   if ((s = mha_check_values(p, d))) return s;
 
-  Q = malloc(z.q * sizeof *Q);
-  K = malloc(z.k * sizeof *K);
-  V = malloc(z.v * sizeof *V);
-  if (!Q || !K || !V || alloc_scratch(&pl, &scratch)) {
+  attn_weight w3;
+  const float *b3;
+  int fused = qkv_fusable(p, &w3, &b3);
+  int64_t ldq = fused ? 3 * p->E : p->E, ldk = fused ? 3 * p->E : kw;
+  if (fused) {
+    Q = malloc((z.q + z.k + z.v) * sizeof *Q); /* [B*L, 3E]: q | k | v */
+  } else {
+    Q = malloc(z.q * sizeof *Q);
+    K = malloc(z.k * sizeof *K);
+    V = malloc(z.v * sizeof *V);
+  }
+  if (!Q || (!fused && (!K || !V)) || alloc_scratch(&pl, &scratch)) {
     s = attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
                       (z.q + z.k + z.v) * sizeof(float) >> 20);
     goto done;
   }
 
-  proj_ctx pc = {.njobs = 3};
-  pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q};
-  pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K};
-  pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V};
+  proj_ctx pc = {.njobs = fused ? 1 : 3};
+  if (fused) {
+    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w3, b3, Q,
+                           0, 0};
+  } else {
+    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q,
+                           0, 0};
+    pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K,
+                           0, 0};
+    pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V,
+                           0, 0};
+  }
   run_proj(&pc, x->threads);
+  const float *Kp = fused ? Q + p->E : K, *Vp = fused ? Q + 2 * p->E : V;
 
   core_ctx c = {.B = p->B,
                 .H = p->H,
@@ -855,10 +909,10 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
                 .Dk = Dh,
                 .Dv = Dh,
                 .group = p->H / p->Hkv,
-                .q = {Q, p->Lq * p->E, Dh, p->E},
-                .k = {K, p->Lk * kw, Dh, kw},
-                .v = {V, p->Lk * kw, Dh, kw},
-                .out = {Q, p->Lq * p->E, Dh, p->E}, /* over Q: see DESIGN */
+                .q = {Q, p->Lq * ldq, Dh, ldq},
+                .k = {Kp, p->Lk * ldk, Dh, ldk},
+                .v = {Vp, p->Lk * ldk, Dh, ldk},
+                .out = {Q, p->Lq * ldq, Dh, ldq}, /* over Q: see DESIGN */
                 .o = &p->o,
                 .scale = default_scale(&p->o, Dh),
                 .weights = weights,
@@ -866,7 +920,8 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   run_core(&c, &pl);
 
   proj_ctx po = {.njobs = 1};
-  po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out};
+  po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
+                         ldq, 0};
   run_proj(&po, x->threads);
   s = ATTN_OK;
 done:
