@@ -1,0 +1,274 @@
+/* test_routes.c - routes and the infer job without sockets.
+ *
+ * attn__route maps a plain request to a plain response; inference comes back
+ * as a job, which the test pushes with attn__infer_submit, pops from the
+ * queue itself and runs on this thread, catching the completion. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/server/internal.h"
+#include "attn/config.h"
+#include "attn/model.h"
+#include "attn/queue.h"
+#include "unit.h"
+
+static attn_config cfg;
+static attn_registry *reg;
+static attn_queue *q;
+static attn_srv_ctx srv;
+
+static void setup(void) {
+  attn_config_defaults(&cfg);
+  cfg.queue_capacity = 2;
+  ck_assert_int_eq(attn_registry_create(NULL, &reg, NULL), ATTN_OK);
+  ck_assert_int_eq(attn_queue_create(2, &q), ATTN_OK);
+  memset(&srv, 0, sizeof srv);
+  srv.cfg = &cfg;
+  srv.models = reg;
+  srv.queue = q;
+  atomic_init(&srv.draining, false);
+  atomic_init(&srv.next_id, 1);
+}
+
+static void teardown(void) {
+  attn_job *j;
+  attn_queue_close(q);
+  while (attn_queue_pop(q, &j) == ATTN_OK)
+    attn__infer_job_free((attn_infer_job *)j);
+  attn_queue_destroy(q);
+  attn_registry_destroy(reg);
+}
+
+static attn_http_resp route(const char *method, const char *path,
+                            const char *ctype, const char *body,
+                            attn_route_kind want) {
+  attn_http_req req = {.method = method, .path = path, .content_type = ctype,
+                       .body = body ? body : "",
+                       .body_len = body ? strlen(body) : 0};
+  attn_http_resp resp = {0};
+  attn_infer_job *job = NULL;
+  attn_route_kind k = attn__route(&srv, &req, &resp, &job);
+  ck_assert_int_eq(k, want);
+  if (k == ATTN_ROUTE_DEFER) {
+    ck_assert_ptr_nonnull(job);
+    attn__infer_job_free(job);
+  }
+  return resp;
+}
+
+#define EXPECT_BODY(resp, substr)                                         \
+  do {                                                                    \
+    ck_assert_msg((resp).body && strstr((resp).body, substr),             \
+                  "body '%.*s' lacks '%s'", (int)(resp).len,              \
+                  (resp).body ? (resp).body : "", substr);                \
+    free((resp).body);                                                    \
+  } while (0)
+
+START_TEST(test_health_and_metadata) {
+  attn_http_resp r = route("GET", "/v2/health/live", NULL, NULL,
+                           ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  EXPECT_BODY(r, "\"live\":true");
+  r = route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  EXPECT_BODY(r, "\"ready\":true");
+  r = route("GET", "/v2", NULL, NULL, ATTN_ROUTE_DONE);
+  EXPECT_BODY(r, "binary_tensor_data");
+  r = route("GET", "/v2/models/sdpa", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  EXPECT_BODY(r, "\"name\":\"query\"");
+  r = route("GET", "/v2/models/mha/versions/1", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  EXPECT_BODY(r, "\"w_q\"");
+  r = route("GET", "/v2/models/sdpa/ready", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  EXPECT_BODY(r, "\"ready\":true");
+  r = route("GET", "/v1/models", NULL, NULL, ATTN_ROUTE_DONE);
+  EXPECT_BODY(r, "\"mha\"");
+}
+END_TEST
+
+START_TEST(test_errors) {
+  attn_http_resp r = route("GET", "/nope", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  EXPECT_BODY(r, "no route for GET /nope");
+  r = route("GET", "/v2/models/nope", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  EXPECT_BODY(r, "unknown model 'nope'");
+  r = route("GET", "/v2/models/sdpa/versions/7", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  EXPECT_BODY(r, "no version '7'");
+  r = route("POST", "/v2/health/live", NULL, "{}", ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  ck_assert_str_eq(r.allow, "GET, HEAD");
+  EXPECT_BODY(r, "not allowed");
+  r = route("GET", "/v1/attention", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  ck_assert_str_eq(r.allow, "POST");
+  free(r.body);
+  r = route("POST", "/v1/attention", "text/html", "{}", ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 415);
+  EXPECT_BODY(r, "text/html");
+  r = route("POST", "/v1/attention", "application/octet-stream", "{}",
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 415);
+  free(r.body);
+  r = route("POST", "/v1/attention", "application/json", "", ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 400);
+  EXPECT_BODY(r, "empty");
+  r = route("POST", "/v2/models/nope/infer", "application/json", "{}",
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  free(r.body);
+}
+END_TEST
+
+START_TEST(test_encoding_and_header_len) {
+  attn_http_req req = {.method = "POST", .path = "/v2/models/sdpa/infer",
+                       .content_encoding = "gzip", .body = "{}",
+                       .body_len = 2};
+  attn_http_resp r = {0};
+  attn_infer_job *job = NULL;
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 415);
+  EXPECT_BODY(r, "gzip");
+  const char *bad[] = {"0", "3", "x1", "-1", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&r, 0, sizeof r);
+    req.content_encoding = NULL;
+    req.header_len = bad[i];
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+    ck_assert_int_eq(r.status, 400);
+    EXPECT_BODY(r, "Inference-Header-Content-Length");
+  }
+  memset(&r, 0, sizeof r);
+  req.header_len = "2";
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+  ck_assert_uint_eq(job->header_len, 2);
+  attn__infer_job_free(job);
+}
+END_TEST
+
+START_TEST(test_draining) {
+  atomic_store(&srv.draining, true);
+  attn_http_resp r = route("GET", "/v2/health/ready", NULL, NULL,
+                           ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503);
+  ck_assert_int_gt(r.retry_after_s, 0);
+  free(r.body);
+  r = route("GET", "/v2/health/live", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  free(r.body);
+  r = route("POST", "/v1/attention", NULL, "{\"query\": [[1]]}",
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503);
+  EXPECT_BODY(r, "shutting down");
+}
+END_TEST
+
+/* ---- the job, run on this thread ---------------------------------------- */
+
+static attn_http_resp got;
+static int completions;
+
+static void capture(void *arg, attn_http_resp *resp) {
+  (void)arg;
+  got = *resp;
+  completions++;
+}
+
+static attn_http_resp run_one(const char *path, const char *body,
+                              size_t body_len, const char *header_len) {
+  attn_http_req req = {.method = "POST", .path = path,
+                       .content_type = "application/json", .body = body,
+                       .body_len = body_len, .header_len = header_len};
+  attn_http_resp r = {0};
+  attn_infer_job *job = NULL;
+  attn_job *j;
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+  job->complete = capture;
+  completions = 0;
+  ck_assert(attn__infer_submit(job, &r));
+  ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
+  j->run(j, 0, 1000);
+  ck_assert_int_eq(completions, 1);
+  return got;
+}
+
+START_TEST(test_infer_v1_and_v2) {
+  const char *v1 = "{\"query\": [[1, 0], [0, 1]], \"causal\": true}";
+  attn_http_resp r = run_one("/v1/attention", v1, strlen(v1), NULL);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"output\":[[1,0],"));
+  ck_assert_ptr_nonnull(strstr(r.body, "\"attn_weights\""));
+  free(r.body);
+  const char *v2 =
+      "{\"id\":\"x7\",\"inputs\":["
+      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]},"
+      "{\"name\":\"key\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[0,1]},"
+      "{\"name\":\"value\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[3,4]}],"
+      "\"outputs\":[{\"name\":\"attn_output\"}]}";
+  r = run_one("/v2/models/sdpa/infer", v2, strlen(v2), NULL);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"id\":\"x7\""));
+  ck_assert_ptr_nonnull(strstr(r.body, "\"data\":[3,4]"));
+  ck_assert_ptr_null(strstr(r.body, "attn_weights"));
+  ck_assert_str_eq(r.request_id, "x7");
+  free(r.body);
+  /* a mistake comes back as a 400 naming it */
+  const char *bad = "{\"query\": [[1, 0]], \"causl\": true}";
+  r = run_one("/v1/attention", bad, strlen(bad), NULL);
+  ck_assert_int_eq(r.status, 400);
+  ck_assert_ptr_nonnull(strstr(r.body, "causl"));
+  free(r.body);
+  /* model_name in the body must agree with the URL */
+  const char *mis =
+      "{\"model_name\":\"mha\",\"inputs\":["
+      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]}]}";
+  r = run_one("/v2/models/sdpa/infer", mis, strlen(mis), NULL);
+  ck_assert_int_eq(r.status, 400);
+  ck_assert_ptr_nonnull(strstr(r.body, "does not match"));
+  free(r.body);
+}
+END_TEST
+
+START_TEST(test_queue_full_and_expiry) {
+  const char *v1 = "{\"query\": [[1]]}";
+  attn_http_req req = {.method = "POST", .path = "/v1/attention",
+                       .body = v1, .body_len = strlen(v1)};
+  attn_infer_job *job;
+  attn_http_resp r = {0};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+    job->complete = capture;
+    ck_assert(attn__infer_submit(job, &r));
+  }
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+  job->complete = capture;
+  ck_assert(!attn__infer_submit(job, &r)); /* capacity 2: full */
+  ck_assert_int_eq(r.status, 503);
+  ck_assert_int_eq(r.retry_after_s, 1);
+  EXPECT_BODY(r, "queue full");
+  attn_job *j;
+  ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
+  completions = 0;
+  j->expire(j, 20u * 1000 * 1000 * 1000);
+  ck_assert_int_eq(completions, 1);
+  ck_assert_int_eq(got.status, 503);
+  EXPECT_BODY(got, "waited");
+}
+END_TEST
+
+Suite *routes_suite(void) {
+  Suite *s = suite_create("routes");
+  TCase *tc = tcase_create("routes");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_health_and_metadata);
+  tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_encoding_and_header_len);
+  tcase_add_test(tc, test_draining);
+  tcase_add_test(tc, test_infer_v1_and_v2);
+  tcase_add_test(tc, test_queue_full_and_expiry);
+  suite_add_tcase(s, tc);
+  return s;
+}
