@@ -99,7 +99,13 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
                        job->version ? job->version : "-");
       goto done;
     }
-    m = attn_registry_find(s->models, job->model, job->version);
+    const char *ver = job->version ? job->version : req.version;
+    m = attn_registry_find(s->models, job->model, ver);
+    if (!m && ver) {
+      attn__resp_error(&resp, 404, "model '%s' has no version '%s'",
+                       job->model, ver);
+      goto done;
+    }
   } else {
     m = attn_registry_find(s->models, req.model ? req.model : "sdpa", NULL);
     if (!m) {
