@@ -108,12 +108,21 @@ static enum MHD_Result send_error(conn_ctx *cx, int status, const char *msg) {
   return send_resp(cx, &resp);
 }
 
+/* Copy a request id for headers and logs: control characters (which would
+ * break the header) become '?', long ids are cut. */
+static void set_request_id(conn_ctx *cx, const char *id) {
+  size_t i = 0;
+  for (; id[i] && i + 1 < sizeof cx->request_id; i++)
+    cx->request_id[i] =
+        (unsigned char)id[i] < 0x20 || id[i] == 0x7f ? '?' : id[i];
+  cx->request_id[i] = '\0';
+}
+
 /* Worker thread: hand the response over and wake the connection. */
 static void complete(void *arg, attn_http_resp *resp) {
   conn_ctx *cx = arg;
   cx->resp = *resp;
-  if (resp->request_id[0] && strcmp(resp->request_id, cx->request_id) != 0)
-    snprintf(cx->request_id, sizeof cx->request_id, "%s", resp->request_id);
+  if (resp->request_id[0]) set_request_id(cx, resp->request_id);
   atomic_store(&cx->done, 1);
   MHD_resume_connection(cx->conn);
 }
@@ -174,8 +183,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     cx->start_ns = attn_now_ns();
     snprintf(cx->method, sizeof cx->method, "%s", method);
     const char *rid = header(conn, "X-Request-Id");
-    if (rid && *rid && strlen(rid) < sizeof cx->request_id)
-      snprintf(cx->request_id, sizeof cx->request_id, "%s", rid);
+    if (rid && *rid)
+      set_request_id(cx, rid);
     else
       snprintf(cx->request_id, sizeof cx->request_id, "req-%llu",
                (unsigned long long)atomic_fetch_add(&s->ctx.next_id, 1));

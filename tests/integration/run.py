@@ -1,0 +1,2431 @@
+#!/usr/bin/env python3
+"""Integration tests for attnd: the real server, over HTTP, on 127.0.0.1.
+
+DESIGN
+Each test is a function registered with @test.  Most share one server with
+default settings; tests that need other flags (small limits, one worker,
+SIGTERM) start their own with `with Server(...) as s:`.  Every server runs
+on an ephemeral port (--port 0); the port is read from the JSON log line
+"listening on 127.0.0.1:PORT" on its stderr, which goes to a temporary file
+(never a pipe, so a chatty server can never block on a full pipe).
+
+Safety: every socket call has a timeout, every loop is bounded, and every
+server started here is killed when the run ends, however it ends: the
+`with` block kills it on a failure, an atexit hook and SIGINT/SIGTERM
+handlers kill what is left, and a watchdog thread ends the whole run after
+TOTAL_TIMEOUT_S.  A server that a test stops on purpose must exit 0 after
+SIGTERM with no sanitizer report on stderr; that is checked too, so the same
+runner catches leaks and UB when pointed at an ASan build.
+
+Only the Python 3 standard library is used (CI has no pip packages).  The
+numerical reference is a plain float64 softmax(Q K^T * scale + mask) V; the
+PyTorch golden vectors come from tests/golden/.
+
+Usage: tests/integration/run.py [--attnd PATH] [--source-dir DIR]
+                                [-k SUBSTRING]... [--seed N] [--keep-logs]
+Prints one line per test ("ok NAME" or "FAIL NAME: reason"), then
+"N passed, M failed" alone on the last line; exits 1 if any test failed.
+"""
+
+import argparse
+import array
+import atexit
+import gzip
+import http.client
+import json
+import math
+import os
+import random
+import re
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 15.0   # server start-up (an ASan build is slower)
+STOP_TIMEOUT_S = 30.0    # SIGTERM to exit
+HTTP_TIMEOUT_S = 30.0    # any single HTTP exchange
+TOTAL_TIMEOUT_S = 300.0  # the whole run, watchdog
+SLOW_TARGET_S = 1.5      # a "slow" request computes at least this long
+TOL = 1e-5               # |got - ref| <= TOL * (1 + |ref|)
+
+# Filled in by main() from the command line.
+ATTND = None
+SRC = None
+MODELS_DIR = None
+GOLDEN_DIR = None
+SEED = 12345
+KEEP_LOGS = False
+
+
+class Failure(Exception):
+    """A failed check; the message is the one-line reason printed."""
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+# ---- servers -------------------------------------------------------------
+
+_SERVERS = []          # every Server ever started, for the exit hooks
+_SERVERS_LOCK = threading.RLock()  # RLock: the exit hooks may interrupt
+
+
+def _kill_all():
+    """Kill every server still running and remove its log (exit paths)."""
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS)
+    for s in servers:
+        try:
+            s.cleanup()
+        except Exception:  # exit path: best effort, keep killing the rest
+            pass
+
+
+class Server:
+    """One attnd process.  Extra flags come after the defaults set here, so
+    they win (attnd reads flags left to right)."""
+
+    def __init__(self, *flags, name="attnd"):
+        self.name = name
+        fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
+                                             suffix=".log")
+        self._log = os.fdopen(fd, "wb")
+        # read through our own handle: works even if the file is unlinked
+        self._log_r = open(self.log_path, "rb")
+        cmd = [ATTND, "--host", HOST, "--port", "0",
+               "--models-dir", MODELS_DIR, "--log-format", "json",
+               "--access-log", "true"] + list(flags)
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=self._log, close_fds=True)
+        with _SERVERS_LOCK:
+            _SERVERS.append(self)
+        self.port = None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", self.log_text())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        if self.port is None:
+            rc = self.proc.poll()
+            self.kill()
+            tail = self.log_tail()
+            self.cleanup()
+            raise Failure("%s did not start (rc=%s): %s" % (name, rc, tail))
+
+    def log_text(self):
+        try:
+            self._log_r.seek(0)
+            return self._log_r.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def log_tail(self, n=3):
+        lines = [l for l in self.log_text().splitlines() if l.strip()]
+        return " | ".join(lines[-n:])
+
+    def log_json(self):
+        out = []
+        for line in self.log_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def sanitizer_report(self):
+        text = self.log_text()
+        for pat in ("AddressSanitizer", "LeakSanitizer", "runtime error:",
+                    "ThreadSanitizer"):
+            i = text.find(pat)
+            if i >= 0:
+                return text[max(0, i - 100):i + 300].replace("\n", " | ")
+        return None
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout):
+        """Exit code, or raise Failure if it is still running after
+        timeout seconds (it is then killed)."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise Failure("%s still running %.0fs after SIGTERM" %
+                          (self.name, timeout))
+
+    def stop_checked(self):
+        """SIGTERM; the server must exit 0 without a sanitizer report."""
+        self.signal(signal.SIGTERM)
+        rc = self.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "%s exited with %d after SIGTERM: %s" %
+              (self.name, rc, self.log_tail()))
+        rep = self.sanitizer_report()
+        check(rep is None, "%s: sanitizer report: %s" % (self.name, rep))
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def cleanup(self):
+        self.kill()
+        for f in (self._log, self._log_r):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if not KEEP_LOGS:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+        with _SERVERS_LOCK:
+            if self in _SERVERS:
+                _SERVERS.remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.stop_checked()
+        finally:
+            self.cleanup()
+        return False
+
+
+_shared = None
+_shared_deaths = []
+
+
+def shared():
+    """The server with default settings that most tests use.  If it died,
+    that is remembered (the last test reports it) and a new one starts."""
+    global _shared
+    if _shared is not None and not _shared.alive():
+        _shared_deaths.append("rc=%s: %s" % (_shared.proc.returncode,
+                                             _shared.log_tail()))
+        _shared.cleanup()
+        _shared = None
+    if _shared is None:
+        _shared = Server(name="shared")
+    return _shared
+
+
+# ---- HTTP ----------------------------------------------------------------
+
+class Resp:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # lower-case names
+        self.body = body
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise Failure("HTTP %d body is not JSON: %r" %
+                          (self.status, self.body[:200]))
+
+    def __repr__(self):
+        return "HTTP %d %r" % (self.status, self.body[:300])
+
+
+_JSON = object()
+
+
+def to_json_bytes(obj):
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+
+
+def request(port, method, path, body=None, headers=None, ctype=_JSON,
+            timeout=HTTP_TIMEOUT_S):
+    """One HTTP exchange on a fresh connection.  body: bytes, str, or an
+    object sent as JSON.  ctype: Content-Type for a body (None = none)."""
+    hdrs = {}
+    if body is not None:
+        if isinstance(body, str):
+            body = body.encode()
+        elif not isinstance(body, (bytes, bytearray)):
+            body = to_json_bytes(body)
+        if ctype is _JSON:
+            hdrs["Content-Type"] = "application/json"
+    if ctype not in (_JSON, None):
+        hdrs["Content-Type"] = ctype
+    hdrs.update(headers or {})
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=hdrs)
+        r = conn.getresponse()
+        data = r.read()
+        return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+    finally:
+        conn.close()
+
+
+class Pending:
+    """A request sent in full whose answer is read later."""
+
+    def __init__(self, port, path, body, headers, timeout=60.0):
+        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        self.conn.request("POST", path, body=body, headers=headers)
+
+    def answered(self):
+        """True when response bytes are waiting (does not block)."""
+        r, _, _ = select.select([self.conn.sock], [], [], 0)
+        return bool(r)
+
+    def response(self):
+        try:
+            r = self.conn.getresponse()
+            data = r.read()
+            return Resp(r.status, {k.lower(): v for k, v in r.getheaders()},
+                        data)
+        finally:
+            self.conn.close()
+
+    def close(self):
+        self.conn.close()
+
+
+def raw_exchange(port, chunks, timeout=10.0):
+    """Send raw bytes (a list of chunks) and read one HTTP/1.1 response
+    with a Content-Length.  Returns Resp.  Bounded in bytes and time."""
+    s = socket.create_connection((HOST, port), timeout=timeout)
+    try:
+        for c in chunks:
+            s.sendall(c)
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while b"\r\n\r\n" not in buf:
+            check(time.monotonic() < deadline and len(buf) < 65536,
+                  "no complete response head: %r" % buf[:200])
+            part = s.recv(65536)
+            check(part, "connection closed before a response: %r" % buf[:200])
+            buf += part
+        head, body = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for l in lines[1:]:
+            k, _, v = l.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        n = int(headers.get("content-length", "0"))
+        while len(body) < n:
+            check(time.monotonic() < deadline, "response body cut short")
+            part = s.recv(65536)
+            check(part, "connection closed inside the body")
+            body += part
+        return Resp(status, headers, body[:n])
+    finally:
+        s.close()
+
+
+def expect_status(r, status, what=""):
+    check(r.status == status, "%s: expected HTTP %d, got %r" %
+          (what or "request", status, r))
+
+
+def expect_error(r, status, *needles, what=""):
+    """status, a JSON {"error": "..."} body, and each needle (any case) in
+    the message."""
+    expect_status(r, status, what)
+    ct = r.header("content-type") or ""
+    check(ct.startswith("application/json"),
+          "%s: error Content-Type is %r" % (what, ct))
+    j = r.json()
+    check(isinstance(j, dict) and isinstance(j.get("error"), str)
+          and j["error"], "%s: body is not {\"error\": msg}: %r" % (what, j))
+    for n in needles:
+        check(n.lower() in j["error"].lower(),
+              "%s: error message does not mention %r: %r" %
+              (what, n, j["error"]))
+    return j["error"]
+
+
+# ---- tensors and floats --------------------------------------------------
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def f32bits(x):
+    return struct.pack("<f", x)
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def pack(fmt, vals):
+    """Little-endian bytes: fmt 'f' FP32, 'e' FP16, 'd' FP64, 'i' INT32,
+    'q' INT64, '?' BOOL."""
+    return struct.pack("<%d%s" % (len(vals), fmt), *vals)
+
+
+def nested(flat, shape):
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return list(flat[:shape[0]])
+    step = numel(shape[1:])
+    return [nested(flat[i * step:(i + 1) * step], shape[1:])
+            for i in range(shape[0])]
+
+
+def flatten(x):
+    if isinstance(x, list):
+        out = []
+        for e in x:
+            out.extend(flatten(e))
+        return out
+    return [x]
+
+
+def rand_f32(rng, n, lo=-1.0, hi=1.0):
+    return [f32(rng.uniform(lo, hi)) for _ in range(n)]
+
+
+def rows(flat, off, n, d):
+    return [flat[off + i * d: off + (i + 1) * d] for i in range(n)]
+
+
+def transpose(flat, r, c):
+    """[r,c] row-major -> [c,r] row-major."""
+    return [flat[i * c + j] for j in range(c) for i in range(r)]
+
+
+def assert_close(got, ref, what, tol=TOL):
+    check(len(got) == len(ref), "%s: %d values, expected %d" %
+          (what, len(got), len(ref)))
+    for i, (g, r) in enumerate(zip(got, ref)):
+        ok = isinstance(g, (int, float)) and abs(g - r) <= tol * (1 + abs(r))
+        check(ok, "%s[%d]: got %r, expected %r (tol %g*(1+|ref|))" %
+              (what, i, g, r, tol))
+
+
+def assert_bits(a, b, what):
+    check(len(a) == len(b), "%s: %d vs %d values" % (what, len(a), len(b)))
+    for i, (x, y) in enumerate(zip(a, b)):
+        check(x is not None and y is not None and f32bits(x) == f32bits(y),
+              "%s[%d]: %r vs %r are not the same float32" % (what, i, x, y))
+
+
+def ref_head(q, k, v, scale, causal=False, add=None, blocked=None, pad=None):
+    """float64 softmax(q k^T * scale + add) v for one head.
+    q: Lq rows, k: Lk rows, v: Lk rows.  add: Lq x Lk floats (-inf blocks);
+    blocked: Lq x Lk, True = blocked; pad: Lk, True = padding; causal is
+    bottom-right aligned: key j is visible to query i iff j <= i + Lk - Lq.
+    A row with every key blocked gives output 0 and weights 0 (the engine's
+    contract).  Returns (out rows, weight rows)."""
+    lq, lk, dv = len(q), len(k), len(v[0])
+    out, wts = [], []
+    for i in range(lq):
+        s = []
+        for j in range(lk):
+            x = None
+            if not ((causal and j > i + lk - lq) or
+                    (blocked is not None and blocked[i][j]) or
+                    (pad is not None and pad[j])):
+                x = sum(a * b for a, b in zip(q[i], k[j])) * scale
+                if add is not None:
+                    x += add[i][j]
+                if x == -math.inf:
+                    x = None
+            s.append(x)
+        live = [x for x in s if x is not None]
+        if not live:
+            out.append([0.0] * dv)
+            wts.append([0.0] * lk)
+            continue
+        m = max(live)
+        e = [math.exp(x - m) if x is not None else 0.0 for x in s]
+        z = sum(e)
+        p = [x / z for x in e]
+        out.append([sum(p[j] * v[j][t] for j in range(lk)) for t in range(dv)])
+        wts.append(p)
+    return out, wts
+
+
+def decode_v2(r, what="v2 response"):
+    """(header JSON, {name: {"shape", "data", "binary", "datatype"}}) of a
+    200 v2 response, JSON or binary (Inference-Header-Content-Length)."""
+    expect_status(r, 200, what)
+    hl = r.header("inference-header-content-length")
+    if hl is None:
+        j = json.loads(r.body)
+        off = len(r.body)
+    else:
+        n = int(hl)
+        check(0 < n <= len(r.body), "%s: header length %d, body %d" %
+              (what, n, len(r.body)))
+        j = json.loads(r.body[:n])
+        off = n
+    outs = {}
+    for o in j.get("outputs", []):
+        size = (o.get("parameters") or {}).get("binary_data_size")
+        check(o.get("datatype") == "FP32", "%s: output %s datatype %r" %
+              (what, o.get("name"), o.get("datatype")))
+        if size is not None:
+            check("data" not in o, "%s: binary output %s also has data" %
+                  (what, o["name"]))
+            check(size == 4 * numel(o["shape"]),
+                  "%s: %s binary_data_size %d for shape %r" %
+                  (what, o["name"], size, o["shape"]))
+            blob = r.body[off:off + size]
+            check(len(blob) == size, "%s: %s blob cut short" %
+                  (what, o["name"]))
+            off += size
+            data = list(struct.unpack("<%df" % (size // 4), blob))
+            outs[o["name"]] = dict(shape=o["shape"], data=data, binary=True)
+        else:
+            data = flatten(o["data"])
+            check(len(data) == numel(o["shape"]), "%s: %s has %d values for "
+                  "shape %r" % (what, o["name"], len(data), o["shape"]))
+            outs[o["name"]] = dict(shape=o["shape"], data=data, binary=False)
+    check(off == len(r.body), "%s: %d bytes after the last blob" %
+          (what, len(r.body) - off))
+    return j, outs
+
+
+def v2_in(name, shape, data, dtype="FP32"):
+    return {"name": name, "datatype": dtype, "shape": list(shape),
+            "data": data}
+
+
+_PACK_FMT = {"FP32": "f", "FP16": "e", "FP64": "d", "INT32": "i",
+             "INT64": "q", "BOOL": "?"}
+
+
+def v2_binary(inputs, params=None, outputs=None, extra=None):
+    """A binary-extension body.  inputs: dicts with name, datatype, shape and
+    either "raw" (bytes sent as a blob), "values" (packed here by datatype)
+    or "data" (sent as JSON).  Returns (body, headers)."""
+    hdr_inputs, blobs = [], []
+    for x in inputs:
+        d = {"name": x["name"], "datatype": x["datatype"],
+             "shape": list(x["shape"])}
+        if "data" in x:
+            d["data"] = x["data"]
+        else:
+            raw = x.get("raw")
+            if raw is None:
+                raw = pack(_PACK_FMT[x["datatype"]], x["values"])
+            d["parameters"] = {"binary_data_size": x.get("size", len(raw))}
+            blobs.append(raw)
+        hdr_inputs.append(d)
+    header = {"inputs": hdr_inputs}
+    if params is not None:
+        header["parameters"] = params
+    if outputs is not None:
+        header["outputs"] = outputs
+    header.update(extra or {})
+    hdr = to_json_bytes(header)
+    return hdr + b"".join(blobs), {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(hdr))}
+
+
+def v2_infer(port, model, inputs, params=None, outputs=None, extra=None,
+             headers=None):
+    body = {"inputs": inputs}
+    if params is not None:
+        body["parameters"] = params
+    if outputs is not None:
+        body["outputs"] = outputs
+    body.update(extra or {})
+    return request(port, "POST", "/v2/models/%s/infer" % model, body,
+                   headers=headers)
+
+
+def sdpa_inputs(rng, shape_q, shape_k, shape_v):
+    q = rand_f32(rng, numel(shape_q))
+    k = rand_f32(rng, numel(shape_k))
+    v = rand_f32(rng, numel(shape_v))
+    return q, k, v
+
+
+# ---- slow requests -------------------------------------------------------
+#
+# A "slow" request is v2 sdpa with a long sequence and a tiny head size:
+# compute grows with L^2 while the body grows with L, so the body is small
+# (read by the server at once) and the work is long.  Key and value have one
+# head (GQA) so that extra query heads add little to the body.
+
+SLOW_D = 8
+_slow_cache = {}
+_slow_dims = None  # (L, heads) after calibration
+
+
+def _slow_request(n, heads):
+    if (n, heads) in _slow_cache:
+        return _slow_cache[(n, heads)]
+    base = array.array("f", [((i * 37) % 101 - 50) / 500.0
+                             for i in range(1009)])
+
+    def blob(count):
+        a = (base * (count // len(base) + 1))[:count]
+        if sys.byteorder != "little":
+            a.byteswap()
+        return a.tobytes()
+
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": [1, heads, n, SLOW_D],
+          "raw": blob(heads * n * SLOW_D)},
+         {"name": "key", "datatype": "FP32", "shape": [1, 1, n, SLOW_D],
+          "raw": blob(n * SLOW_D)},
+         {"name": "value", "datatype": "FP32", "shape": [1, 1, n, SLOW_D],
+          "raw": blob(n * SLOW_D)}],
+        params={"need_weights": False, "binary_data_output": True})
+    _slow_cache[(n, heads)] = (body, hdrs, [1, heads, n, SLOW_D])
+    return _slow_cache[(n, heads)]
+
+
+def slow_request(port):
+    """(body, headers, out_shape) of a v2 sdpa request that computes for
+    about SLOW_TARGET_S or more on this machine and build (an ASan build is
+    several times slower).  Measured once on `port`, a server with an idle
+    worker, then L and the head count are scaled."""
+    global _slow_dims
+    if _slow_dims is None:
+        n0 = 8192  # big enough to leave the caches, as the real one will
+        body, hdrs, _ = _slow_request(n0, 1)
+        t0 = time.monotonic()
+        r = request(port, "POST", "/v2/models/sdpa/infer", body, headers=hdrs,
+                    timeout=120)
+        dt = max(time.monotonic() - t0, 1e-3)
+        expect_status(r, 200, "calibrating the slow request")
+        per = dt / (n0 * n0)  # seconds per query-key pair and head
+        n = int(math.sqrt(SLOW_TARGET_S / per)) // 256 * 256 + 256
+        n = max(n0, min(16384, n))
+        heads = max(1, min(8, int(math.ceil(SLOW_TARGET_S / (per * n * n)))))
+        _slow_dims = (n, heads)
+    return _slow_request(*_slow_dims)
+
+
+def check_slow_answer(r, shape, what):
+    _, outs = decode_v2(r, what)
+    check(list(outs) == ["attn_output"], "%s: outputs %r" % (what, list(outs)))
+    check(outs["attn_output"]["shape"] == shape, "%s: shape %r" %
+          (what, outs["attn_output"]["shape"]))
+
+
+def small_v2_body(timeout_us=None, id_=None):
+    body = {"inputs": [v2_in("query", [2, 2], [1, 0, 0, 1]),
+                       v2_in("key", [2, 2], [1, 0, 0, 1]),
+                       v2_in("value", [2, 2], [1, 2, 3, 4])]}
+    if timeout_us is not None:
+        body["parameters"] = {"timeout": timeout_us}
+    if id_ is not None:
+        body["id"] = id_
+    return to_json_bytes(body)
+
+
+# ---- the tests -----------------------------------------------------------
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+# Endpoints ----------------------------------------------------------------
+
+@test
+def health_live():
+    p = shared().port
+    r = request(p, "GET", "/v2/health/live")
+    expect_status(r, 200, "GET /v2/health/live")
+    check(r.json().get("live") is True, "live: %r" % r)
+    r = request(p, "HEAD", "/v2/health/live")
+    expect_status(r, 200, "HEAD /v2/health/live")
+
+
+@test
+def health_ready():
+    r = request(shared().port, "GET", "/v2/health/ready")
+    expect_status(r, 200, "GET /v2/health/ready")
+    check(r.json().get("ready") is True, "ready: %r" % r)
+
+
+@test
+def server_metadata():
+    r = request(shared().port, "GET", "/v2")
+    expect_status(r, 200, "GET /v2")
+    j = r.json()
+    check(j.get("name") == "attnd", "name: %r" % j)
+    check(isinstance(j.get("version"), str) and j["version"],
+          "version: %r" % j)
+    check(isinstance(j.get("extensions"), list) and
+          "binary_tensor_data" in j["extensions"], "extensions: %r" % j)
+
+
+def _check_io(meta, model, section, want):
+    """want: {name: rank or None}; every entry must exist, be described
+    with a datatype and a shape of -1 or positive ints."""
+    ios = meta.get(section)
+    check(isinstance(ios, list) and ios, "%s %s: %r" % (model, section, ios))
+    by_name = {}
+    for t in ios:
+        check(set(t) == {"name", "datatype", "shape"},
+              "%s %s entry keys %r" % (model, section, sorted(t)))
+        check(t["datatype"] in ("FP32", "BOOL", "INT32", "INT64", "FP16"),
+              "%s %s %s datatype %r" % (model, section, t["name"],
+                                        t["datatype"]))
+        check(all(isinstance(d, int) and (d == -1 or d > 0)
+                  for d in t["shape"]),
+              "%s %s %s shape %r" % (model, section, t["name"], t["shape"]))
+        by_name[t["name"]] = t
+    for name, rank in want.items():
+        check(name in by_name, "%s %s lacks %s: %r" %
+              (model, section, name, sorted(by_name)))
+        if rank is not None:
+            check(len(by_name[name]["shape"]) == rank,
+                  "%s %s %s shape %r, expected rank %d" %
+                  (model, section, name, by_name[name]["shape"], rank))
+    return by_name
+
+
+@test
+def model_metadata():
+    p = shared().port
+    for m in ("sdpa", "mha", "demo"):
+        r = request(p, "GET", "/v2/models/%s" % m)
+        expect_status(r, 200, "GET /v2/models/%s" % m)
+        meta = r.json()
+        r1 = request(p, "GET", "/v2/models/%s/versions/1" % m)
+        expect_status(r1, 200, "GET /v2/models/%s/versions/1" % m)
+        check(r1.json() == meta, "%s: versions/1 metadata differs" % m)
+        check(meta.get("name") == m, "%s: name %r" % (m, meta.get("name")))
+        check("1" in (meta.get("versions") or []), "%s: versions %r" %
+              (m, meta.get("versions")))
+        check(isinstance(meta.get("platform"), str), "%s: platform" % m)
+        want_in = {"query": None, "key": None, "value": None,
+                   "attn_mask": None, "key_padding_mask": None}
+        if m == "mha":
+            want_in.update({w: 2 for w in ("w_q", "w_k", "w_v", "w_o")})
+            want_in.update({b: 1 for b in ("b_q", "b_k", "b_v", "b_o")})
+        ins = _check_io(meta, m, "inputs", want_in)
+        outs = _check_io(meta, m, "outputs",
+                         {"attn_output": None, "attn_weights": None})
+        for n in ("query", "key", "value"):
+            check(ins[n]["datatype"] == "FP32", "%s %s datatype %r" %
+                  (m, n, ins[n]["datatype"]))
+        for n in ("attn_output", "attn_weights"):
+            check(outs[n]["datatype"] == "FP32", "%s %s datatype %r" %
+                  (m, n, outs[n]["datatype"]))
+        qs = ins["query"]["shape"]
+        if m == "sdpa":
+            check(qs == [-1, -1, -1, -1], "sdpa query shape %r" % qs)
+        elif m == "mha":
+            check(qs == [-1, -1, -1], "mha query shape %r" % qs)
+            check(ins["w_q"]["shape"] == [-1, -1], "mha w_q shape %r" %
+                  ins["w_q"]["shape"])
+        else:  # demo: embed_dim 16 is fixed, batch and length are not
+            check(qs == [-1, -1, 16], "demo query shape %r" % qs)
+            check(outs["attn_output"]["shape"] == [-1, -1, 16],
+                  "demo attn_output shape %r" % outs["attn_output"]["shape"])
+    r = request(p, "GET", "/v2/models/sdpa/versions/2")
+    expect_error(r, 404, "version", what="GET /v2/models/sdpa/versions/2")
+
+
+@test
+def model_ready():
+    p = shared().port
+    for m in ("sdpa", "mha", "demo"):
+        r = request(p, "GET", "/v2/models/%s/ready" % m)
+        expect_status(r, 200, "GET /v2/models/%s/ready" % m)
+        j = r.json()
+        check(j.get("ready") is True and j.get("name") == m,
+              "%s ready: %r" % (m, j))
+        r = request(p, "GET", "/v2/models/%s/versions/1/ready" % m)
+        expect_status(r, 200, "GET /v2/models/%s/versions/1/ready" % m)
+    r = request(p, "GET", "/v2/models/nosuchmodel/ready")
+    expect_error(r, 404, "nosuchmodel", what="ready of an unknown model")
+
+
+@test
+def v1_models_list():
+    r = request(shared().port, "GET", "/v1/models")
+    expect_status(r, 200, "GET /v1/models")
+    models = {m["name"]: m for m in r.json().get("models", [])}
+    for m in ("sdpa", "mha", "demo"):
+        check(m in models, "/v1/models lacks %s: %r" % (m, sorted(models)))
+    d = models["demo"]
+    check(d.get("kind") == "resident" and d.get("embed_dim") == 16 and
+          d.get("num_heads") == 4, "demo entry: %r" % d)
+    check(models["sdpa"].get("kind") == "sdpa" and
+          models["mha"].get("kind") == "mha", "kinds: %r" % models)
+
+
+@test
+def index_page():
+    r = request(shared().port, "GET", "/")
+    expect_status(r, 200, "GET /")
+    eps = r.json().get("endpoints", [])
+    for e in ("POST /v1/attention", "POST /v2/models/{model}/infer"):
+        check(e in eps, "index lacks %r: %r" % (e, eps))
+
+
+# KServe v2 JSON -------------------------------------------------------------
+
+def _v2_sdpa_case(rng):
+    q, k, v = sdpa_inputs(rng, [2, 3, 4], [2, 5, 4], [2, 5, 3])
+    return q, k, v
+
+
+@test
+def v2_flat_and_nested_data_agree():
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 1))
+    flat = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+            v2_in("value", [2, 5, 3], v)]
+    nest = [v2_in("query", [2, 3, 4], nested(q, [2, 3, 4])),
+            v2_in("key", [2, 5, 4], nested(k, [2, 5, 4])),
+            v2_in("value", [2, 5, 3], nested(v, [2, 5, 3]))]
+    r1 = v2_infer(p, "sdpa", flat)
+    r2 = v2_infer(p, "sdpa", nest)
+    _, o1 = decode_v2(r1, "flat")
+    _, o2 = decode_v2(r2, "nested")
+    check(sorted(o1) == ["attn_output", "attn_weights"],
+          "default outputs: %r" % sorted(o1))
+    check(o1["attn_output"]["shape"] == [2, 3, 3], "output shape %r" %
+          o1["attn_output"]["shape"])
+    check(o1["attn_weights"]["shape"] == [2, 3, 5], "weights shape %r" %
+          o1["attn_weights"]["shape"])
+    for n in o1:
+        assert_bits(o1[n]["data"], o2[n]["data"], "flat vs nested " + n)
+    check(r1.body == r2.body, "flat and nested answers differ in bytes")
+    # Ragged nesting is an error naming the input.
+    bad = nest[:1] + [v2_in("key", [2, 5, 4],
+                            [nested(k, [2, 5, 4])[0], [[1, 2, 3, 4]]])] + \
+        nest[2:]
+    expect_error(v2_infer(p, "sdpa", bad), 400, "key", what="ragged key")
+
+
+@test
+def v2_id_echoed_and_model_named():
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 2))
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    r = v2_infer(p, "sdpa", ins, extra={"id": "itest-id-42"})
+    j, _ = decode_v2(r, "with id")
+    check(j.get("id") == "itest-id-42", "id not echoed: %r" % j.get("id"))
+    check(j.get("model_name") == "sdpa", "model_name %r" %
+          j.get("model_name"))
+    check(j.get("model_version") == "1", "model_version %r" %
+          j.get("model_version"))
+    r = v2_infer(p, "sdpa", ins)
+    j, _ = decode_v2(r, "without id")
+    check("id" not in j, "id present although none was sent: %r" %
+          j.get("id"))
+    r = request(p, "POST", "/v2/models/sdpa/versions/1/infer",
+                {"inputs": ins})
+    decode_v2(r, "POST /v2/models/sdpa/versions/1/infer")
+
+
+@test
+def v2_model_name_in_body_must_match_url():
+    """Triton clients may repeat model_name / model_version in the body;
+    codec.h says the server must check them against the URL."""
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 3))
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    r = v2_infer(p, "sdpa", ins, extra={"model_name": "sdpa",
+                                        "model_version": "1"})
+    decode_v2(r, "model_name matching the URL")
+    r = v2_infer(p, "sdpa", ins, extra={"model_name": "mha"})
+    expect_error(r, 400, "model_name",
+                 what="body model_name 'mha' posted to /v2/models/sdpa/infer")
+    r = request(p, "POST", "/v2/models/sdpa/versions/1/infer",
+                {"inputs": ins, "model_version": "7"})
+    expect_error(r, 400, "version",
+                 what="body model_version '7' posted to "
+                      "/v2/models/sdpa/versions/1/infer")
+    # sdpa has only version 1: a body naming version 7 cannot be served,
+    # whether or not the URL names a version.
+    r = v2_infer(p, "sdpa", ins, extra={"model_version": "7"})
+    check(r.status in (400, 404),
+          "body model_version '7' posted to /v2/models/sdpa/infer (sdpa has "
+          "only version 1): expected 400 or 404, got %r" % r)
+    check("7" in r.json().get("error", ""), "error does not name version 7: "
+          "%r" % r)
+
+
+@test
+def v2_output_selection():
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 4))
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    _, full = decode_v2(v2_infer(p, "sdpa", ins), "all outputs")
+    j, o = decode_v2(v2_infer(p, "sdpa", ins,
+                              outputs=[{"name": "attn_output"}]),
+                     "only attn_output")
+    names = [x["name"] for x in j["outputs"]]
+    check(names == ["attn_output"], "asked attn_output, got %r" % names)
+    # Not bitwise: without weights the engine may take its streaming path.
+    assert_close(o["attn_output"]["data"], full["attn_output"]["data"],
+                 "attn_output alone vs with weights")
+    j, _ = decode_v2(v2_infer(p, "sdpa", ins,
+                              outputs=[{"name": "attn_weights"},
+                                       {"name": "attn_output"}]),
+                     "both, reversed")
+    names = [x["name"] for x in j["outputs"]]
+    check(names == ["attn_weights", "attn_output"],
+          "outputs not in the requested order: %r" % names)
+    j, _ = decode_v2(v2_infer(p, "sdpa", ins, params={"need_weights": False}),
+                     "need_weights false")
+    names = [x["name"] for x in j["outputs"]]
+    check(names == ["attn_output"], "need_weights false gave %r" % names)
+    expect_error(v2_infer(p, "sdpa", ins, outputs=[{"name": "atn_output"}]),
+                 400, "atn_output", what="unknown output")
+    expect_error(v2_infer(p, "sdpa", ins, params={"need_weights": False},
+                          outputs=[{"name": "attn_weights"}]),
+                 400, "need_weights", what="need_weights false + weights")
+
+
+@test
+def v2_unknown_names_are_400():
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 5))
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    bad = [v2_in("qeury", [2, 3, 4], q)] + ins[1:]
+    expect_error(v2_infer(p, "sdpa", bad), 400, "qeury",
+                 what="unknown input")
+    expect_error(v2_infer(p, "sdpa", ins, params={"causl": True}), 400,
+                 "causl", what="unknown parameter")
+    expect_error(v2_infer(p, "sdpa", ins, extra={"inptus": []}), 400,
+                 "inptus", what="unknown top-level key")
+    bad = [dict(ins[0], dtype="FP32")] + ins[1:]
+    expect_error(v2_infer(p, "sdpa", bad), 400, "dtype",
+                 what="unknown key in an input")
+    expect_error(v2_infer(p, "sdpa", ins,
+                          outputs=[{"name": "attn_output",
+                                    "parameters": {"binary": True}}]),
+                 400, "binary", what="unknown output parameter")
+    # mha-only parameter on sdpa
+    expect_error(v2_infer(p, "sdpa", ins, params={"num_heads": 2}), 400,
+                 "num_heads", what="num_heads on sdpa")
+    expect_error(v2_infer(p, "sdpa", ins[:2]), 400, "value",
+                 what="missing value")
+
+
+@test
+def v2_fp16_as_json_is_400():
+    p = shared().port
+    ins = [v2_in("query", [2, 2], [1, 0, 0, 1], "FP16"),
+           v2_in("key", [2, 2], [1, 0, 0, 1]),
+           v2_in("value", [2, 2], [1, 2, 3, 4])]
+    expect_error(v2_infer(p, "sdpa", ins), 400, "query", "binary",
+                 what="FP16 as JSON")
+    ins[0]["datatype"] = "BF16"
+    expect_error(v2_infer(p, "sdpa", ins), 400, "binary", what="BF16 as JSON")
+
+
+@test
+def v2_priority_accepted():
+    p = shared().port
+    body = json.loads(small_v2_body())
+    body["parameters"] = {"priority": 3}
+    r = request(p, "POST", "/v2/models/sdpa/infer", body)
+    decode_v2(r, "priority 3")
+    body["parameters"] = {"priority": -1}
+    r = request(p, "POST", "/v2/models/sdpa/infer", body)
+    expect_error(r, 400, "priority", what="priority -1")
+
+
+@test
+def v2_timeout_parameter_honoured():
+    """1-worker server: a request with a 1 us timeout queued behind a slow
+    one gets 503; one with a generous timeout gets 200."""
+    with Server("--workers", "1", name="timeout") as s:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        try:
+            time.sleep(0.15)
+            h = {"Content-Type": "application/json"}
+            short = Pending(s.port, "/v2/models/sdpa/infer",
+                            small_v2_body(timeout_us=1), h)
+            long_ = Pending(s.port, "/v2/models/sdpa/infer",
+                            small_v2_body(timeout_us=60000000), h)
+            r_short = short.response()
+            r_long = long_.response()
+            check_slow_answer(slow.response(), shape, "slow request")
+        finally:
+            slow.close()
+        expect_error(r_short, 503, "timeout", what="timeout 1 us")
+        check(r_short.header("retry-after") is not None,
+              "timeout 503 without Retry-After")
+        decode_v2(r_long, "timeout 60 s")
+
+
+# Binary tensor data extension ----------------------------------------------
+
+def _sdpa_json_vs_binary_data(seed):
+    rng = random.Random(seed)
+    shp_q, shp_k, shp_v = [1, 2, 3, 8], [1, 2, 6, 8], [1, 2, 6, 4]
+    q, k, v = sdpa_inputs(rng, shp_q, shp_k, shp_v)
+    return (shp_q, q), (shp_k, k), (shp_v, v)
+
+
+@test
+def v2_binary_matches_json_bitwise():
+    p = shared().port
+    (sq, q), (sk, k), (sv, v) = _sdpa_json_vs_binary_data(SEED + 10)
+    params = {"causal": True}
+    rj = v2_infer(p, "sdpa", [v2_in("query", sq, q), v2_in("key", sk, k),
+                              v2_in("value", sv, v)], params=params)
+    jj, oj = decode_v2(rj, "JSON request")
+    check(rj.header("inference-header-content-length") is None,
+          "JSON answer carries Inference-Header-Content-Length")
+    check(not any(o["binary"] for o in oj.values()), "JSON answer has blobs")
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": sq, "values": q},
+         {"name": "key", "datatype": "FP32", "shape": sk, "values": k},
+         {"name": "value", "datatype": "FP32", "shape": sv, "values": v}],
+        params=dict(params, binary_data_output=True))
+    rb = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    check(rb.header("inference-header-content-length") is not None,
+          "binary answer lacks Inference-Header-Content-Length: %r" % rb)
+    jb, ob = decode_v2(rb, "binary request")
+    check([o["name"] for o in jb["outputs"]] ==
+          [o["name"] for o in jj["outputs"]], "output lists differ")
+    for n in oj:
+        check(ob[n]["binary"], "%s not binary with binary_data_output" % n)
+        check(ob[n]["shape"] == oj[n]["shape"], "%s shapes differ" % n)
+        assert_bits(ob[n]["data"], oj[n]["data"], "binary vs JSON " + n)
+    # binary inputs, JSON outputs: same floats again
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": sq, "values": q},
+         {"name": "key", "datatype": "FP32", "shape": sk, "values": k},
+         {"name": "value", "datatype": "FP32", "shape": sv, "values": v}],
+        params=params)
+    r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    check(r.body == rj.body, "binary inputs with JSON outputs: answer "
+          "differs from the all-JSON answer")
+    # mixed: one input binary, the others JSON
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": sq, "data": q},
+         {"name": "key", "datatype": "FP32", "shape": sk, "values": k},
+         {"name": "value", "datatype": "FP32", "shape": sv, "data": v}],
+        params=params)
+    r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    check(r.body == rj.body, "mixed JSON/binary inputs: answer differs")
+
+
+@test
+def v2_binary_output_flags():
+    p = shared().port
+    (sq, q), (sk, k), (sv, v) = _sdpa_json_vs_binary_data(SEED + 11)
+    ins = [{"name": "query", "datatype": "FP32", "shape": sq, "values": q},
+           {"name": "key", "datatype": "FP32", "shape": sk, "values": k},
+           {"name": "value", "datatype": "FP32", "shape": sv, "values": v}]
+    _, ref = decode_v2(v2_infer(p, "sdpa", [
+        v2_in("query", sq, q), v2_in("key", sk, k), v2_in("value", sv, v)]),
+        "JSON reference")
+    cases = [
+        # (request-level, outputs, expected binary flags)
+        ("request true, weights false", True,
+         [{"name": "attn_output"},
+          {"name": "attn_weights", "parameters": {"binary_data": False}}],
+         {"attn_output": True, "attn_weights": False}),
+        ("request unset, weights true", None,
+         [{"name": "attn_output"},
+          {"name": "attn_weights", "parameters": {"binary_data": True}}],
+         {"attn_output": False, "attn_weights": True}),
+        ("request false, output true", False,
+         [{"name": "attn_output", "parameters": {"binary_data": True}},
+          {"name": "attn_weights"}],
+         {"attn_output": True, "attn_weights": False}),
+        ("request true, both false", True,
+         [{"name": "attn_output", "parameters": {"binary_data": False}},
+          {"name": "attn_weights", "parameters": {"binary_data": False}}],
+         {"attn_output": False, "attn_weights": False}),
+    ]
+    for what, level, outputs, want in cases:
+        params = {} if level is None else {"binary_data_output": level}
+        body, hdrs = v2_binary(ins, params=params, outputs=outputs)
+        r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+        _, o = decode_v2(r, what)
+        for n, b in want.items():
+            check(o[n]["binary"] == b, "%s: %s binary=%s, expected %s" %
+                  (what, n, o[n]["binary"], b))
+            assert_bits(o[n]["data"], ref[n]["data"], "%s: %s" % (what, n))
+        any_bin = any(want.values())
+        check((r.header("inference-header-content-length") is not None) ==
+              any_bin, "%s: Inference-Header-Content-Length present=%s" %
+              (what, not any_bin))
+    # binary outputs requested by a plain JSON request
+    r = v2_infer(p, "sdpa", [v2_in("query", sq, q), v2_in("key", sk, k),
+                             v2_in("value", sv, v)],
+                 params={"binary_data_output": True})
+    _, o = decode_v2(r, "JSON request, binary_data_output")
+    for n in ref:
+        check(o[n]["binary"], "JSON request: %s not binary" % n)
+        assert_bits(o[n]["data"], ref[n]["data"], "JSON->binary " + n)
+
+
+@test
+def v2_binary_fp16_and_fp64_inputs():
+    p = shared().port
+    rng = random.Random(SEED + 12)
+    shape = [1, 1, 4, 8]
+    # multiples of 1/64 in [-1, 1]: exact in FP16, FP32 and FP64
+    q, k, v = ([rng.randint(-64, 64) / 64.0 for _ in range(numel(shape))]
+               for _ in range(3))
+    ref = v2_infer(p, "sdpa", [v2_in("query", shape, q),
+                               v2_in("key", shape, k),
+                               v2_in("value", shape, v)])
+    _, ro = decode_v2(ref, "FP32 JSON")
+    for dt in ("FP16", "FP64"):
+        body, hdrs = v2_binary(
+            [{"name": n, "datatype": dt, "shape": shape, "values": x}
+             for n, x in (("query", q), ("key", k), ("value", v))])
+        r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+        _, o = decode_v2(r, dt + " binary")
+        for n in ro:
+            assert_bits(o[n]["data"], ro[n]["data"], "%s vs FP32 %s" % (dt, n))
+    # BOOL and INT32 blobs: a bool mask and key_lengths
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": shape, "values": q},
+         {"name": "key", "datatype": "FP32", "shape": shape, "values": k},
+         {"name": "value", "datatype": "FP32", "shape": shape, "values": v},
+         {"name": "key_lengths", "datatype": "INT32", "shape": [1],
+          "values": [3]}])
+    r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    _, ol = decode_v2(r, "key_lengths INT32 blob")
+    body, hdrs = v2_binary(
+        [{"name": "query", "datatype": "FP32", "shape": shape, "values": q},
+         {"name": "key", "datatype": "FP32", "shape": shape, "values": k},
+         {"name": "value", "datatype": "FP32", "shape": shape, "values": v},
+         {"name": "key_padding_mask", "datatype": "BOOL", "shape": [1, 4],
+          "values": [False, False, False, True]}])
+    r = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    _, ok_ = decode_v2(r, "key_padding_mask BOOL blob")
+    qr, kr, vr = rows(q, 0, 4, 8), rows(k, 0, 4, 8), rows(v, 0, 4, 8)
+    out, w = ref_head(qr, kr, vr, 1 / math.sqrt(8), pad=[0, 0, 0, 1])
+    for name, o in (("key_lengths", ol), ("key_padding_mask", ok_)):
+        assert_close(o["attn_output"]["data"], flatten(out),
+                     name + " attn_output")
+        assert_close(o["attn_weights"]["data"], flatten(w),
+                     name + " attn_weights")
+
+
+@test
+def v2_binary_errors():
+    p = shared().port
+    (sq, q), (sk, k), (sv, v) = _sdpa_json_vs_binary_data(SEED + 13)
+    ins = [{"name": "query", "datatype": "FP32", "shape": sq, "values": q},
+           {"name": "key", "datatype": "FP32", "shape": sk, "values": k},
+           {"name": "value", "datatype": "FP32", "shape": sv, "values": v}]
+    path = "/v2/models/sdpa/infer"
+
+    def send(body, hdrs):
+        return request(p, "POST", path, body, headers=hdrs)
+
+    # wrong binary_data_size on "key" (the bytes are right)
+    bad = [ins[0], dict(ins[1], size=4 * len(k) - 4), ins[2]]
+    body, hdrs = v2_binary(bad)
+    expect_error(send(body, hdrs), 400, "key", "binary_data_size",
+                 what="wrong binary_data_size")
+    # blob shorter than declared: runs past the end
+    body, hdrs = v2_binary(ins)
+    expect_error(send(body[:-4], hdrs), 400, "value",
+                 what="last blob cut short")
+    # trailing bytes after the last blob
+    expect_error(send(body + b"\0" * 8, hdrs), 400, "value", "trailing",
+                 what="trailing bytes")
+    # header length 0
+    h0 = dict(hdrs, **{"Inference-Header-Content-Length": "0"})
+    expect_error(send(body, h0), 400, "Inference-Header-Content-Length",
+                 what="Inference-Header-Content-Length 0")
+    # header length beyond the body
+    hb = dict(hdrs, **{"Inference-Header-Content-Length":
+                       str(len(body) + 1)})
+    expect_error(send(body, hb), 400, "Inference-Header-Content-Length",
+                 what="Inference-Header-Content-Length > Content-Length")
+    # not a number
+    hn = dict(hdrs, **{"Inference-Header-Content-Length": "12abc"})
+    expect_error(send(body, hn), 400, "Inference-Header-Content-Length",
+                 what="Inference-Header-Content-Length not a number")
+    # header length that cuts the JSON short
+    hs = dict(hdrs, **{"Inference-Header-Content-Length":
+                       str(int(hdrs["Inference-Header-Content-Length"]) - 5)})
+    r = send(body, hs)
+    check(r.status == 400, "JSON header cut short: %r" % r)
+    # binary_data_size without the header
+    hdr_only = dict(hdrs)
+    del hdr_only["Inference-Header-Content-Length"]
+    expect_error(send(body, hdr_only), 400,
+                 what="binary_data_size without the header")
+    # both data and binary_data_size
+    j = json.loads(body[:int(hdrs["Inference-Header-Content-Length"])])
+    j["inputs"][0]["data"] = q
+    hdr = to_json_bytes(j)
+    r = send(hdr + body[int(hdrs["Inference-Header-Content-Length"]):],
+             dict(hdrs, **{"Inference-Header-Content-Length": str(len(hdr))}))
+    expect_error(r, 400, "query", what="data and binary_data_size")
+    # the server still answers normally
+    body, hdrs = v2_binary(ins)
+    decode_v2(send(body, hdrs), "good binary request after errors")
+
+
+# /v1/attention ------------------------------------------------------------
+
+def v1(port, body, headers=None):
+    return request(port, "POST", "/v1/attention", body, headers=headers)
+
+
+def v1_ok(r, what):
+    expect_status(r, 200, what)
+    j = r.json()
+    check("output" in j and "shape" in j, "%s: answer keys %r" %
+          (what, sorted(j)))
+    got = flatten(j["output"])
+    check(len(got) == numel(j["shape"]["output"]),
+          "%s: output has %d values for shape %r" %
+          (what, len(got), j["shape"]["output"]))
+    return j
+
+
+def v1_reference(q, k, v, B, H, Lq, Lk, Dk, Dv, scale=None, causal=False,
+                 add=None, blocked=None, pad=None, avg=False):
+    """The /v1 sdpa mapping: columns h*Dk.. of [B,L,H*Dk] are head h.
+    q, k, v flat; returns (output flat [B,Lq,H*Dv],
+    weights flat [B,H,Lq,Lk] or [B,Lq,Lk] when avg)."""
+    if scale is None:
+        scale = 1 / math.sqrt(Dk)
+    out = [0.0] * (B * Lq * H * Dv)
+    wts = [0.0] * (B * H * Lq * Lk)
+    for b in range(B):
+        for h in range(H):
+            qh = [q[(b * Lq + i) * H * Dk + h * Dk:
+                    (b * Lq + i) * H * Dk + (h + 1) * Dk] for i in range(Lq)]
+            kh = [k[(b * Lk + j) * H * Dk + h * Dk:
+                    (b * Lk + j) * H * Dk + (h + 1) * Dk] for j in range(Lk)]
+            vh = [v[(b * Lk + j) * H * Dv + h * Dv:
+                    (b * Lk + j) * H * Dv + (h + 1) * Dv] for j in range(Lk)]
+            o, w = ref_head(qh, kh, vh, scale, causal, add, blocked,
+                            pad[b] if pad else None)
+            for i in range(Lq):
+                for t in range(Dv):
+                    out[(b * Lq + i) * H * Dv + h * Dv + t] = o[i][t]
+                for j in range(Lk):
+                    wts[((b * H + h) * Lq + i) * Lk + j] = w[i][j]
+    if avg:
+        wts = [sum(wts[((b * H + h) * Lq + i) * Lk + j] for h in range(H)) / H
+               for b in range(B) for i in range(Lq) for j in range(Lk)]
+    return out, wts
+
+
+def _v1_case(rng, B, H, Lq, Lk, Dk, Dv, cross=True, mask=None, kpm=False,
+             causal=False, scale=None, avg=None, need=None):
+    """(request body, expected output, expected weights or None, shapes)."""
+    lead = [B] if B else []
+    bb = B or 1
+    q = rand_f32(rng, bb * Lq * H * Dk)
+    if cross:
+        k = rand_f32(rng, bb * Lk * H * Dk)
+        v = rand_f32(rng, bb * Lk * H * Dv)
+    else:
+        check(Lk == Lq and Dv == Dk, "self-attention case needs Lk=Lq")
+        k, v = q, q
+    body = {"query": nested(q, lead + [Lq, H * Dk])}
+    if cross:
+        body["key"] = nested(k, lead + [Lk, H * Dk])
+        body["value"] = nested(v, lead + [Lk, H * Dv])
+    if H != 1 or rng.random() < 0.5:
+        body["num_heads"] = H
+    add = blocked = pad = None
+    if mask == "bool":
+        blocked = [[rng.random() < 0.3 for _ in range(Lk)] for _ in range(Lq)]
+        body["attn_mask"] = blocked
+    elif mask == "float":
+        add = [[f32(rng.uniform(-2, 2)) for _ in range(Lk)]
+               for _ in range(Lq)]
+        body["attn_mask"] = add
+    if kpm:
+        pad = []
+        for _ in range(bb):
+            n = rng.randint(0, Lk - 1)
+            pad.append([j >= Lk - n for j in range(Lk)])
+        body["key_padding_mask"] = pad if B else pad[0]
+    if causal:
+        body["causal"] = True
+    if scale is not None:
+        body["scale"] = scale
+    if avg is not None:
+        body["average_attn_weights"] = avg
+    if need is not None:
+        body["need_weights"] = need
+    out, w = v1_reference(q, k, v, bb, H, Lq, Lk, Dk, Dv, scale, causal, add,
+                          blocked, pad, bool(avg))
+    wshape = lead + ([Lq, Lk] if avg else [H, Lq, Lk])
+    return body, out, (None if need is False else w), \
+        lead + [Lq, H * Dv], wshape
+
+
+def _v1_check(port, case, what):
+    body, out, w, oshape, wshape = case
+    j = v1_ok(v1(port, body), what)
+    check(j["shape"]["output"] == oshape, "%s: output shape %r, expected %r"
+          % (what, j["shape"]["output"], oshape))
+    assert_close(flatten(j["output"]), out, what + " output")
+    if w is None:
+        check("attn_weights" not in j, "%s: attn_weights present with "
+              "need_weights false" % what)
+        check("attn_weights" not in j["shape"], "%s: shape.attn_weights "
+              "present with need_weights false" % what)
+    else:
+        check("attn_weights" in j, "%s: no attn_weights" % what)
+        check(j["shape"].get("attn_weights") == wshape,
+              "%s: attn_weights shape %r, expected %r" %
+              (what, j["shape"].get("attn_weights"), wshape))
+        assert_close(flatten(j["attn_weights"]), w, what + " attn_weights")
+    return j
+
+
+@test
+def v1_self_attention_default():
+    rng = random.Random(SEED + 20)
+    _v1_check(shared().port,
+              _v1_case(rng, 0, 1, 4, 4, 6, 6, cross=False), "self-attention")
+
+
+@test
+def v1_key_value():
+    rng = random.Random(SEED + 21)
+    _v1_check(shared().port, _v1_case(rng, 0, 1, 3, 5, 4, 2), "key/value")
+
+
+@test
+def v1_num_heads():
+    p = shared().port
+    rng = random.Random(SEED + 22)
+    _v1_check(p, _v1_case(rng, 0, 2, 3, 5, 4, 3), "num_heads 2")
+    _v1_check(p, _v1_case(rng, 2, 3, 2, 4, 2, 2), "batched num_heads 3")
+    r = v1(p, {"query": [[1, 2, 3]], "num_heads": 2})
+    expect_error(r, 400, "num_heads", what="D not divisible by num_heads")
+
+
+@test
+def v1_causal():
+    p = shared().port
+    rng = random.Random(SEED + 23)
+    _v1_check(p, _v1_case(rng, 0, 1, 4, 4, 4, 4, cross=False, causal=True),
+              "causal self")
+    _v1_check(p, _v1_case(rng, 0, 2, 3, 6, 4, 4, causal=True),
+              "causal Lq<Lk (bottom-right)")
+    _v1_check(p, _v1_case(rng, 0, 1, 5, 3, 4, 4, causal=True),
+              "causal Lq>Lk (first rows see nothing)")
+    # the README example, checked by hand: row 0 sees only key 0
+    j = v1_ok(v1(p, {"query": [[1, 0], [0, 1], [1, 1]], "causal": True}),
+              "README causal")
+    assert_close(flatten(j["output"])[:2], [1.0, 0.0], "causal row 0")
+
+
+@test
+def v1_scale():
+    rng = random.Random(SEED + 24)
+    _v1_check(shared().port, _v1_case(rng, 0, 2, 3, 4, 4, 4, scale=0.25),
+              "scale 0.25")
+
+
+@test
+def v1_attn_mask_bool_and_float():
+    p = shared().port
+    rng = random.Random(SEED + 25)
+    _v1_check(p, _v1_case(rng, 0, 2, 4, 5, 3, 3, mask="bool"), "bool mask")
+    _v1_check(p, _v1_case(rng, 0, 2, 4, 5, 3, 3, mask="float"),
+              "float mask")
+    # polarity, by hand: true = blocked
+    j = v1_ok(v1(p, {"query": [[1.0, 0.0]], "key": [[1, 0], [0, 1]],
+                     "value": [[10, 0], [0, 10]],
+                     "attn_mask": [[False, True]]}), "mask polarity")
+    assert_close(flatten(j["output"]), [10.0, 0.0], "true blocks the key")
+
+
+@test
+def v1_key_padding_mask():
+    p = shared().port
+    rng = random.Random(SEED + 26)
+    _v1_check(p, _v1_case(rng, 0, 1, 3, 5, 4, 4, kpm=True), "kpm [Lk]")
+    _v1_check(p, _v1_case(rng, 2, 2, 3, 5, 2, 2, kpm=True), "kpm [B,Lk]")
+
+
+@test
+def v1_need_weights_false():
+    rng = random.Random(SEED + 27)
+    _v1_check(shared().port, _v1_case(rng, 0, 2, 3, 4, 4, 4, need=False),
+              "need_weights false")
+
+
+@test
+def v1_average_attn_weights():
+    p = shared().port
+    rng = random.Random(SEED + 28)
+    _v1_check(p, _v1_case(rng, 0, 2, 3, 4, 4, 4, avg=True), "average true")
+    _v1_check(p, _v1_case(rng, 2, 2, 3, 4, 4, 4, avg=True),
+              "batched average true")
+    _v1_check(p, _v1_case(rng, 0, 2, 3, 4, 4, 4, avg=False), "average false")
+
+
+@test
+def v1_tokens_echoed():
+    p = shared().port
+    toks = ["le", "chat", "\u00e9t\u00e9", "\"q\""]
+    ktoks = ["a", 1, None]
+    body = {"query": [[1, 0], [0, 1], [1, 1], [0, 0]],
+            "key": [[1, 0], [0, 1], [1, 1]], "value": [[1, 2], [3, 4], [5, 6]],
+            "tokens": toks, "key_tokens": ktoks}
+    j = v1_ok(v1(p, body), "tokens")
+    check(j.get("tokens") == toks, "tokens echoed as %r" % j.get("tokens"))
+    check(j.get("key_tokens") == ktoks, "key_tokens echoed as %r" %
+          j.get("key_tokens"))
+    j = v1_ok(v1(p, {"query": [[1, 0]]}), "no tokens")
+    check("tokens" not in j and "key_tokens" not in j,
+          "tokens present although none were sent")
+    expect_error(v1(p, {"query": [[1, 0]], "tokens": "abc"}), 400, "tokens",
+                 what="tokens not an array")
+
+
+@test
+def v1_typo_is_400():
+    p = shared().port
+    expect_error(v1(p, {"query": [[1, 2]], "causl": True}), 400, "causl",
+                 "causal", what="typo causl")
+    expect_error(v1(p, {"query": [[1, 2]], "weights": {
+        "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]],
+        "w_v": [[1, 0], [0, 1]], "w_0": [[1, 0], [0, 1]]}}), 400, "w_0",
+        what="typo in weights")
+    expect_error(v1(p, {"query": [[1, 2]], "model": "nosuchmodel"}), 404,
+                 "nosuchmodel", what="unknown v1 model")
+    expect_error(v1(p, {"key": [[1, 2]]}), 400, "query",
+                 what="missing query")
+
+
+@test
+def v1_weights_multi_head():
+    """Identity projections: multi-head attention equals the sliced sdpa."""
+    p = shared().port
+    rng = random.Random(SEED + 29)
+    E, H, Lq = 4, 2, 3
+    q = rand_f32(rng, Lq * E)
+    eye = [[1.0 if i == j else 0.0 for j in range(E)] for i in range(E)]
+    j = v1_ok(v1(p, {"query": nested(q, [Lq, E]), "num_heads": H,
+                     "weights": {"w_q": eye, "w_k": eye, "w_v": eye,
+                                 "w_o": eye}}), "identity weights")
+    out, w = v1_reference(q, q, q, 1, H, Lq, Lq, E // H, E // H)
+    assert_close(flatten(j["output"]), out, "identity mha output")
+    check(j["shape"]["output"] == [Lq, E], "mha output shape %r" %
+          j["shape"]["output"])
+    check(numel(j["shape"]["attn_weights"]) == len(w),
+          "mha weights shape %r" % j["shape"]["attn_weights"])
+    assert_close(flatten(j["attn_weights"]), w, "identity mha weights")
+    expect_error(v1(p, {"query": nested(q, [Lq, E]), "num_heads": H,
+                        "weights": {"w_q": eye, "w_k": eye, "w_v": eye}}),
+                 400, "w_o", what="missing w_o")
+
+
+# Numerical correctness, random cases, both protocols ----------------------
+
+@test
+def numerics_v2_random():
+    p = shared().port
+    rng = random.Random(SEED + 30)
+    cases = [
+        dict(B=1, H=1, Hkv=1, Lq=3, Lk=3, Dk=4, Dv=4),
+        dict(B=2, H=2, Hkv=2, Lq=4, Lk=6, Dk=8, Dv=5, causal=True),
+        dict(B=2, H=4, Hkv=2, Lq=5, Lk=3, Dk=4, Dv=4, causal=True),
+        dict(B=1, H=2, Hkv=1, Lq=4, Lk=7, Dk=6, Dv=3, mask="bool",
+             scale=0.3),
+        dict(B=2, H=2, Hkv=2, Lq=3, Lk=5, Dk=4, Dv=4, mask="float", kpm=True),
+        dict(B=2, H=2, Hkv=1, Lq=3, Lk=5, Dk=4, Dv=2, klen=True),
+        dict(B=1, H=3, Hkv=3, Lq=6, Lk=6, Dk=5, Dv=5, mask="bool",
+             causal=True, avg=True),
+    ]
+    for ci, c in enumerate(cases):
+        B, H, Hkv, Lq, Lk, Dk, Dv = (c[x] for x in
+                                     ("B", "H", "Hkv", "Lq", "Lk", "Dk", "Dv"))
+        sq, sk, sv = [B, H, Lq, Dk], [B, Hkv, Lk, Dk], [B, Hkv, Lk, Dv]
+        q, k, v = sdpa_inputs(rng, sq, sk, sv)
+        scale = c.get("scale")
+        params = {"causal": c.get("causal", False),
+                  "average_attn_weights": c.get("avg", False)}
+        if scale is not None:
+            params["scale"] = scale
+        else:
+            scale = 1 / math.sqrt(Dk)
+        ins = [("query", "FP32", sq, q), ("key", "FP32", sk, k),
+               ("value", "FP32", sv, v)]
+        add = blocked = pad = None
+        if c.get("mask") == "bool":
+            blocked = [[rng.random() < 0.3 for _ in range(Lk)]
+                       for _ in range(Lq)]
+            ins.append(("attn_mask", "BOOL", [Lq, Lk], flatten(blocked)))
+        elif c.get("mask") == "float":
+            add = [[f32(rng.uniform(-2, 2)) for _ in range(Lk)]
+                   for _ in range(Lq)]
+            ins.append(("attn_mask", "FP32", [Lq, Lk], flatten(add)))
+        if c.get("kpm") or c.get("klen"):
+            lens = [rng.randint(1, Lk) for _ in range(B)]
+            pad = [[j >= lens[b] for j in range(Lk)] for b in range(B)]
+            if c.get("kpm"):
+                ins.append(("key_padding_mask", "BOOL", [B, Lk],
+                            flatten(pad)))
+            else:
+                ins.append(("key_lengths", "INT64", [B], lens))
+        out = [0.0] * (B * H * Lq * Dv)
+        wts = [0.0] * (B * H * Lq * Lk)
+        for b in range(B):
+            for h in range(H):
+                g = h // (H // Hkv)
+                o, w = ref_head(rows(q, (b * H + h) * Lq * Dk, Lq, Dk),
+                                rows(k, (b * Hkv + g) * Lk * Dk, Lk, Dk),
+                                rows(v, (b * Hkv + g) * Lk * Dv, Lk, Dv),
+                                scale, c.get("causal", False), add, blocked,
+                                pad[b] if pad else None)
+                base = (b * H + h) * Lq
+                out[base * Dv:(base + Lq) * Dv] = flatten(o)
+                wts[base * Lk:(base + Lq) * Lk] = flatten(w)
+        wshape = [B, H, Lq, Lk]
+        if c.get("avg"):
+            wts = [sum(wts[((b * H + h) * Lq + i) * Lk + j]
+                       for h in range(H)) / H
+                   for b in range(B) for i in range(Lq) for j in range(Lk)]
+            wshape = [B, Lq, Lk]
+        what = "case %d %r" % (ci, c)
+        if ci % 2 == 0:  # JSON
+            r = v2_infer(p, "sdpa", [v2_in(n, s, d, t)
+                                     for n, t, s, d in ins], params=params)
+        else:            # binary in and out
+            body, hdrs = v2_binary(
+                [{"name": n, "datatype": t, "shape": s, "values": d}
+                 for n, t, s, d in ins],
+                params=dict(params, binary_data_output=True))
+            r = request(p, "POST", "/v2/models/sdpa/infer", body,
+                        headers=hdrs)
+        _, o = decode_v2(r, what)
+        check(o["attn_output"]["shape"] == [B, H, Lq, Dv],
+              "%s: output shape %r" % (what, o["attn_output"]["shape"]))
+        check(o["attn_weights"]["shape"] == wshape,
+              "%s: weights shape %r" % (what, o["attn_weights"]["shape"]))
+        assert_close(o["attn_output"]["data"], out, what + " attn_output")
+        assert_close(o["attn_weights"]["data"], wts, what + " attn_weights")
+
+
+@test
+def numerics_v1_random():
+    p = shared().port
+    rng = random.Random(SEED + 31)
+    cases = [
+        dict(B=0, H=1, Lq=4, Lk=4, Dk=6, Dv=6, cross=False),
+        dict(B=0, H=2, Lq=3, Lk=5, Dk=4, Dv=2, causal=True),
+        dict(B=2, H=2, Lq=3, Lk=4, Dk=2, Dv=3, mask="bool", kpm=True),
+        dict(B=0, H=3, Lq=5, Lk=5, Dk=2, Dv=2, mask="float", scale=0.5,
+             avg=True),
+        dict(B=2, H=1, Lq=2, Lk=3, Dk=4, Dv=4, causal=True),
+        dict(B=1, H=4, Lq=6, Lk=2, Dk=1, Dv=3, causal=True, kpm=True),
+    ]
+    for ci, c in enumerate(cases):
+        c = dict(c)
+        args = [c.pop(x) for x in ("B", "H", "Lq", "Lk", "Dk", "Dv")]
+        _v1_check(p, _v1_case(rng, *args, **c), "v1 case %d" % ci)
+
+
+# PyTorch golden vectors ---------------------------------------------------
+
+def load_golden(name):
+    with open(os.path.join(GOLDEN_DIR, name), "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def golden_names(kind):
+    out = []
+    for n in sorted(os.listdir(GOLDEN_DIR)):
+        if n.endswith(".json") and n.startswith(kind + "_"):
+            out.append(n)
+    return out
+
+
+def gvals(t):
+    """Golden data with the string spellings of infinities decoded."""
+    m = {"-inf": -math.inf, "inf": math.inf}
+    return [m[x] if isinstance(x, str) else x for x in t["data"]]
+
+
+def mha_golden_weights(g):
+    """Our mha inputs from the torch state_dict: w_* are [in,out] (torch
+    stores [out,in]: transpose); in_proj rows split into q, k, v."""
+    E, kd, vd = g["embed_dim"], g["kdim"], g["vdim"]
+    sd = g["state_dict"]
+    w = {}
+    if "in_proj_weight" in sd:
+        ipw = gvals(sd["in_proj_weight"])
+        wq, wk, wv = ipw[:E * E], ipw[E * E:2 * E * E], ipw[2 * E * E:]
+    else:
+        wq = gvals(sd["q_proj_weight"])
+        wk = gvals(sd["k_proj_weight"])
+        wv = gvals(sd["v_proj_weight"])
+    w["w_q"] = ([E, E], transpose(wq, E, E))
+    w["w_k"] = ([kd, E], transpose(wk, E, kd))
+    w["w_v"] = ([vd, E], transpose(wv, E, vd))
+    w["w_o"] = ([E, E], transpose(gvals(sd["out_proj.weight"]), E, E))
+    if g["bias"]:
+        b = gvals(sd["in_proj_bias"])
+        w["b_q"] = ([E], b[:E])
+        w["b_k"] = ([E], b[E:2 * E])
+        w["b_v"] = ([E], b[2 * E:])
+        w["b_o"] = ([E], gvals(sd["out_proj.bias"]))
+    return w
+
+
+def golden_compare(g, o_shape, o_data, w_shape, w_data, what):
+    check(o_shape == g["attn_output"]["shape"], "%s: output shape %r, "
+          "golden %r" % (what, o_shape, g["attn_output"]["shape"]))
+    assert_close(o_data, gvals(g["attn_output"]), what + " attn_output")
+    if g["need_weights"]:
+        check(w_shape == g["attn_weights"]["shape"], "%s: weights shape %r, "
+              "golden %r" % (what, w_shape, g["attn_weights"]["shape"]))
+        assert_close(w_data, gvals(g["attn_weights"]), what + " attn_weights")
+    else:
+        check(w_shape is None, "%s: weights returned with need_weights "
+              "false" % what)
+
+
+def _v2_golden_request(port, model, tensors, params):
+    """tensors: [(name, datatype, shape, values)].  A float tensor holding
+    an infinity goes as a binary blob (JSON cannot carry it); the rest as
+    JSON."""
+    ins, any_bin = [], False
+    for n, dt, shape, vals in tensors:
+        if dt == "FP32" and any(math.isinf(x) for x in vals):
+            ins.append({"name": n, "datatype": dt, "shape": shape,
+                        "values": vals})
+            any_bin = True
+        else:
+            ins.append({"name": n, "datatype": dt, "shape": shape,
+                        "data": vals})
+    if any_bin:
+        body, hdrs = v2_binary(ins, params=params)
+        return request(port, "POST", "/v2/models/%s/infer" % model, body,
+                       headers=hdrs)
+    return v2_infer(port, model, [v2_in(x["name"], x["shape"], x["data"],
+                                        x["datatype"]) for x in ins],
+                    params=params)
+
+
+def _golden_masks(g):
+    out = []
+    if "attn_mask" in g:
+        m = g["attn_mask"]
+        dt = "BOOL" if m["dtype"] == "bool" else "FP32"
+        out.append(("attn_mask", dt, m["shape"], gvals(m)))
+    if "key_padding_mask" in g:
+        m = g["key_padding_mask"]
+        out.append(("key_padding_mask", "BOOL", m["shape"], gvals(m)))
+    return out
+
+
+def _v2_golden_outputs(r, g, what):
+    _, o = decode_v2(r, what)
+    w = o.get("attn_weights")
+    golden_compare(g, o["attn_output"]["shape"], o["attn_output"]["data"],
+                   w and w["shape"], w and w["data"], what)
+
+
+@test
+def golden_mha_v2():
+    p = shared().port
+    names = golden_names("mha")
+    check(len(names) >= 8, "only %d mha golden files" % len(names))
+    for n in names:
+        g = load_golden(n)
+        t = [("query", "FP32", g["query"]["shape"], gvals(g["query"]))]
+        if not g["self_attention"]:
+            t.append(("key", "FP32", g["key"]["shape"], gvals(g["key"])))
+            t.append(("value", "FP32", g["value"]["shape"],
+                      gvals(g["value"])))
+        for wn, (shape, vals) in sorted(mha_golden_weights(g).items()):
+            t.append((wn, "FP32", shape, vals))
+        t += _golden_masks(g)
+        params = {"num_heads": g["num_heads"], "causal": g["causal"],
+                  "need_weights": g["need_weights"],
+                  "average_attn_weights": g["average_attn_weights"]}
+        r = _v2_golden_request(p, "mha", t, params)
+        _v2_golden_outputs(r, g, "v2 mha " + n)
+
+
+def _v1_mask_value(x):
+    """/v1 is JSON only: -inf is sent as -1e30, which softmax turns into
+    exactly the same 0 weight as long as the row keeps a finite score."""
+    return -1e30 if x == -math.inf else x
+
+
+def _v1_float_mask_ok(g):
+    """True when every query row keeps a key that is neither -inf in the
+    float mask nor padding, so the -1e30 stand-in changes nothing."""
+    m = g.get("attn_mask")
+    if not m or m["dtype"] == "bool":
+        return True
+    vals, shape = gvals(m), m["shape"]
+    lq, lk = shape[-2], shape[-1]
+    pads = [gvals(g["key_padding_mask"])[b * lk:(b + 1) * lk]
+            for b in range(g["batch"])] if "key_padding_mask" in g else \
+        [[False] * lk] * g["batch"]
+    for mi in range(len(vals) // (lq * lk)):
+        for b in range(g["batch"]):
+            for i in range(lq):
+                row = vals[(mi * lq + i) * lk:(mi * lq + i + 1) * lk]
+                if not any(x != -math.inf and not pads[b][j]
+                           for j, x in enumerate(row)):
+                    return False
+    return True
+
+
+@test
+def golden_mha_v1():
+    p = shared().port
+    done = 0
+    for n in golden_names("mha"):
+        g = load_golden(n)
+        if not _v1_float_mask_ok(g):
+            continue
+        body = {"query": nested(gvals(g["query"]), g["query"]["shape"]),
+                "num_heads": g["num_heads"], "causal": g["causal"],
+                "need_weights": g["need_weights"],
+                "average_attn_weights": g["average_attn_weights"],
+                "weights": {wn: nested(vals, shape) for wn, (shape, vals)
+                            in mha_golden_weights(g).items()}}
+        if not g["self_attention"]:
+            body["key"] = nested(gvals(g["key"]), g["key"]["shape"])
+            body["value"] = nested(gvals(g["value"]), g["value"]["shape"])
+        for mn, _, shape, vals in _golden_masks(g):
+            body[mn] = nested([_v1_mask_value(x) for x in vals], shape)
+        j = v1_ok(v1(p, body), "v1 mha " + n)
+        golden_compare(g, j["shape"]["output"], flatten(j["output"]),
+                       j["shape"].get("attn_weights"),
+                       flatten(j["attn_weights"]) if "attn_weights" in j
+                       else None, "v1 mha " + n)
+        done += 1
+    check(done >= 8, "only %d mha golden cases ran on /v1" % done)
+
+
+@test
+def golden_sdpa_v2():
+    p = shared().port
+    names = golden_names("sdpa")
+    check(len(names) >= 3, "only %d sdpa golden files" % len(names))
+    for n in names:
+        g = load_golden(n)
+        t = [(x, "FP32", g[s]["shape"], gvals(g[s]))
+             for x, s in (("query", "q"), ("key", "k"), ("value", "v"))]
+        t += _golden_masks(g)
+        params = {"causal": g["causal"], "need_weights": g["need_weights"],
+                  "average_attn_weights": g["average_attn_weights"]}
+        if g.get("scale") is not None:
+            params["scale"] = g["scale"]
+        r = _v2_golden_request(p, "sdpa", t, params)
+        _v2_golden_outputs(r, g, "v2 sdpa " + n)
+
+
+@test
+def golden_demo_model_v2_and_v1():
+    p = shared().port
+    d = load_golden("demo_model_io.json")
+    check(d.get("model") == "demo" and d.get("cases"), "demo golden file")
+    for c in d["cases"]:
+        g = c
+        t = [("query", "FP32", c["query"]["shape"], gvals(c["query"]))]
+        t += _golden_masks(c)
+        params = {"need_weights": c["need_weights"],
+                  "average_attn_weights": c["average_attn_weights"]}
+        r = _v2_golden_request(p, "demo", t, params)
+        _v2_golden_outputs(r, g, "v2 demo " + c["name"])
+        body = {"model": "demo",
+                "query": nested(gvals(c["query"]), c["query"]["shape"]),
+                "need_weights": c["need_weights"],
+                "average_attn_weights": c["average_attn_weights"]}
+        for mn, _, shape, vals in _golden_masks(c):
+            body[mn] = nested(vals, shape)
+        j = v1_ok(v1(p, body), "v1 demo " + c["name"])
+        golden_compare(g, j["shape"]["output"], flatten(j["output"]),
+                       j["shape"].get("attn_weights"),
+                       flatten(j["attn_weights"]) if "attn_weights" in j
+                       else None, "v1 demo " + c["name"])
+    expect_error(v1(p, {"model": "demo", "query": [[1.0, 2.0]]}), 400,
+                 "query", "16", what="demo with the wrong embed_dim")
+
+
+# Errors -------------------------------------------------------------------
+
+@test
+def error_400_bad_json():
+    p = shared().port
+    expect_error(v1(p, b'{"query": [[1, 2]'), 400, what="/v1 truncated JSON")
+    expect_error(request(p, "POST", "/v2/models/sdpa/infer",
+                         b'{"inputs": [}'), 400, what="/v2 bad JSON")
+    expect_error(v1(p, b"[1, 2]"), 400, "object", what="/v1 non-object")
+    expect_error(request(p, "POST", "/v2/models/sdpa/infer", b""), 400,
+                 "empty", what="/v2 empty body")
+    expect_error(v1(p, {"query": [[1e39, 0]]}), 400, "query",
+                 what="/v1 number outside FP32")
+
+
+@test
+def error_400_shape_mismatch():
+    p = shared().port
+    ins = [v2_in("query", [1, 2, 3, 4], [0.5] * 24),
+           v2_in("key", [1, 2, 5, 3], [0.5] * 30),
+           v2_in("value", [1, 2, 5, 4], [0.5] * 40)]
+    expect_error(v2_infer(p, "sdpa", ins), 400, "key", "dim",
+                 what="key Dk differs from query Dk")
+    ins = [v2_in("query", [2, 4], [0.5] * 6), v2_in("key", [2, 4], [0.5] * 8),
+           v2_in("value", [2, 4], [0.5] * 8)]
+    expect_error(v2_infer(p, "sdpa", ins), 400, "query", "[2,4]",
+                 what="data count vs shape")
+    ins = [v2_in("query", [2, 4], [0.5] * 8), v2_in("key", [3, 4], [0.5] * 12),
+           v2_in("value", [2, 4], [0.5] * 8)]
+    expect_error(v2_infer(p, "sdpa", ins), 400, "value", "Lk",
+                 what="value Lk differs from key Lk")
+    expect_error(v1(p, {"query": [[1, 2], [3]]}), 400, "query[1]",
+                 what="/v1 ragged query")
+    expect_error(v1(p, {"query": [[1, 2], [3, 4]], "key": [[1, 2, 3]]}), 400,
+                 "key", what="/v1 key width differs")
+    expect_error(v1(p, {"query": [[1, 2], [3, 4]],
+                        "attn_mask": [[True, False, True]]}), 400,
+                 "attn_mask", what="/v1 attn_mask shape")
+
+
+@test
+def error_404():
+    p = shared().port
+    for path in ("/v3/nothing", "/v2/health", "/v2/models", "/nope",
+                 "/v2/models/sdpa/infer/extra"):
+        r = request(p, "GET", path)
+        expect_error(r, 404, what="GET " + path)
+    expect_error(request(p, "GET", "/v2/models/nosuchmodel"), 404,
+                 "nosuchmodel", what="GET unknown model")
+    expect_error(request(p, "POST", "/v2/models/nosuchmodel/infer",
+                         small_v2_body()), 404, "nosuchmodel",
+                 what="infer on unknown model")
+
+
+@test
+def error_405_with_allow():
+    p = shared().port
+    cases = [("GET", "/v1/attention", "POST"),
+             ("POST", "/v2/health/live", "GET"),
+             ("DELETE", "/v2/health/ready", "GET"),
+             ("GET", "/v2/models/sdpa/infer", "POST"),
+             ("POST", "/v2/models/sdpa", "GET"),
+             ("PUT", "/v1/models", "GET")]
+    for method, path, allowed in cases:
+        r = request(p, method, path, b"{}" if method in ("POST", "PUT")
+                    else None)
+        expect_error(r, 405, what="%s %s" % (method, path))
+        allow = r.header("allow") or ""
+        check(allowed in [a.strip() for a in allow.split(",")],
+              "%s %s: Allow %r lacks %s" % (method, path, allow, allowed))
+        check(method not in [a.strip() for a in allow.split(",")],
+              "%s %s: Allow %r lists the refused method" %
+              (method, path, allow))
+
+
+@test
+def error_413_body_too_large():
+    limit = 4096
+    with Server("--max-body-bytes", str(limit), name="413") as s:
+        p = s.port
+        big = b'{"query": [[1, 2]]}' + b" " * (limit + 100)
+        expect_error(v1(p, big), 413, "max_body_bytes", what="large body")
+        # The refusal must come from the Content-Length header alone: send
+        # the head of a 10 MB request and no body at all.
+        r = raw_exchange(p, [("POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                              "Content-Type: application/json\r\n"
+                              "Content-Length: 10000000\r\n\r\n").encode()],
+                         timeout=10)
+        check(r.status == 413, "head-only 10 MB request: %r" % r)
+        check(b"max_body_bytes" in r.body, "413 body: %r" % r.body)
+        # chunked (no Content-Length): counted while reading
+        chunk = b"400\r\n" + b" " * 1024 + b"\r\n"
+        r = raw_exchange(p, [("POST /v2/models/sdpa/infer HTTP/1.1\r\n"
+                              "Host: x\r\nContent-Type: application/json\r\n"
+                              "Transfer-Encoding: chunked\r\n\r\n").encode()]
+                         + [chunk] * 6 + [b"0\r\n\r\n"], timeout=10)
+        check(r.status == 413, "chunked oversize body: %r" % r)
+        # exactly the limit is fine, one byte more is not
+        body = b'{"query": [[1, 2]]}'
+        exact = body + b" " * (limit - len(body))
+        j = v1_ok(v1(p, exact), "body of exactly max_body_bytes")
+        check(j["shape"]["output"] == [1, 2], "exact-limit answer %r" % j)
+        expect_error(v1(p, exact + b" "), 413, what="max_body_bytes + 1")
+        # still serving
+        expect_status(request(p, "GET", "/v2/health/ready"), 200,
+                      "ready after 413s")
+        decode_v2(request(p, "POST", "/v2/models/sdpa/infer",
+                          small_v2_body()), "infer after 413s")
+
+
+@test
+def error_limits_seq_len_and_elements():
+    with Server("--max-seq-len", "8", "--max-tensor-elements", "1000",
+                name="limits") as s:
+        p = s.port
+
+        def sdpa(B, H, Lq, Lk, D, params=None):
+            return v2_infer(p, "sdpa", [
+                v2_in("query", [B, H, Lq, D], [0.5] * (B * H * Lq * D)),
+                v2_in("key", [B, H, Lk, D], [0.25] * (B * H * Lk * D)),
+                v2_in("value", [B, H, Lk, D], [1.0] * (B * H * Lk * D))],
+                params=params)
+
+        decode_v2(sdpa(1, 2, 8, 8, 4), "at the limits")
+        for what, r, needles in (
+                ("Lq 9 > max_seq_len 8", sdpa(1, 1, 9, 4, 2),
+                 ("Lq", "max_seq_len")),
+                ("Lk 9 > max_seq_len 8", sdpa(1, 1, 4, 9, 2),
+                 ("Lk", "max_seq_len")),
+                ("query of 1024 elements", sdpa(1, 1, 8, 8, 128),
+                 ("query", "1000")),
+                ("1024 attn_weights", sdpa(1, 16, 8, 8, 1),
+                 ("attn_weights", "1000")),
+                ("/v1 Lq 9", v1(p, {"query": [[1.0, 2.0]] * 9}),
+                 ("max_seq_len",))):
+            check(r.status in (400, 413), "%s: expected 400 or 413, got %r" %
+                  (what, r))
+            expect_error(r, r.status, *needles, what=what)
+        _, o = decode_v2(sdpa(1, 16, 8, 8, 1, {"need_weights": False}),
+                         "weights not computed")
+        check(list(o) == ["attn_output"], "outputs %r" % list(o))
+
+
+@test
+def error_415():
+    p = shared().port
+    body = b'{"query": [[1, 2]]}'
+    expect_error(request(p, "POST", "/v1/attention", body,
+                         ctype="text/html"), 415, "text/html",
+                 what="/v1 text/html")
+    expect_error(request(p, "POST", "/v2/models/sdpa/infer", small_v2_body(),
+                         ctype="text/html; charset=utf-8"), 415, "text/html",
+                 what="/v2 text/html")
+    expect_error(request(p, "POST", "/v1/attention", gzip.compress(body),
+                         headers={"Content-Encoding": "gzip"}), 415, "gzip",
+                 what="/v1 gzip")
+    expect_error(request(p, "POST", "/v2/models/sdpa/infer",
+                         gzip.compress(small_v2_body()),
+                         headers={"Content-Encoding": "gzip"}), 415, "gzip",
+                 what="/v2 gzip")
+    expect_error(request(p, "POST", "/v1/attention", body,
+                         ctype="application/octet-stream"), 415,
+                 what="/v1 octet-stream")
+    # what is accepted
+    v1_ok(request(p, "POST", "/v1/attention", body,
+                  ctype="application/json; charset=utf-8"), "json charset")
+    v1_ok(request(p, "POST", "/v1/attention", body, ctype=None),
+          "no Content-Type")
+    v1_ok(request(p, "POST", "/v1/attention", body,
+                  headers={"Content-Encoding": "identity"}),
+          "Content-Encoding identity")
+
+
+@test
+def error_503_queue_full():
+    with Server("--workers", "1", "--queue-capacity", "1",
+                name="queue-full") as s:
+        body, hdrs, shape = slow_request(s.port)
+        pend = []
+        try:
+            pend.append(Pending(s.port, "/v2/models/sdpa/infer", body, hdrs))
+            time.sleep(0.3)  # the first is (normally) running by now
+            for _ in range(4):
+                pend.append(Pending(s.port, "/v2/models/sdpa/infer", body,
+                                    hdrs))
+            resps = [x.response() for x in pend]
+        finally:
+            for x in pend:
+                x.close()
+        # The first found an empty server, so it must get 200.  Of the four
+        # sent while it runs, normally one is queued (200) and three are
+        # refused; which one depends on which HTTP thread reads its body
+        # first, and on a loaded machine the worker may not even have taken
+        # the first yet, so only "some 503, the rest 200" is certain.
+        codes = [r.status for r in resps]
+        detail = [(r.status, r.body[:80]) for r in resps]
+        check(codes.count(503) >= 1, "no 503 from a full queue: %r" % detail)
+        check(all(c in (200, 503) for c in codes), "codes %r" % detail)
+        check(codes[0] == 200, "the first request must get 200: %r" % detail)
+        for r in resps:
+            if r.status == 503:
+                expect_error(r, 503, "queue", what="queue full")
+                ra = r.header("retry-after")
+                check(ra is not None and ra.isdigit() and int(ra) > 0,
+                      "503 Retry-After %r" % ra)
+            else:
+                check_slow_answer(r, shape, "request beside a full queue")
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready after 503s")
+
+
+@test
+def error_400_max_weights_elements():
+    with Server("--max-weights-elements", "10", name="max-weights") as s:
+        p = s.port
+        ins = [v2_in("query", [4, 2], [0.5] * 8),
+               v2_in("key", [4, 2], [0.25] * 8),
+               v2_in("value", [4, 2], [1.0] * 8)]
+        expect_error(v2_infer(p, "sdpa", ins), 400, "attn_weights", "binary",
+                     what="16 weights as JSON over a limit of 10")
+        msg = expect_error(v2_infer(p, "sdpa", ins), 400, "drop",
+                           what="max_weights_elements message")
+        check("need_weights" in msg, "message does not mention "
+              "need_weights: %r" % msg)
+        _, o = decode_v2(v2_infer(p, "sdpa", ins,
+                                  params={"binary_data_output": True}),
+                         "weights as binary")
+        check(o["attn_weights"]["binary"] and
+              len(o["attn_weights"]["data"]) == 16, "binary weights")
+        _, o = decode_v2(v2_infer(p, "sdpa", ins,
+                                  outputs=[{"name": "attn_output"}]),
+                         "weights dropped")
+        check(list(o) == ["attn_output"], "outputs %r" % list(o))
+        _, o = decode_v2(v2_infer(p, "sdpa", ins,
+                                  params={"need_weights": False}),
+                         "need_weights false")
+        expect_error(v1(p, {"query": [[1, 0]] * 4}), 400, "attn_weights",
+                     what="/v1 weights over the limit")
+        v1_ok(v1(p, {"query": [[1, 0]] * 4, "need_weights": False}),
+              "/v1 need_weights false")
+        v1_ok(v1(p, {"query": [[1, 0]] * 3}), "/v1 9 weights")
+
+
+# Concurrency and lifecycle ------------------------------------------------
+
+@test
+def health_while_workers_busy():
+    with Server("--workers", "1", name="busy") as s:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        try:
+            time.sleep(0.2)  # read and handed to the only worker
+            check(not slow.answered(), "the slow request finished too soon "
+                  "for this test")
+            for path in ("/v2/health/ready", "/v2/health/live",
+                         "/v2/models/sdpa", "/v2/models/demo/ready", "/v2"):
+                r = request(s.port, "GET", path, timeout=5)
+                expect_status(r, 200, "GET %s while busy" % path)
+            check(not slow.answered(), "health and metadata did not answer "
+                  "before the slow request completed")
+            check_slow_answer(slow.response(), shape, "slow request")
+        finally:
+            slow.close()
+
+
+@test
+def sigterm_drains():
+    s = Server("--workers", "1", name="drain")
+    slow = queued = None
+    try:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        time.sleep(0.15)
+        queued = Pending(s.port, "/v2/models/sdpa/infer",
+                         small_v2_body(id_="queued"),
+                         {"Content-Type": "application/json"})
+        time.sleep(0.1)
+        check(not slow.answered(), "the slow request finished before "
+              "SIGTERM")
+        s.signal(signal.SIGTERM)
+        time.sleep(0.1)
+        # While draining: readiness 503, new work 503 (the slow request
+        # keeps the process alive, so the server must still answer).
+        try:
+            r = request(s.port, "GET", "/v2/health/ready", timeout=5)
+            expect_status(r, 503, "readiness during drain")
+            check(r.json().get("ready") is False, "ready body %r" % r)
+            r = request(s.port, "GET", "/v2/models/sdpa/ready", timeout=5)
+            expect_status(r, 503, "model readiness during drain")
+            r = request(s.port, "POST", "/v2/models/sdpa/infer",
+                        small_v2_body(), timeout=5)
+            expect_error(r, 503, what="new request during drain")
+            r = v1(s.port, {"query": [[1, 0]]})
+            expect_error(r, 503, what="new /v1 request during drain")
+            live = request(s.port, "GET", "/v2/health/live", timeout=5)
+            expect_status(live, 200, "liveness during drain")
+        except (ConnectionRefusedError, ConnectionResetError,
+                http.client.RemoteDisconnected):
+            check(not s.alive(), "connection refused while the server is "
+                  "still running")
+        check_slow_answer(slow.response(), shape, "running request at "
+                          "SIGTERM")
+        j, _ = decode_v2(queued.response(), "queued request at SIGTERM")
+        check(j.get("id") == "queued", "queued answer id %r" % j.get("id"))
+        rc = s.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "exit code %d after SIGTERM: %s" % (rc, s.log_tail()))
+        rep = s.sanitizer_report()
+        check(rep is None, "sanitizer report: %s" % rep)
+        # after exit: refused
+        try:
+            r = request(s.port, "GET", "/v2/health/live", timeout=5)
+            check(r.status == 503, "after exit the port answered %r" % r)
+        except (ConnectionRefusedError, ConnectionResetError,
+                http.client.RemoteDisconnected):
+            pass
+    finally:
+        for x in (slow, queued):
+            if x is not None:
+                x.close()
+        s.cleanup()
+
+
+@test
+def concurrent_requests_all_answered():
+    p = shared().port
+    rng = random.Random(SEED + 40)
+    q, k, v = _v2_sdpa_case(rng)
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    ref = v2_infer(p, "sdpa", ins)
+    decode_v2(ref, "reference")
+    results = [None] * 16
+    errors = []
+
+    def worker(i):
+        try:
+            results[i] = v2_infer(p, "sdpa", ins)
+        except Exception as e:  # reported below
+            errors.append("%d: %r" % (i, e))
+
+    th = [threading.Thread(target=worker, args=(i,), daemon=True)
+          for i in range(len(results))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(HTTP_TIMEOUT_S)
+    check(not errors, "errors: %s" % errors)
+    for i, r in enumerate(results):
+        check(r is not None, "request %d did not finish" % i)
+        check(r.status == 200 and r.body == ref.body,
+              "request %d: %r differs from the sequential answer" % (i, r))
+
+
+@test
+def keep_alive_connection_reused():
+    """Several requests, answered directly and by workers, errors included,
+    on one persistent connection."""
+    p = shared().port
+    conn = http.client.HTTPConnection(HOST, p, timeout=HTTP_TIMEOUT_S)
+    sock = None
+    steps = [("GET", "/v2/health/ready", None, {}, 200),
+             ("POST", "/v2/models/sdpa/infer", small_v2_body(),
+              {"Content-Type": "application/json"}, 200),
+             ("POST", "/v1/attention", b'{"query": [[1, 2]], "causl": 1}',
+              {"Content-Type": "application/json"}, 400),
+             ("POST", "/v1/attention", b'{"query": [[1, 2]]}',
+              {"Content-Type": "application/json"}, 200),
+             ("GET", "/v2/models/nosuchmodel", None, {}, 404),
+             ("POST", "/v2/models/sdpa/infer", small_v2_body(),
+              {"Content-Type": "application/json"}, 200),
+             ("GET", "/v2/models/sdpa", None, {}, 200)]
+    try:
+        for i, (method, path, body, hdrs, status) in enumerate(steps):
+            conn.request(method, path, body=body, headers=hdrs)
+            r = conn.getresponse()
+            data = r.read()
+            check(r.status == status, "step %d %s %s: HTTP %d %r" %
+                  (i, method, path, r.status, data[:200]))
+            check(conn.sock is not None, "step %d %s %s: the server closed "
+                  "the connection" % (i, method, path))
+            if sock is None:
+                sock = conn.sock
+            check(conn.sock is sock, "step %d: a new connection was opened"
+                  % i)
+    finally:
+        conn.close()
+
+
+@test
+def client_gone_while_queued_or_running():
+    """Clients that hang up while their request waits or runs must not
+    disturb the server (an ASan build checks the memory side)."""
+    with Server("--workers", "1", name="gone") as s:
+        body, hdrs, shape = slow_request(s.port)
+        head = ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/octet-stream\r\n"
+                "Inference-Header-Content-Length: %s\r\n"
+                "Content-Length: %d\r\n\r\n" %
+                (hdrs["Inference-Header-Content-Length"], len(body))).encode()
+        gone = []
+        keep = None
+        try:
+            for _ in range(2):  # the first runs, the second waits
+                c = socket.create_connection((HOST, s.port), timeout=10)
+                c.sendall(head + body)
+                gone.append(c)
+                time.sleep(0.1)
+            keep = Pending(s.port, "/v2/models/sdpa/infer", small_v2_body(),
+                           {"Content-Type": "application/json"})
+            for c in gone:
+                c.close()
+            gone = []
+            r = keep.response()
+            decode_v2(r, "request queued behind abandoned ones")
+        finally:
+            for c in gone:
+                c.close()
+            if keep is not None:
+                keep.close()
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready after abandoned requests")
+        decode_v2(request(s.port, "POST", "/v2/models/sdpa/infer",
+                          small_v2_body()), "infer after abandoned requests")
+
+
+@test
+def determinism_same_bytes():
+    p = shared().port
+    q, k, v = _v2_sdpa_case(random.Random(SEED + 41))
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    a = v2_infer(p, "sdpa", ins, params={"causal": True})
+    b = v2_infer(p, "sdpa", ins, params={"causal": True})
+    expect_status(a, 200, "v2 first")
+    check(a.body == b.body, "v2 JSON: two answers differ")
+    body, hdrs = v2_binary(
+        [{"name": x["name"], "datatype": "FP32", "shape": x["shape"],
+          "values": x["data"]} for x in ins],
+        params={"binary_data_output": True})
+    a = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    b = request(p, "POST", "/v2/models/sdpa/infer", body, headers=hdrs)
+    expect_status(a, 200, "v2 binary first")
+    check(a.body == b.body, "v2 binary: two answers differ")
+    g = load_golden("mha_self_bias.json")
+    body = {"query": nested(gvals(g["query"]), g["query"]["shape"]),
+            "num_heads": g["num_heads"],
+            "weights": {wn: nested(vals, shape) for wn, (shape, vals)
+                        in mha_golden_weights(g).items()}}
+    strip = re.compile(rb',"timing":\{[^}]*\}')
+    a = v1(p, body)
+    b = v1(p, body)
+    expect_status(a, 200, "v1 first")
+    check(strip.search(a.body), "v1 answer has no timing object")
+    check(strip.sub(b"", a.body) == strip.sub(b"", b.body),
+          "v1: two answers differ (timing aside)")
+
+
+@test
+def access_log_line():
+    s = shared()
+    rid = "itest-access-%d" % os.getpid()
+    body = to_json_bytes({"query": [[1, 0], [0, 1]]})
+    r = v1(s.port, body, headers={"X-Request-Id": rid})
+    expect_status(r, 200, "request to log")
+    check(r.header("x-request-id") == rid, "X-Request-Id echoed as %r" %
+          r.header("x-request-id"))
+    r404 = request(s.port, "GET", "/v2/models/nosuchmodel",
+                   headers={"X-Request-Id": rid + "-404"})
+    expect_status(r404, 404, "404 to log")
+    want = {rid: (r, "POST", "/v1/attention", 200, len(body)),
+            rid + "-404": (r404, "GET", "/v2/models/nosuchmodel", 404, 0)}
+    found = {}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(found) < len(want):
+        for line in s.log_json():
+            if line.get("request_id") in want:
+                found[line["request_id"]] = line
+        if len(found) < len(want):
+            time.sleep(0.05)
+    for key, (resp, method, path, status, nin) in want.items():
+        line = found.get(key)
+        check(line is not None, "no access log line with request_id %r" % key)
+        for f in ("method", "path", "status", "bytes_in", "bytes_out",
+                  "queue_ms", "compute_ms", "request_id"):
+            check(f in line, "access line lacks %r: %r" % (f, line))
+        check(line["method"] == method and line["path"] == path and
+              line["status"] == status, "access line %r" % line)
+        check(line["bytes_in"] == nin, "bytes_in %r, sent %d" %
+              (line["bytes_in"], nin))
+        check(line["bytes_out"] == len(resp.body), "bytes_out %r, got %d" %
+              (line["bytes_out"], len(resp.body)))
+        for f in ("queue_ms", "compute_ms"):
+            check(isinstance(line[f], (int, float)) and line[f] >= 0,
+                  "%s %r" % (f, line[f]))
+
+
+def shared_server_exits_cleanly():
+    """Run last: the shared server never died and exits 0 on SIGTERM."""
+    global _shared
+    check(not _shared_deaths, "the shared server died during the run: %s" %
+          "; ".join(_shared_deaths))
+    if _shared is None:
+        return
+    s, _shared = _shared, None
+    try:
+        check(s.alive(), "the shared server died: rc=%s: %s" %
+              (s.proc.returncode, s.log_tail()))
+        s.stop_checked()
+    finally:
+        s.cleanup()
+
+
+# ---- runner --------------------------------------------------------------
+
+_results = {"passed": 0, "failed": 0}
+_print_lock = threading.Lock()
+
+
+def _summary_and_exit(code):
+    with _print_lock:
+        print("%d passed, %d failed" % (_results["passed"],
+                                        _results["failed"]), flush=True)
+    os._exit(code)
+
+
+def _watchdog(remaining):
+    with _print_lock:
+        print("FAIL watchdog: the run took more than %.0fs; killing the "
+              "servers" % TOTAL_TIMEOUT_S, flush=True)
+    _results["failed"] += 1 + remaining()
+    _kill_all()
+    _summary_and_exit(1)
+
+
+def _on_signal(sig, frame):
+    _kill_all()
+    with _print_lock:
+        print("FAIL interrupted: signal %d" % sig, flush=True)
+    _results["failed"] += 1
+    _summary_and_exit(130)
+
+
+def _one_line(e):
+    if isinstance(e, Failure):
+        msg = str(e)
+    else:
+        tb = traceback.extract_tb(e.__traceback__)
+        where = ("%s:%d" % (os.path.basename(tb[-1].filename), tb[-1].lineno)
+                 if tb else "?")
+        msg = "%s: %s (at %s)" % (type(e).__name__, e, where)
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= 600 else msg[:600] + "..."
+
+
+def run_one(name, fn):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # any error is this test's failure
+        _results["failed"] += 1
+        line = "FAIL %s: %s" % (name, _one_line(e))
+    else:
+        _results["passed"] += 1
+        line = "ok   %s (%.2fs)" % (name, time.monotonic() - t0)
+    with _print_lock:
+        print(line, flush=True)
+
+
+def main():
+    global ATTND, SRC, MODELS_DIR, GOLDEN_DIR, SEED, KEEP_LOGS
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--source-dir", default=os.path.dirname(
+        os.path.dirname(here)), help="repository root (default: ../..)")
+    ap.add_argument("--attnd", help="server binary (default: "
+                    "SOURCE/build/src/attnd)")
+    ap.add_argument("-k", action="append", default=[], metavar="SUBSTRING",
+                    help="run only tests whose name contains SUBSTRING")
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="seed of the random test data")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the servers' stderr files in $TMPDIR")
+    ap.add_argument("--list", action="store_true", help="list the tests")
+    a = ap.parse_args()
+    SRC = os.path.abspath(a.source_dir)
+    ATTND = os.path.abspath(a.attnd or os.path.join(SRC, "build", "src",
+                                                    "attnd"))
+    MODELS_DIR = os.path.join(SRC, "config", "models")
+    GOLDEN_DIR = os.path.join(SRC, "tests", "golden")
+    SEED = a.seed
+    KEEP_LOGS = a.keep_logs
+
+    tests = [(fn.__name__, fn) for fn in TESTS
+             if not a.k or any(k in fn.__name__ for k in a.k)]
+    if a.list:
+        for n, _ in tests:
+            print(n)
+        return 0
+    for path, what in ((ATTND, "attnd binary"), (MODELS_DIR, "models dir"),
+                       (GOLDEN_DIR, "golden dir")):
+        if not os.path.exists(path):
+            print("FAIL setup: %s not found: %s" % (what, path), flush=True)
+            print("0 passed, 1 failed", flush=True)
+            return 1
+
+    atexit.register(_kill_all)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    done = [0]
+    dog = threading.Timer(TOTAL_TIMEOUT_S, _watchdog,
+                          args=(lambda: len(tests) - done[0],))
+    dog.daemon = True
+    dog.start()
+    t0 = time.monotonic()
+    try:
+        for name, fn in tests:
+            run_one(name, fn)
+            done[0] += 1
+        if _shared is not None or _shared_deaths:
+            run_one("shared_server_exits_cleanly", shared_server_exits_cleanly)
+    finally:
+        dog.cancel()
+        _kill_all()
+    with _print_lock:
+        print("# %.1fs, seed %d, attnd %s" % (time.monotonic() - t0, SEED,
+                                              ATTND), flush=True)
+        print("%d passed, %d failed" % (_results["passed"],
+                                        _results["failed"]), flush=True)
+    return 0 if _results["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
