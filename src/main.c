@@ -8,6 +8,7 @@
  * then everything is destroyed in reverse order of creation and attnd exits
  * 0.  If the drain runs out of time attnd exits 0 without waiting further.
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,13 @@ int main(int argc, char **argv) {
     case ATTN_CLI_RUN:
       break;
   }
+
+  /* Keep multi-megabyte request buffers in the heap between requests:
+   * otherwise glibc maps and unmaps each one and every large request pays
+   * thousands of page faults (measured ~6,300 per n=2048 binary request,
+   * 8% of its time).  The cost: memory freed after a peak stays mapped. */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
   signal(SIGPIPE, SIG_IGN);
   sigemptyset(&sigs);

@@ -349,7 +349,7 @@ static attn_status load_json(const char *path, const cJSON *root,
                          "%s: \"name\" must be 1..%d of [A-Za-z0-9_.-] not "
                          "starting with '.'",
                          path, ATTN_MODEL_MAX_NAME);
-  dims z;
+  dims z = {0};
   if ((s = json_dim(k[K_E], path, "embed_dim", &z.E, d)) ||
       (s = json_dim(k[K_H], path, "num_heads", &z.H, d)))
     return s;

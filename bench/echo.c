@@ -1,0 +1,222 @@
+/* echo.c - a bare libmicrohttpd server: the ceiling for attnd's HTTP layer.
+ *
+ * DESIGN
+ *  Purpose.  bench/load.sh drives this server and attnd with the same wrk
+ *  scripts; the ratio of their request rates says how much of the available
+ *  HTTP throughput attnd keeps.  The server does the least an MHD server can
+ *  do for a POST: it reads the whole body (counting the bytes, which it does
+ *  not keep), then answers 200 with a fixed JSON body of --reply-bytes bytes
+ *  (default 300; load.sh sets it to the size of attnd's answer).  Any method
+ *  and any path get the same answer.
+ *
+ *  Threads.  libmicrohttpd's internal polling thread with epoll, and a
+ *  thread pool of --threads threads (default 2; 1 means the single polling
+ *  thread and no pool, as attnd does with http_threads = 1).  The main
+ *  thread blocks SIGTERM and SIGINT before the daemon starts (so MHD's
+ *  threads inherit the mask), prints the port, and waits in sigwait; on
+ *  either signal it stops the daemon and exits 0.
+ *
+ *  Invariants.  The reply is built once before the daemon starts and is
+ *  never written again, so every thread may hand it to MHD as persistent
+ *  memory.  A per-connection request context lives from the first access
+ *  callback to the completion callback, which frees it.
+ *
+ *  Build:  gcc -O2 -std=c11 -D_DEFAULT_SOURCE bench/echo.c -o /tmp/echo \
+ *            $(pkg-config --cflags --libs libmicrohttpd)
+ *  Run:    /tmp/echo --port 0 --threads 2 --reply-bytes 300
+ *          prints "echo: listening on 127.0.0.1:PORT" on stderr.
+ */
+#include <microhttpd.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+/* Options from argv. */
+typedef struct echo_opts {
+  int port;           /* 0 = ephemeral */
+  int threads;        /* MHD thread pool size; 1 = polling thread only */
+  long reply_bytes;   /* size of the JSON answer */
+  int connection_limit;
+} echo_opts;
+
+/* Per-request state: whether the body has been seen, and its size. */
+typedef struct echo_req {
+  size_t bytes_in;
+} echo_req;
+
+static char *reply;
+static size_t reply_len;
+
+/* Build the answer: {"output":[0.5,0.5,...]} padded with spaces to exactly
+ * n bytes (n >= 16).  Returns NULL when out of memory. */
+static char *make_reply(size_t n, size_t *len) {
+  static const char head[] = "{\"output\":[";
+  char *r = malloc(n + 1);
+  if (!r) return NULL;
+  size_t p = sizeof head - 1;
+  memcpy(r, head, p);
+  int first = 1;
+  while (p + 6 <= n - 2) { /* room for ",0.5" or "0.5" and the "]}" */
+    if (!first) r[p++] = ',';
+    memcpy(r + p, "0.5", 3);
+    p += 3;
+    first = 0;
+  }
+  r[p++] = ']';
+  r[p++] = '}';
+  while (p < n) r[p++] = ' ';
+  r[p] = '\0';
+  *len = p;
+  return r;
+}
+
+/* Access handler, on an MHD thread.  First call: allocate the context.
+ * Calls with data: count it.  Last call: queue the fixed answer. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  echo_req *rq = *con_cls;
+  (void)cls;
+  (void)url;
+  (void)method;
+  (void)version;
+  (void)upload;
+  if (!rq) {
+    rq = calloc(1, sizeof *rq);
+    if (!rq) return MHD_NO;
+    *con_cls = rq;
+    return MHD_YES;
+  }
+  if (*upload_size > 0) {
+    rq->bytes_in += *upload_size;
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      reply_len, reply, MHD_RESPMEM_PERSISTENT);
+  if (!r) return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* Completion callback, on an MHD thread: free the request context. */
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)conn;
+  (void)toe;
+  free(*con_cls);
+  *con_cls = NULL;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  if (!s) return -1;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: echo [--port N] [--threads N] [--reply-bytes N] "
+          "[--connection-limit N]\n"
+          "  --port N          127.0.0.1 port, 0 = ephemeral (default 0)\n"
+          "  --threads N       MHD thread pool size, 1 = polling thread only "
+          "(default 2)\n"
+          "  --reply-bytes N   size of the JSON answer (default 300)\n"
+          "  --connection-limit N  open connections (default 1024)\n"
+          "Listens on 127.0.0.1 only; SIGTERM or SIGINT stops it.\n");
+}
+
+static int parse_args(int argc, char **argv, echo_opts *o) {
+  o->port = 0;
+  o->threads = 2;
+  o->reply_bytes = 300;
+  o->connection_limit = 1024;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long x;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      exit(0);
+    } else if (strcmp(a, "--port") == 0 && !parse_int(v, 0, 65535, &x)) {
+      o->port = (int)x;
+    } else if (strcmp(a, "--threads") == 0 && !parse_int(v, 1, 64, &x)) {
+      o->threads = (int)x;
+    } else if (strcmp(a, "--reply-bytes") == 0 &&
+               !parse_int(v, 16, 64L << 20, &x)) {
+      o->reply_bytes = x;
+    } else if (strcmp(a, "--connection-limit") == 0 &&
+               !parse_int(v, 1, 65536, &x)) {
+      o->connection_limit = (int)x;
+    } else {
+      fprintf(stderr, "echo: bad option or value: %s %s\n", a, v ? v : "");
+      usage(stderr);
+      return -1;
+    }
+    i++;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  echo_opts o;
+  if (parse_args(argc, argv, &o)) return 2;
+  reply = make_reply((size_t)o.reply_bytes, &reply_len);
+  if (!reply) {
+    fprintf(stderr, "echo: out of memory\n");
+    return 1;
+  }
+
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)o.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+  unsigned flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  unsigned pool = o.threads > 1 ? (unsigned)o.threads : 0;
+  struct MHD_Daemon *d = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, pool,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.connection_limit,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+  if (!d) {
+    fprintf(stderr, "echo: cannot listen on 127.0.0.1:%d\n", o.port);
+    free(reply);
+    return 1;
+  }
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  fprintf(stderr,
+          "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu)\n",
+          info ? (unsigned)info->port : (unsigned)o.port, o.threads,
+          reply_len);
+  fflush(stderr);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  MHD_stop_daemon(d);
+  free(reply);
+  return 0;
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Turn bench/load.sh's raw rows into markdown tables (stdlib only).
+
+Usage: load_report.py META.txt RESULTS.tsv
+
+RESULTS.tsv rows: section, target, config, endpoint, rep, load1, then one
+field of space-separated key=value pairs (wrk's RESULT line from
+bench/lua/post.lua, the server's access-log medians, or bench_attention's
+ms).  Nothing is asserted; ratios are printed next to the targets.
+"""
+import collections
+import statistics
+import sys
+
+
+def parse(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 7:
+                continue
+            kv = {}
+            for item in parts[6].split():
+                k, _, v = item.partition("=")
+                try:
+                    kv[k] = float(v)
+                except ValueError:
+                    kv[k] = v
+            rows.append({"sec": parts[0], "target": parts[1], "cfg": parts[2],
+                         "ep": parts[3], "rep": int(parts[4]),
+                         "load": float(parts[5]), **kv})
+    return rows
+
+
+def group(rows, sec):
+    g = collections.OrderedDict()
+    for r in rows:
+        if r["sec"] == sec:
+            g.setdefault((r["target"], r["cfg"], r["ep"]), []).append(r)
+    return g
+
+
+def runs(rs, key, fmt):
+    return " / ".join(fmt % r[key] for r in rs if key in r)
+
+
+def mean(rs, key):
+    v = [r[key] for r in rs if key in r]
+    return statistics.mean(v) if v else float("nan")
+
+
+def small_tables(rows):
+    g = group(rows, "small")
+    if not g:
+        return
+    # The ceiling per endpoint: the better echo config with a matched answer.
+    ceiling = {}
+    for (t, c, ep), rs in g.items():
+        if t == "echo" and not c.endswith("300B"):
+            ceiling[ep] = max(ceiling.get(ep, 0.0), mean(rs, "rps"))
+    print("### Small requests (wrk -t2 --latency; connections and duration above)\n")
+    print("Each cell lists the runs in order (run 1 / run 2). "
+          "`ratio` = mean attnd req/s / mean req/s of the better echo "
+          "config for the same body (targets: >= 0.50 first, >= 0.70 "
+          "stretch).\n")
+    print("| server | config | endpoint | req/s | p50 ms | p99 ms | "
+          "server CPU us/req | load (1 min) | non-2xx | ratio |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    best = {}
+    for (t, c, ep), rs in g.items():
+        m = mean(rs, "rps")
+        ratio = ""
+        if t == "attnd" and ep in ceiling:
+            ratio = "%.2f" % (m / ceiling[ep])
+            if m > best.get(ep, ("", 0.0))[1]:
+                best[ep] = (c, m)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |" % (
+            t, c, ep, runs(rs, "rps", "%.0f"), runs(rs, "p50_ms", "%.2f"),
+            runs(rs, "p99_ms", "%.2f"), runs(rs, "server_cpu_us", "%.0f"),
+            runs(rs, "load", "%.2f"),
+            sum(int(r.get("non2xx", 0)) for r in rs), ratio))
+    print()
+    for ep, (c, m) in best.items():
+        print("- best attnd config for %s: %s, %.0f req/s mean = %.0f%% of "
+              "echo (%.0f req/s)" % (ep, c, m, 100 * m / ceiling[ep],
+                                      ceiling[ep]))
+    print()
+
+
+def large_table(rows):
+    g = group(rows, "large")
+    eng = group(rows, "engine")
+    if not g:
+        return
+    print("### Large binary requests (v2 mha n=2048 d_model=512 h=8, "
+          "wrk -t1 -c1)\n")
+    print("One row per run.  `e2e` = wrk latency per request (p50, min); "
+          "`server total` / `compute` = access-log total_ms / compute_ms "
+          "(median, min); `engine-only` = bench_attention (median, min of 9 "
+          "calls), run just before the server run.  Ratios: p50 / median, "
+          "and min / min (the least disturbed calls).  A `-notrim` row "
+          "reuses the engine-only time of the same run's b1 row.  Targets: "
+          "e2e / engine-only <= 1.10 stretch, <= 1.15.\n")
+    for (t, c, ep), rs in g.items():
+        if t == "echo":
+            print("Transport floor (bench/echo.c, same body, answer of the "
+                  "same size, wrk -t1 -c1, 5 s): p50 %s ms, min %s ms "
+                  "(runs in order).\n" % (runs(rs, "p50_ms", "%.1f"),
+                                         runs(rs, "min_ms", "%.1f")))
+    print("| config | run | load (1 min) | requests | e2e p50 | e2e min | "
+          "server total | compute | engine-only | e2e/engine p50 | "
+          "e2e/engine min | e2e/compute p50 | e2e/compute min |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    nan = float("nan")
+    for (t, c, ep), rs in g.items():
+        if t == "echo":
+            continue
+        b = c.split("-")[1]  # w1-b2[-variant] -> b2
+        by_rep = {r["rep"]: r for r in eng.get(("bench_attention", b, "mha"), [])}
+        for r in rs:
+            e = by_rep.get(r["rep"], {})
+            em, emin = e.get("ms", nan), e.get("ms_min", nan)
+            cm, cmin = r.get("compute_ms", nan), r.get("compute_ms_min", nan)
+            print("| %s | %d | %.2f | %d | %.1f | %.1f | %.1f / %.1f | "
+                  "%.1f / %.1f | %.1f / %.1f | %.2f | %.2f | %.2f | %.2f |" % (
+                      c, r["rep"], r["load"], r["requests"], r["p50_ms"],
+                      r["min_ms"], r.get("total_ms", nan),
+                      r.get("total_ms_min", nan), cm, cmin, em, emin,
+                      r["p50_ms"] / em, r["min_ms"] / emin,
+                      r["p50_ms"] / cm, r["min_ms"] / cmin))
+    print()
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        meta = [l.rstrip("\n").lstrip("# ") for l in f if l.strip()]
+    rows = parse(sys.argv[2])
+    print("## Server load\n")
+    for m in meta:
+        print("- " + m)
+    print()
+    small_tables(rows)
+    large_table(rows)
+
+
+if __name__ == "__main__":
+    main()
