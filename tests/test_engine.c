@@ -15,8 +15,14 @@
 
 #define TOL 1e-5
 
-/* The engine's vectorisable exp (an attn__ internal of src/engine). */
+/* Internals of src/engine used here: the scalar exp, and the choice of row
+ * kernels (avx512, avx2, scalar) so every set is checked. */
 float attn__expf(float x);
+int attn__set_kernel(const char *name);
+const char *attn__kernel_name(void);
+float attn__row_mask_max(float *s, int64_t n, const float *add,
+                         const uint8_t *blk_a, const uint8_t *blk_b);
+double attn__row_exp_sum(float *s, int64_t n, float m);
 
 static uint64_t rng_state;
 static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
@@ -617,6 +623,61 @@ START_TEST(test_expf) {
 }
 END_TEST
 
+/* Each SIMD row kernel against the scalar one, on every length 0..100. */
+START_TEST(test_row_kernels_agree) {
+  static const char *names[] = {"avx512", "avx2"};
+  float a[100], b[100];
+  int checked = 0; /* kernel sets this CPU has, besides scalar */
+  const char *was = attn__kernel_name();
+  rng_seed(5);
+  for (size_t k = 0; k < 2; k++) {
+    if (!attn__set_kernel(names[k])) continue; /* CPU lacks it */
+    checked++;
+    for (int n = 0; n <= 100; n++) {
+      for (int j = 0; j < n; j++) a[j] = chance(0.1) ? -INFINITY : 20 * rnd();
+      memcpy(b, a, sizeof a);
+      attn__set_kernel(names[k]);
+      float ma = attn__row_mask_max(a, n, NULL, NULL, NULL);
+      attn__set_kernel("scalar");
+      float mb = attn__row_mask_max(b, n, NULL, NULL, NULL);
+      ck_assert_msg(ma == mb || (isinf(ma) && isinf(mb)), "%s max n=%d",
+                    names[k], n);
+      if (n == 0 || isinf(ma)) continue;
+      attn__set_kernel(names[k]);
+      double sa = attn__row_exp_sum(a, n, ma);
+      attn__set_kernel("scalar");
+      double sb = attn__row_exp_sum(b, n, mb);
+      ck_assert_msg(fabs(sa - sb) <= 1e-6 * sb, "%s sum n=%d: %g vs %g",
+                    names[k], n, sa, sb);
+      for (int j = 0; j < n; j++)
+        ck_assert_msg(fabsf(a[j] - b[j]) <= 3e-7f * b[j] + 1e-38f,
+                      "%s exp n=%d j=%d: %g vs %g", names[k], n, j, a[j], b[j]);
+    }
+  }
+  ck_assert(attn__set_kernel(was));
+  /* an x86-64 CPU without AVX2 would leave only scalar: say so */
+  if (!checked) fprintf(stderr, "row kernels: only scalar on this CPU\n");
+}
+END_TEST
+
+/* The whole sdpa table again with the scalar kernels (the fast ones ran
+ * above). */
+START_TEST(test_sdpa_scalar_kernels) {
+  const char *was = attn__kernel_name();
+  int bad = 0;
+  ck_assert(attn__set_kernel("scalar"));
+  for (int s = 0; s < NSHAPES; s++) {
+    sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                   shapes[s][4], shapes[s][5], shapes[s][6], s & 1,
+                   (mask_case)(s % 6), (kpm_case)(s % 3),
+                   (attn_weights_mode)(s % 3), s & 2, 0};
+    bad += run_sdpa_case(&c, (uint64_t)(4000 + s));
+  }
+  ck_assert(attn__set_kernel(was));
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 Suite *engine_suite(void) {
   Suite *s = suite_create("engine");
   TCase *tc = tcase_create("core");
@@ -630,6 +691,8 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);
   tcase_add_test(tc, test_expf);
+  tcase_add_test(tc, test_row_kernels_agree);
+  tcase_add_test(tc, test_sdpa_scalar_kernels);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -29,8 +29,13 @@ void attn__row_axpy(float *dst, const float *src, int64_t n, float f);
  * 2e-7 on [-87, 0], exactly 0 below -87.33 and for -inf. */
 float attn__expf(float x);
 
-/* Name of the clone the dispatcher picks on this CPU. */
+/* Name of the row-kernel set in use ("avx512", "avx2", "scalar"). */
 const char *attn__kernel_name(void);
+
+/* Use the named kernel set; returns 0 (and changes nothing) when it is
+ * unknown or the CPU lacks it.  For tests and benchmarks: call it before
+ * engine calls, never during one. */
+int attn__set_kernel(const char *name);
 
 /* ---- parallel.c-like helper in attention.c --------------------------- */
 typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);

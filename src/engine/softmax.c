@@ -3,19 +3,26 @@
  *
  * DESIGN
  * These loops dominate the non-sgemm time (one exp per score: 33 M per call
- * at n=2048, h=8), so they are written as plain, branch-free C that GCC
- * vectorises, and compiled once per instruction set with target_clones; the
- * dynamic loader picks the widest clone the CPU supports (x86-64-v4 = AVX-512,
- * v3 = AVX2+FMA, else the baseline).  The baseline clone is the scalar
- * reference of the same arithmetic.  exp is a Cody-Waite range reduction
- * to r in [-ln2/2, ln2/2] and a degree-6 polynomial; relative error < 2e-7,
- * inputs below -87.33 (including -inf from masks) give exactly 0.
- * Sums are accumulated in double (the softmax denominator), as in the
- * reference.  Stateless and thread-safe.
+ * at n=2048, h=8).  The two hot ones, row max and exp + sum, have explicit
+ * AVX-512 and AVX2+FMA versions beside the portable C that is their
+ * reference; one is picked at start-up from what the CPU supports
+ * (attn__set_kernel can force another, for tests).  The other loops are
+ * plain, branch-free C that GCC vectorises, compiled once per instruction
+ * set with target_clones.  exp is a Cody-Waite range reduction to r in
+ * [-ln2/2, ln2/2] and a degree-6 polynomial; relative error < 3e-7, inputs
+ * below -87.33 (including -inf from masks) give exactly 0.  Sums are
+ * accumulated in double (the softmax denominator), as in the reference.
+ * Stateless but for the kernel choice, which is written once before any
+ * engine call (a constructor) or by tests; thread-safe otherwise.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTN_X86 1
+#endif
 
 #include "internal.h"
 
@@ -52,41 +59,210 @@ static inline float expf_poly(float x) {
 
 float attn__expf(float x) { return expf_poly(x); }
 
-ATTN_CLONES
-float attn__row_mask_max(float *s, int64_t n, const float *add,
-                         const uint8_t *blk_a, const uint8_t *blk_b) {
+static float max_scalar(const float *s, int64_t n) {
   float m = -INFINITY;
-  if (add)
-    for (int64_t j = 0; j < n; j++) s[j] += add[j];
-  if (blk_a)
-    for (int64_t j = 0; j < n; j++) s[j] = blk_a[j] ? -INFINITY : s[j];
-  if (blk_b)
-    for (int64_t j = 0; j < n; j++) s[j] = blk_b[j] ? -INFINITY : s[j];
-  /* Lane-wise maxima so the loop vectorises without reassociation. */
-  float lane[LANES];
-  int64_t j = 0;
-  for (int k = 0; k < LANES; k++) lane[k] = -INFINITY;
-  for (; j + LANES <= n; j += LANES)
-    for (int k = 0; k < LANES; k++)
-      lane[k] = s[j + k] > lane[k] ? s[j + k] : lane[k];
-  for (; j < n; j++) m = s[j] > m ? s[j] : m;
-  for (int k = 0; k < LANES; k++) m = lane[k] > m ? lane[k] : m;
+  for (int64_t j = 0; j < n; j++) m = s[j] > m ? s[j] : m;
   return m;
 }
 
-ATTN_CLONES
-double attn__row_exp_sum(float *s, int64_t n, float m) {
-  /* LANES double partial sums: vectorises, and keeps the denominator as
-   * exact as the reference's.  The summation order is fixed by n alone. */
-  for (int64_t j = 0; j < n; j++) s[j] = expf_poly(s[j] - m);
+static double exp_sum_scalar(float *s, int64_t n, float m) {
+  /* LANES double partial sums, so the order matches the SIMD kernels' */
   double lane[LANES], sum = 0.0;
   int64_t j = 0;
+  for (int64_t i = 0; i < n; i++) s[i] = expf_poly(s[i] - m);
   for (int k = 0; k < LANES; k++) lane[k] = 0.0;
   for (; j + LANES <= n; j += LANES)
     for (int k = 0; k < LANES; k++) lane[k] += (double)s[j + k];
   for (; j < n; j++) sum += (double)s[j];
   for (int k = 0; k < LANES; k++) sum += lane[k];
   return sum;
+}
+
+#ifdef ATTN_X86
+__attribute__((target("avx512f"))) static float max_avx512(const float *s,
+                                                            int64_t n) {
+  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + j));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j + 16));
+  }
+  for (; j + 16 <= n; j += 16) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + j));
+  if (j < n) {
+    __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+    m1 = _mm512_max_ps(m1, _mm512_mask_loadu_ps(m1, k, s + j));
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+/* 16 lanes of expf_poly: the same reduction and polynomial, 2^n by scalef. */
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(EXP_LO);
+  __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  __m512 xc = _mm512_max_ps(x, lo);
+  __m512 n = _mm512_roundscale_ps(
+      _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
+  __m512 p = _mm512_set1_ps(1.3888889e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333333e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1666667e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666667e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
+}
+
+__attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
+                                                                int64_t n,
+                                                                float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    _mm512_storeu_ps(s + j, e);
+    a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    a1 = _mm512_add_pd(
+        a1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  double sum = 0.0;
+  if (j < n) {
+    __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+    __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    for (int64_t i = j; i < n; i++) sum += (double)s[i];
+  }
+  return sum + _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+}
+
+__attribute__((target("avx2,fma"))) static float max_avx2(const float *s,
+                                                          int64_t n) {
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  float m = -INFINITY, t[8];
+  for (; j + 16 <= n; j += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(s + j));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(s + j + 8));
+  }
+  _mm256_storeu_ps(t, _mm256_max_ps(m0, m1));
+  for (int k = 0; k < 8; k++) m = t[k] > m ? t[k] : m;
+  for (; j < n; j++) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(EXP_LO);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  __m256 xc = _mm256_max_ps(x, lo);
+  __m256 n = _mm256_round_ps(
+      _mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
+  __m256 p = _mm256_set1_ps(1.3888889e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333333e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1666667e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666667e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return _mm256_andnot_ps(under, e);
+}
+
+__attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
+                                                              int64_t n,
+                                                              float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t j = 0;
+  double sum = 0.0, t[4];
+  for (; j + 8 <= n; j += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+    _mm256_storeu_ps(s + j, e);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  for (; j < n; j++) {
+    s[j] = expf_poly(s[j] - m);
+    sum += (double)s[j];
+  }
+  _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
+  return sum + ((t[0] + t[1]) + (t[2] + t[3]));
+}
+#endif /* ATTN_X86 */
+
+typedef struct kernel {
+  const char *name;
+  float (*max)(const float *, int64_t);
+  double (*exp_sum)(float *, int64_t, float);
+} kernel;
+
+static const kernel kernels[] = {
+#ifdef ATTN_X86
+    {"avx512", max_avx512, exp_sum_avx512},
+    {"avx2", max_avx2, exp_sum_avx2},
+#endif
+    {"scalar", max_scalar, exp_sum_scalar},
+};
+#define NKERNELS (sizeof kernels / sizeof kernels[0])
+
+static const kernel *active = &kernels[NKERNELS - 1];
+
+static int supported(const kernel *k) {
+#ifdef ATTN_X86
+  __builtin_cpu_init();
+  if (strcmp(k->name, "avx512") == 0) return __builtin_cpu_supports("avx512f");
+  if (strcmp(k->name, "avx2") == 0)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return strcmp(k->name, "scalar") == 0;
+}
+
+__attribute__((constructor)) static void pick_kernel(void) {
+  for (size_t i = 0; i < NKERNELS; i++)
+    if (supported(&kernels[i])) {
+      active = &kernels[i];
+      return;
+    }
+}
+
+int attn__set_kernel(const char *name) {
+  for (size_t i = 0; i < NKERNELS; i++)
+    if (strcmp(kernels[i].name, name) == 0 && supported(&kernels[i])) {
+      active = &kernels[i];
+      return 1;
+    }
+  return 0;
+}
+
+const char *attn__kernel_name(void) { return active->name; }
+
+ATTN_CLONES
+static void apply_masks(float *s, int64_t n, const float *add,
+                        const uint8_t *blk_a, const uint8_t *blk_b) {
+  if (add)
+    for (int64_t j = 0; j < n; j++) s[j] += add[j];
+  if (blk_a)
+    for (int64_t j = 0; j < n; j++) s[j] = blk_a[j] ? -INFINITY : s[j];
+  if (blk_b)
+    for (int64_t j = 0; j < n; j++) s[j] = blk_b[j] ? -INFINITY : s[j];
+}
+
+float attn__row_mask_max(float *s, int64_t n, const float *add,
+                         const uint8_t *blk_a, const uint8_t *blk_b) {
+  if (add || blk_a || blk_b) apply_masks(s, n, add, blk_a, blk_b);
+  return active->max(s, n);
+}
+
+double attn__row_exp_sum(float *s, int64_t n, float m) {
+  return active->exp_sum(s, n, m);
 }
 
 ATTN_CLONES
@@ -97,14 +273,4 @@ void attn__row_scale(float *s, int64_t n, float f) {
 ATTN_CLONES
 void attn__row_axpy(float *dst, const float *src, int64_t n, float f) {
   for (int64_t j = 0; j < n; j++) dst[j] += f * src[j];
-}
-
-const char *attn__kernel_name(void) {
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(ATTN_NO_CLONES)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (avx512)";
-  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (avx2+fma)";
-#endif
-  return "scalar";
 }
