@@ -18,6 +18,7 @@
 
 #include "attn/buf.h"
 #include "attn/codec.h"
+#include "attn/f32fmt.h"
 #include "attn/infer.h"
 #include "unit.h"
 
@@ -1312,6 +1313,543 @@ START_TEST(infer_free_partial) {
 }
 END_TEST
 
+/* ---- JSON parser (json_fast.c) ------------------------------------------ */
+
+/* cJSON's own parse of p[0, n) when it is one value plus whitespace. */
+static cJSON *cjson_parse(const char *p, size_t n) {
+  const char *end = NULL;
+  cJSON *t = cJSON_ParseWithLengthOpts(p, n, &end, 0);
+  for (; t && end < p + n; end++)
+    if (!strchr(" \t\r\n", *end) || !*end) {
+      cJSON_Delete(t);
+      t = NULL;
+    }
+  return t;
+}
+
+/* a and b equal field by field (doubles bit for bit), with cJSON's linking:
+ * first child's prev is the last child, the others' prev the one before. */
+static void check_same_tree(const cJSON *a, const cJSON *b, const char *ctx) {
+  ck_assert_msg(a->type == b->type, "%s: type %d != %d", ctx, a->type, b->type);
+  ck_assert_msg(a->valueint == b->valueint, "%s: valueint %d != %d", ctx,
+                a->valueint, b->valueint);
+  ck_assert_msg(memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) == 0,
+                "%s: valuedouble %.17g != %.17g", ctx, a->valuedouble,
+                b->valuedouble);
+  ck_assert_msg(!a->string == !b->string &&
+                    (!a->string || strcmp(a->string, b->string) == 0),
+                "%s: key differs", ctx);
+  ck_assert_msg(
+      !a->valuestring == !b->valuestring &&
+          (!a->valuestring || strcmp(a->valuestring, b->valuestring) == 0),
+      "%s: string differs", ctx);
+  const cJSON *x = a->child, *y = b->child, *last = NULL;
+  for (; x && y; x = x->next, y = y->next) {
+    ck_assert_msg(x == a->child || x->prev == last, "%s: bad prev link", ctx);
+    check_same_tree(x, y, ctx);
+    last = x;
+  }
+  ck_assert_msg(!x && !y, "%s: child counts differ", ctx);
+  if (a->child) {
+    ck_assert_msg(a->child->prev == last, "%s: first child's prev", ctx);
+    int n = cJSON_GetArraySize(a);
+    ck_assert_int_eq(n, cJSON_GetArraySize(b));
+    ck_assert_ptr_eq(cJSON_GetArrayItem(a, n - 1), last);
+    if (cJSON_IsObject(a))
+      for (x = a->child; x; x = x->next) { /* first match, duplicates too */
+        const cJSON *fa = cJSON_GetObjectItemCaseSensitive(a, x->string),
+                    *fb = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        ck_assert_msg(
+            fa && fb && fa->type == fb->type && fa->valueint == fb->valueint,
+            "%s: lookup of '%s' differs", ctx, x->string);
+      }
+  }
+}
+
+/* Parse with attn__json_parse and cJSON; both must accept, print the same
+ * and hold the same tree. */
+static void check_like_cjson(const char *p, size_t n, const char *ctx) {
+  cJSON *t = NULL, *c = cjson_parse(p, n);
+  attn_diag d = {{0}};
+  attn_status s = attn__json_parse(p, n, ATTN_MAX_JSON_DEPTH, "", &t, &d);
+  ck_assert_msg(s == ATTN_OK, "%s: %s", ctx, d.msg);
+  ck_assert_msg(c != NULL, "%s: cJSON rejects it", ctx);
+  char *pa = cJSON_PrintUnformatted(t), *pb = cJSON_PrintUnformatted(c);
+  ck_assert_msg(pa && pb && strcmp(pa, pb) == 0, "%s: '%s' != '%s'", ctx, pa,
+                pb);
+  check_same_tree(t, c, ctx);
+  cJSON_free(pa);
+  cJSON_free(pb);
+  cJSON_Delete(c);
+  attn__json_free(t);
+}
+
+typedef struct json_case {
+  const char *in; /* ' stands for " */
+  size_t len;     /* 0: strlen */
+  attn_status st;
+  const char *msg; /* the whole message on failure */
+} json_case;
+
+#define J(s) s, sizeof(s) - 1 /* inputs with NUL bytes */
+
+static const json_case json_cases[] = {
+    /* accepted (compared with cJSON's parse) */
+    {" [ 1 , 2 ] \n\t\r", 0, ATTN_OK, NULL},
+    {"\xEF\xBB\xBF{}", 0, ATTN_OK, NULL}, /* BOM skipped */
+    {"0", 0, ATTN_OK, NULL},
+    {"-0", 0, ATTN_OK, NULL},
+    {"[-0.0e+0,1E+2,1e-2,12.5E1,0.000123]", 0, ATTN_OK, NULL},
+    {"[true,false,null,[],{},'',[[]],{'':{}}]", 0, ATTN_OK, NULL},
+    {"{'a':1,'a':2,'b':{'c':[1,{'d':null}]}}", 0, ATTN_OK, NULL},
+    {"[2147483647,2147483648,-2147483648,-2147483649,1e300,-1e999,1.5]", 0,
+     ATTN_OK, NULL},
+    {"'\\u00e9\\ud83d\\ude00 \xc3\xa9 \xf4\x8f\xbf\xbf \\/\\b\\f\\n\\r\\t\\\\'",
+     0, ATTN_OK, NULL},
+    /* empty, whitespace, truncation */
+    {"", 0, ATTN_EPARSE, "empty JSON body"},
+    {"   ", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[1,2", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"{'a':1", 0, ATTN_EPARSE, "malformed JSON at byte 6"},
+    {"{'a'", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"'abc", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"'abc\\", 0, ATTN_EPARSE, "malformed JSON at byte 5"},
+    {"\xEF\xBB", 0, ATTN_EPARSE, "malformed JSON at byte 0"},
+    /* numbers */
+    {"[01]", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"[-01]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[1.]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[.5]", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"[+1]", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"[-]", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"[- 1]", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"[1e]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[1e+]", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"[1.e5]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[0x10]", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"[NaN]", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"[Infinity]", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"[-Infinity]", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"-", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    /* structure */
+    {"[1 2]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[1,]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"[,1]", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"[1}", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"{'a':1]", 0, ATTN_EPARSE, "malformed JSON at byte 6"},
+    {"{'a' 1}", 0, ATTN_EPARSE, "malformed JSON at byte 5"},
+    {"{'a':1,}", 0, ATTN_EPARSE, "malformed JSON at byte 7"},
+    {"{,}", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"{1:2}", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"{'a':}", 0, ATTN_EPARSE, "malformed JSON at byte 5"},
+    {"]", 0, ATTN_EPARSE, "malformed JSON at byte 0"},
+    {"[tru]", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"[nul", 0, ATTN_EPARSE, "malformed JSON at byte 4"},
+    {"[falsy]", 0, ATTN_EPARSE, "malformed JSON at byte 5"},
+    {"True", 0, ATTN_EPARSE, "malformed JSON at byte 0"},
+    {"\x01[1]", 0, ATTN_EPARSE, "malformed JSON at byte 0"}, /* strict ws */
+    {"[1,\v2]", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {J("[1,\0 2]"), ATTN_EPARSE, "malformed JSON at byte 3"},
+    /* strings */
+    {"'a\\x'", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"'a\\U0041'", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"'\\u12'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\\u12G4'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\\ud800'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\\ud800\\u0041'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\\ud800\\ud800'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'x\\udc00'", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"'a\\u0000b'", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"'\x01'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'a\tb'", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    {J("'a\0b'"), ATTN_EPARSE, "malformed JSON at byte 2"},
+    {"'\xff'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\x80'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'ab\xc0\x80'", 0, ATTN_EPARSE, "malformed JSON at byte 3"}, /* overlong */
+    {"'\xe0\x9f\xbf'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\xed\xa0\x80'", 0, ATTN_EPARSE, "malformed JSON at byte 1"}, /* D800 */
+    {"'\xf4\x90\x80\x80'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"'\xe2\x82'", 0, ATTN_EPARSE, "malformed JSON at byte 1"},
+    {"{'k\x01':1}", 0, ATTN_EPARSE, "malformed JSON at byte 3"},
+    {"{'\\q':1}", 0, ATTN_EPARSE, "malformed JSON at byte 2"},
+    /* after the value */
+    {"[1] x", 0, ATTN_EPARSE,
+     "unexpected bytes after the JSON value at byte 4 (hint)"},
+    {"[1]\x01", 0, ATTN_EPARSE,
+     "unexpected bytes after the JSON value at byte 3 (hint)"},
+    {"1 2", 0, ATTN_EPARSE,
+     "unexpected bytes after the JSON value at byte 2 (hint)"},
+    {"0x10", 0, ATTN_EPARSE,
+     "unexpected bytes after the JSON value at byte 1 (hint)"},
+};
+
+START_TEST(json_syntax_table) {
+  const json_case *c = &json_cases[_i];
+  char ctx[32];
+  size_t n = c->len ? c->len : strlen(c->in);
+  char *in = malloc(n + 1);
+  ck_assert_ptr_nonnull(in);
+  for (size_t i = 0; i < n; i++) in[i] = c->in[i] == '\'' ? '"' : c->in[i];
+  in[n] = '\0';
+  snprintf(ctx, sizeof ctx, "json case %d", _i);
+  cJSON *t = (cJSON *)&t; /* must become NULL on failure */
+  attn_diag d = {{0}};
+  attn_status s = attn__json_parse(in, n, 8, " (hint)", &t, &d);
+  ck_assert_msg(s == c->st, "%s: status %s (%s), expected %s", ctx,
+                attn_status_name(s), d.msg, attn_status_name(c->st));
+  if (s == ATTN_OK) {
+    attn__json_free(t);
+    check_like_cjson(in, n, ctx);
+  } else {
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strcmp(d.msg, c->msg) == 0, "%s: message '%s', expected '%s'",
+                  ctx, d.msg, c->msg);
+  }
+  free(in);
+}
+END_TEST
+
+/* Escapes in values and keys decode to these UTF-8 bytes. */
+static const struct {
+  const char *in, *out;
+} json_escapes[] = {
+    {"\\u00e9", "\xc3\xa9"},
+    {"\\u20AC", "\xe2\x82\xac"},
+    {"\\u07FF\\u0800", "\xdf\xbf\xe0\xa0\x80"},
+    {"\\uffff", "\xef\xbf\xbf"},
+    {"\\ud83d\\ude00", "\xf0\x9f\x98\x80"},
+    {"\\uD800\\uDC00", "\xf0\x90\x80\x80"},
+    {"\\uDBFF\\uDFFF", "\xf4\x8f\xbf\xbf"},
+    {"\\u0041\\u007f\\u0001", "A\x7f\x01"},
+    {"\\\"\\\\\\/\\b\\f\\n\\r\\t", "\"\\/\b\f\n\r\t"},
+    {"x\xf0\x9f\x98\x80\xc3\xa9\xe2\x82\xac y",
+     "x\xf0\x9f\x98\x80\xc3\xa9\xe2\x82\xac y"},
+    {"plain", "plain"},
+    {"", ""},
+};
+
+START_TEST(json_escapes_table) {
+  char doc[128];
+  cJSON *t;
+  attn_diag d;
+  const char *in = json_escapes[_i].in, *want = json_escapes[_i].out;
+  int n = snprintf(doc, sizeof doc, "[\"%s\",{\"%s\":1}]", in, in);
+  ck_assert(n > 0 && (size_t)n < sizeof doc);
+  ck_assert_int_eq(attn__json_parse(doc, (size_t)n, 8, NULL, &t, &d), ATTN_OK);
+  ck_assert_str_eq(t->child->valuestring, want);
+  ck_assert_str_eq(t->child->next->child->string, want);
+  ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(t->child->next, want));
+  attn__json_free(t);
+  check_like_cjson(doc, (size_t)n, in);
+}
+END_TEST
+
+START_TEST(json_depth_limit) {
+  cJSON *t;
+  attn_diag d;
+  ck_assert_int_eq(attn__json_parse("[[[1]]]", 7, 3, NULL, &t, &d), ATTN_OK);
+  attn__json_free(t);
+  ck_assert_int_eq(attn__json_parse("[[[[1]]]]", 9, 3, NULL, &t, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_str_eq(d.msg, "JSON nested deeper than 3 levels at byte 3");
+  ck_assert_ptr_null(t);
+  const char *o = "{\"a\":[{\"b\":{}}]}";
+  ck_assert_int_eq(attn__json_parse(o, strlen(o), 3, NULL, &t, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_str_eq(d.msg, "JSON nested deeper than 3 levels at byte 11");
+  /* past the on-stack frames: 5000 levels allowed, then one too many */
+  size_t lv = 5000;
+  char *deep = malloc(2 * lv + 4);
+  ck_assert_ptr_nonnull(deep);
+  memset(deep, '[', lv);
+  memset(deep + lv, ']', lv);
+  ck_assert_int_eq(attn__json_parse(deep, 2 * lv, lv, NULL, &t, &d), ATTN_OK);
+  size_t got = 0;
+  for (cJSON *e = t; e; e = e->child) got++;
+  ck_assert_uint_eq(got, lv);
+  attn__json_free(t);
+  ck_assert_int_eq(attn__json_parse(deep, 2 * lv, lv - 1, NULL, &t, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_ptr_nonnull(strstr(d.msg, "at byte 4999"));
+  deep[lv] = '1'; /* truncated inside: freed on the error path */
+  ck_assert_int_eq(attn__json_parse(deep, lv + 1, SIZE_MAX, NULL, &t, &d),
+                   ATTN_EPARSE);
+  free(deep);
+}
+END_TEST
+
+START_TEST(json_node_limit) {
+  cJSON *t;
+  attn_diag d;
+  ck_assert_uint_eq(ATTN_JSON_MAX_NODES, (size_t)1 << 24);
+  ck_assert_int_eq(attn__json_parse_capped("[1,2,3]", 7, 8, 4, NULL, &t, &d),
+                   ATTN_OK);
+  ck_assert_int_eq(cJSON_GetArraySize(t), 3);
+  attn__json_free(t);
+  ck_assert_int_eq(attn__json_parse_capped("[1,2,3,4]", 9, 8, 4, NULL, &t, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_str_eq(d.msg,
+                   "JSON has more than 4 values; send large tensors with the "
+                   "binary extension");
+  ck_assert_ptr_null(t);
+  const char *o = "{\"a\":[true,null]}";
+  ck_assert_int_eq(attn__json_parse_capped(o, strlen(o), 8, 4, NULL, &t, &d),
+                   ATTN_OK);
+  attn__json_free(t);
+  ck_assert_int_eq(attn__json_parse_capped(o, strlen(o), 8, 3, NULL, &t, &d),
+                   ATTN_ETOOBIG);
+  attn__json_free(NULL);
+}
+END_TEST
+
+/* Big strings (own arena block), long number tokens (strtod on an arena
+ * copy), many arena blocks. */
+START_TEST(json_large_values) {
+  size_t n = 300000;
+  char *doc = malloc(n + 64);
+  ck_assert_ptr_nonnull(doc);
+  size_t k = 0;
+  doc[k++] = '[';
+  doc[k++] = '"';
+  for (size_t i = 0; i < 100000; i++) doc[k++] = (char)('a' + i % 26);
+  doc[k++] = '"';
+  doc[k++] = ',';
+  doc[k++] = '1';
+  for (size_t i = 0; i < 400; i++) doc[k++] = (char)('0' + i % 10);
+  doc[k++] = 'e';
+  doc[k++] = '-';
+  doc[k++] = '3';
+  doc[k++] = '9';
+  doc[k++] = '0';
+  while (k < n - 8) {
+    doc[k++] = ',';
+    doc[k++] = '7';
+  }
+  doc[k++] = ']';
+  check_like_cjson(doc, k, "large values");
+  cJSON *t;
+  attn_diag d;
+  ck_assert_int_eq(attn__json_parse(doc, k, 8, NULL, &t, &d), ATTN_OK);
+  ck_assert_uint_eq(strlen(t->child->valuestring), 100000);
+  size_t tok = 1 + 400 + 5; /* the 406-character number */
+  char *num = malloc(tok + 1);
+  ck_assert_ptr_nonnull(num);
+  memcpy(num, doc + 2 + 100000 + 2, tok);
+  num[tok] = '\0';
+  double want = strtod(num, NULL), got = t->child->next->valuedouble;
+  ck_assert(memcmp(&want, &got, sizeof got) == 0);
+  attn__json_free(t);
+  free(num);
+  free(doc);
+}
+END_TEST
+
+/* ---- numbers: bit-identical to strtod ----------------------------------- */
+
+static uint64_t xs64(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static size_t put_digits(char *o, uint64_t *rng, int n, bool lead_nonzero) {
+  for (int i = 0; i < n; i++) {
+    unsigned dg = (unsigned)(xs64(rng) % 10);
+    if (i == 0 && lead_nonzero) dg = 1 + dg % 9;
+    o[i] = (char)('0' + dg);
+  }
+  return (size_t)n;
+}
+
+/* One JSON number text of a random form into o (< 80 bytes); returns its
+ * length. */
+static size_t gen_number(char *o, uint64_t *rng) {
+  uint64_t r = xs64(rng);
+  int form = (int)(r % 10);
+  size_t k = 0;
+  switch (form) {
+    case 0: { /* shortest text of a random finite float */
+      uint32_t u = (uint32_t)(r >> 32);
+      float f;
+      memcpy(&f, &u, 4);
+      if (!isfinite(f)) f = 1.5f;
+      return attn_f32_shortest(f, o);
+    }
+    case 1: /* shortest text of a float in [-1, 1] (typical tensor data) */
+      return attn_f32_shortest(
+          (float)((double)(r >> 11) / 4503599627370496.0 - 1.0), o);
+    case 2: { /* %.9g of a random float */
+      uint32_t u = (uint32_t)(r >> 32);
+      float f;
+      memcpy(&f, &u, 4);
+      if (!isfinite(f)) f = -0.0f;
+      return (size_t)snprintf(o, 40, "%.9g", (double)f);
+    }
+    case 3: { /* %.17g / %.16g of random double bits, subnormals included */
+      double v;
+      uint64_t u = xs64(rng);
+      if (r & 256) u &= 0x800FFFFFFFFFFFFFull; /* subnormal */
+      memcpy(&v, &u, 8);
+      if (!isfinite(v)) v = 1e308;
+      return (size_t)snprintf(o, 40, r & 512 ? "%.16g" : "%.17g", v);
+    }
+    default: { /* grammar-generated: [-]int[.frac][e[+-]exp] */
+      if (r & 1) o[k++] = '-';
+      int nint = (int)((r >> 8) % 22) + 1, nfrac = (int)((r >> 16) % 22);
+      if ((r >> 24) % 5 == 0)
+        o[k++] = '0';
+      else
+        k += put_digits(o + k, rng, nint, true);
+      if (nfrac) {
+        o[k++] = '.';
+        k += put_digits(o + k, rng, nfrac, false);
+        if ((r >> 28) % 4 == 0) /* trailing zeros */
+          for (int i = 0; i < 6; i++) o[k++] = '0';
+      }
+      if ((r >> 32) % 3) {
+        int range = form == 9 ? 40 : form == 8 ? 700 : 60;
+        int e = (int)((r >> 40) % (uint64_t)(2 * range + 1)) - range;
+        if (form == 7) e += e < 0 ? -290 : 290; /* near the ends */
+        k += (size_t)snprintf(o + k, 16, "%s%s%d", r >> 62 & 1 ? "E" : "e",
+                              e >= 0 && r >> 63 ? "+" : "", e);
+      }
+      return k;
+    }
+  }
+}
+
+static const char *const tricky_numbers[] = {
+    "2.2250738585072011e-308",
+    "2.2250738585072012e-308",
+    "4.9e-324",
+    "2.4703282292062327e-324",
+    "2.4703282292062328e-324",
+    "5e-324",
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",
+    "1.7976931348623159e308",
+    "1e309",
+    "-1e999",
+    "1e-999",
+    "-0.0e-1000",
+    "0e1000",
+    "9007199254740992",
+    "9007199254740993",
+    "9007199254740993e-22",
+    "9007199254740992e22",
+    "900719925474099e23",
+    "1e22",
+    "1e23",
+    "1e-22",
+    "1e-23",
+    "1e37",
+    "1e38",
+    "0.1",
+    "0.30000000000000004",
+    "123456789012345678901234567890",
+    "18446744073709551615",
+    "18446744073709551616",
+    "10000000000000000000000000000000000000000e-40",
+    "1.00000000000000011102230246251565404236316680908203125",
+    "1.00000000000000011102230246251565404236316680908203124",
+    "8.98846567431158e307",
+    "3.4028235e38",
+    "1.17549435e-38",
+    "1e-45",
+    "-2147483648",
+    "2147483647.9999",
+    "-2147483648.5",
+    "1e0000000000000000001",
+};
+
+/* >= 1 million numbers in arrays of 1000: every valuedouble must equal
+ * strtod's result bit for bit, and each array must match cJSON's tree. */
+START_TEST(json_numbers_match_strtod) {
+  enum { PER_DOC = 1000, DOCS = 1050 };
+  char *doc = malloc(PER_DOC * 88 + 8);
+  size_t *off = malloc(PER_DOC * sizeof *off);
+  ck_assert(doc && off);
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  size_t checked = 0, n_tricky = sizeof tricky_numbers / sizeof *tricky_numbers;
+  for (int di = 0; di < DOCS; di++) {
+    size_t k = 0;
+    doc[k++] = '[';
+    for (int i = 0; i < PER_DOC; i++) {
+      if (i) doc[k++] = ',';
+      off[i] = k;
+      if (di == 0 && (size_t)i < n_tricky) {
+        size_t l = strlen(tricky_numbers[i]);
+        memcpy(doc + k, tricky_numbers[i], l);
+        k += l;
+      } else {
+        k += gen_number(doc + k, &rng);
+      }
+    }
+    doc[k++] = ']';
+    doc[k] = '\0';
+    cJSON *t;
+    attn_diag d;
+    ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
+                  d.msg);
+    int i = 0;
+    for (const cJSON *e = t->child; e; e = e->next, i++) {
+      char *end;
+      double want = strtod(doc + off[i], &end);
+      ck_assert_msg(*end == ',' || *end == ']', "generated a bad number");
+      ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
+                    "'%.*s': %a, strtod says %a", (int)(end - doc - off[i]),
+                    doc + off[i], e->valuedouble, want);
+      checked++;
+    }
+    ck_assert_int_eq(i, PER_DOC);
+    attn__json_free(t);
+    if (di % 8 == 0) check_like_cjson(doc, k, "random numbers");
+  }
+  ck_assert_uint_ge(checked, 1000000);
+  free(off);
+  free(doc);
+}
+END_TEST
+
+/* Every decoder test body that is valid JSON parses to cJSON's tree. */
+START_TEST(json_same_as_cjson) {
+  static const char *const docs[] = {
+      "{'inputs':[{'name':'x','datatype':'FP32','shape':[2,2],"
+      "'data':[[0.25,-1.5e-3],[3.4028235e38,-0]]}],"
+      "'outputs':[{'name':'o','parameters':{'binary_data':true}}],"
+      "'parameters':{'a':'\\u00e9','b':null,'c':false,'d':-7}}",
+      "  {\"\":[{},[],\"\",0,-0.0,1e-400]}  ",
+      "[[[[[[[[[[1]]]]]]]]]]",
+      "\"top\"",
+      "null",
+  };
+  char ctx[48];
+  for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+    char *j = unquote(docs[i]);
+    snprintf(ctx, sizeof ctx, "sample %zu", i);
+    check_like_cjson(j, strlen(j), ctx);
+    free(j);
+  }
+  for (size_t i = 0; i < sizeof v2_cases / sizeof *v2_cases; i++) {
+    if (v2_cases[i].st == ATTN_EPARSE || v2_cases[i].st == ATTN_ETOOBIG)
+      continue;
+    char *j = unquote(v2_cases[i].json);
+    snprintf(ctx, sizeof ctx, "v2 case %zu", i);
+    check_like_cjson(j, strlen(j), ctx);
+    free(j);
+  }
+  for (size_t i = 0; i < sizeof v1_cases / sizeof *v1_cases; i++) {
+    if (v1_cases[i].st == ATTN_EPARSE || v1_cases[i].st == ATTN_ETOOBIG)
+      continue;
+    char *j = unquote(v1_cases[i].json);
+    snprintf(ctx, sizeof ctx, "v1 case %zu", i);
+    check_like_cjson(j, strlen(j), ctx);
+    free(j);
+  }
+}
+END_TEST
+
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 Suite *codec_suite(void) {
@@ -1339,6 +1877,16 @@ Suite *codec_suite(void) {
   tcase_add_loop_test(tc, error_json_table, 0, N_OF(err_cases));
   tcase_add_test(tc, buf_basics);
   tcase_add_test(tc, infer_free_partial);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("json_parse");
+  tcase_set_timeout(tc, 120); /* a million numbers, slower under ASan */
+  tcase_add_loop_test(tc, json_syntax_table, 0, N_OF(json_cases));
+  tcase_add_loop_test(tc, json_escapes_table, 0, N_OF(json_escapes));
+  tcase_add_test(tc, json_depth_limit);
+  tcase_add_test(tc, json_node_limit);
+  tcase_add_test(tc, json_large_values);
+  tcase_add_test(tc, json_numbers_match_strtod);
+  tcase_add_test(tc, json_same_as_cjson);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -237,15 +237,36 @@ void attn__codec_limits_eff(const attn_codec_limits *in,
  * finite. */
 attn_status attn__json_f32(attn_buf *b, float v);
 
-/* Parse p[0, n) as one JSON value followed only by whitespace, after checking
- * on the raw bytes that nesting stays within max_depth.  trailing_hint (may be
- * NULL) is appended to the message about bytes after the value.  On success
- * *out owns a new cJSON tree (cJSON_Delete); on failure *out is NULL.
- * Errors: ATTN_EPARSE (with byte offset; also when cJSON runs out of memory,
- * which it does not report apart), ATTN_ETOOBIG (depth). */
+/* Most values (nodes) one JSON body may hold.  A node is a 64-byte cJSON
+ * struct, so 2^24 of them is ~1 GiB of memory for one request; tensors that
+ * large must travel with the binary data extension (4 bytes per FP32
+ * instead of ~75 with their JSON text and node). */
+#define ATTN_JSON_MAX_NODES ((size_t)1 << 24)
+
+/* Parse p[0, n) (RFC 8259, strictly; a leading UTF-8 BOM is skipped) as one
+ * JSON value followed only by whitespace, refusing nesting deeper than
+ * max_depth and more than ATTN_JSON_MAX_NODES values as it goes.
+ * trailing_hint (may be NULL) is appended to the message about bytes after the
+ * value.  p borrowed, need not be NUL-terminated.  On success *out owns a new
+ * tree of cJSON structs living in one arena: read it with cJSON's getters or
+ * print it, free it with attn__json_free, never cJSON_Delete, and do not add,
+ * detach or replace items.  On failure *out is NULL and nothing is left
+ * allocated.  Errors: ATTN_EPARSE ("malformed JSON at byte N", N the first
+ * byte that cannot continue a valid text, n when it ends early; trailing
+ * bytes), ATTN_ETOOBIG (depth, node count), ATTN_ENOMEM. */
 attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
                              const char *trailing_hint, struct cJSON **out,
                              attn_diag *d);
+
+/* attn__json_parse with the node limit max_nodes instead of
+ * ATTN_JSON_MAX_NODES (tests use a small one). */
+attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
+                                    size_t max_nodes, const char *trailing_hint,
+                                    struct cJSON **out, attn_diag *d);
+
+/* Free a tree from attn__json_parse: root must be the *out it returned (not
+ * a subtree).  NULL is allowed. */
+void attn__json_free(struct cJSON *root);
 
 /* "a string", "an array", ... for messages. */
 const char *attn__json_kind(const struct cJSON *item);

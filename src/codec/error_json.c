@@ -7,15 +7,10 @@
  *    and a private "%.9g" fallback otherwise (9 significant digits always
  *    round-trip an IEEE single).  Non-finite values become null: JSON has no
  *    NaN or Infinity, and a response must stay parseable.
- *  - Parsing: cJSON recurses once per nesting level and its own cap is 1000
- *    levels, so attn__json_parse first scans the raw bytes (string-aware) and
- *    refuses bodies nested deeper than the configured limit before cJSON
- *    allocates anything.  Trailing bytes other than whitespace are an error
- *    (cJSON would ignore them).
+ *  - Parsing request bodies is json_fast.c (attn__json_parse): a strict
+ *    parser building arena-backed cJSON trees, freed by attn__json_free.
  *
- * Threads: stateless and reentrant.  cJSON writes a global error pointer on
- * parse failure; we never read it (cJSON_ParseWithLengthOpts also returns the
- * position through its end pointer, which is what we report).
+ * Threads: stateless and reentrant.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -81,53 +76,6 @@ const char *attn__json_kind(const cJSON *item) {
   if (cJSON_IsBool(item)) return "a boolean";
   if (cJSON_IsNull(item)) return "null";
   return "an invalid value";
-}
-
-attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
-                             const char *trailing_hint, cJSON **out,
-                             attn_diag *d) {
-  size_t depth = 0;
-  bool in_str = false, esc = false;
-  *out = NULL;
-  if (n == 0) return attn_diag_set(d, ATTN_EPARSE, "empty JSON body");
-  for (size_t i = 0; i < n; i++) { /* raw nesting scan, strings skipped */
-    char c = p[i];
-    if (in_str) {
-      if (esc)
-        esc = false;
-      else if (c == '\\')
-        esc = true;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        return attn_diag_set(d, ATTN_ETOOBIG,
-                             "JSON nested deeper than %zu levels at byte %zu",
-                             max_depth, i);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      depth--;
-    }
-  }
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(p, n, &end, 0);
-  if (!root) {
-    size_t at = end && end >= p && end <= p + n ? (size_t)(end - p) : 0;
-    return attn_diag_set(d, ATTN_EPARSE, "malformed JSON at byte %zu", at);
-  }
-  for (size_t i = (size_t)(end - p); i < n; i++) {
-    char c = p[i];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-      cJSON_Delete(root);
-      return attn_diag_set(d, ATTN_EPARSE,
-                           "unexpected bytes after the JSON value at byte "
-                           "%zu%s",
-                           i, trailing_hint ? trailing_hint : "");
-    }
-  }
-  *out = root;
-  return ATTN_OK;
 }
 
 attn_status attn_error_json(attn_buf *out, const char *msg) {

@@ -790,7 +790,7 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
   out->timeout_us = -1;
   s = v2_decode(root, body, len, header_len, &l, out, d);
   if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
-  cJSON_Delete(root);
+  attn__json_free(root);
   if (s != ATTN_OK) attn_infer_request_free(out);
   return s;
 }

@@ -624,7 +624,7 @@ attn_status attn_v1_decode(const char *body, size_t len,
   out->timeout_us = -1;
   s = v1_decode(root, &l, out, &inf, d);
   if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
-  cJSON_Delete(root);
+  attn__json_free(root);
   if (s != ATTN_OK)
     attn_infer_request_free(out);
   else if (info)

@@ -1,0 +1,696 @@
+/* json_fast.c - the request-body JSON parser: strict RFC 8259 in, a tree of
+ * genuine cJSON structs out, every node and string in one arena.
+ *
+ * Why: a small inference request is mostly a few thousand JSON numbers, and
+ * cJSON spends ~100 ns on each (a malloc per node, strtod plus localeconv()
+ * per number).  Here a number costs a bump-pointer node and, in the common
+ * case, one correctly rounded multiply or divide.
+ *
+ * Design
+ *  - Grammar: exactly RFC 8259.  Whitespace is space, tab, LF and CR only;
+ *    numbers follow the grammar to the letter (no leading zeros, '+', '.5',
+ *    '5.', hex, NaN or Infinity); strings must be valid UTF-8 (RFC 8259 8.1),
+ *    may not hold raw bytes below 0x20, and take only the escapes of section
+ *    7.  \uXXXX becomes UTF-8, surrogate pairs one 4-byte sequence; a lone
+ *    surrogate and \u0000 are errors (cJSON strings are NUL-terminated, so
+ *    U+0000 could only be truncated silently).  One UTF-8 byte order mark at
+ *    the start is skipped, as RFC 8259 8.1 allows and cJSON did.  1e999 is
+ *    +inf like strtod (the codecs then report the value as out of range).
+ *  - Iterative: an explicit stack of open containers (on the C stack up to
+ *    ATTN_MAX_JSON_DEPTH, on the heap beyond), so a hostile body cannot
+ *    exhaust the thread's stack whatever max_depth a caller passes.  Depth is
+ *    checked at each '[' or '{' as it is met.
+ *  - Tree: cJSON's conventions exactly, so cJSON's readers (GetArraySize,
+ *    GetObjectItem*, ArrayForEach, PrintUnformatted) work unchanged: members
+ *    carry their key in `string`; children are linked by next/prev, the last
+ *    one's next is NULL and the first one's prev points to the last; the
+ *    root's prev and next are NULL; true has valueint 1; a number has
+ *    valuedouble and valueint = (int)valuedouble saturated to
+ *    INT_MIN..INT_MAX.  Never give such a tree to cJSON_Delete.
+ *  - Arena: a chain of malloc'd blocks, 16 KiB first and doubling up to 1 MiB.
+ *    Nodes are bumped up from the bottom of a block and strings down from its
+ *    top, so nodes stay aligned without padding.  A string larger than half
+ *    a block gets a block of its own.  Block 1 is [jblock header][root node]
+ *    [...]: the root is always the first node allocated, so attn__json_free
+ *    finds the header just in front of the root and frees the chain hanging
+ *    off it (newer blocks are linked in right after block 1).
+ *  - Numbers: the grammar is checked by hand while up to 19 significant
+ *    digits collect in a uint64 mantissa m (eight digits per step where eight
+ *    follow: take_digits) with a decimal exponent e.  When
+ *    m <= 2^53 and |e| <= 22, m and 10^|e| are exact doubles and one IEEE
+ *    multiply or divide gives the correctly rounded result (Clinger's fast
+ *    path; 10^23.. via m*10^(e-22) when that product is still exact).  Other
+ *    numbers go to strtod on a NUL-terminated copy of the token, so every
+ *    result is bit-identical to strtod's (the process stays in the "C"
+ *    locale).  Digits dropped past the 19th keep the fast path only if they
+ *    are zeros.
+ *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
+ *    checked before each node is allocated; string bytes are bounded by the
+ *    body size.  Whatever fails, everything allocated so far is freed.
+ *
+ * Threads: reentrant; all state is on the caller's stack and in the arena of
+ * the tree being built.
+ */
+#include <assert.h>
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <limits.h>
+#include <stdalign.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/codec.h"
+
+/* ---- arena -------------------------------------------------------------- */
+
+#define JSON_BLOCK_FIRST ((size_t)16 << 10)
+#define JSON_BLOCK_MAX ((size_t)1 << 20)
+#define JSON_MAGIC 0x4a534f4e41524e41ull /* "JSONARNA" */
+
+/* Header of every block; in block 1 the root node follows it directly. */
+typedef struct jblock {
+  struct jblock *next; /* block 1: newest other block; others: next older */
+  uint64_t magic;
+} jblock;
+
+_Static_assert(sizeof(jblock) % alignof(cJSON) == 0,
+               "the root node must be aligned right after the block header");
+
+typedef struct {
+  jblock *first;
+  char *lo, *hi;    /* free space of the current block: nodes at lo, strings
+                       end at hi */
+  size_t next_size; /* size of the next block */
+} jarena;
+
+/* Link a new block of `size` bytes (header included) after block 1.
+ * Returns NULL when out of memory; the arena is unchanged then. */
+static jblock *arena_block(jarena *a, size_t size) {
+  jblock *b = malloc(size);
+  if (!b) return NULL;
+  b->magic = JSON_MAGIC;
+  if (!a->first) {
+    b->next = NULL;
+    a->first = b;
+  } else {
+    b->next = a->first->next;
+    a->first->next = b;
+  }
+  return b;
+}
+
+/* Make the next block current.  Returns false when out of memory. */
+static bool arena_grow(jarena *a) {
+  jblock *b = arena_block(a, a->next_size);
+  if (!b) return false;
+  a->lo = (char *)(b + 1);
+  a->hi = (char *)b + a->next_size;
+  if (a->next_size < JSON_BLOCK_MAX) a->next_size *= 2;
+  return true;
+}
+
+static void arena_free_chain(jblock *b) {
+  while (b) {
+    jblock *next = b->next;
+    free(b);
+    b = next;
+  }
+}
+
+/* n bytes for a string (no alignment).  NULL when out of memory. */
+static char *arena_bytes(jarena *a, size_t n) {
+  if ((size_t)(a->hi - a->lo) >= n) {
+    a->hi -= n;
+    return a->hi;
+  }
+  if (n > a->next_size / 2) { /* a block of its own */
+    if (n > SIZE_MAX - sizeof(jblock)) return NULL;
+    jblock *b = arena_block(a, sizeof(jblock) + n);
+    return b ? (char *)(b + 1) : NULL;
+  }
+  if (!arena_grow(a)) return NULL;
+  a->hi -= n;
+  return a->hi;
+}
+
+/* ---- parser state ------------------------------------------------------- */
+
+/* An open array or object. */
+typedef struct {
+  cJSON *node;
+  cJSON *last; /* last child so far, NULL while empty */
+} jframe;
+
+#define JSON_INLINE_FRAMES ATTN_MAX_JSON_DEPTH
+
+typedef struct {
+  const char *base, *p, *end;
+  jarena a;
+  size_t nodes, max_nodes, max_depth;
+  jframe *frames; /* open containers, innermost last */
+  size_t n_frames, cap_frames;
+  jframe inline_frames[JSON_INLINE_FRAMES];
+  cJSON *root; /* the first node, set when it is allocated */
+  attn_diag *d;
+} jparser;
+
+#if defined(__GNUC__)
+#define JSON_COLD __attribute__((cold, noinline))
+#else
+#define JSON_COLD
+#endif
+
+JSON_COLD static attn_status malformed(jparser *ps, const char *at) {
+  return attn_diag_set(ps->d, ATTN_EPARSE, "malformed JSON at byte %zu",
+                       (size_t)(at - ps->base));
+}
+
+JSON_COLD static attn_status out_of_memory(jparser *ps) {
+  return attn_diag_set(ps->d, ATTN_ENOMEM, "out of memory parsing JSON");
+}
+
+static inline const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  return p;
+}
+
+static inline bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+/* new_node's slow path: the node limit, or a new block.  Returns ATTN_OK
+ * when a node fits in the current block. */
+JSON_COLD static attn_status node_room(jparser *ps) {
+  if (ps->nodes >= ps->max_nodes)
+    return attn_diag_set(ps->d, ATTN_ETOOBIG,
+                         "JSON has more than %zu values; send large tensors "
+                         "with the binary extension",
+                         ps->max_nodes);
+  if ((size_t)(ps->a.hi - ps->a.lo) < sizeof(cJSON) && !arena_grow(&ps->a))
+    return out_of_memory(ps);
+  return ATTN_OK;
+}
+
+/* A zeroed node linked as the next value of the innermost container (or as
+ * the root), carrying key (NULL outside objects).  NULL with the error set
+ * in *s when the node limit is reached or memory runs out. */
+static inline cJSON *new_node(jparser *ps, const char *key, attn_status *s) {
+  jarena *a = &ps->a;
+  if ((ps->nodes >= ps->max_nodes || (size_t)(a->hi - a->lo) < sizeof(cJSON)) &&
+      (*s = node_room(ps)) != ATTN_OK)
+    return NULL;
+  cJSON *n = (cJSON *)(void *)a->lo;
+  a->lo += sizeof(cJSON);
+  ps->nodes++;
+  memset(n, 0, sizeof *n);
+  n->string = (char *)key;
+  if (ps->n_frames) {
+    jframe *f = &ps->frames[ps->n_frames - 1];
+    if (f->last) {
+      f->last->next = n;
+      n->prev = f->last;
+    } else {
+      f->node->child = n;
+    }
+    f->last = n;
+  } else {
+    ps->root = n;
+  }
+  return n;
+}
+
+/* Open container node at ps->p ('[' or '{').  Errors: ATTN_ETOOBIG (depth),
+ * ATTN_ENOMEM. */
+static attn_status push_frame(jparser *ps, cJSON *node) {
+  if (ps->n_frames >= ps->max_depth)
+    return attn_diag_set(ps->d, ATTN_ETOOBIG,
+                         "JSON nested deeper than %zu levels at byte %zu",
+                         ps->max_depth, (size_t)(ps->p - ps->base));
+  if (ps->n_frames == ps->cap_frames) {
+    size_t cap = ps->cap_frames * 2;
+    jframe *f = ps->frames == ps->inline_frames
+                    ? malloc(cap * sizeof *f)
+                    : realloc(ps->frames, cap * sizeof *f);
+    if (!f) return out_of_memory(ps);
+    if (ps->frames == ps->inline_frames)
+      memcpy(f, ps->inline_frames, sizeof ps->inline_frames);
+    ps->frames = f;
+    ps->cap_frames = cap;
+  }
+  ps->frames[ps->n_frames].node = node;
+  ps->frames[ps->n_frames].last = NULL;
+  ps->n_frames++;
+  return ATTN_OK;
+}
+
+/* Close the innermost container: the first child's prev points to the last
+ * child, as cJSON links them. */
+static void pop_frame(jparser *ps) {
+  jframe *f = &ps->frames[--ps->n_frames];
+  if (f->last) f->node->child->prev = f->last;
+}
+
+/* ---- numbers ------------------------------------------------------------ */
+
+/* 10^0 .. 10^22: every one is an exact double (5^22 < 2^53). */
+static const double pow10_exact[] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+#define TWO_POW_53_U ((uint64_t)1 << 53)
+
+/* The correctly rounded value of m * 10^e, or false when one IEEE operation
+ * cannot give it.  Needs double arithmetic without excess precision. */
+static inline bool fast_decimal(uint64_t m, int64_t e, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+  if (m > TWO_POW_53_U) return false;
+  if (e >= -22 && e <= 22) {
+    double x = (double)m; /* exact */
+    *out = e < 0 ? x / pow10_exact[-e] : x * pow10_exact[e];
+    return true;
+  }
+  if (e > 22 && e <= 22 + 15) {
+    uint64_t k = (uint64_t)pow10_exact[e - 22]; /* 10^(e-22), exact */
+    if (m > TWO_POW_53_U / k) return false;
+    /* m * 10^(e-22) is an integer <= 2^53, so exact: one rounding left */
+    *out = (double)(m * k) * 1e22;
+    return true;
+  }
+#else
+  (void)m, (void)e, (void)out;
+#endif
+  return false;
+}
+
+/* strtod on a NUL-terminated copy of the checked token [s, e). */
+static attn_status slow_decimal(jparser *ps, const char *s, const char *e,
+                                double *out) {
+  size_t n = (size_t)(e - s);
+  char small[128], *buf = small;
+  if (n >= sizeof small && !(buf = arena_bytes(&ps->a, n + 1)))
+    return out_of_memory(ps);
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  *out = strtod(buf, NULL);
+  return ATTN_OK;
+}
+
+/* Read digits at [p, end) into *m (at most `room` of them); returns the end
+ * of the digits taken.  Eight at a time where the bytes allow: with the
+ * bytes as one little-endian word x (first digit lowest), check all eight
+ * are '0'..'9', then merge neighbours into 2-, 4- and 8-digit values with
+ * one multiply each (no lane can carry into the next). */
+static inline const char *take_digits(const char *p, const char *end, int room,
+                                      uint64_t *m) {
+  uint64_t v = *m;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint64_t ones = 0x0101010101010101ull;
+  while (room >= 8 && end - p >= 8) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    if (((x & 0xF0 * ones) | ((x + 0x06 * ones) & 0xF0 * ones) >> 4) !=
+        0x33 * ones)
+      break;
+    x -= 0x30 * ones;
+    x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;     /* 2 digits */
+    x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;   /* 4 digits */
+    x = (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull; /* 8 digits */
+    v = v * 100000000 + x;
+    p += 8;
+    room -= 8;
+  }
+#endif
+  for (; room > 0 && p < end && is_digit(*p); room--) v = v * 10 + (*p++ - '0');
+  *m = v;
+  return p;
+}
+
+/* The number at ps->p (a '-' or digit); ps->p moves past it.  The byte after
+ * the token is left to the caller (so "01" fails at the '1').
+ * Errors: ATTN_EPARSE, ATTN_ENOMEM (very long tokens only). */
+static attn_status parse_number(jparser *ps, double *out) {
+  const char *s = ps->p, *p = s, *end = ps->end;
+  bool neg = false, exact = true;
+  uint64_t m = 0;
+  int64_t e10 = 0;
+  int nd = 0; /* significant digits in m */
+  if (*p == '-') {
+    neg = true;
+    p++;
+  }
+  if (p == end || !is_digit(*p)) return malformed(ps, p);
+  if (*p == '0') {
+    p++;
+  } else { /* the first 19 digits go to m, later ones only scale it */
+    const char *d0 = p;
+    p = take_digits(p, end, 19, &m);
+    nd = (int)(p - d0);
+    for (; p < end && is_digit(*p); p++) {
+      e10++;
+      exact &= *p == '0';
+    }
+  }
+  if (p < end && *p == '.') {
+    p++;
+    if (p == end || !is_digit(*p)) return malformed(ps, p);
+    if (m == 0) { /* leading zeros of 0.000x are not significant */
+      const char *z = p;
+      while (p < end && *p == '0') p++;
+      e10 -= p - z;
+    }
+    const char *d0 = p;
+    p = take_digits(p, end, 19 - nd, &m);
+    e10 -= p - d0;
+    nd += (int)(p - d0);
+    for (; p < end && is_digit(*p); p++) exact &= *p == '0';
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    bool eneg = false;
+    int64_t x = 0;
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) eneg = *p++ == '-';
+    if (p == end || !is_digit(*p)) return malformed(ps, p);
+    do { /* past 10^8 only under- or overflow is possible: stop counting */
+      if (x < 100000000) x = x * 10 + (*p - '0');
+      p++;
+    } while (p < end && is_digit(*p));
+    e10 += eneg ? -x : x;
+  }
+  ps->p = p;
+  double v;
+  if (m == 0) { /* all digits zero: a signed zero whatever the exponent */
+    *out = neg ? -0.0 : 0.0;
+    return ATTN_OK;
+  }
+  if (exact && fast_decimal(m, e10, &v)) {
+    *out = neg ? -v : v;
+    return ATTN_OK;
+  }
+  return slow_decimal(ps, s, p, out);
+}
+
+/* ---- strings ------------------------------------------------------------ */
+
+static int hex4(const char *p) {
+  int v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = p[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= c - '0';
+    else if (c >= 'a' && c <= 'f')
+      v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      v |= c - 'A' + 10;
+    else
+      return -1;
+  }
+  return v;
+}
+
+/* Length of the well-formed UTF-8 sequence at q (lead byte >= 0x80) ending
+ * before r, or 0 (Unicode 15, table 3-7: no overlongs, no surrogates,
+ * nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *q, const unsigned char *r) {
+  unsigned c = q[0], lo = 0x80, hi = 0xBF;
+  size_t need;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if ((size_t)(r - q) <= need || q[1] < lo || q[1] > hi) return 0;
+  for (size_t i = 2; i <= need; i++)
+    if ((q[i] & 0xC0) != 0x80) return 0;
+  return need + 1;
+}
+
+static char *put_utf8(char *o, unsigned cp) {
+  if (cp < 0x80) {
+    *o++ = (char)cp;
+  } else if (cp < 0x800) {
+    *o++ = (char)(0xC0 | cp >> 6);
+    *o++ = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *o++ = (char)(0xE0 | cp >> 12);
+    *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+    *o++ = (char)(0x80 | (cp & 0x3F));
+  } else {
+    *o++ = (char)(0xF0 | cp >> 18);
+    *o++ = (char)(0x80 | (cp >> 12 & 0x3F));
+    *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+    *o++ = (char)(0x80 | (cp & 0x3F));
+  }
+  return o;
+}
+
+/* Decode the string body [s, r) into o (room for r - s bytes: no escape
+ * grows).  Returns the end of the output, or NULL with *bad at the offending
+ * byte (an escape's backslash, a control byte, a bad UTF-8 lead byte). */
+static char *decode_string(const char *s, const char *r, char *o,
+                           const char **bad) {
+  const char *q = s;
+  while (q < r) {
+    unsigned char c = (unsigned char)*q;
+    if (c >= 0x20 && c < 0x80 && c != '\\') {
+      *o++ = (char)c;
+      q++;
+    } else if (c >= 0x80) {
+      size_t k = utf8_seq((const unsigned char *)q, (const unsigned char *)r);
+      if (!k) break;
+      memcpy(o, q, k);
+      o += k;
+      q += k;
+    } else if (c < 0x20) {
+      break;
+    } else if (r - q < 2) { /* a backslash ends an unterminated string */
+      *bad = r;
+      return NULL;
+    } else {
+      static const char esc_in[8] = "\"\\/bfnrt",
+                        esc_out[8] = "\"\\/\b\f\n\r\t";
+      const char *k = memchr(esc_in, q[1], sizeof esc_in);
+      if (k) {
+        *o++ = esc_out[k - esc_in];
+        q += 2;
+        continue;
+      }
+      if (q[1] != 'u') break;
+      int cp = r - q >= 6 ? hex4(q + 2) : -1;
+      if (cp <= 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) break; /* \u0000 too */
+      if (cp >= 0xD800 && cp <= 0xDBFF) { /* needs a low surrogate next */
+        int lo = r - q >= 12 && q[6] == '\\' && q[7] == 'u' ? hex4(q + 8) : -1;
+        if (lo < 0xDC00 || lo > 0xDFFF) break;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        q += 6;
+      }
+      o = put_utf8(o, (unsigned)cp);
+      q += 6;
+    }
+  }
+  if (q < r) {
+    *bad = q;
+    return NULL;
+  }
+  return o;
+}
+
+/* The string at ps->p (a '"'), as a new NUL-terminated arena string in *out;
+ * ps->p moves past the closing quote.  Errors: ATTN_EPARSE, ATTN_ENOMEM. */
+static attn_status parse_string(jparser *ps, char **out) {
+  const char *s = ps->p + 1, *q = s, *end = ps->end;
+  while (q < end) { /* plain ASCII runs need no decoding */
+    unsigned char c = (unsigned char)*q;
+    if (c == '"') {
+      size_t n = (size_t)(q - s);
+      char *o = arena_bytes(&ps->a, n + 1);
+      if (!o) return out_of_memory(ps);
+      memcpy(o, s, n);
+      o[n] = '\0';
+      *out = o;
+      ps->p = q + 1;
+      return ATTN_OK;
+    }
+    if (c == '\\' || c < 0x20 || c >= 0x80) break;
+    q++;
+  }
+  const char *r = q; /* find the closing quote, skipping escaped bytes */
+  while (r < end && *r != '"') {
+    if (*r == '\\' && ++r == end) break;
+    r++;
+  }
+  char *o = arena_bytes(&ps->a, (size_t)(r - s) + 1), *oe;
+  if (!o) return out_of_memory(ps);
+  const char *bad = NULL;
+  memcpy(o, s, (size_t)(q - s));
+  if (!(oe = decode_string(q, r, o + (q - s), &bad))) return malformed(ps, bad);
+  if (r == end) return malformed(ps, end); /* unterminated */
+  *oe = '\0';
+  *out = o;
+  ps->p = r + 1;
+  return ATTN_OK;
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+/* The literal word at ps->p; on mismatch the error names the first byte
+ * that differs (or the end of the body). */
+static attn_status parse_literal(jparser *ps, const char *word, size_t n) {
+  const char *p = ps->p;
+  for (size_t i = 0; i < n; i++)
+    if (p + i == ps->end || p[i] != word[i]) return malformed(ps, p + i);
+  ps->p = p + n;
+  return ATTN_OK;
+}
+
+/* After '{' or ',' in an object: the key string, ':', and whitespace up to
+ * the value.  Errors: ATTN_EPARSE, ATTN_ENOMEM. */
+static attn_status parse_key(jparser *ps, char **key) {
+  if (ps->p == ps->end || *ps->p != '"') return malformed(ps, ps->p);
+  attn_status s = parse_string(ps, key);
+  if (s != ATTN_OK) return s;
+  ps->p = skip_ws(ps->p, ps->end);
+  if (ps->p == ps->end || *ps->p != ':') return malformed(ps, ps->p);
+  ps->p = skip_ws(ps->p + 1, ps->end);
+  return ATTN_OK;
+}
+
+/* One value and everything nested in it, starting at ps->p (whitespace
+ * skipped); on success *root is its node and ps->p is just past it. */
+static attn_status parse_root(jparser *ps, cJSON **root) {
+  attn_status s = ATTN_OK;
+  char *key = NULL; /* key of the next value inside an object */
+  for (;;) {
+    /* a value starts at ps->p */
+    const char *p = ps->p;
+    cJSON *n;
+    if (p == ps->end) return malformed(ps, p);
+    char c = *p;
+    if (c == '[' || c == '{') {
+      if (!(n = new_node(ps, key, &s))) return s;
+      n->type = c == '[' ? cJSON_Array : cJSON_Object;
+      if ((s = push_frame(ps, n)) != ATTN_OK) return s;
+      ps->p = skip_ws(p + 1, ps->end);
+      if (ps->p < ps->end && *ps->p == (c == '[' ? ']' : '}')) {
+        ps->p++;
+        pop_frame(ps);
+      } else {
+        if (c == '{' && (s = parse_key(ps, &key)) != ATTN_OK) return s;
+        if (c == '[') key = NULL;
+        continue;
+      }
+    } else if (c == '"') {
+      if (!(n = new_node(ps, key, &s))) return s;
+      n->type = cJSON_String;
+      if ((s = parse_string(ps, &n->valuestring)) != ATTN_OK) return s;
+    } else if (c == '-' || is_digit(c)) {
+      if (!(n = new_node(ps, key, &s))) return s;
+      double v = 0;
+      if ((s = parse_number(ps, &v)) != ATTN_OK) return s;
+      n->type = cJSON_Number;
+      n->valuedouble = v;
+      n->valueint = v >= (double)INT_MAX   ? INT_MAX
+                    : v <= (double)INT_MIN ? INT_MIN
+                                           : (int)v;
+    } else if (c == 't' || c == 'f' || c == 'n') {
+      static const char *const words[] = {"true", "false", "null"};
+      int w = c == 't' ? 0 : c == 'f' ? 1 : 2;
+      if ((s = parse_literal(ps, words[w], strlen(words[w]))) != ATTN_OK)
+        return s;
+      if (!(n = new_node(ps, key, &s))) return s;
+      n->type = w == 0 ? cJSON_True : w == 1 ? cJSON_False : cJSON_NULL;
+      n->valueint = w == 0;
+    } else {
+      return malformed(ps, p);
+    }
+    /* after a value: ',' or the closing bracket of the open container */
+    for (;;) {
+      if (ps->n_frames == 0) {
+        *root = ps->root;
+        return ATTN_OK;
+      }
+      jframe *f = &ps->frames[ps->n_frames - 1];
+      bool obj = f->node->type == cJSON_Object;
+      p = ps->p = skip_ws(ps->p, ps->end);
+      if (p == ps->end) return malformed(ps, p);
+      if (*p == ',') {
+        ps->p = skip_ws(p + 1, ps->end);
+        if (!obj)
+          key = NULL;
+        else if ((s = parse_key(ps, &key)) != ATTN_OK)
+          return s;
+        break;
+      }
+      if (*p != (obj ? '}' : ']')) return malformed(ps, p);
+      ps->p = p + 1;
+      pop_frame(ps);
+    }
+  }
+}
+
+/* ---- entry points ------------------------------------------------------- */
+
+attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
+                                    size_t max_nodes, const char *trailing_hint,
+                                    cJSON **out, attn_diag *d) {
+  jparser ps;
+  cJSON *root = NULL;
+  attn_status s;
+  *out = NULL;
+  if (n == 0) return attn_diag_set(d, ATTN_EPARSE, "empty JSON body");
+  ps.base = p;
+  ps.end = p + n;
+  ps.p = n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0 ? p + 3 : p; /* BOM */
+  ps.p = skip_ws(ps.p, ps.end);
+  ps.nodes = 0;
+  ps.max_nodes = max_nodes;
+  ps.max_depth = max_depth;
+  ps.frames = ps.inline_frames;
+  ps.n_frames = 0;
+  ps.cap_frames = JSON_INLINE_FRAMES;
+  ps.d = d;
+  ps.root = NULL;
+  ps.a.first = NULL;
+  ps.a.next_size = JSON_BLOCK_FIRST;
+  if (!arena_grow(&ps.a)) return out_of_memory(&ps);
+  s = parse_root(&ps, &root);
+  if (ps.frames != ps.inline_frames) free(ps.frames);
+  if (s == ATTN_OK) {
+    assert(root == (cJSON *)(void *)(ps.a.first + 1));
+    const char *q = skip_ws(ps.p, ps.end);
+    if (q < ps.end)
+      s = attn_diag_set(d, ATTN_EPARSE,
+                        "unexpected bytes after the JSON value at byte %zu%s",
+                        (size_t)(q - p), trailing_hint ? trailing_hint : "");
+  }
+  if (s != ATTN_OK) {
+    arena_free_chain(ps.a.first);
+    return s;
+  }
+  *out = root;
+  return ATTN_OK;
+}
+
+attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
+                             const char *trailing_hint, cJSON **out,
+                             attn_diag *d) {
+  return attn__json_parse_capped(p, n, max_depth, ATTN_JSON_MAX_NODES,
+                                 trailing_hint, out, d);
+}
+
+void attn__json_free(cJSON *root) {
+  if (!root) return;
+  jblock *first = (jblock *)(void *)root - 1;
+  assert(first->magic == JSON_MAGIC && "not a tree from attn__json_parse");
+  arena_free_chain(first);
+}
