@@ -236,6 +236,11 @@ void attn__codec_limits_eff(const attn_codec_limits *in,
 /* Append v as a JSON number (shortest round-trip text) or null when not
  * finite. */
 attn_status attn__json_f32(attn_buf *b, float v);
+/* n floats v[0], v[stride], ... as comma-separated JSON numbers (preceded by
+ * a comma when lead_comma), reserving room per chunk rather than per number.
+ * On failure the buffer may hold a partial list: callers restore its length. */
+attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
+                                int64_t stride, bool lead_comma);
 
 /* Most values (nodes) one JSON body may hold.  A node is a 64-byte cJSON
  * struct, so 2^24 of them is ~1 GiB of memory for one request; tensors that

@@ -67,6 +67,32 @@ attn_status attn__json_f32(attn_buf *b, float v) {
   return ATTN_OK;
 }
 
+attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
+                                int64_t stride, bool lead_comma) {
+  /* Room for a chunk at a time: one reserve per 1024 numbers instead of one
+   * per number; the buffer still grows geometrically. */
+  enum { CHUNK = 1024 };
+  for (size_t i = 0; i < n;) {
+    size_t m = n - i < CHUNK ? n - i : CHUNK;
+    attn_status s = attn_buf_reserve(b, m * (ATTN_F32_MAX_CHARS + 1) + 1);
+    if (s != ATTN_OK) return s;
+    char *p = b->data + b->len;
+    for (size_t k = 0; k < m; k++, i++) {
+      float x = v[(int64_t)i * stride];
+      if (i || lead_comma) *p++ = ',';
+      if (isfinite(x)) {
+        p += attn_f32_shortest(x, p);
+      } else {
+        memcpy(p, "null", 4);
+        p += 4;
+      }
+    }
+    b->len = (size_t)(p - b->data);
+    b->data[b->len] = '\0'; /* buf.c keeps data NUL-terminated */
+  }
+  return ATTN_OK;
+}
+
 const char *attn__json_kind(const cJSON *item) {
   if (!item) return "nothing";
   if (cJSON_IsArray(item)) return "an array";

@@ -870,10 +870,7 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
       continue;
     }
     TRY(attn_buf_puts(out, ",\"data\":["));
-    for (size_t k = 0; k < numel; k++) {
-      if (k) TRY(attn_buf_append(out, ",", 1));
-      TRY(attn__json_f32(out, v[k]));
-    }
+    TRY(attn__json_f32_list(out, v, numel, 1, false));
     TRY(attn_buf_puts(out, "]}"));
   }
   TRY(attn_buf_puts(out, "]}"));

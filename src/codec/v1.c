@@ -658,16 +658,14 @@ static attn_status put_nested(attn_buf *b, const float *base,
                        inner, n_inner);
     }
   } else {
-    int64_t n1 = n_inner > 1 ? inner[1].n : 1,
-            s1 = n_inner > 1 ? inner[1].stride : 0;
-    bool first = true;
-    for (int64_t i = 0; s == ATTN_OK && i < inner[0].n; i++)
-      for (int64_t j = 0; s == ATTN_OK && j < n1; j++) {
-        if (!first) s = attn_buf_append(b, ",", 1);
-        first = false;
-        if (s == ATTN_OK)
-          s = attn__json_f32(b, base[i * inner[0].stride + j * s1]);
-      }
+    if (n_inner == 1) {
+      s = attn__json_f32_list(b, base, (size_t)inner[0].n, inner[0].stride,
+                              false);
+    } else {
+      for (int64_t i = 0; s == ATTN_OK && i < inner[0].n; i++)
+        s = attn__json_f32_list(b, base + i * inner[0].stride,
+                                (size_t)inner[1].n, inner[1].stride, i > 0);
+    }
   }
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
 }
