@@ -134,7 +134,7 @@ START_TEST(test_defaults) {
   ck_assert_str_eq(c.host, "0.0.0.0");
   ck_assert_int_eq(c.port, 8080);
   ck_assert_int_eq(c.workers, 2);
-  ck_assert_int_eq(c.blas_threads_per_worker, 1);
+  ck_assert_int_eq(c.blas_threads_per_worker, 0);
   ck_assert_int_eq(c.queue_capacity, 64);
   ck_assert_int_eq(c.queue_timeout_ms, 10000);
   ck_assert_int_eq(c.drain_timeout_ms, 30000);
@@ -258,7 +258,7 @@ START_TEST(test_set_out_of_range) {
       {"port", "-1", "0..65535"},
       {"workers", "0", "1..256"},
       {"workers", "257", "1..256"},
-      {"blas_threads_per_worker", "65", "1..64"},
+      {"blas_threads_per_worker", "65", "0..64"},
       {"queue_capacity", "1000001", "1..1000000"},
       {"queue_timeout_ms", "3600001", "0..3600000"},
       {"drain_timeout_ms", "-5", "0..3600000"},

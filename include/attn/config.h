@@ -44,7 +44,7 @@ typedef struct attn_config {
   char host[ATTN_MAX_HOST_LEN + 1]; /* listen address; "0.0.0.0" = all IPv4 */
   int port;                         /* 0 = ephemeral (kernel picks) */
   int workers;                      /* worker threads running requests */
-  int blas_threads_per_worker;      /* threads one request may use */
+  int blas_threads_per_worker;      /* threads one request may use; 0 auto */
   int http_threads;                 /* libmicrohttpd I/O threads */
   int queue_capacity;               /* queued requests beyond which: 503 */
   int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */

@@ -101,9 +101,10 @@ static const cfg_key keys[] = {
           "TCP port to listen on; 0 = ephemeral (the kernel picks)"),
     K_INT(workers, "ATTND_WORKERS", 2, 1, ATTN_MAX_WORKERS, "threads",
           "worker threads running requests"),
-    K_INT(blas_threads_per_worker, "ATTND_BLAS_THREADS_PER_WORKER", 1, 1,
+    K_INT(blas_threads_per_worker, "ATTND_BLAS_THREADS_PER_WORKER", 0, 0,
           ATTN_MAX_BLAS_THREADS, "threads",
-          "threads one request may use inside the engine"),
+          "threads one request may use inside the engine; 0 = auto (the "
+          "cores other workers are not using)"),
     K_INT(http_threads, "ATTND_HTTP_THREADS", 2, 1, ATTN_MAX_HTTP_THREADS,
           "threads", "libmicrohttpd I/O threads (parse, route, send)"),
     K_INT(queue_capacity, "ATTND_QUEUE_CAPACITY", 64, 1,

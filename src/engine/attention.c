@@ -48,6 +48,7 @@
 #define TILE_K_DEFAULT 512 /* keys per streaming tile */
 #define PROJ_ROWS 512      /* rows per projection sgemm chunk */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
+#define SMALL_CALL_WORK 2e6 /* B*H*Lq*Lk*Dv below which one thread runs */
 
 /* ---- parallel_for ------------------------------------------------------ */
 
@@ -468,6 +469,11 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
   int mean = !pl->streaming && o->weights == ATTN_WEIGHTS_MEAN;
   pl->units = B * (mean ? 1 : H) * pl->nqb;
   pl->threads = clamp_threads(x->threads, pl->units);
+  /* Starting a thread costs tens of microseconds: small calls run on the
+   * caller's thread alone. */
+  if ((double)B * (double)H * (double)Lq * (double)Lk * (double)Dv <
+      SMALL_CALL_WORK)
+    pl->threads = 1;
   size_t f;
   if (pl->streaming) {
     /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq] */
@@ -755,11 +761,13 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
 }
 
 static void run_proj(proj_ctx *c, int threads) {
-  int64_t total = 0;
+  int64_t total = 0, work = 0;
   for (int j = 0; j < c->njobs; j++) {
     c->chunks[j] = (c->job[j].rows + PROJ_ROWS - 1) / PROJ_ROWS;
     total += c->chunks[j];
+    work += c->job[j].rows * c->job[j].in * c->job[j].out;
   }
+  if ((double)work < SMALL_CALL_WORK) threads = 1;
   attn__parallel_for(threads, total, proj_unit, c);
 }
 

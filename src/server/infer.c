@@ -55,6 +55,20 @@ static void error_from(attn_http_resp *resp, attn_status s,
                    d->msg[0] ? d->msg : attn_strerror(s));
 }
 
+/* Threads this request may use in the engine.  A fixed
+ * blas_threads_per_worker pins it; 0 (auto) gives it the cores that the
+ * other workers are not busy with right now, so a lone large request gets
+ * the machine and concurrent ones a core each.  (The engine itself keeps
+ * small calls on one thread.) */
+static int request_threads(const attn_srv_ctx *s) {
+  if (s->cfg->blas_threads_per_worker > 0)
+    return s->cfg->blas_threads_per_worker;
+  long others = s->pool ? (long)attn_pool_busy(s->pool) - 1 : 0;
+  long t = (s->ncpu > 0 ? s->ncpu : 1) - (others > 0 ? others : 0);
+  if (t > ATTN_MAX_BLAS_THREADS) t = ATTN_MAX_BLAS_THREADS;
+  return t < 1 ? 1 : (int)t;
+}
+
 static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_infer_job *job = (attn_infer_job *)j;
   attn_srv_ctx *s = job->srv;
@@ -130,7 +144,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
       .max_seq_len = cfg->max_seq_len,
       .max_tensor_elements = (size_t)cfg->max_tensor_elements,
       .max_weights_elements = (size_t)cfg->max_weights_elements};
-  attn_exec x = {.threads = cfg->blas_threads_per_worker};
+  attn_exec x = {.threads = request_threads(s)};
   uint64_t c0 = attn_now_ns();
   st = attn_model_infer(m, &req, &ml, &x, &out, &d);
   resp.compute_ms = ms_since(c0);
