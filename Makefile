@@ -38,7 +38,7 @@ bench: all
 # (any report is fatal; leaks fail the run at exit).
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 asan: test-deps
-	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
+	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dwerror=true
 	ninja -C build-asan
 	$(ASAN_ENV) python3 tests/integration/run.py --attnd build-asan/src/attnd --source-dir .
 	$(ASAN_ENV) CK_FORK=no build-asan/tests/unit
