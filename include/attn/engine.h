@@ -187,8 +187,8 @@ double attn_sdpa_flops(const attn_sdpa_problem *p);
 void attn_engine_set_blas_threads(int n);
 int attn_engine_blas_threads(void);
 
-/* Name of the exp/softmax kernel chosen at run time ("avx512f", "avx2",
- * "scalar"). */
+/* Name of the row max / exp kernels chosen at start-up from the CPU:
+ * "avx512", "avx2" or "scalar". */
 const char *attn_engine_kernel_name(void);
 
 /* ---- Reference kernels (src/engine/ref.c) --------------------------------

@@ -46,7 +46,7 @@
 
 #define TILE_Q_DEFAULT 128 /* query rows per unit */
 #define TILE_K_DEFAULT 512 /* keys per streaming tile */
-#define PROJ_ROWS 512      /* rows per projection sgemm chunk */
+#define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
 #define SMALL_CALL_WORK 2e6 /* B*H*Lq*Lk*Dv below which one thread runs */
 
