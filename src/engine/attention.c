@@ -44,7 +44,12 @@
 #include "attn/tensor.h"
 #include "internal.h"
 
-#define TILE_Q_DEFAULT 128 /* query rows per unit */
+/* Query rows per unit: the streaming path gains from taller blocks (each
+ * key/value tile is packed once per block); the materialised one keeps its
+ * [tile_q, Lk] scores block near L2.  Measured at n=2048, d=512, h=8, 1 thread:
+ * streaming 256 rows 2-4% faster than 128, materialised 128 faster than 64. */
+#define TILE_Q_STREAMING 256
+#define TILE_Q_MATERIALISED 128
 #define TILE_K_DEFAULT 512 /* keys per streaming tile */
 #define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
@@ -461,7 +466,9 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
     return attn_diag_set(d, ATTN_EINVAL, "unknown path %d", (int)x->path);
   pl->streaming = x->path == ATTN_PATH_STREAMING ||
                   (x->path == ATTN_PATH_AUTO && o->weights == ATTN_WEIGHTS_NONE);
-  pl->tq = x->tile_q > 0 ? x->tile_q : TILE_Q_DEFAULT;
+  pl->tq = x->tile_q > 0 ? x->tile_q
+                         : pl->streaming ? TILE_Q_STREAMING
+                                         : TILE_Q_MATERIALISED;
   pl->tk = x->tile_k > 0 ? x->tile_k : TILE_K_DEFAULT;
   if (pl->tq > Lq) pl->tq = Lq;
   if (pl->tk > Lk) pl->tk = Lk;
