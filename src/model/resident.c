@@ -21,12 +21,10 @@
  * read-only afterwards.
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "attn/model.h"
 #include "attn/safetensors.h"
@@ -59,41 +57,6 @@ static bool good_name(const char *s) {
       return false;
   }
   return true;
-}
-
-static attn_status read_text(const char *path, char **text, size_t *len,
-                             attn_diag *d) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
-                         strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_EIO, "%s: not a regular file", path);
-  }
-  if (sb.st_size < 0 || (uint64_t)sb.st_size > ATTN_MODEL_MAX_JSON_BYTES) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ETOOBIG, "%s: %lld bytes, limit %zu", path,
-                         (long long)sb.st_size, ATTN_MODEL_MAX_JSON_BYTES);
-  }
-  size_t n = (size_t)sb.st_size;
-  char *buf = malloc(n + 1);
-  if (!buf) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
-  }
-  size_t got = fread(buf, 1, n, f);
-  int err = ferror(f);
-  fclose(f);
-  if (got != n || err) {
-    free(buf);
-    return attn_diag_set(d, ATTN_EIO, "%s: short read", path);
-  }
-  buf[n] = '\0';
-  *text = buf;
-  *len = n;
-  return ATTN_OK;
 }
 
 /* The keys a description may hold. */
@@ -453,7 +416,7 @@ attn_status attn__resident_load(const char *json_path, attn__resident *out,
   char *text = NULL;
   size_t len = 0;
   memset(out, 0, sizeof *out);
-  attn_status s = read_text(json_path, &text, &len, d);
+  attn_status s = attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
   if (s) return s;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);

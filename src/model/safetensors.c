@@ -430,9 +430,9 @@ done:
   return ATTN_OK;
 }
 
-attn_status attn_safetensors_load(const char *path, size_t max_elements,
-                                  attn_safetensors **out, attn_diag *d) {
-  *out = NULL;
+attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
+                            size_t *len, attn_diag *d) {
+  *buf = NULL;
   FILE *f = fopen(path, "rb");
   if (!f)
     return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
@@ -442,6 +442,36 @@ attn_status attn_safetensors_load(const char *path, size_t max_elements,
     fclose(f);
     return attn_diag_set(d, ATTN_EIO, "%s: not a regular file", path);
   }
+  if (sb.st_size < 0 || (uint64_t)sb.st_size > max_bytes ||
+      (uint64_t)sb.st_size >= SIZE_MAX / 2) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s: %lld bytes, limit %zu", path,
+                         (long long)sb.st_size, max_bytes);
+  }
+  size_t n = (size_t)sb.st_size;
+  char *b = malloc(n + 1);
+  if (!b) {
+    fclose(f);
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory (%zu bytes)", path,
+                         n);
+  }
+  size_t got = fread(b, 1, n, f);
+  int err = ferror(f);
+  fclose(f);
+  if (got != n || err) {
+    free(b);
+    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)",
+                         path, got, n);
+  }
+  b[n] = '\0';
+  *buf = b;
+  *len = n;
+  return ATTN_OK;
+}
+
+attn_status attn_safetensors_load(const char *path, size_t max_elements,
+                                  attn_safetensors **out, attn_diag *d) {
+  *out = NULL;
   /* Refuse before reading: header bound + 8 bytes (F64) per element. */
   size_t cap = SIZE_MAX;
   if (max_elements) {
@@ -450,29 +480,14 @@ attn_status attn_safetensors_load(const char *path, size_t max_elements,
         !attn_size_add(data, ATTN_SAFETENSORS_MAX_HEADER + 8, &cap))
       cap = SIZE_MAX;
   }
-  if (sb.st_size < 0 || (uint64_t)sb.st_size > cap ||
-      (uint64_t)sb.st_size > SIZE_MAX / 2) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ETOOBIG,
-                         "%s: %lld bytes is more than %zu elements can need",
-                         path, (long long)sb.st_size, max_elements);
-  }
-  size_t len = (size_t)sb.st_size;
-  unsigned char *buf = malloc(len ? len : 1);
-  if (!buf) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory (%zu bytes)", path,
-                         len);
-  }
-  size_t got = fread(buf, 1, len, f);
-  int err = ferror(f);
-  fclose(f);
-  if (got != len || err) {
-    free(buf);
-    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)",
-                         path, got, len);
-  }
-  attn_status s = attn_safetensors_parse(buf, len, path, max_elements, out, d);
+  char *buf;
+  size_t len;
+  attn_status s = attn__read_file(path, cap, &buf, &len, d);
+  if (s == ATTN_ETOOBIG)
+    return attn_diag_set(d, s, "%s: larger than %zu elements can need", path,
+                         max_elements);
+  if (s) return s;
+  s = attn_safetensors_parse(buf, len, path, max_elements, out, d);
   free(buf);
   return s;
 }
