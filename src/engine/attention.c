@@ -629,8 +629,7 @@ double attn_sdpa_flops(const attn_sdpa_problem *p) {
 
 /* ---- mha ---------------------------------------------------------------- */
 
-/* Resolve self-attention defaults into a private copy. */
-static void mha_normalise(const attn_mha_problem *in, attn_mha_problem *p) {
+void attn__mha_normalise(const attn_mha_problem *in, attn_mha_problem *p) {
   *p = *in;
   if (!p->xk) {
     p->xk = p->xv = p->xq;
@@ -657,7 +656,7 @@ static attn_status check_weight(const char *name, const attn_weight *w,
   return ATTN_OK;
 }
 
-static int64_t weight_ld(const attn_weight *w, int64_t in, int64_t out) {
+int64_t attn__weight_ld(const attn_weight *w, int64_t in, int64_t out) {
   return w->ld ? w->ld : (w->layout == ATTN_W_IN_OUT ? out : in);
 }
 
@@ -690,7 +689,7 @@ static attn_status mha_check_norm(const attn_mha_problem *p, attn_diag *d) {
 attn_status attn_mha_check(const attn_mha_problem *in, attn_diag *d) {
   attn_mha_problem p;
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
-  mha_normalise(in, &p);
+  attn__mha_normalise(in, &p);
   return mha_check_norm(&p, d);
 }
 
@@ -717,7 +716,7 @@ attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
   size_t f, n;
   attn_status s;
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
-  mha_normalise(in, &p);
+  attn__mha_normalise(in, &p);
   if ((s = mha_check_norm(&p, d))) return s;
   if ((s = plan_core(p.B, p.H, p.Lq, p.Lk, p.E / p.H, &p.o, x, &pl, d)))
     return s;
@@ -760,7 +759,8 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   int64_t ldx = p->ldx ? p->ldx : p->in, ldy = p->ldy ? p->ldy : p->out;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans,
               (int)(r1 - r0), (int)p->out, (int)p->in, 1.0f, p->x + r0 * ldx,
-              (int)ldx, p->w->data, (int)weight_ld(p->w, p->in, p->out), 0.0f,
+              (int)ldx, p->w->data,
+              (int)attn__weight_ld(p->w, p->in, p->out), 0.0f,
               p->y + r0 * ldy, (int)ldy);
   if (p->bias)
     for (int64_t r = r0; r < r1; r++)
@@ -783,7 +783,7 @@ static attn_status check_weight_values(const char *name, const attn_weight *w,
   int64_t rows = w->layout == ATTN_W_IN_OUT ? in : out;
   int64_t cols = w->layout == ATTN_W_IN_OUT ? out : in;
   int64_t at = view_nonfinite(w->data, 1, 0, 1, 0, rows,
-                              weight_ld(w, in, out), cols);
+                              attn__weight_ld(w, in, out), cols);
   if (at >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "%s contains NaN or Inf (row %lld)", name,
@@ -844,8 +844,9 @@ static int qkv_fusable(const attn_mha_problem *p, attn_weight *w3,
   attn_wlayout lay = p->wq.layout;
   if (p->xk != p->xq || p->xv != p->xq || p->Hkv != p->H) return 0;
   if (p->wk.layout != lay || p->wv.layout != lay) return 0;
-  int64_t ld = weight_ld(&p->wq, E, E);
-  if (weight_ld(&p->wk, E, E) != ld || weight_ld(&p->wv, E, E) != ld)
+  int64_t ld = attn__weight_ld(&p->wq, E, E);
+  if (attn__weight_ld(&p->wk, E, E) != ld ||
+      attn__weight_ld(&p->wv, E, E) != ld)
     return 0;
   if (lay == ATTN_W_IN_OUT && ld < 3 * E) return 0;
   int64_t step = lay == ATTN_W_OUT_IN ? E * ld : E;
@@ -874,7 +875,7 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   attn_exec dflt = {0};
   if (!x) x = &dflt;
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
-  mha_normalise(in, p);
+  attn__mha_normalise(in, p);
   if ((s = mha_check_norm(p, d))) return s;
   if (!out) return attn_diag_set(d, ATTN_EINVAL, "output buffer is NULL");
   if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
@@ -949,7 +950,7 @@ done:
 
 double attn_mha_flops(const attn_mha_problem *in) {
   attn_mha_problem p;
-  mha_normalise(in, &p);
+  attn__mha_normalise(in, &p);
   double Dh = (double)(p.E / (p.H ? p.H : 1)), kw = (double)p.Hkv * Dh;
   double B = (double)p.B, Lq = (double)p.Lq, Lk = (double)p.Lk;
   double E = (double)p.E;

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/engine.h"
+
 /* ---- softmax.c: row primitives, vectorised by the compiler, one clone per
  * instruction set chosen at run time.  All take n >= 0. ------------------ */
 
@@ -36,6 +38,16 @@ const char *attn__kernel_name(void);
  * unknown or the CPU lacks it.  For tests and benchmarks: call it before
  * engine calls, never during one. */
 int attn__set_kernel(const char *name);
+
+/* ---- shared by attention.c and ref.c ----------------------------------- */
+
+/* Copy *in to *p with the self-attention defaults resolved: xk == NULL means
+ * xk = xv = xq, Lk = Lq, kdim = vdim = E; xv == NULL means xv = xk and
+ * vdim = kdim. */
+void attn__mha_normalise(const attn_mha_problem *in, attn_mha_problem *p);
+
+/* Stored row stride of a projection weight with in -> out features. */
+int64_t attn__weight_ld(const attn_weight *w, int64_t in, int64_t out);
 
 /* ---- parallel.c-like helper in attention.c --------------------------- */
 typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn/engine.h"
+#include "internal.h"
 
 /* Dense double tensors of one problem. */
 typedef struct ref_in {
@@ -124,7 +125,7 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
 /* y[rows, out] = x[rows, in] * W + bias, W as stored by attn_weight. */
 static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
                         const attn_weight *w, const float *bias, double *y) {
-  int64_t ld = w->ld ? w->ld : (w->layout == ATTN_W_IN_OUT ? outc : in);
+  int64_t ld = attn__weight_ld(w, in, outc);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t o = 0; o < outc; o++) {
       double acc = bias ? bias[o] : 0.0;
@@ -155,15 +156,8 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
                          double *weights, attn_diag *d) {
   attn_status s = attn_mha_check(in, d);
   if (s) return s;
-  attn_mha_problem p = *in;
-  if (!p.xk) {
-    p.xk = p.xv = p.xq;
-    p.Lk = p.Lq;
-    p.kdim = p.vdim = p.E;
-  } else if (!p.xv) {
-    p.xv = p.xk;
-    p.vdim = p.kdim;
-  }
+  attn_mha_problem p;
+  attn__mha_normalise(in, &p);
   int64_t Dh = p.E / p.H, kw = p.Hkv * Dh;
   double *Q = malloc((size_t)(p.B * p.Lq * p.E) * sizeof *Q);
   double *K = malloc((size_t)(p.B * p.Lk * kw) * sizeof *K);
@@ -189,7 +183,7 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
           Q[(b * p.Lq + i) * p.E + h * Dh + t] =
               o4[((b * p.H + h) * p.Lq + i) * Dh + t];
   {
-    int64_t ld = p.wo.ld ? p.wo.ld : p.E;
+    int64_t ld = attn__weight_ld(&p.wo, p.E, p.E);
     for (int64_t r0 = 0; r0 < p.B * p.Lq; r0++)
       for (int64_t o = 0; o < p.E; o++) {
         double acc = p.bo ? p.bo[o] : 0.0;

@@ -81,7 +81,6 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_buf b;
   attn_status st;
   const attn_model *m;
-  uint64_t t0 = attn_now_ns();
   (void)worker;
 
   attn_buf_init(&b, 0);
@@ -175,7 +174,6 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
     attn__resp_json(&resp, 200, &b);
   }
 done:
-  (void)t0;
   attn_buf_free(&b);
   attn_infer_request_free(&req);
   attn_infer_response_free(&out);
