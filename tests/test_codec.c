@@ -1765,6 +1765,9 @@ static const char *const tricky_numbers[] = {
 
 /* >= 1 million numbers in arrays of 1000: every valuedouble must equal
  * strtod's result bit for bit, and each array must match cJSON's tree. */
+static void check_packed_like_plain(const char *doc, size_t n, size_t nodes,
+                                    const char *ctx);
+
 START_TEST(json_numbers_match_strtod) {
   enum { PER_DOC = 1000, DOCS = 1050 };
   char *doc = malloc(PER_DOC * 88 + 8);
@@ -1804,7 +1807,17 @@ START_TEST(json_numbers_match_strtod) {
     }
     ck_assert_int_eq(i, PER_DOC);
     attn__json_free(t);
-    if (di % 8 == 0) check_like_cjson(doc, k, "random numbers");
+    if (di % 8 == 0) {
+      check_like_cjson(doc, k, "random numbers");
+      /* the same numbers packed: {"k":[...]} */
+      char *w = malloc(k + 8);
+      ck_assert_ptr_nonnull(w);
+      memcpy(w, "{\"k\":", 5);
+      memcpy(w + 5, doc, k);
+      w[k + 5] = '}';
+      check_packed_like_plain(w, k + 6, ATTN_JSON_MAX_NODES, "random packed");
+      free(w);
+    }
   }
   ck_assert_uint_ge(checked, 1000000);
   free(off);
@@ -1850,6 +1863,127 @@ START_TEST(json_same_as_cjson) {
 }
 END_TEST
 
+/* ---- packed arrays (attn__json_parse_ex with pack_keys) ---------------- */
+
+static const char *const pack_k[] = {"k", "k2", NULL};
+
+static bool pack_key_listed(const char *key) {
+  for (const char *const *k = pack_k; *k; k++)
+    if (strcmp(*k, key) == 0) return true;
+  return false;
+}
+
+/* a (parsed with pack_k) holds the same values as b (parsed plainly); an
+ * array is packed exactly when it may be (allowed: listed key, or inside an
+ * allowed array) and holds only numbers. */
+static void check_packed_tree(const cJSON *a, const cJSON *b, bool allowed,
+                              const char *ctx) {
+  size_t n;
+  const double *v = attn__json_packed(a, &n);
+  bool all_num = cJSON_IsArray(b) && b->child;
+  for (const cJSON *y = b->child; all_num && y; y = y->next)
+    all_num = cJSON_IsNumber(y);
+  ck_assert_msg(!!v == (allowed && all_num), "%s: packed %d, expected %d", ctx,
+                !!v, allowed && all_num);
+  ck_assert_msg(!a->string == !b->string &&
+                    (!a->string || strcmp(a->string, b->string) == 0),
+                "%s: key differs", ctx);
+  if (v) {
+    ck_assert(cJSON_IsArray(a) && !a->child);
+    ck_assert_uint_eq(n, (size_t)cJSON_GetArraySize(b));
+    ck_assert_uint_eq(attn__json_len(a), n);
+    size_t i = 0;
+    for (const cJSON *y = b->child; y; y = y->next, i++)
+      ck_assert_msg(memcmp(&v[i], &y->valuedouble, sizeof *v) == 0,
+                    "%s: element %zu is %a, expected %a", ctx, i, v[i],
+                    y->valuedouble);
+    return;
+  }
+  ck_assert_msg(a->type == b->type, "%s: type %d != %d", ctx, a->type, b->type);
+  ck_assert(memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) == 0);
+  ck_assert_int_eq(a->valueint, b->valueint);
+  ck_assert_uint_eq(attn__json_len(a), (size_t)cJSON_GetArraySize(b));
+  const cJSON *x = a->child, *y = b->child;
+  for (; x && y; x = x->next, y = y->next) {
+    bool child_allowed = cJSON_IsObject(b) ? pack_key_listed(y->string)
+                                           : allowed && cJSON_IsArray(b);
+    check_packed_tree(x, y, child_allowed, ctx);
+  }
+  ck_assert_msg(!x && !y, "%s: child counts differ", ctx);
+}
+
+/* Parse doc with and without packing: same status and message, and on
+ * success the same values. */
+static void check_packed_like_plain(const char *doc, size_t n, size_t nodes,
+                                    const char *ctx) {
+  cJSON *a = NULL, *b = NULL;
+  attn_diag da = {{0}}, db = {{0}};
+  attn_status sa = attn__json_parse_ex(doc, n, 8, nodes, pack_k, "", &a, &da);
+  attn_status sb = attn__json_parse_capped(doc, n, 8, nodes, "", &b, &db);
+  ck_assert_msg(sa == sb, "%s: status %s, plain %s", ctx, attn_status_name(sa),
+                attn_status_name(sb));
+  if (sa != ATTN_OK) {
+    ck_assert_ptr_null(a);
+    ck_assert_msg(strcmp(da.msg, db.msg) == 0, "%s: '%s', plain '%s'", ctx,
+                  da.msg, db.msg);
+    return;
+  }
+  check_packed_tree(a, b, false, ctx);
+  attn__json_free(a);
+  attn__json_free(b);
+}
+
+static const char *const packed_docs[] = {
+    "{'k':[1,2.5,-3e-7]}",
+    "{'k': [ 1 , 2 ] , 'j':[1,2]}",
+    "{'k':[1,2,true]}",
+    "{'k':[1,[2,3]]}",
+    "{'k':[[1,2],[3,'x'],[4]],'k2':[[[5]]]}",
+    "{'k':[{'j':[1]},{'k':[2,3]},[]]}",
+    "{'j':{'k':[7,8]},'k2':{'k':[9]}}",
+    "[1,2]",
+    "{'k':[]}",
+    "{'k':[1,2,]}",
+    "{'k':[1 2]}",
+    "{'k':[1,-]}",
+    "{'k':[-]}",
+    "{'k':[01]}",
+    "{'k':[1,2",
+    "{'k':[1,2,",
+    "{'k':[1,2]",
+    "{'k':[1e999,-1e-999,123456789012345678901234567890,0.000001]}",
+};
+
+START_TEST(json_packed_like_plain) {
+  char ctx[64];
+  for (size_t i = 0; i < sizeof packed_docs / sizeof *packed_docs; i++) {
+    char *j = unquote(packed_docs[i]);
+    snprintf(ctx, sizeof ctx, "packed doc %zu", i);
+    check_packed_like_plain(j, strlen(j), ATTN_JSON_MAX_NODES, ctx);
+    for (size_t cap = 1; cap < 12; cap++) /* the node limit, everywhere */
+      check_packed_like_plain(j, strlen(j), cap, ctx);
+    free(j);
+  }
+  /* every syntax case, as a packed member and inside a packed array */
+  for (size_t i = 0; i < sizeof json_cases / sizeof *json_cases; i++) {
+    const json_case *c = &json_cases[i];
+    size_t n = c->len ? c->len : strlen(c->in);
+    char *doc = malloc(2 * n + 32);
+    ck_assert_ptr_nonnull(doc);
+    size_t k = (size_t)sprintf(doc, "{\"k\":[");
+    for (int rep = 0; rep < 2; rep++) {
+      if (rep) doc[k++] = ',';
+      for (size_t b = 0; b < n; b++)
+        doc[k++] = c->in[b] == '\'' ? '"' : c->in[b];
+    }
+    k += (size_t)sprintf(doc + k, "]}");
+    snprintf(ctx, sizeof ctx, "json case %zu wrapped", i);
+    check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+    free(doc);
+  }
+}
+END_TEST
+
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 Suite *codec_suite(void) {
@@ -1887,6 +2021,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_large_values);
   tcase_add_test(tc, json_numbers_match_strtod);
   tcase_add_test(tc, json_same_as_cjson);
+  tcase_add_test(tc, json_packed_like_plain);
   suite_add_tcase(s, tc);
   return s;
 }

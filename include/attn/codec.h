@@ -269,6 +269,30 @@ attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
                                     size_t max_nodes, const char *trailing_hint,
                                     struct cJSON **out, attn_diag *d);
 
+/* Packed arrays.  attn__json_parse_ex with pack_keys (a NULL-terminated
+ * list of member names) stores an array of numbers found under one of those
+ * keys, or nested (through arrays only) inside such a member's array, as one
+ * node instead of one node per number: cJSON_IsArray is true, child is NULL,
+ * type has ATTN_JSON_PACKED set, and the values (as doubles, exactly what a
+ * number node would hold) are read with attn__json_packed.  cJSON's own
+ * readers see such an array as empty, so only code that reads those keys
+ * with attn__json_len / attn__json_packed may ask for packing.  An array
+ * that mixes numbers with other values is never packed.  Everything else
+ * (grammar, errors, limits: each number counts as a node) is as for
+ * attn__json_parse_capped, which is this with pack_keys NULL. */
+#define ATTN_JSON_PACKED (1 << 12)
+attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
+                                size_t max_nodes,
+                                const char *const *pack_keys,
+                                const char *trailing_hint, struct cJSON **out,
+                                attn_diag *d);
+
+/* Elements of an array, packed or not (0 for NULL). */
+size_t attn__json_len(const struct cJSON *a);
+
+/* The values of a packed array (count in *n), or NULL when a is not one. */
+const double *attn__json_packed(const struct cJSON *a, size_t *n);
+
 /* Free a tree from attn__json_parse: root must be the *out it returned (not
  * a subtree).  NULL is allowed. */
 void attn__json_free(struct cJSON *root);

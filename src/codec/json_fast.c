@@ -35,15 +35,25 @@
  *    finds the header just in front of the root and frees the chain hanging
  *    off it (newer blocks are linked in right after block 1).
  *  - Numbers: the grammar is checked by hand while up to 19 significant
- *    digits collect in a uint64 mantissa m (eight digits per step where eight
- *    follow: take_digits) with a decimal exponent e.  When
- *    m <= 2^53 and |e| <= 22, m and 10^|e| are exact doubles and one IEEE
- *    multiply or divide gives the correctly rounded result (Clinger's fast
- *    path; 10^23.. via m*10^(e-22) when that product is still exact).  Other
- *    numbers go to strtod on a NUL-terminated copy of the token, so every
- *    result is bit-identical to strtod's (the process stays in the "C"
- *    locale).  Digits dropped past the 19th keep the fast path only if they
- *    are zeros.
+ *    digits collect in a uint64 mantissa m (up to eight digits per step,
+ *    without a branch on their count: take_digits) with a decimal exponent
+ *    e.  When m <= 2^53 and |e| <= 22, m and 10^|e| are exact doubles and
+ *    one IEEE multiply or divide gives the correctly rounded result
+ *    (Clinger's fast path; 10^23.. via m*10^(e-22) when that product is
+ *    still exact).  Other numbers go to strtod on a NUL-terminated copy of
+ *    the token, so every result is bit-identical to strtod's (the process
+ *    stays in the "C" locale).  Digits dropped past the 19th keep the fast
+ *    path only if they are zeros.
+ *  - Packed arrays (attn__json_parse_ex with pack_keys): the codecs read
+ *    tensors, i.e. arrays of numbers under a few known member names, and a
+ *    64-byte node per number costs more than parsing the number.  An array
+ *    opened under a listed key, or inside such an array (through arrays
+ *    only), that starts with a number is read by pack_run into a reusable
+ *    run of doubles; at its ']' the run is copied into the arena and the
+ *    array node points at it (ATTN_JSON_PACKED, count in valuedouble).
+ *    If a value other than a number turns up, the run becomes ordinary
+ *    nodes and the generic loop carries on, so packing changes the shape of
+ *    the tree, never the values, the errors or the byte they name.
  *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
  *    checked before each node is allocated; string bytes are bounded by the
  *    body size.  Whatever fails, everything allocated so far is freed.
@@ -135,12 +145,30 @@ static char *arena_bytes(jarena *a, size_t n) {
   return a->hi;
 }
 
+/* n bytes (a multiple of 8) from the node end of the arena, so 8-byte
+ * aligned like the nodes.  NULL when out of memory. */
+static void *arena_words(jarena *a, size_t n) {
+  void *r;
+  if ((size_t)(a->hi - a->lo) < n) {
+    if (n > a->next_size / 2) { /* a block of its own */
+      if (n > SIZE_MAX - sizeof(jblock)) return NULL;
+      jblock *b = arena_block(a, sizeof(jblock) + n);
+      return b ? (void *)(b + 1) : NULL;
+    }
+    if (!arena_grow(a)) return NULL;
+  }
+  r = a->lo;
+  a->lo += n;
+  return r;
+}
+
 /* ---- parser state ------------------------------------------------------- */
 
 /* An open array or object. */
 typedef struct {
   cJSON *node;
   cJSON *last; /* last child so far, NULL while empty */
+  bool pack;   /* an array whose arrays of numbers are packed (see DESIGN) */
 } jframe;
 
 #define JSON_INLINE_FRAMES ATTN_MAX_JSON_DEPTH
@@ -154,6 +182,9 @@ typedef struct {
   jframe inline_frames[JSON_INLINE_FRAMES];
   cJSON *root; /* the first node, set when it is allocated */
   attn_diag *d;
+  const char *const *pack_keys; /* NULL: pack nothing */
+  double *run;                  /* numbers of the array being packed */
+  size_t run_cap;
 } jparser;
 
 #if defined(__GNUC__)
@@ -223,7 +254,7 @@ static inline cJSON *new_node(jparser *ps, const char *key, attn_status *s) {
 
 /* Open container node at ps->p ('[' or '{').  Errors: ATTN_ETOOBIG (depth),
  * ATTN_ENOMEM. */
-static attn_status push_frame(jparser *ps, cJSON *node) {
+static attn_status push_frame(jparser *ps, cJSON *node, bool pack) {
   if (ps->n_frames >= ps->max_depth)
     return attn_diag_set(ps->d, ATTN_ETOOBIG,
                          "JSON nested deeper than %zu levels at byte %zu",
@@ -241,6 +272,7 @@ static attn_status push_frame(jparser *ps, cJSON *node) {
   }
   ps->frames[ps->n_frames].node = node;
   ps->frames[ps->n_frames].last = NULL;
+  ps->frames[ps->n_frames].pack = pack;
   ps->n_frames++;
   return ATTN_OK;
 }
@@ -298,28 +330,41 @@ static attn_status slow_decimal(jparser *ps, const char *s, const char *e,
 }
 
 /* Read digits at [p, end) into *m (at most `room` of them); returns the end
- * of the digits taken.  Eight at a time where the bytes allow: with the
- * bytes as one little-endian word x (first digit lowest), check all eight
- * are '0'..'9', then merge neighbours into 2-, 4- and 8-digit values with
- * one multiply each (no lane can carry into the next). */
+ * of the digits taken.  Eight bytes at a time where they are there to read:
+ * with the bytes as one little-endian word (first digit lowest) XORed with
+ * '0', a byte is a digit iff its value is below 10; the first byte that is
+ * not gives the run length (1 bit per byte, counted with ctz), the digits
+ * are shifted to the top of the word (zeros above the run are leading
+ * zeros), and neighbours merge into 2-, 4- and 8-digit values with one
+ * multiply each (no lane can carry into the next).  No branch depends on
+ * how many digits there are, up to eight. */
 static inline const char *take_digits(const char *p, const char *end, int room,
                                       uint64_t *m) {
   uint64_t v = *m;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    defined(__GNUC__)
   const uint64_t ones = 0x0101010101010101ull;
   while (room >= 8 && end - p >= 8) {
     uint64_t x;
     memcpy(&x, p, 8);
-    if (((x & 0xF0 * ones) | ((x + 0x06 * ones) & 0xF0 * ones) >> 4) !=
-        0x33 * ones)
-      break;
-    x -= 0x30 * ones;
+    x ^= 0x30 * ones;                                          /* digit value */
+    uint64_t nd = (((x & 0x7F * ones) + 0x76 * ones) | x) & 0x80 * ones;
+    int n = nd ? __builtin_ctzll(nd) >> 3 : 8; /* digits in this word */
+    if (n == 0) break;
+    x = n == 8 ? x : x << (64 - 8 * n);
     x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;     /* 2 digits */
     x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;   /* 4 digits */
     x = (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull; /* 8 digits */
-    v = v * 100000000 + x;
-    p += 8;
-    room -= 8;
+    static const uint64_t pow10_8[9] = {1,      10,      100,      1000,
+                                        10000,  100000,  1000000,  10000000,
+                                        100000000};
+    v = v * pow10_8[n] + x;
+    p += n;
+    room -= n;
+    if (n < 8) {
+      *m = v;
+      return p;
+    }
   }
 #endif
   for (; room > 0 && p < end && is_digit(*p); room--) v = v * 10 + (*p++ - '0');
@@ -565,6 +610,77 @@ static attn_status parse_key(jparser *ps, char **key) {
   return ATTN_OK;
 }
 
+/* ---- packed arrays of numbers ------------------------------------------ */
+
+/* Does an array opened with `key` (NULL inside arrays) get packed? */
+static bool pack_here(const jparser *ps, const char *key) {
+  if (!ps->pack_keys) return false;
+  if (!key) return ps->n_frames && ps->frames[ps->n_frames - 1].pack;
+  for (const char *const *k = ps->pack_keys; *k; k++)
+    if (strcmp(*k, key) == 0) return true;
+  return false;
+}
+
+/* The value of a number node. */
+static void set_number(cJSON *n, double v) {
+  n->type = cJSON_Number;
+  n->valuedouble = v;
+  n->valueint = v >= (double)INT_MAX   ? INT_MAX
+                : v <= (double)INT_MIN ? INT_MIN
+                                       : (int)v;
+}
+
+/* Inside the array `arr` (its frame innermost), a number starts at ps->p.
+ * Collect numbers while only numbers follow.  At ']' the array becomes
+ * packed and its frame is closed (*closed = true).  When some other value
+ * follows a ',', the numbers so far become ordinary child nodes and the
+ * frame stays open with ps->p at that value (*closed = false): the generic
+ * parser goes on from there, so any text parses to the same values (and
+ * fails at the same byte) as without packing.  Each number counts against
+ * the node limit. */
+static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
+  size_t n = 0;
+  attn_status s;
+  const char *p;
+  for (;;) {
+    if (ps->nodes >= ps->max_nodes) return node_room(ps);
+    if (n == ps->run_cap) {
+      size_t cap = ps->run_cap ? ps->run_cap * 2 : 1024;
+      double *r = realloc(ps->run, cap * sizeof *r);
+      if (!r) return out_of_memory(ps);
+      ps->run = r;
+      ps->run_cap = cap;
+    }
+    if ((s = parse_number(ps, &ps->run[n])) != ATTN_OK) return s;
+    n++;
+    ps->nodes++;
+    p = skip_ws(ps->p, ps->end);
+    if (p == ps->end) return malformed(ps, p);
+    if (*p == ']') break;
+    if (*p != ',') return malformed(ps, p);
+    ps->p = p = skip_ws(p + 1, ps->end);
+    if (p < ps->end && (*p == '-' || is_digit(*p))) continue;
+    ps->nodes -= n; /* something else: back to one node per value */
+    for (size_t i = 0; i < n; i++) {
+      cJSON *e = new_node(ps, NULL, &s);
+      if (!e) return s;
+      set_number(e, ps->run[i]);
+    }
+    *closed = false;
+    return ATTN_OK;
+  }
+  double *v = arena_words(&ps->a, n * sizeof *v);
+  if (!v) return out_of_memory(ps);
+  memcpy(v, ps->run, n * sizeof *v);
+  arr->type = cJSON_Array | ATTN_JSON_PACKED;
+  arr->valuestring = (char *)(void *)v;
+  arr->valuedouble = (double)n; /* exact: n <= max_nodes < 2^53 */
+  ps->p = p + 1;
+  pop_frame(ps);
+  *closed = true;
+  return ATTN_OK;
+}
+
 /* One value and everything nested in it, starting at ps->p (whitespace
  * skipped); on success *root is its node and ps->p is just past it. */
 static attn_status parse_root(jparser *ps, cJSON **root) {
@@ -579,11 +695,17 @@ static attn_status parse_root(jparser *ps, cJSON **root) {
     if (c == '[' || c == '{') {
       if (!(n = new_node(ps, key, &s))) return s;
       n->type = c == '[' ? cJSON_Array : cJSON_Object;
-      if ((s = push_frame(ps, n)) != ATTN_OK) return s;
+      bool pack = c == '[' && pack_here(ps, key);
+      if ((s = push_frame(ps, n, pack)) != ATTN_OK) return s;
       ps->p = skip_ws(p + 1, ps->end);
       if (ps->p < ps->end && *ps->p == (c == '[' ? ']' : '}')) {
         ps->p++;
         pop_frame(ps);
+      } else if (pack && (*ps->p == '-' || is_digit(*ps->p))) {
+        bool closed;
+        key = NULL;
+        if ((s = pack_run(ps, n, &closed)) != ATTN_OK) return s;
+        if (!closed) continue;
       } else {
         if (c == '{' && (s = parse_key(ps, &key)) != ATTN_OK) return s;
         if (c == '[') key = NULL;
@@ -597,11 +719,7 @@ static attn_status parse_root(jparser *ps, cJSON **root) {
       if (!(n = new_node(ps, key, &s))) return s;
       double v = 0;
       if ((s = parse_number(ps, &v)) != ATTN_OK) return s;
-      n->type = cJSON_Number;
-      n->valuedouble = v;
-      n->valueint = v >= (double)INT_MAX   ? INT_MAX
-                    : v <= (double)INT_MIN ? INT_MIN
-                                           : (int)v;
+      set_number(n, v);
     } else if (c == 't' || c == 'f' || c == 'n') {
       static const char *const words[] = {"true", "false", "null"};
       int w = c == 't' ? 0 : c == 'f' ? 1 : 2;
@@ -640,9 +758,11 @@ static attn_status parse_root(jparser *ps, cJSON **root) {
 
 /* ---- entry points ------------------------------------------------------- */
 
-attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
-                                    size_t max_nodes, const char *trailing_hint,
-                                    cJSON **out, attn_diag *d) {
+attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
+                                size_t max_nodes,
+                                const char *const *pack_keys,
+                                const char *trailing_hint, cJSON **out,
+                                attn_diag *d) {
   jparser ps;
   cJSON *root = NULL;
   attn_status s;
@@ -662,9 +782,13 @@ attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
   ps.root = NULL;
   ps.a.first = NULL;
   ps.a.next_size = JSON_BLOCK_FIRST;
+  ps.pack_keys = pack_keys;
+  ps.run = NULL;
+  ps.run_cap = 0;
   if (!arena_grow(&ps.a)) return out_of_memory(&ps);
   s = parse_root(&ps, &root);
   if (ps.frames != ps.inline_frames) free(ps.frames);
+  free(ps.run);
   if (s == ATTN_OK) {
     assert(root == (cJSON *)(void *)(ps.a.first + 1));
     const char *q = skip_ws(ps.p, ps.end);
@@ -681,11 +805,30 @@ attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
   return ATTN_OK;
 }
 
+attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
+                                    size_t max_nodes, const char *trailing_hint,
+                                    cJSON **out, attn_diag *d) {
+  return attn__json_parse_ex(p, n, max_depth, max_nodes, NULL, trailing_hint,
+                             out, d);
+}
+
 attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
                              const char *trailing_hint, cJSON **out,
                              attn_diag *d) {
-  return attn__json_parse_capped(p, n, max_depth, ATTN_JSON_MAX_NODES,
-                                 trailing_hint, out, d);
+  return attn__json_parse_ex(p, n, max_depth, ATTN_JSON_MAX_NODES, NULL,
+                             trailing_hint, out, d);
+}
+
+size_t attn__json_len(const cJSON *a) {
+  if (!a) return 0;
+  if (a->type & ATTN_JSON_PACKED) return (size_t)a->valuedouble;
+  return (size_t)cJSON_GetArraySize(a);
+}
+
+const double *attn__json_packed(const cJSON *a, size_t *n) {
+  if (!a || !(a->type & ATTN_JSON_PACKED)) return NULL;
+  *n = (size_t)a->valuedouble;
+  return (const double *)(const void *)a->valuestring;
 }
 
 void attn__json_free(cJSON *root) {

@@ -482,68 +482,104 @@ static const char *fmt_path(const fill_ctx *c, int depth, char *buf,
   return buf;
 }
 
-static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
+/* The number x as element c->pos (of a numeric dtype: FP32, FP64, INT32,
+ * INT64; the caller handles the rest). */
+static attn_status put_num(fill_ctx *c, double x, int depth) {
   char p[128];
   const char *dn = attn_dtype_name(c->in->dt);
-  int64_t v;
   if (c->pos >= c->in->numel) /* flat data with a ragged tail */
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
                      "data has more elements than shape needs");
-  switch (c->in->dt) {
-    case ATTN_DT_FP32:
-    case ATTN_DT_FP64:
-      if (!cJSON_IsNumber(e)) break;
-      if (!(fabs(e->valuedouble) <= FLT_MAX))
-        return where_err(c->d, ATTN_ENONFINITE, "inputs", c->i, c->in->name,
-                         "%s = %g is outside the FP32 range",
-                         fmt_path(c, depth, p, sizeof p), e->valuedouble);
-      ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
-      return ATTN_OK;
-    case ATTN_DT_BOOL:
-      if (!cJSON_IsBool(e)) break;
-      ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
-      return ATTN_OK;
-    case ATTN_DT_INT32:
-    case ATTN_DT_INT64: {
-      bool i32 = c->in->dt == ATTN_DT_INT32;
-      double lim = i32 ? 2147483647.0 : TWO_POW_53;
-      if (!cJSON_IsNumber(e)) break;
-      if (json_int(e, i32 ? -lim - 1 : -lim, lim, &v)) {
-        if (i32)
-          ((int32_t *)c->dst)[c->pos++] = (int32_t)v;
-        else
-          ((int64_t *)c->dst)[c->pos++] = v;
-        return ATTN_OK;
-      }
-      fmt_path(c, depth, p, sizeof p);
-      if (isfinite(e->valuedouble) && e->valuedouble != floor(e->valuedouble))
-        return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                         "%s = %g is not an integer (%s)", p, e->valuedouble,
-                         dn);
-      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                       "%s = %g is outside the %s range%s", p, e->valuedouble,
-                       dn,
-                       i32 ? ""
-                           : " JSON can carry exactly (+-2^53); send it as "
-                             "binary data");
-    }
-    default:
-      break;
+  if (c->in->dt == ATTN_DT_FP32 || c->in->dt == ATTN_DT_FP64) {
+    if (!(fabs(x) <= FLT_MAX))
+      return where_err(c->d, ATTN_ENONFINITE, "inputs", c->i, c->in->name,
+                       "%s = %g is outside the FP32 range",
+                       fmt_path(c, depth, p, sizeof p), x);
+    ((float *)c->dst)[c->pos++] = (float)x;
+    return ATTN_OK;
   }
+  bool i32 = c->in->dt == ATTN_DT_INT32;
+  double lim = i32 ? 2147483647.0 : TWO_POW_53;
+  if (x >= (i32 ? -lim - 1 : -lim) && x <= lim && x == floor(x)) {
+    if (i32)
+      ((int32_t *)c->dst)[c->pos++] = (int32_t)x;
+    else
+      ((int64_t *)c->dst)[c->pos++] = (int64_t)x;
+    return ATTN_OK;
+  }
+  fmt_path(c, depth, p, sizeof p);
+  if (isfinite(x) && x != floor(x))
+    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                     "%s = %g is not an integer (%s)", p, x, dn);
+  return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                   "%s = %g is outside the %s range%s", p, x, dn,
+                   i32 ? ""
+                       : " JSON can carry exactly (+-2^53); send it as "
+                         "binary data");
+}
+
+/* The wrong kind of value for the input's dtype. */
+static attn_status bad_elem(fill_ctx *c, const char *kind, int depth) {
+  char p[128];
   return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
                    "%s is %s, expected %s (%s)",
-                   fmt_path(c, depth, p, sizeof p), attn__json_kind(e),
+                   fmt_path(c, depth, p, sizeof p), kind,
                    c->in->dt == ATTN_DT_BOOL ? "true or false"
                    : c->in->dt == ATTN_DT_INT32 || c->in->dt == ATTN_DT_INT64
                        ? "an integer"
                        : "a number",
-                   dn);
+                   attn_dtype_name(c->in->dt));
+}
+
+static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
+  if (c->in->dt == ATTN_DT_BOOL) {
+    if (c->pos >= c->in->numel)
+      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                       "data has more elements than shape needs");
+    if (!cJSON_IsBool(e)) return bad_elem(c, attn__json_kind(e), depth);
+    ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
+    return ATTN_OK;
+  }
+  if (!cJSON_IsNumber(e)) {
+    if (c->pos >= c->in->numel)
+      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                       "data has more elements than shape needs");
+    return bad_elem(c, attn__json_kind(e), depth);
+  }
+  return put_num(c, e->valuedouble, depth);
+}
+
+/* The values of a packed array (see attn__json_parse_ex) at index depth-1
+ * of the data. */
+static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
+                              int depth) {
+  attn_dtype dt = c->in->dt;
+  if (dt == ATTN_DT_BOOL) {
+    c->idx[depth - 1] = 0;
+    return bad_elem(c, "a number", depth);
+  }
+  if ((dt == ATTN_DT_FP32 || dt == ATTN_DT_FP64) &&
+      n <= c->in->numel - c->pos) { /* the common case, in one loop */
+    float *dst = (float *)c->dst + c->pos;
+    size_t k;
+    for (k = 0; k < n && fabs(v[k]) <= FLT_MAX; k++) dst[k] = (float)v[k];
+    c->pos += k;
+    if (k == n) return ATTN_OK;
+    c->idx[depth - 1] = (int64_t)k;
+    return put_num(c, v[k], depth); /* the error */
+  }
+  for (size_t k = 0; k < n; k++) {
+    c->idx[depth - 1] = (int64_t)k;
+    attn_status s = put_num(c, v[k], depth);
+    if (s != ATTN_OK) return s;
+  }
+  return ATTN_OK;
 }
 
 static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
   const in_desc *in = c->in;
   char p[128], sh[160];
-  size_t n = (size_t)cJSON_GetArraySize(arr);
+  size_t n = attn__json_len(arr);
   if ((int64_t)n != in->shape[depth]) {
     fmt_shape(sh, sizeof sh, in->rank, in->shape);
     if (depth == 0)
@@ -555,6 +591,15 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
                      fmt_path(c, depth, p, sizeof p), n, sh,
                      (long long)in->shape[depth], depth);
   }
+  const double *v = attn__json_packed(arr, &n);
+  if (v && depth + 1 < in->rank) {
+    c->idx[depth] = 0;
+    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
+                     "%s is a number, expected an array (shape %s, dim %d)",
+                     fmt_path(c, depth + 1, p, sizeof p), sh, depth + 1);
+  }
+  if (v) return put_packed(c, v, n, depth + 1);
   const cJSON *e;
   int64_t k = 0;
   cJSON_ArrayForEach(e, arr) {
@@ -583,13 +628,15 @@ static attn_status fill_json(fill_ctx *c) {
   char sh[160];
   if (in->rank > 0 && data->child && cJSON_IsArray(data->child))
     return fill_nested(c, data, 0);
-  size_t n = (size_t)cJSON_GetArraySize(data);
+  size_t n = attn__json_len(data);
   if (n != in->numel) {
     fmt_shape(sh, sizeof sh, in->rank, in->shape);
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                      "data has %zu elements, shape %s needs %zu", n, sh,
                      in->numel);
   }
+  const double *v = attn__json_packed(data, &n);
+  if (v) return put_packed(c, v, n, 1);
   int64_t k = 0;
   cJSON_ArrayForEach(e, data) {
     c->idx[0] = k++;
@@ -780,11 +827,14 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                          "the body (%zu bytes)",
                          header_len, len);
   attn__codec_limits_eff(lim, &l);
-  s = attn__json_parse(body, header_len ? header_len : len, l.max_depth,
-                       header_len ? ""
-                                  : " (binary tensor data needs the "
-                                    "Inference-Header-Content-Length header)",
-                       &root, d);
+  static const char *const packed_keys[] = {"data", NULL}; /* fill_json */
+  s = attn__json_parse_ex(body, header_len ? header_len : len, l.max_depth,
+                          ATTN_JSON_MAX_NODES, packed_keys,
+                          header_len ? ""
+                                     : " (binary tensor data needs the "
+                                       "Inference-Header-Content-Length "
+                                       "header)",
+                          &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;

@@ -150,9 +150,34 @@ static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
   return ATTN_OK;
 }
 
+/* A packed row (see attn__json_parse_ex) at the leaf level. */
+static attn_status nest_packed(nest_ctx *c, const double *v, size_t n,
+                               int depth) {
+  char p[128];
+  if (c->dt == ATTN_DT_BOOL) {
+    c->idx[depth] = 0;
+    return attn_diag_set(c->d, ATTN_EINVAL,
+                         "%s: expected true or false (like the first "
+                         "element), got a number",
+                         nest_path(c, depth + 1, p, sizeof p));
+  }
+  float *dst = (float *)c->dst + c->pos;
+  for (size_t k = 0; k < n; k++) {
+    if (!(fabs(v[k]) <= FLT_MAX)) {
+      c->idx[depth] = (int64_t)k;
+      return attn_diag_set(c->d, ATTN_ENONFINITE,
+                           "%s: %g is outside the FP32 range",
+                           nest_path(c, depth + 1, p, sizeof p), v[k]);
+    }
+    dst[k] = (float)v[k];
+  }
+  c->pos += n;
+  return ATTN_OK;
+}
+
 static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
   char p[128];
-  size_t n = (size_t)cJSON_GetArraySize(arr);
+  size_t n = attn__json_len(arr);
   if ((int64_t)n != c->shape[depth]) {
     if (depth == c->rank - 1)
       return attn_diag_set(c->d, ATTN_EINVAL,
@@ -164,6 +189,15 @@ static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
                          nest_path(c, depth, p, sizeof p), n,
                          (long long)c->shape[depth]);
   }
+  const double *v = attn__json_packed(arr, &n);
+  if (v && depth + 1 < c->rank) {
+    c->idx[depth] = 0;
+    return attn_diag_set(c->d, ATTN_EINVAL,
+                         "%s: expected an array of %lld, got a number",
+                         nest_path(c, depth + 1, p, sizeof p),
+                         (long long)c->shape[depth + 1]);
+  }
+  if (v) return nest_packed(c, v, n, depth);
   const cJSON *e;
   int64_t k = 0;
   cJSON_ArrayForEach(e, arr) {
@@ -199,15 +233,26 @@ static attn_status parse_nested(const cJSON *item, const char *field,
     return attn_diag_set(
         d, ATTN_EINVAL, "'%s' must be a nested array of %s, got %s", field,
         allow & LEAF_NUM ? "numbers" : "booleans", attn__json_kind(item));
+  bool packed = false; /* the first leaf is a number in a packed row */
   while (leaf && cJSON_IsArray(leaf)) {
+    size_t nv;
     if (c.rank == ATTN_MAX_RANK)
       return attn_diag_set(d, ATTN_EINVAL, "%s: nested deeper than %d levels",
                            field, ATTN_MAX_RANK);
     c.idx[c.rank] = 0;
-    c.shape[c.rank++] = cJSON_GetArraySize(leaf);
+    c.shape[c.rank++] = (int64_t)attn__json_len(leaf);
+    if (attn__json_packed(leaf, &nv)) {
+      packed = true;
+      break;
+    }
     leaf = leaf->child;
   }
-  if (!leaf)
+  if (packed && (allow & LEAF_NUM))
+    c.dt = ATTN_DT_FP32;
+  else if (packed)
+    return attn_diag_set(d, ATTN_EINVAL, "%s: expected true or false, got "
+                         "a number", nest_path(&c, c.rank, p, sizeof p));
+  else if (!leaf)
     c.dt = allow & LEAF_NUM ? ATTN_DT_FP32 : ATTN_DT_BOOL;
   else if ((allow & LEAF_BOOL) && cJSON_IsBool(leaf))
     c.dt = ATTN_DT_BOOL;
@@ -333,6 +378,12 @@ static const char *const top_names[K_COUNT] = {
     "attn_mask",    "key_padding_mask",
     "need_weights", "average_attn_weights",
     "tokens",       "key_tokens"};
+
+/* Members whose arrays of numbers reach this file packed: exactly the ones
+ * read by parse_nested. */
+static const char *const packed_keys[] = {
+    "query", "key", "value", "attn_mask", "key_padding_mask", "w_q", "w_k",
+    "w_v",   "w_o", "b_q",   "b_k",       "b_v",              "b_o", NULL};
 
 #define N_WEIGHTS 8 /* the first four are required */
 static const char *const weight_names[N_WEIGHTS] = {"w_q", "w_k", "w_v", "w_o",
@@ -618,7 +669,8 @@ attn_status attn_v1_decode(const char *body, size_t len,
   memset(&inf, 0, sizeof inf);
   if (info) memset(info, 0, sizeof *info);
   attn__codec_limits_eff(lim, &l);
-  s = attn__json_parse(body, len, l.max_depth, "", &root, d);
+  s = attn__json_parse_ex(body, len, l.max_depth, ATTN_JSON_MAX_NODES,
+                          packed_keys, "", &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;
