@@ -16,6 +16,14 @@
  *  threads inherit the mask), prints the port, and waits in sigwait; on
  *  either signal it stops the daemon and exits 0.
  *
+ *  --handoff N adds what attnd's architecture adds and nothing else: the
+ *  last access call suspends the connection and pushes it on a FIFO
+ *  (mutex + condition variable); one of N worker threads pops it, marks it
+ *  done and resumes it; the access handler then runs again and queues the
+ *  fixed answer.  The rate of this mode against the plain one is the cost
+ *  of suspend -> queue -> worker -> resume, the floor under attnd's
+ *  request rate before any decoding or computing.
+ *
  *  Invariants.  The reply is built once before the daemon starts and is
  *  never written again, so every thread may hand it to MHD as persistent
  *  memory.  A per-connection request context lives from the first access
@@ -29,7 +37,9 @@
 #include <microhttpd.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +53,59 @@ typedef struct echo_opts {
   int threads;        /* MHD thread pool size; 1 = polling thread only */
   long reply_bytes;   /* size of the JSON answer */
   int connection_limit;
+  int handoff; /* worker threads; 0 = answer on the MHD thread */
 } echo_opts;
 
-/* Per-request state: whether the body has been seen, and its size. */
+/* Per-request state: the body's size so far; in --handoff mode, whether the
+ * connection waits for a worker, whether one has finished with it, and the
+ * FIFO link. */
 typedef struct echo_req {
   size_t bytes_in;
+  int suspended;
+  atomic_int done;
+  struct MHD_Connection *conn;
+  struct echo_req *next;
 } echo_req;
+
+/* --handoff: the FIFO of suspended connections and its workers. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  echo_req *head, *tail;
+  int stop;
+} fifo = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static int handoff;
+
+static void fifo_push(echo_req *rq) {
+  pthread_mutex_lock(&fifo.mu);
+  rq->next = NULL;
+  if (fifo.tail)
+    fifo.tail->next = rq;
+  else
+    fifo.head = rq;
+  fifo.tail = rq;
+  pthread_cond_signal(&fifo.cv);
+  pthread_mutex_unlock(&fifo.mu);
+}
+
+/* Worker: pop, mark done, resume. */
+static void *fifo_worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&fifo.mu);
+    while (!fifo.head && !fifo.stop) pthread_cond_wait(&fifo.cv, &fifo.mu);
+    echo_req *rq = fifo.head;
+    if (!rq) { /* stopping and empty */
+      pthread_mutex_unlock(&fifo.mu);
+      return NULL;
+    }
+    fifo.head = rq->next;
+    if (!fifo.head) fifo.tail = NULL;
+    pthread_mutex_unlock(&fifo.mu);
+    atomic_store(&rq->done, 1);
+    MHD_resume_connection(rq->conn);
+  }
+}
 
 static char *reply;
 static size_t reply_len;
@@ -99,6 +156,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     *upload_size = 0;
     return MHD_YES;
   }
+  if (handoff && !atomic_load(&rq->done)) {
+    if (rq->suspended) return MHD_YES; /* called again while queued */
+    rq->suspended = 1;
+    rq->conn = conn;
+    MHD_suspend_connection(conn);
+    fifo_push(rq);
+    return MHD_YES;
+  }
   struct MHD_Response *r = MHD_create_response_from_buffer(
       reply_len, reply, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
@@ -131,12 +196,16 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: echo [--port N] [--threads N] [--reply-bytes N] "
-          "[--connection-limit N]\n"
+          "[--connection-limit N] [--handoff N]\n"
           "  --port N          127.0.0.1 port, 0 = ephemeral (default 0)\n"
           "  --threads N       MHD thread pool size, 1 = polling thread only "
           "(default 2)\n"
           "  --reply-bytes N   size of the JSON answer (default 300)\n"
           "  --connection-limit N  open connections (default 1024)\n"
+          "  --handoff N       answer through N worker threads (suspend, "
+          "FIFO,\n"
+          "                    resume), as attnd does; 0 = on the MHD thread "
+          "(default)\n"
           "Listens on 127.0.0.1 only; SIGTERM or SIGINT stops it.\n");
 }
 
@@ -145,6 +214,7 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
   o->threads = 2;
   o->reply_bytes = 300;
   o->connection_limit = 1024;
+  o->handoff = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long x;
@@ -161,6 +231,8 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
     } else if (strcmp(a, "--connection-limit") == 0 &&
                !parse_int(v, 1, 65536, &x)) {
       o->connection_limit = (int)x;
+    } else if (strcmp(a, "--handoff") == 0 && !parse_int(v, 0, 64, &x)) {
+      o->handoff = (int)x;
     } else {
       fprintf(stderr, "echo: bad option or value: %s %s\n", a, v ? v : "");
       usage(stderr);
@@ -192,8 +264,16 @@ int main(int argc, char **argv) {
   sa.sin_port = htons((uint16_t)o.port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 
-  unsigned flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  handoff = o.handoff;
+  pthread_t workers[64];
+  for (int i = 0; i < o.handoff; i++)
+    if (pthread_create(&workers[i], NULL, fifo_worker, NULL)) {
+      fprintf(stderr, "echo: cannot start worker threads\n");
+      return 1;
+    }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                   MHD_USE_ERROR_LOG |
+                   (o.handoff ? MHD_ALLOW_SUSPEND_RESUME : 0);
   unsigned pool = o.threads > 1 ? (unsigned)o.threads : 0;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
@@ -209,14 +289,20 @@ int main(int argc, char **argv) {
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   fprintf(stderr,
-          "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu)\n",
+          "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu, "
+          "handoff=%d)\n",
           info ? (unsigned)info->port : (unsigned)o.port, o.threads,
-          reply_len);
+          reply_len, o.handoff);
   fflush(stderr);
 
   int sig = 0;
   sigwait(&sigs, &sig);
   MHD_stop_daemon(d);
+  pthread_mutex_lock(&fifo.mu);
+  fifo.stop = 1;
+  pthread_cond_broadcast(&fifo.cv);
+  pthread_mutex_unlock(&fifo.mu);
+  for (int i = 0; i < o.handoff; i++) pthread_join(workers[i], NULL);
   free(reply);
   return 0;
 }

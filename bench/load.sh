@@ -11,7 +11,9 @@
 #       http_threads x workers in CONFIGS (access_log false), then the default
 #       config with access_log true.  bench/echo.c is the ceiling: same
 #       request bodies, an answer of the same size as attnd's, MHD thread
-#       pool of 2 and of 1.
+#       pool of 2 and of 1.  The echo with --handoff 2 (suspend, FIFO, two
+#       workers, resume, as attnd does, but no decoding or computing) shows
+#       what that architecture alone leaves of the ceiling.
 #   (b) Large: POST /v2/models/mha/infer, n=2048, d_model=512, h=8, binary
 #       FP32 inputs with biases, need_weights false, attn_output as binary;
 #       wrk -t1 -c1 (sequential) for LARGE_D seconds; workers=1 with
@@ -234,6 +236,15 @@ if [ "$DO_SMALL" = 1 ]; then
     start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --reply-bytes 300
     wrk_run small echo "t2-300B" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
       "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
+    # attnd's hand-off alone (suspend, FIFO, worker, resume): the floor.
+    start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --handoff 2 --reply-bytes "$V1_OUT"
+    wrk_run small echo "t2-handoff2" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+      "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
+    start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --handoff 2 --reply-bytes "$V2_OUT"
+    wrk_run small echo "t2-handoff2" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
+      "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
     stop_server
 
     for hw in $CONFIGS; do

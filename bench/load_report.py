@@ -57,13 +57,14 @@ def small_tables(rows):
     # The ceiling per endpoint: the better echo config with a matched answer.
     ceiling = {}
     for (t, c, ep), rs in g.items():
-        if t == "echo" and not c.endswith("300B"):
+        if t == "echo" and not c.endswith("300B") and "handoff" not in c:
             ceiling[ep] = max(ceiling.get(ep, 0.0), mean(rs, "rps"))
     print("### Small requests (wrk -t2 --latency; connections and duration above)\n")
     print("Each cell lists the runs in order (run 1 / run 2). "
           "`ratio` = mean attnd req/s / mean req/s of the better echo "
           "config for the same body (targets: >= 0.50 first, >= 0.70 "
-          "stretch).\n")
+          "stretch); for the echo with `--handoff` it is the share of the "
+          "ceiling left by attnd's suspend/queue/worker/resume path alone.\n")
     print("| server | config | endpoint | req/s | p50 ms | p99 ms | "
           "server CPU us/req | load (1 min) | non-2xx | ratio |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -71,6 +72,8 @@ def small_tables(rows):
     for (t, c, ep), rs in g.items():
         m = mean(rs, "rps")
         ratio = ""
+        if t == "echo" and "handoff" in c and ep in ceiling:
+            ratio = "%.2f" % (m / ceiling[ep])
         if t == "attnd" and ep in ceiling:
             ratio = "%.2f" % (m / ceiling[ep])
             if m > best.get(ep, ("", 0.0))[1]:
