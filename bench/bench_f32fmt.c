@@ -1,4 +1,5 @@
-/* bench_f32fmt.c - speed of attn_f32_shortest, and an exhaustive check.
+/* bench_f32fmt.c - speed of attn_f32_shortest and attn_f32_shortest_list,
+ * and exhaustive checks of both.
  *
  * DESIGN
  *  Purpose.  Default mode: report millions of floats per second for three
@@ -6,6 +7,11 @@
  *    shortest   attn_f32_shortest (src/codec/f32fmt.c);
  *    %.9g       snprintf("%.9g"): always round-trips, often not shortest;
  *    search     snprintf("%.6g".."%.9g") until strtof gives the float back.
+ *  Then attn_f32_shortest_list (include/attn/f32fmt.h) with each
+ *  implementation this CPU has ("portable": the per-element loop;
+ *  "avx512": src/codec/f32fmt_avx512.c), called on lists of 1280 floats as
+ *  the server prints a response row; its "x" columns are its cpu rates
+ *  over attn_f32_shortest's.
  *  Two input sets of 2^20 floats from a fixed-seed xorshift: random bit
  *  patterns (finite only, so mostly huge or tiny magnitudes) and uniform
  *  values in [-1, 1] (what attention outputs look like).  Each method runs
@@ -47,7 +53,17 @@
  *    Prints progress about every 10 s, the first 20 failures, and finally
  *    "exhaustive: N checked, M failures"; exit status 1 on any failure.
  *
- *  Threads.  Default mode: single thread.  Exhaustive mode: `threads`
+ *  --exhaustive-batch [threads] [every] [impl]
+ *    Compares attn_f32_shortest_list (the default implementation, or impl)
+ *    with attn_f32_shortest per element joined by ',' on all 2^32 bit
+ *    patterns (or the same 1/every slice), in lists of 4000..4095 floats,
+ *    and checks that nothing is stored past ATTN_F32_LIST_MAX_CHARS(n).
+ *    With --exhaustive (the scalar function is right) this shows that the
+ *    implementation tested is right on every input.  Prints the first 20
+ *    differing lists and "exhaustive-batch: N checked, M failing lists";
+ *    exit status 1 on any failure.
+ *
+ *  Threads.  Default mode: single thread.  Both exhaustive modes: `threads`
  *  pthreads take 2^24-pattern chunks from an atomic counter; failures are
  *  counted atomically and printed under a mutex; the main thread only
  *  reports progress and joins.
@@ -63,6 +79,7 @@
 #include <unistd.h>
 
 #include "attn/f32fmt.h"
+#include "../src/codec/f32fmt_impl.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -150,6 +167,36 @@ static void rate(fmt_fn fn, const float *set, double secs, size_t *sink,
   }
 }
 
+/* The same, for a list function: calls of LIST_N floats (one response
+ * row of 1280, as attn__json_f32_list prints them) into one buffer. */
+#define LIST_N 1280
+
+static void rate_list(const char *impl, const float *set, double secs,
+                      size_t *sink, double *cpu, double *wall) {
+  static char buf[ATTN_F32_LIST_MAX_CHARS(LIST_N)];
+  if (!attn__f32fmt_set_impl(impl)) {
+    *cpu = *wall = 0;
+    return;
+  }
+  *cpu = *wall = 0;
+  for (int run = 0; run < 3; run++) {
+    size_t done = 0, sum = 0;
+    double w0 = now_s(), t0 = cpu_s(), t;
+    do {
+      for (size_t i = 0; i < NSET; i += LIST_N) {
+        size_t m = NSET - i < LIST_N ? NSET - i : LIST_N;
+        sum += attn_f32_shortest_list(set + i, m, buf) + (uint8_t)buf[7];
+      }
+      done += NSET;
+      t = cpu_s() - t0;
+    } while (t < secs);
+    double w = now_s() - w0;
+    *sink += sum;
+    if ((double)done / t / 1e6 > *cpu) *cpu = (double)done / t / 1e6;
+    if ((double)done / w / 1e6 > *wall) *wall = (double)done / w / 1e6;
+  }
+}
+
 static int run_bench(double secs) {
   float *rnd = malloc(NSET * sizeof *rnd), *unit = malloc(NSET * sizeof *unit);
   if (!rnd || !unit) {
@@ -175,13 +222,34 @@ static int run_bench(double secs) {
       "time, wall = per second of wall time\n");
   printf("%-20s %14s %14s   %14s %14s\n", "method", "random (cpu)",
          "random (wall)", "[-1,1] (cpu)", "[-1,1] (wall)");
+  double base_r = 0, base_u = 0;
   for (size_t j = 0; j < sizeof m / sizeof m[0]; j++) {
     double ac, aw, bc, bw;
     rate(m[j].fn, rnd, secs, &sink, &ac, &aw);
     rate(m[j].fn, unit, secs, &sink, &bc, &bw);
     printf("%-20s %14.1f %14.1f   %14.1f %14.1f\n", m[j].name, ac, aw, bc, bw);
     fflush(stdout);
+    if (j == 0) base_r = ac, base_u = bc;
   }
+  /* attn_f32_shortest_list, each implementation this CPU has, in calls of
+   * LIST_N; the "x" columns are cpu rates over attn_f32_shortest's. */
+  const char *was = attn__f32fmt_impl_name();
+  static const char *impls[] = {"portable", "avx512"};
+  for (size_t j = 0; j < sizeof impls / sizeof impls[0]; j++) {
+    double ac, aw, bc, bw;
+    char name[32];
+    rate_list(impls[j], rnd, secs, &sink, &ac, &aw);
+    if (ac == 0) {
+      printf("list %-15s (not supported on this CPU)\n", impls[j]);
+      continue;
+    }
+    rate_list(impls[j], unit, secs, &sink, &bc, &bw);
+    snprintf(name, sizeof name, "list %s", impls[j]);
+    printf("%-20s %14.1f %14.1f   %14.1f %14.1f   x%.2f x%.2f\n", name, ac, aw,
+           bc, bw, ac / base_r, bc / base_u);
+    fflush(stdout);
+  }
+  attn__f32fmt_set_impl(was);
   fprintf(stderr, "(sink %zu)\n", sink);
   free(rnd);
   free(unit);
@@ -438,6 +506,111 @@ static int run_exhaustive(int nthreads) {
   return f ? 1 : 0;
 }
 
+/* ---- exhaustive: batch vs scalar --------------------------------------- */
+
+/* Scalar reference: what attn__json_f32_list did per element. */
+static size_t join_scalar(const float *v, size_t n, char *out) {
+  char *p = out;
+  for (size_t i = 0; i < n; i++) {
+    if (i) *p++ = ',';
+    p += attn_f32_shortest(v[i], p);
+  }
+  return (size_t)(p - out);
+}
+
+#define BATCH_MAX 4096
+#define GUARD 64
+
+/* Compares attn_f32_shortest_list with join_scalar on the 2^24 patterns of
+ * chunk base, in lists of 4000..4095 (so the vector loop ends at every
+ * tail length); also checks nothing is stored past the documented room.
+ * Each differing list counts as one failure. */
+static void batch_chunk(uint32_t base) {
+  static _Thread_local float v[BATCH_MAX];
+  static _Thread_local char a[ATTN_F32_LIST_MAX_CHARS(BATCH_MAX)];
+  static _Thread_local char b[ATTN_F32_LIST_MAX_CHARS(BATCH_MAX) + GUARD];
+  uint64_t i = 0, total = 1u << CHUNK_BITS;
+  for (unsigned call = 0; i < total; call++) {
+    size_t n = 4000 + call % 96;
+    if (n > total - i) n = (size_t)(total - i);
+    for (size_t j = 0; j < n; j++) v[j] = bits_to_f(base + (uint32_t)(i + j));
+    size_t la = join_scalar(v, n, a);
+    size_t room = ATTN_F32_LIST_MAX_CHARS(n);
+    memset(b + room, '#', GUARD);
+    size_t lb = attn_f32_shortest_list(v, n, b);
+    int over = 0;
+    for (size_t j = room; j < room + GUARD; j++) over |= b[j] != '#';
+    if (la != lb || memcmp(a, b, la) != 0 || over) {
+      if (atomic_fetch_add(&failures, 1) < 20) {
+        /* first differing element: walk both lists number by number */
+        size_t pa = 0, pb = 0, j = 0;
+        while (j + 1 < n) {
+          size_t ea = pa, eb = pb;
+          while (ea < la && a[ea] != ',') ea++;
+          while (eb < lb && b[eb] != ',') eb++;
+          if (ea - pa != eb - pb || memcmp(a + pa, b + pb, ea - pa)) break;
+          pa = ea + 1, pb = eb + 1, j++;
+        }
+        pthread_mutex_lock(&print_mu);
+        printf("FAIL list at 0x%08" PRIx32 " n=%zu: element %zu (0x%08" PRIx32
+               ") scalar \"%.16s\" batch \"%.16s\"%s\n",
+               base + (uint32_t)i, n, j, base + (uint32_t)(i + j), a + pa,
+               b + pb, over ? " (stored past the room)" : "");
+        fflush(stdout);
+        pthread_mutex_unlock(&print_mu);
+      }
+    }
+    i += n;
+  }
+}
+
+static void *batch_worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    unsigned ch = atomic_fetch_add(&next_chunk, 1);
+    if (ch >= NCHUNK) break;
+    if (ch % every) continue;
+    batch_chunk(ch << CHUNK_BITS);
+    atomic_fetch_add(&checked, 1u << CHUNK_BITS);
+  }
+  return NULL;
+}
+
+static int run_exhaustive_batch(int nthreads) {
+  pthread_t th[64];
+  double t0 = now_s(), last = t0;
+  uint64_t total = (uint64_t)((NCHUNK + every - 1) / every) << CHUNK_BITS;
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > 64) nthreads = 64;
+  printf("exhaustive-batch: %" PRIu64
+         " patterns, %d threads, list implementation \"%s\" vs "
+         "attn_f32_shortest joined by ','\n",
+         total, nthreads, attn__f32fmt_impl_name());
+  fflush(stdout);
+  for (int i = 0; i < nthreads; i++)
+    if (pthread_create(&th[i], NULL, batch_worker, NULL)) {
+      fprintf(stderr, "pthread_create failed\n");
+      return 1;
+    }
+  while (atomic_load(&checked) < total) {
+    usleep(200000);
+    double t = now_s();
+    if (t - last >= 10) {
+      uint64_t c = atomic_load(&checked);
+      printf("  %" PRIu64 "/%" PRIu64 " (%.1f%%) %llu failures, %.0f s\n", c,
+             total, 100.0 * (double)c / (double)total,
+             (unsigned long long)atomic_load(&failures), t - t0);
+      fflush(stdout);
+      last = t;
+    }
+  }
+  for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+  unsigned long long f = atomic_load(&failures);
+  printf("exhaustive-batch: %" PRIu64 " checked, %llu failing lists (%.0f s)\n",
+         (uint64_t)atomic_load(&checked), f, now_s() - t0);
+  return f ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "--exhaustive") == 0) {
     int nt = argc >= 3 ? (int)strtol(argv[2], NULL, 10) : 2;
@@ -445,11 +618,23 @@ int main(int argc, char **argv) {
     if (every < 1) every = 1;
     return run_exhaustive(nt);
   }
+  if (argc >= 2 && strcmp(argv[1], "--exhaustive-batch") == 0) {
+    int nt = argc >= 3 ? (int)strtol(argv[2], NULL, 10) : 2;
+    if (argc >= 4) every = (unsigned)strtoul(argv[3], NULL, 10);
+    if (every < 1) every = 1;
+    if (argc >= 5 && !attn__f32fmt_set_impl(argv[4])) {
+      fprintf(stderr, "unknown or unsupported implementation %s\n", argv[4]);
+      return 2;
+    }
+    return run_exhaustive_batch(nt);
+  }
   double secs = 0.5;
   if (argc >= 3 && strcmp(argv[1], "--secs") == 0)
     secs = strtod(argv[2], NULL);
   else if (argc >= 2) {
-    fprintf(stderr, "usage: %s [--secs S] | --exhaustive [threads] [every]\n",
+    fprintf(stderr,
+            "usage: %s [--secs S] | --exhaustive [threads] [every]\n"
+            "       | --exhaustive-batch [threads] [every] [impl]\n",
             argv[0]);
     return 2;
   }

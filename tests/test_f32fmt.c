@@ -16,7 +16,14 @@
  *   - JSON grammar (RFC 8259) and the documented plain/scientific split;
  *     "null" for NaN and Inf; no byte written past ATTN_F32_MAX_CHARS;
  *   - the portable formatter gives the same bytes as the fast one;
- *   - the power-of-ten table and the log helpers, recomputed exactly.
+ *   - the power-of-ten table and the log helpers, recomputed exactly;
+ *   - attn_f32_shortest_list, with each implementation this CPU has
+ *     ("avx512", "portable", switched with the attn__f32fmt_set_impl hook),
+ *     against attn_f32_shortest per element joined by ',': on 2^22 random
+ *     bit patterns (NaN and Inf included), 2^20 values in [-1, 1], special
+ *     values scattered over every lane position, every length 0..70 at
+ *     every alignment mod 16; nothing stored past ATTN_F32_LIST_MAX_CHARS;
+ *     attn__json_f32_list (contiguous and strided) against attn__json_f32.
  *
  * The portable build of the formatter comes from including the source
  * under another name (below); that also exposes its static table.
@@ -28,16 +35,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "unit.h"
 
-/* The same source compiled with ATTN_F32FMT_PORTABLE, renamed. */
+/* The same source compiled with ATTN_F32FMT_PORTABLE, its external names
+ * renamed (its list function is then the per-element loop over the
+ * portable formatter). */
 size_t attn_test_f32_portable(float v, char *out);
+size_t attn_test_f32_list_portable(const float *v, size_t n, char *out);
 #define ATTN_F32FMT_PORTABLE 1
 #define attn_f32_shortest attn_test_f32_portable
+#define attn_f32_shortest_list attn_test_f32_list_portable
+#define attn__f32_g attn_test_f32_g
+#define attn__f32fmt_set_impl attn_test_f32fmt_set_impl
+#define attn__f32fmt_impl_name attn_test_f32fmt_impl_name
 #include "../src/codec/f32fmt.c"
 #undef attn_f32_shortest
+#undef attn_f32_shortest_list
+#undef attn__f32_g
+#undef attn__f32fmt_set_impl
+#undef attn__f32fmt_impl_name
 #undef ATTN_F32FMT_PORTABLE
+
+/* The real implementation hook (src/codec/f32fmt_impl.h, whose include
+ * guard the copy above has used up). */
+int attn__f32fmt_set_impl(const char *name);
+const char *attn__f32fmt_impl_name(void);
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -486,6 +510,321 @@ START_TEST(pow10_table) {
 }
 END_TEST
 
+/* ---- lists ------------------------------------------------------------ */
+
+typedef size_t (*list_fn)(const float *v, size_t n, char *out);
+
+/* The reference: attn_f32_shortest per element, joined by ','. */
+static size_t join_scalar(const float *v, size_t n, char *out) {
+  char *p = out;
+  for (size_t i = 0; i < n; i++) {
+    if (i) *p++ = ',';
+    p += attn_f32_shortest(v[i], p);
+  }
+  return (size_t)(p - out);
+}
+
+#define LIST_MAX 4200
+#define GUARD 64
+static char list_want[ATTN_F32_LIST_MAX_CHARS(LIST_MAX)];
+static char list_got[ATTN_F32_LIST_MAX_CHARS(LIST_MAX) + GUARD];
+
+/* fn(v, n) == join_scalar(v, n), and fn stored nothing past the room it
+ * documents.  Returns 0 and sets why (naming the first differing element)
+ * on failure. */
+static int list_ok(list_fn fn, const float *v, size_t n) {
+  size_t room = ATTN_F32_LIST_MAX_CHARS(n);
+  size_t lw = join_scalar(v, n, list_want);
+  memset(list_got, '#', room + GUARD);
+  size_t lg = fn(v, n, list_got);
+  for (size_t i = room; i < room + GUARD; i++)
+    FAIL_IF(list_got[i] != '#', "n=%zu: byte %zu past the room written", n,
+            i - room);
+  FAIL_IF(lg > room, "n=%zu: length %zu > room %zu", n, lg, room);
+  if (lg == lw && memcmp(list_want, list_got, lw) == 0) return 1;
+  size_t pw = 0, pg = 0, j = 0; /* find the first differing element */
+  for (;; j++) {
+    size_t ew = pw, eg = pg;
+    while (ew < lw && list_want[ew] != ',') ew++;
+    while (eg < lg && list_got[eg] != ',') eg++;
+    if (j + 1 >= n || ew - pw != eg - pg ||
+        memcmp(list_want + pw, list_got + pg, ew - pw) != 0)
+      break;
+    pw = ew + 1, pg = eg + 1;
+  }
+  FAIL_IF(1, "n=%zu element %zu (0x%08x): want \"%.*s\", got \"%.*s\"", n, j,
+          j < n ? to_bits(v[j]) : 0, (int)(lw - pw < 16 ? lw - pw : 16),
+          list_want + pw, (int)(lg - pg < 16 ? lg - pg : 16), list_got + pg);
+  return 0;
+}
+
+/* List implementations; the tests below run with each one the CPU has,
+ * selected with the hook, and the fixture restores the default. */
+static const char *const impl_names[] = {"avx512", "portable"};
+
+static const char *default_impl;
+
+static void impl_setup(void) {
+  default_impl = attn__f32fmt_impl_name();
+}
+
+static void impl_teardown(void) {
+  attn__f32fmt_set_impl(default_impl);
+}
+
+static void check_list(const float *v, size_t n, const char *impl) {
+  if (!list_ok(attn_f32_shortest_list, v, n)) ck_abort_msg("%s: %s", impl, why);
+}
+
+static float list_in[LIST_MAX + 16];
+
+START_TEST(list_random_bits) {
+  int impls = 0;
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    impls++;
+    rng = 0x853c49e6748fea9bu;
+    for (uint32_t done = 0; done < (1u << 22);) {
+      size_t n = 3900 + rnd32() % 300; /* every tail length */
+      for (size_t i = 0; i < n; i++) list_in[i] = from_bits(rnd32());
+      check_list(list_in, n, impl);
+      done += (uint32_t)n;
+    }
+  }
+  ck_assert_int_ge(impls, 1);
+  if (impls == 1) fprintf(stderr, "f32fmt lists: only portable on this CPU\n");
+}
+END_TEST
+
+START_TEST(list_unit_interval) {
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    rng = 0xda3e39cb94b95bdbu;
+    for (uint32_t done = 0; done < (1u << 20);) {
+      size_t n = 1280 + rnd32() % 17;
+      for (size_t i = 0; i < n; i++)
+        list_in[i] = (float)((double)(int32_t)rnd32() / 2147483648.0);
+      check_list(list_in, n, impl);
+      done += (uint32_t)n;
+    }
+  }
+}
+END_TEST
+
+/* Special values: each alone, all together, and each at every lane
+ * position among ordinary values. */
+static size_t special_list(float *out) {
+  size_t n = 0;
+  static const uint32_t bits[] = {
+      0x00000000, /* 0 */
+      0x80000000, /* -0 */
+      0x00000001, /* smallest subnormal */
+      0x80000001, /* its negative */
+      0x00000002, /* 3e-45 */
+      0x007fffff, /* largest subnormal */
+      0x807fffff, /* its negative */
+      0x00400000, /* subnormal power of two */
+      0x00012345, /* subnormal */
+      0x00800000, /* FLT_MIN */
+      0x80800000, /* -FLT_MIN */
+      0x00800001, /* FLT_MIN's successor */
+      0x7f7fffff, /* FLT_MAX */
+      0xff7fffff, /* -FLT_MAX */
+      0x7f800000, /* inf */
+      0xff800000, /* -inf */
+      0x7fc00000, /* NaN */
+      0xffc00000, /* -NaN */
+      0x7f800001, /* signalling NaN */
+      0xffffffff, /* NaN, all ones */
+      0x3f800000, /* 1 */
+      0xbf800000, /* -1 */
+      0x3fc00000, /* 1.5 */
+      0x42c80000, /* 100 */
+      0x4cbebc20, /* 1e8: "100000000" */
+      0x3727c5ac, /* 0.00001 */
+      0x4e6e6b28, /* 1e+09 */
+      0x4b800000, /* 2^24 */
+      0x4c000005, /* open interval end */
+      0x40094000, /* tie to even */
+      0x3eaaaaab, /* 1/3 */
+      0x3dcccccd, /* 0.1 */
+  };
+  for (size_t i = 0; i < N_OF(bits); i++) out[n++] = from_bits(bits[i]);
+  float more[] = {FLT_MAX,
+                  -FLT_MAX,
+                  FLT_MIN,
+                  FLT_TRUE_MIN,
+                  -FLT_TRUE_MIN,
+                  FLT_EPSILON,
+                  1.5f,
+                  -2.5f,
+                  100.0f,
+                  1e8f,
+                  1e-8f,
+                  0.5f,
+                  12.5f,
+                  65504.0f,
+                  123456792.0f,
+                  -1.23456789e-5f,
+                  -1.0000001e-5f,
+                  9.9999999e-5f,
+                  -9.87654321e-5f,
+                  1.17549435e-38f,
+                  3.0e-39f,
+                  -7.0e-45f};
+  for (size_t i = 0; i < N_OF(more); i++) out[n++] = more[i];
+  for (int e = -149; e <= 127; e++) out[n++] = ldexpf(1.0f, e);
+  for (int e = -45; e <= 38; e++) {
+    char t[16];
+    snprintf(t, sizeof t, "1e%d", e);
+    out[n++] = strtof(t, NULL);
+    out[n++] = -nextafterf(strtof(t, NULL), 0);
+  }
+  for (int i = 1; i <= 300; i++) out[n++] = (float)i * (i % 2 ? 1 : -1);
+  for (int i = 1; i <= 100; i++) out[n++] = (float)i / 8;
+  return n;
+}
+
+START_TEST(list_special_values) {
+  static float sp[1024];
+  size_t nsp = special_list(sp);
+  ck_assert_uint_le(nsp, N_OF(sp));
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    check_list(sp, nsp, impl);
+    for (size_t i = 0; i < nsp; i++) check_list(sp + i, 1, impl);
+    /* each special value at each of the 16 lane positions */
+    rng = 0x1234567u;
+    for (size_t i = 0; i < nsp; i++)
+      for (size_t pos = 0; pos < 16; pos++) {
+        for (size_t j = 0; j < 32; j++)
+          list_in[j] = (float)((double)(int32_t)rnd32() / 1e9);
+        list_in[pos] = sp[i];
+        list_in[16 + (pos + 5) % 16] = sp[(i * 7 + pos) % nsp];
+        check_list(list_in, 32, impl);
+      }
+    /* lists of zeros of both signs (whole blocks of zeros take a shortcut
+     * in the vector code), and ReLU-like lists, half zeros */
+    for (size_t n = 1; n <= 50; n++) {
+      for (size_t j = 0; j < n; j++) list_in[j] = rnd32() % 3 ? 0.0f : -0.0f;
+      check_list(list_in, n, impl);
+      for (size_t j = 0; j < n; j++)
+        list_in[j] = rnd32() % 2 ? 0.0f : (float)rnd32() / 4294967296.0f;
+      check_list(list_in, n, impl);
+    }
+  }
+}
+END_TEST
+
+/* Every length 0..70 at every start alignment mod 16 (the vector loop's
+ * tails), random bit patterns and [-1, 1] values. */
+START_TEST(list_every_length) {
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    rng = 0x2545f4914f6cdd1du;
+    for (size_t n = 0; n <= 70; n++)
+      for (size_t off = 0; off < 16; off++)
+        for (int kind = 0; kind < 2; kind++) {
+          for (size_t i = 0; i < n + off; i++)
+            list_in[i] = kind ? (float)((double)(int32_t)rnd32() / 2147483648.0)
+                              : from_bits(rnd32());
+          check_list(list_in + off, n, impl);
+        }
+    /* n = 0 writes nothing and returns 0 */
+    memset(list_got, '#', 8);
+    ck_assert_uint_eq(attn_f32_shortest_list(list_in, 0, list_got), 0);
+    ck_assert_int_eq(list_got[0], '#');
+  }
+}
+END_TEST
+
+/* The portable source (included above) gives the same lists too. */
+START_TEST(list_portable_copy) {
+  rng = 0x9e3779b97f4a7c15u;
+  for (int round = 0; round < 64; round++) {
+    size_t n = rnd32() % 2000;
+    for (size_t i = 0; i < n; i++) list_in[i] = from_bits(rnd32());
+    ck_assert_msg(list_ok(attn_test_f32_list_portable, list_in, n), "%s", why);
+  }
+}
+END_TEST
+
+/* Broken list functions, to show that list_ok says no. */
+static size_t bad_drop_last(const float *v, size_t n, char *out) {
+  size_t len = join_scalar(v, n, out);
+  return len ? len - 1 : 0;
+}
+static size_t bad_separator(const float *v, size_t n, char *out) {
+  size_t len = join_scalar(v, n, out);
+  char *c = memchr(out, ',', len);
+  if (c) *c = ';';
+  return len;
+}
+static size_t bad_overrun(const float *v, size_t n, char *out) {
+  size_t len = join_scalar(v, n, out);
+  out[ATTN_F32_LIST_MAX_CHARS(n)] = 'x';
+  return len;
+}
+static size_t bad_one_digit(const float *v, size_t n, char *out) {
+  size_t len = join_scalar(v, n, out);
+  if (len > 3) out[len - 1] = out[len - 1] == '1' ? '2' : '1';
+  return len;
+}
+
+START_TEST(list_checker_rejects) {
+  float v[5] = {0.1f, -2.5f, 1e-7f, 3.0f, 7.0f};
+  ck_assert_msg(list_ok(join_scalar, v, 5), "%s", why);
+  ck_assert(!list_ok(bad_drop_last, v, 5));
+  ck_assert(!list_ok(bad_separator, v, 5));
+  ck_assert(!list_ok(bad_overrun, v, 5));
+  ck_assert(!list_ok(bad_one_digit, v, 5));
+  ck_assert_msg(strstr(why, "element 4") != NULL, "%s", why);
+}
+END_TEST
+
+/* attn__json_f32_list (src/codec/error_json.c): the contiguous path (the
+ * list function) and the strided loop against attn__json_f32 per element,
+ * across its 1024-number chunks, with and without the leading comma. */
+START_TEST(json_f32_list_paths) {
+  static float v[2 * 2600];
+  rng = 0x51ed2701a3c5d9e7u;
+  for (size_t i = 0; i < N_OF(v); i++)
+    v[i] = i % 97 == 3 ? NAN : i % 89 == 5 ? -INFINITY : from_bits(rnd32());
+  size_t ns[] = {0, 1, 15, 16, 17, 1023, 1024, 1025, 2600};
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    for (size_t t = 0; t < N_OF(ns); t++)
+      for (int lead = 0; lead < 2; lead++)
+        for (int64_t stride = 1; stride <= 2; stride++) {
+          size_t n = ns[t];
+          attn_buf got, want;
+          attn_buf_init(&got, 0);
+          attn_buf_init(&want, 0);
+          ck_assert_int_eq(attn_buf_puts(&got, "["), ATTN_OK);
+          ck_assert_int_eq(attn_buf_puts(&want, "["), ATTN_OK);
+          ck_assert_int_eq(attn__json_f32_list(&got, v, n, stride, lead),
+                           ATTN_OK);
+          for (size_t i = 0; i < n; i++) {
+            if (i || lead) ck_assert_int_eq(attn_buf_puts(&want, ","), ATTN_OK);
+            ck_assert_int_eq(attn__json_f32(&want, v[(int64_t)i * stride]),
+                             ATTN_OK);
+          }
+          ck_assert_msg(
+              got.len == want.len && memcmp(got.data, want.data, got.len) == 0,
+              "%s n=%zu lead=%d stride=%d", impl, n, lead, (int)stride);
+          ck_assert_int_eq(got.data[got.len], '\0');
+          attn_buf_free(&got);
+          attn_buf_free(&want);
+        }
+  }
+}
+END_TEST
+
 Suite *f32fmt_suite(void) {
   Suite *s = suite_create("f32fmt");
   TCase *tc = tcase_create("table");
@@ -499,6 +838,17 @@ Suite *f32fmt_suite(void) {
   tcase_add_test(tc, random_bits);
   tcase_add_test(tc, unit_interval);
   tcase_add_test(tc, special_values);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("list");
+  tcase_set_timeout(tc, 300);
+  tcase_add_checked_fixture(tc, impl_setup, impl_teardown);
+  tcase_add_test(tc, list_checker_rejects);
+  tcase_add_test(tc, list_every_length);
+  tcase_add_test(tc, list_special_values);
+  tcase_add_test(tc, list_random_bits);
+  tcase_add_test(tc, list_unit_interval);
+  tcase_add_test(tc, list_portable_copy);
+  tcase_add_test(tc, json_f32_list_paths);
   suite_add_tcase(s, tc);
   return s;
 }

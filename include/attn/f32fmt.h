@@ -16,7 +16,8 @@
  *   - NaN and +-Inf -> "null" (JSON has no such numbers; the engine never
  *     produces them, so a null in a response marks a bug upstream).
  *
- * Pure function: no state, no locale, no allocation, safe from any thread.
+ * Pure functions: no locale, no allocation, safe from any thread; the only
+ * state is which list implementation to use, fixed before main.
  */
 #ifndef ATTN_F32FMT_H
 #define ATTN_F32FMT_H
@@ -33,5 +34,20 @@
  * length, 1..ATTN_F32_MAX_CHARS.  out must have room for ATTN_F32_MAX_CHARS
  * bytes; bytes past the returned length are left unspecified.  Never fails. */
 size_t attn_f32_shortest(float v, char *out);
+
+/* Room attn_f32_shortest_list() needs for n numbers: ATTN_F32_MAX_CHARS
+ * plus a separator each, and no more (number i starts at most 17 * i bytes
+ * in, so even its 16-byte store and a ',' after it end within 17 * (i+1)). */
+#define ATTN_F32_LIST_MAX_CHARS(n) ((n) * (ATTN_F32_MAX_CHARS + 1))
+
+/* Writes the texts of v[0..n) as attn_f32_shortest() prints them (so
+ * non-finite values as "null"), separated by ',' with none before the first
+ * or after the last, to out (no NUL) and returns the length: the same bytes
+ * as calling attn_f32_shortest() per element.  0 for n == 0.  out must have
+ * room for ATTN_F32_LIST_MAX_CHARS(n) bytes; bytes past the returned length
+ * are left unspecified.  Never fails.  Uses AVX-512 where the CPU has it
+ * (chosen once at start-up), several times faster than the per-element
+ * loop. */
+size_t attn_f32_shortest_list(const float *v, size_t n, char *out);
 
 #endif /* ATTN_F32FMT_H */

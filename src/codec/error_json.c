@@ -70,13 +70,25 @@ attn_status attn__json_f32(attn_buf *b, float v) {
 attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
                                 int64_t stride, bool lead_comma) {
   /* Room for a chunk at a time: one reserve per 1024 numbers instead of one
-   * per number; the buffer still grows geometrically. */
+   * per number; the buffer still grows geometrically.  A contiguous chunk
+   * goes to attn_f32_shortest_list (same bytes, vectorised where the CPU
+   * allows), which needs no more room than the loop below. */
   enum { CHUNK = 1024 };
   for (size_t i = 0; i < n;) {
     size_t m = n - i < CHUNK ? n - i : CHUNK;
     attn_status s = attn_buf_reserve(b, m * (ATTN_F32_MAX_CHARS + 1) + 1);
     if (s != ATTN_OK) return s;
     char *p = b->data + b->len;
+#ifdef ATTN_F32_LIST_MAX_CHARS
+    if (stride == 1) {
+      if (i || lead_comma) *p++ = ',';
+      p += attn_f32_shortest_list(v + i, m, p);
+      i += m;
+      b->len = (size_t)(p - b->data);
+      b->data[b->len] = '\0'; /* buf.c keeps data NUL-terminated */
+      continue;
+    }
+#endif
     for (size_t k = 0; k < m; k++, i++) {
       float x = v[(int64_t)i * stride];
       if (i || lead_comma) *p++ = ',';
