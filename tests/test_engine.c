@@ -236,6 +236,9 @@ static const int shapes[][7] = {
     {1, 8, 2, 9, 13, 4, 7},   {3, 8, 8, 4, 11, 3, 2},
     {1, 8, 4, 17, 5, 6, 9},   {3, 2, 1, 12, 12, 7, 5},
     {1, 2, 2, 33, 70, 16, 8},
+    /* taller than DIAG_ROWS (attention.c): causal row groups, some of them
+     * seeing no key at all (Lq > Lk) */
+    {1, 2, 1, 200, 230, 8, 8}, {1, 1, 1, 230, 150, 4, 5},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 

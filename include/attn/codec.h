@@ -71,9 +71,10 @@ void attn_codec_limits_default(attn_codec_limits *l);
  * wire_dtype recording the sent type; BOOL is one byte 0/1; INT32/INT64
  * unchanged); outputs_given/outputs (an empty "outputs" array counts as not
  * given); binary_data_output (-1 when not said); priority (0 when absent);
- * timeout_us (Triton "timeout" in microseconds, -1 when absent); params (all
- * other request-level parameters: booleans -> BOOL, strings -> STRING,
- * integral numbers -> INT with .d also set, other numbers -> DOUBLE).
+ * timeout_us (Triton "timeout" in microseconds, -1 when absent; 0 means no
+ * limit, as in Triton); params (all other request-level parameters:
+ * booleans -> BOOL, strings -> STRING, integral numbers -> INT with .d also
+ * set, other numbers -> DOUBLE).
  * model and version are set only when the body carries "model_name" /
  * "model_version" (Triton's examples do); the caller must check them against
  * the URL, or replace them (free first).

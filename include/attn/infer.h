@@ -66,7 +66,7 @@ typedef struct attn_infer_request {
   attn_infer_output_req *outputs;
   size_t n_outputs;
   int binary_data_output; /* -1 not said, 0, 1 */
-  int64_t timeout_us;     /* Triton `timeout` parameter; -1 = none */
+  int64_t timeout_us;     /* Triton `timeout`, us; -1 absent, 0 no limit */
   int64_t priority;       /* Triton `priority`; accepted, 0 if absent */
   attn_echo *echo;
   size_t n_echo;

@@ -51,6 +51,11 @@
 #define TILE_Q_STREAMING 256
 #define TILE_Q_MATERIALISED 128
 #define TILE_K_DEFAULT 512 /* keys per streaming tile */
+/* Rows per sgemm where a causal diagonal crosses a tile: each group of rows
+ * computes only the keys its last row can see.  At n=2048, h=8, d=64, 1
+ * thread this takes the causal/non-causal time of the core from 0.57 to
+ * ~0.53 (32 rows: no better; the calls get too small). */
+#define DIAG_ROWS 64
 #define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
 #define SMALL_CALL_WORK 2e6 /* B*H*Lq*Lk*Dv below which one thread runs */
@@ -338,10 +343,19 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
     float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
     float *S = per_head ? c->weights + ((b * c->H + h) * c->Lq + i0) * Lk
                         : c->scratch[tid];
-    if (jend > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)jend,
-                  (int)c->Dk, c->scale, qp, (int)c->q.ld, kp, (int)c->k.ld,
-                  0.0f, S, (int)Lk);
+    /* Row groups: all m rows at once unless the rows see different key
+     * counts (a causal diagonal); then DIAG_ROWS at a time, each group's
+     * scores and P V only as wide as its last row sees. */
+    int64_t step = row_end(c, b, i0) < jend ? DIAG_ROWS : m;
+    for (int64_t r0 = 0; r0 < m; r0 += step) {
+      int64_t r1 = r0 + step < m ? r0 + step : m;
+      int64_t w = row_end(c, b, i0 + r1 - 1);
+      if (w > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0),
+                    (int)w, (int)c->Dk, c->scale, qp + r0 * c->q.ld,
+                    (int)c->q.ld, kp, (int)c->k.ld, 0.0f, S + r0 * Lk,
+                    (int)Lk);
+    }
     for (int64_t r = 0; r < m; r++) {
       int64_t i = i0 + r, e = row_end(c, b, i);
       float *row = S + r * Lk;
@@ -355,12 +369,17 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       attn__row_scale(row, e, (float)(1.0 / sum));
       if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
     }
-    if (jend > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m,
-                  (int)c->Dv, (int)jend, 1.0f, S, (int)Lk, vp, (int)c->v.ld,
-                  0.0f, op, (int)c->out.ld);
-    else
-      zero_rows(op, m, c->out.ld, c->Dv);
+    for (int64_t r0 = 0; r0 < m; r0 += step) {
+      int64_t r1 = r0 + step < m ? r0 + step : m;
+      int64_t w = row_end(c, b, i0 + r1 - 1);
+      if (w > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0),
+                    (int)c->Dv, (int)w, 1.0f, S + r0 * Lk, (int)Lk, vp,
+                    (int)c->v.ld, 0.0f, op + r0 * c->out.ld,
+                    (int)c->out.ld);
+      else
+        zero_rows(op + r0 * c->out.ld, r1 - r0, c->out.ld, c->Dv);
+    }
     if (per_head && jend < Lk) zero_rows(S + jend, m, Lk, Lk - jend);
     if (mean) {
       float *W = c->weights + (b * c->Lq + i0) * Lk;
@@ -373,6 +392,51 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       }
     }
   }
+}
+
+/* One step of the online softmax for rows [r0, r1) of a streaming unit
+ * (query rows i0 + r) against keys [j0, j0 + w): scores into S, the running
+ * max mrun and sum lrun updated (O rescaled where the max grew), then
+ * O += P V.  Rows that see fewer than w of these keys get zeros past their
+ * last one. */
+static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
+                           int64_t i0, int64_t r0, int64_t r1, int64_t j0,
+                           int64_t w, float *S, float *O, float *mrun,
+                           double *lrun, const float *qp, const float *kp,
+                           const float *vp) {
+  int64_t tk = c->tk, Dv = c->Dv;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)w,
+              (int)c->Dk, c->scale, qp + r0 * c->q.ld, (int)c->q.ld,
+              kp + j0 * c->k.ld, (int)c->k.ld, 0.0f, S + r0 * tk, (int)tk);
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t i = i0 + r, e = row_end(c, b, i) - j0;
+    float *row = S + r * tk;
+    if (e > w) e = w;
+    if (e <= 0) {
+      memset(row, 0, w * sizeof *row);
+      continue;
+    }
+    float tmax = attn__row_mask_max(row, e, offf(add_row(c, b, h, i), j0),
+                                    offu(blk_row(c, b, h, i), j0),
+                                    offu(pad_row(c, b), j0));
+    float mnew = tmax > mrun[r] ? tmax : mrun[r];
+    if (mnew == -INFINITY) {
+      memset(row, 0, w * sizeof *row);
+      continue;
+    }
+    double s = attn__row_exp_sum(row, e, mnew);
+    if (w > e) memset(row + e, 0, (w - e) * sizeof *row);
+    if (mnew != mrun[r]) {
+      float corr = mrun[r] == -INFINITY ? 0.0f : attn__expf(mrun[r] - mnew);
+      lrun[r] *= corr;
+      attn__row_scale(O + r * Dv, Dv, corr);
+      mrun[r] = mnew;
+    }
+    lrun[r] += s;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0),
+              (int)Dv, (int)w, 1.0f, S + r0 * tk, (int)tk, vp + j0 * c->v.ld,
+              (int)c->v.ld, 1.0f, O + r0 * Dv, (int)Dv);
 }
 
 static void streaming_unit(void *vctx, int64_t u, int tid) {
@@ -399,38 +463,16 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   }
   for (int64_t j0 = 0; j0 < jend; j0 += tk) {
     int64_t tn = jend - j0 < tk ? jend - j0 : tk;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)tn,
-                (int)c->Dk, c->scale, qp, (int)c->q.ld, kp + j0 * c->k.ld,
-                (int)c->k.ld, 0.0f, S, (int)tk);
-    for (int64_t r = 0; r < m; r++) {
-      int64_t i = i0 + r, e = row_end(c, b, i) - j0;
-      float *row = S + r * tk;
-      if (e > tn) e = tn;
-      if (e <= 0) {
-        memset(row, 0, tn * sizeof *row);
-        continue;
-      }
-      float tmax = attn__row_mask_max(row, e, offf(add_row(c, b, h, i), j0),
-                                      offu(blk_row(c, b, h, i), j0),
-                                      offu(pad_row(c, b), j0));
-      float mnew = tmax > mrun[r] ? tmax : mrun[r];
-      if (mnew == -INFINITY) {
-        memset(row, 0, tn * sizeof *row);
-        continue;
-      }
-      double s = attn__row_exp_sum(row, e, mnew);
-      if (tn > e) memset(row + e, 0, (tn - e) * sizeof *row);
-      if (mnew != mrun[r]) {
-        float corr = mrun[r] == -INFINITY ? 0.0f : attn__expf(mrun[r] - mnew);
-        lrun[r] *= corr;
-        attn__row_scale(O + r * Dv, Dv, corr);
-        mrun[r] = mnew;
-      }
-      lrun[r] += s;
+    /* Row groups as in materialised_unit: DIAG_ROWS at a time when a causal
+     * diagonal crosses this tile, each only as wide as its last row sees. */
+    int64_t step = row_end(c, b, i0) - j0 < tn ? DIAG_ROWS : m;
+    for (int64_t r0 = 0; r0 < m; r0 += step) {
+      int64_t r1 = r0 + step < m ? r0 + step : m;
+      int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
+      if (w > tn) w = tn;
+      if (w <= 0) continue; /* these rows see no key of this tile */
+      streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, qp, kp, vp);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)Dv,
-                (int)tn, 1.0f, S, (int)tk, vp + j0 * c->v.ld, (int)c->v.ld,
-                1.0f, O, (int)Dv);
   }
   for (int64_t r = 0; r < m; r++) {
     float *dst = op + r * c->out.ld;

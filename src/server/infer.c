@@ -132,7 +132,10 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
     attn__resp_error(&resp, 404, "unknown model '%s'", job->model);
     goto done;
   }
-  if (req.timeout_us >= 0 && waited_ns / 1000 > (uint64_t)req.timeout_us) {
+  /* Triton's `timeout`: 0 means no timeout (tritonserver.h,
+   * TRITONSERVER_InferenceRequestSetTimeoutMicroseconds), and tritonclient
+   * sends "timeout": 0 whenever a caller passes timeout=0. */
+  if (req.timeout_us > 0 && waited_ns / 1000 > (uint64_t)req.timeout_us) {
     attn__resp_error(&resp, 503,
                      "request waited %.3f ms in the queue, longer than its "
                      "timeout parameter (%lld us)",

@@ -47,6 +47,9 @@ import tempfile
 import threading
 import time
 import traceback
+import zlib
+from decimal import Decimal
+from urllib.parse import quote
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0   # server start-up (an ASan build is slower)
@@ -1207,6 +1210,656 @@ def v2_binary_errors():
     # the server still answers normally
     body, hdrs = v2_binary(ins)
     decode_v2(send(body, hdrs), "good binary request after errors")
+
+
+# tritonclient on the wire -------------------------------------------------
+#
+# The promise: NVIDIA's tritonclient.http works against attnd unchanged.
+# tritonclient needs numpy, gevent and python-rapidjson, which CI does not
+# have, so these tests build its requests byte for byte and decode the
+# answers the way it does.  Written from a reading of (nothing copied)
+# github.com/triton-inference-server/client, src/python/library/tritonclient/
+#   http/_utils.py @03a0aac9            _get_inference_request, _get_error
+#   http/_client.py @06344cae           InferenceServerClient (infer, health,
+#                                       metadata, compression headers)
+#   http/_infer_input.py @06344cae      InferInput.set_data_from_numpy,
+#                                       _get_tensor
+#   http/_requested_output.py @36d6b34e InferRequestedOutput._get_tensor
+#   http/_infer_result.py @2a25fb3b     InferResult, as_numpy
+#   http/aio/__init__.py @03a9633a      the asyncio client (aiohttp)
+#   utils/__init__.py @01581baf         dtype maps, serialize_bf16_tensor
+# and geventhttpclient src/geventhttpclient/client.py @02f7ad10 (the
+# headers its HTTPClient adds).  What they send and expect:
+# - Health: GET /v2/health/live, /v2/health/ready and
+#   /v2/models/{m}[/versions/{v}]/ready; only "status == 200" is read.
+#   Metadata: GET /v2 and /v2/models/{m}[/versions/{v}]; the body is JSON.
+# - Errors: any non-200 body is read as UTF-8 JSON and its "error" string
+#   becomes InferenceServerException(msg, status).
+# - Infer: POST /v2/models/{m}[/versions/{v}]/infer with User-Agent, the
+#   caller's headers, Host and Content-Length; no Content-Type (aiohttp, in
+#   the asyncio client, adds application/octet-stream to every body).
+#   Inference-Header-Content-Length (the JSON's length) only when some input
+#   is binary; Content-Encoding gzip|deflate and Accept-Encoding only when
+#   compression is asked for.
+# - The JSON is compact (rapidjson: 1e-7, 1.5e22, 0.00001, 100.0, \uXXXX),
+#   keys in this order: "id" (when request_id != ""), "inputs", "outputs"
+#   (when outputs are given), "parameters": sequence_id/_start/_end (when
+#   sequence_id != 0), "priority" (when != 0), "timeout" (when not None, even
+#   0), "binary_data_output": true (when no outputs are given), then the
+#   caller's parameters.  An input is {"name", "shape", "datatype"} plus
+#   "parameters": {"binary_data_size": N} and a blob after the JSON
+#   (binary_data=True, the default; BF16 = the float32's high two bytes), or
+#   plus "data": the flat list of ndarray.item() values (FP16 too, which
+#   Triton refuses; the client itself refuses BF16 there).  An output is
+#   {"name", "parameters": {["classification": n,] "binary_data": b}}.
+# - Answers: Inference-Header-Content-Length, when present, ends the JSON;
+#   blobs follow in output order for the outputs whose parameters carry
+#   binary_data_size; JSON data goes through np.array(data, dtype) and
+#   reshape(shape).  Content-Encoding gzip/deflate is undone first.
+
+TC_UA = "python/gevent-http-client-2.3.1"
+
+
+def _rj_float(x):
+    """A finite float as python-rapidjson writes it (shortest digits laid out
+    like RapidJSON's Prettify): 1e-07 -> 1e-7, 1e-05 -> 0.00001,
+    1.5e+22 -> 1.5e22, 100.0 -> 100.0, -0.0 -> -0.0."""
+    sign, digits, exp = Decimal(repr(x)).as_tuple()
+    ds = "".join(map(str, digits)).rstrip("0") or "0"
+    exp += len("".join(map(str, digits))) - len(ds)
+    if ds == "0":
+        exp = 0
+    n, kk = len(ds), len(ds) + exp
+    if exp >= 0 and kk <= 21:
+        s = ds + "0" * exp + ".0"
+    elif 0 < kk <= 21:
+        s = ds[:kk] + "." + ds[kk:]
+    elif -6 < kk <= 0:
+        s = "0." + "0" * -kk + ds
+    elif n == 1:
+        s = ds + "e" + str(kk - 1)
+    else:
+        s = ds[0] + "." + ds[1:] + "e" + str(kk - 1)
+    return ("-" if sign else "") + s
+
+
+def _rj_dumps(obj):
+    """Compact JSON as python-rapidjson's dumps() writes it by default."""
+    if isinstance(obj, dict):
+        return "{" + ",".join(json.dumps(str(k)) + ":" + _rj_dumps(v)
+                              for k, v in obj.items()) + "}"
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(_rj_dumps(v) for v in obj) + "]"
+    if obj is True or obj is False or obj is None:
+        return json.dumps(obj)
+    if isinstance(obj, int):
+        return str(obj)
+    if isinstance(obj, float):
+        return _rj_float(obj)
+    return json.dumps(obj)  # str, ensure_ascii like rapidjson's default
+
+
+_TC_FMT = {"FP32": "f", "FP16": "e", "FP64": "d", "INT32": "i",
+           "INT64": "q", "BOOL": "?", "BF16": "f"}
+
+
+def tc_input(name, shape, datatype, values, binary_data=True):
+    """InferInput(name, shape, datatype).set_data_from_numpy(a, binary_data)
+    for an array a of that dtype holding `values` (row-major).  Returns
+    (tensor dict, blob or None)."""
+    t = {"name": name, "shape": list(shape), "datatype": datatype}
+    if binary_data:
+        if datatype == "BF16":  # the float32's high half, little-endian
+            raw = b"".join(struct.pack("<f", x)[2:4] for x in values)
+        else:  # ndarray.tobytes(): little-endian on every machine CI has
+            raw = pack(_TC_FMT[datatype], values)
+        t["parameters"] = {"binary_data_size": len(raw)}
+        return t, raw
+    fmt = "<" + _TC_FMT[datatype]
+    # ndarray.item(): the element's exact value as a Python scalar
+    t["data"] = [struct.unpack(fmt, struct.pack(fmt, x))[0] for x in values]
+    return t, None
+
+
+def tc_output(name, binary_data=True, class_count=0):
+    """InferRequestedOutput(name, binary_data, class_count)._get_tensor()."""
+    params = {}
+    if class_count != 0:
+        params["classification"] = class_count
+    params["binary_data"] = binary_data
+    return {"name": name, "parameters": params}
+
+
+def tc_request(inputs, outputs=None, request_id="", sequence_id=0,
+               sequence_start=False, sequence_end=False, priority=0,
+               timeout=None, parameters=None):
+    """(body, json_size or None) as _get_inference_request builds them."""
+    req, params = {}, {}
+    if request_id != "":
+        req["id"] = request_id
+    if sequence_id != 0 and sequence_id != "":
+        params["sequence_id"] = sequence_id
+        params["sequence_start"] = sequence_start
+        params["sequence_end"] = sequence_end
+    if priority != 0:
+        params["priority"] = priority
+    if timeout is not None:
+        params["timeout"] = timeout
+    req["inputs"] = [t for t, _ in inputs]
+    if outputs:
+        req["outputs"] = outputs
+    else:
+        params["binary_data_output"] = True
+    params.update(parameters or {})
+    if params:
+        req["parameters"] = params
+    text = _rj_dumps(req)
+    blobs = [raw for _, raw in inputs if raw is not None]
+    if not blobs:
+        return text.encode(), None
+    return text.encode() + b"".join(blobs), len(text)
+
+
+class TcError(Exception):
+    """InferenceServerException as _get_error makes it from a non-200."""
+
+    def __init__(self, status, msg):
+        super().__init__("[%d] %s" % (status, msg))
+        self.status = status
+        self.msg = msg
+
+
+def _tc_error(r, what):
+    """The TcError tritonclient would raise for r; a Failure when it could
+    not decode the body (the user would get a garbled exception)."""
+    try:
+        body = r.body.decode("utf-8")
+        msg = json.loads(body)["error"] if body else None
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise Failure("%s: HTTP %d body tritonclient cannot decode (%s): %r"
+                      % (what, r.status, e, r.body[:200]))
+    check(isinstance(msg, str) and msg, "%s: HTTP %d error is %r" %
+          (what, r.status, msg))
+    return TcError(r.status, msg)
+
+
+class TcResult:
+    """InferResult: the JSON header and the outputs as tritonclient reads
+    them.  outputs[name] = (datatype, shape, flat values, binary?)."""
+
+    _DT = {"FP32": ("f", 4), "FP16": ("e", 2), "FP64": ("d", 8),
+           "INT32": ("i", 4), "INT64": ("q", 8), "BOOL": ("?", 1)}
+
+    def __init__(self, r, what):
+        body = r.body
+        ce = r.header("content-encoding")
+        if ce == "gzip":
+            body = gzip.decompress(body)
+        elif ce == "deflate":
+            body = zlib.decompress(body)
+        hl = r.header("inference-header-content-length")
+        if hl is None:
+            self.response, buf = json.loads(body), b""
+        else:
+            n = int(hl)
+            self.response, buf = json.loads(body[:n]), body[n:]
+        self.header_length = hl
+        self.outputs = {}
+        off = 0
+        for o in self.response["outputs"]:
+            dt = o["datatype"]
+            check(dt in self._DT, "%s: output %s datatype %r" %
+                  (what, o["name"], dt))
+            fmt, size = self._DT[dt]
+            nb = (o.get("parameters") or {}).get("binary_data_size")
+            if nb is not None:
+                check(hl is not None, "%s: %s is binary but the answer has "
+                      "no Inference-Header-Content-Length" % (what, o["name"]))
+                blob = buf[off:off + nb]
+                off += nb
+                check(len(blob) == nb == size * numel(o["shape"]),
+                      "%s: %s: %d bytes, binary_data_size %d, shape %r (%s)"
+                      % (what, o["name"], len(blob), nb, o["shape"], dt))
+                vals = list(struct.unpack("<%d%s" % (nb // size, fmt), blob))
+                self.outputs[o["name"]] = (dt, o["shape"], vals, True)
+            else:
+                vals = flatten(o["data"])
+                check(len(vals) == numel(o["shape"]), "%s: %s: %d values for "
+                      "shape %r" % (what, o["name"], len(vals), o["shape"]))
+                if dt in ("FP32", "FP16"):
+                    vals = [struct.unpack("<" + fmt, struct.pack("<" + fmt, x)
+                                          )[0] for x in vals]
+                self.outputs[o["name"]] = (dt, o["shape"], vals, False)
+        # tritonclient ignores bytes past the last blob; a server must not
+        # send any.
+        check(off == len(buf), "%s: %d bytes after the blobs" %
+              (what, len(buf) - off))
+
+    def as_values(self, name):
+        return self.outputs[name][2]
+
+
+class TcClient:
+    """tritonclient.http.InferenceServerClient("127.0.0.1:PORT"): one
+    persistent connection (geventhttpclient, concurrency 1) and the headers
+    it sends.  aio=True: tritonclient.http.aio, whose aiohttp session adds
+    Accept, Accept-Encoding and Content-Type: application/octet-stream."""
+
+    def __init__(self, port, aio=False):
+        self.port = port
+        self.aio = aio
+        self.conn = http.client.HTTPConnection(HOST, port,
+                                               timeout=HTTP_TIMEOUT_S)
+        self.last_sent = None  # (method, uri, headers, body)
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def _send(self, method, uri, body=None, headers=None):
+        hdrs = []
+        if self.aio:
+            hdrs += [("Host", "%s:%d" % (HOST, self.port)), ("Accept", "*/*"),
+                     ("Accept-Encoding", "gzip, deflate"),
+                     ("User-Agent", "Python/3.11 aiohttp/3.9.1")]
+            hdrs += [(k, str(v)) for k, v in (headers or {}).items()]
+            if method == "POST":
+                hdrs += [("Content-Length", str(len(body or b""))),
+                         ("Content-Type", "application/octet-stream")]
+        else:
+            hdrs.append(("User-Agent", TC_UA))
+            hdrs += [(k, str(v)) for k, v in (headers or {}).items()]
+            hdrs.append(("Host", "%s:%d" % (HOST, self.port)))
+            if method == "POST":
+                hdrs.append(("Content-Length", str(len(body or b""))))
+        self.last_sent = (method, uri, hdrs, body)
+        self.conn.putrequest(method, uri, skip_host=True,
+                             skip_accept_encoding=True)
+        for k, v in hdrs:
+            self.conn.putheader(k, v)
+        self.conn.endheaders(body or None)
+        r = self.conn.getresponse()
+        data = r.read()
+        return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+
+    @staticmethod
+    def _model_uri(model, version, tail=""):
+        uri = "/v2/models/" + quote(model)
+        if version != "":
+            uri += "/versions/" + version
+        return uri + tail
+
+    def is_server_live(self):
+        return self._send("GET", "/v2/health/live").status == 200
+
+    def is_server_ready(self):
+        return self._send("GET", "/v2/health/ready").status == 200
+
+    def is_model_ready(self, model, model_version=""):
+        return self._send("GET", self._model_uri(model, model_version,
+                                                 "/ready")).status == 200
+
+    def _get_json(self, uri):
+        r = self._send("GET", uri)
+        if r.status != 200:
+            raise _tc_error(r, "GET " + uri)
+        return json.loads(r.body)
+
+    def get_server_metadata(self):
+        return self._get_json("/v2")
+
+    def get_model_metadata(self, model, model_version=""):
+        return self._get_json(self._model_uri(model, model_version))
+
+    def get_model_config(self, model, model_version=""):
+        return self._get_json(self._model_uri(model, model_version,
+                                              "/config"))
+
+    def infer(self, model, inputs, model_version="", outputs=None,
+              request_compression_algorithm=None,
+              response_compression_algorithm=None, **kw):
+        """kw: request_id, sequence_id, priority, timeout, parameters."""
+        body, json_size = tc_request(inputs, outputs, **kw)
+        headers = {}
+        if request_compression_algorithm == "gzip":
+            headers["Content-Encoding"] = "gzip"
+            body = gzip.compress(body)
+        elif request_compression_algorithm == "deflate":
+            headers["Content-Encoding"] = "deflate"
+            body = zlib.compress(body)
+        if response_compression_algorithm in ("gzip", "deflate"):
+            headers["Accept-Encoding"] = response_compression_algorithm
+        if json_size is not None:
+            headers["Inference-Header-Content-Length"] = json_size
+        uri = self._model_uri(model, model_version, "/infer")
+        r = self._send("POST", uri, body, headers)
+        if r.status != 200:
+            raise _tc_error(r, "POST " + uri)
+        return TcResult(r, "POST " + uri)
+
+
+def tc_expect_error(fn, status, *needles, what=""):
+    """fn() must raise TcError with this status and each needle in the
+    message (any case)."""
+    try:
+        fn()
+    except TcError as e:
+        check(e.status == status, "%s: HTTP %d (%s), expected %d" %
+              (what, e.status, e.msg, status))
+        for n in needles:
+            check(n.lower() in e.msg.lower(), "%s: error does not mention "
+                  "%r: %r" % (what, n, e.msg))
+        return e.msg
+    raise Failure("%s: succeeded, expected HTTP %d" % (what, status))
+
+
+def _tc_sdpa_case(seed):
+    """Random FP32 sdpa inputs with a few exact float32 values whose
+    rapidjson text has forms Python's json never writes: 2^-20 is
+    9.5367431640625e-7, 2^-17 is 0.00000762939453125, 2^73 is
+    9.44473296573929e21."""
+    (sq, q), (sk, k), (sv, v) = _sdpa_json_vs_binary_data(seed)
+    q[:4] = [2.0 ** -20, -2.0 ** -17, 0.0, -0.0]
+    v[0] = 2.0 ** 73
+    return (sq, q), (sk, k), (sv, v)
+
+
+def _tc_reference(p, case, params=None):
+    """attnd's own JSON path (plain v2 JSON in and out) for the same case."""
+    (sq, q), (sk, k), (sv, v) = case
+    _, ref = decode_v2(v2_infer(p, "sdpa", [
+        v2_in("query", sq, q), v2_in("key", sk, k), v2_in("value", sv, v)],
+        params=params), "attnd JSON reference")
+    return ref
+
+
+def _tc_same(res, ref, what, binary=None):
+    """Every reference output is in res, same shape, same float32 bits."""
+    check(sorted(res.outputs) == sorted(ref), "%s: outputs %r, expected %r" %
+          (what, sorted(res.outputs), sorted(ref)))
+    for n in ref:
+        dt, shape, vals, is_bin = res.outputs[n]
+        check(dt == "FP32" and shape == ref[n]["shape"], "%s: %s is %s %r, "
+              "expected FP32 %r" % (what, n, dt, shape, ref[n]["shape"]))
+        if binary is not None:
+            want = binary[n] if isinstance(binary, dict) else binary
+            check(is_bin == want, "%s: %s binary=%s, expected %s" %
+                  (what, n, is_bin, want))
+        assert_bits(vals, ref[n]["data"], "%s: %s" % (what, n))
+
+
+@test
+def tritonclient_health_and_metadata():
+    """is_server_live/ready, is_model_ready, get_server_metadata,
+    get_model_metadata (with and without a version) and their errors, all on
+    one kept-alive connection as a tritonclient session does."""
+    p = shared().port
+    with TcClient(p) as c:
+        check(c.is_server_live() is True, "is_server_live")
+        sock = c.conn.sock
+        check(c.is_server_ready() is True, "is_server_ready")
+        for m in ("sdpa", "mha", "demo"):
+            check(c.is_model_ready(m), "is_model_ready(%r)" % m)
+            check(c.is_model_ready(m, "1"), "is_model_ready(%r, '1')" % m)
+        check(c.is_model_ready("nosuchmodel") is False,
+              "is_model_ready of an unknown model")
+        check(c.is_model_ready("sdpa", "2") is False,
+              "is_model_ready of an unknown version")
+        meta = c.get_server_metadata()
+        check(meta.get("name") == "attnd" and
+              isinstance(meta.get("version"), str) and
+              "binary_tensor_data" in meta.get("extensions", []),
+              "get_server_metadata: %r" % meta)
+        for m in ("sdpa", "demo"):
+            mm = c.get_model_metadata(m)
+            check(mm == c.get_model_metadata(m, "1"),
+                  "get_model_metadata(%r) differs with version '1'" % m)
+            check(mm.get("name") == m and "1" in mm.get("versions", []) and
+                  isinstance(mm.get("platform"), str),
+                  "get_model_metadata(%r): %r" % (m, mm))
+            for sec in ("inputs", "outputs"):
+                for t in mm.get(sec) or [None]:
+                    check(isinstance(t, dict) and
+                          isinstance(t.get("name"), str) and
+                          isinstance(t.get("datatype"), str) and
+                          isinstance(t.get("shape"), list),
+                          "get_model_metadata(%r) %s entry %r" % (m, sec, t))
+        tc_expect_error(lambda: c.get_model_metadata("nosuchmodel"), 404,
+                        "nosuchmodel", what="get_model_metadata(unknown)")
+        tc_expect_error(lambda: c.get_model_metadata("sdpa", "2"), 404,
+                        "version", what="get_model_metadata(sdpa, '2')")
+        # attnd has no model configuration endpoint: a clean 404 error
+        tc_expect_error(lambda: c.get_model_config("sdpa"), 404,
+                        what="get_model_config")
+        check(c.is_server_live(), "is_server_live after errors")
+        check(c.conn.sock is sock, "the connection was not kept alive")
+
+
+@test
+def tritonclient_infer_binary_inputs():
+    """infer() with set_data_from_numpy(a) (binary_data=True, the default):
+    no outputs (so binary_data_output), binary and JSON InferRequestedOutput,
+    a request_id, a version in the URL; bitwise equal to attnd's JSON path."""
+    p = shared().port
+    case = _tc_sdpa_case(SEED + 60)
+    ref = _tc_reference(p, case)
+    ins = [tc_input(n, s, "FP32", x)
+           for n, (s, x) in zip(("query", "key", "value"), case)]
+    with TcClient(p) as c:
+        res = c.infer("sdpa", ins)
+        _, hdrs, body = c.last_sent[1:]
+        names = [h[0].lower() for h in hdrs]
+        check("content-type" not in names, "tritonclient sends no "
+              "Content-Type: %r" % names)
+        ihcl = dict((h[0].lower(), h[1]) for h in hdrs)[
+            "inference-header-content-length"]
+        head = json.loads(body[:int(ihcl)])
+        check(head["parameters"] == {"binary_data_output": True} and
+              "outputs" not in head and "id" not in head,
+              "request JSON as tritonclient builds it: %r" % head)
+        check(res.header_length is not None, "binary answer without "
+              "Inference-Header-Content-Length")
+        check(res.response.get("model_name") == "sdpa" and
+              "id" not in res.response, "answer header %r" % res.response)
+        _tc_same(res, ref, "binary in, no outputs", binary=True)
+        res = c.infer("sdpa", ins, model_version="1", request_id="tc-7",
+                      outputs=[tc_output("attn_output", binary_data=False),
+                               tc_output("attn_weights")])
+        check(res.response.get("id") == "tc-7" and
+              res.response.get("model_version") == "1",
+              "id / model_version: %r" % res.response)
+        check([o["name"] for o in res.response["outputs"]] ==
+              ["attn_output", "attn_weights"], "output order %r" %
+              res.response["outputs"])
+        _tc_same(res, ref, "binary in, mixed outputs",
+                 binary={"attn_output": False, "attn_weights": True})
+        res = c.infer("sdpa", ins, outputs=[tc_output("attn_weights", False)])
+        check(res.header_length is None, "all-JSON answer carries "
+              "Inference-Header-Content-Length")
+        check(list(res.outputs) == ["attn_weights"], "asked attn_weights, "
+              "got %r" % list(res.outputs))
+        assert_bits(res.as_values("attn_weights"),
+                    ref["attn_weights"]["data"], "binary in, JSON weights")
+
+
+@test
+def tritonclient_infer_json_inputs():
+    """set_data_from_numpy(a, binary_data=False): the whole body is JSON
+    (rapidjson number text), no Inference-Header-Content-Length."""
+    p = shared().port
+    case = _tc_sdpa_case(SEED + 61)
+    ref = _tc_reference(p, case)
+    ins = [tc_input(n, s, "FP32", x, binary_data=False)
+           for n, (s, x) in zip(("query", "key", "value"), case)]
+    body, size = tc_request(ins)
+    check(size is None, "JSON-only request has a header length")
+    for text in (b"9.5367431640625e-7", b"-0.00000762939453125",
+                 b"9.44473296573929e21", b"-0.0,"):
+        check(text in body, "request lacks rapidjson number text %r" % text)
+    check(b"e+" not in body and b"e-0" not in body,
+          "request has Python-style exponents")
+    with TcClient(p) as c:
+        res = c.infer("sdpa", ins)
+        sent = dict((h[0].lower(), h[1]) for h in c.last_sent[2])
+        check("inference-header-content-length" not in sent,
+              "JSON-only request sent Inference-Header-Content-Length")
+        _tc_same(res, ref, "JSON in, no outputs", binary=True)
+        res = c.infer("sdpa", ins,
+                      outputs=[tc_output("attn_output", False),
+                               tc_output("attn_weights", False)])
+        check(res.header_length is None, "JSON in, JSON out: answer has "
+              "Inference-Header-Content-Length")
+        _tc_same(res, ref, "JSON in, JSON out", binary=False)
+        res = c.infer("sdpa", ins, outputs=[tc_output("attn_output", True)])
+        check(list(res.outputs) == ["attn_output"], "outputs %r" %
+              list(res.outputs))
+        # Not bitwise: without weights the engine may take its streaming path.
+        assert_close(res.as_values("attn_output"), ref["attn_output"]["data"],
+                     "JSON in, binary attn_output alone")
+
+
+@test
+def tritonclient_infer_datatypes():
+    """FP16, BF16, FP64, BOOL, INT32 and INT64 inputs as tritonclient
+    serialises them, binary and (where it can) JSON."""
+    p = shared().port
+    rng = random.Random(SEED + 62)
+    shape = [1, 1, 4, 8]
+    # multiples of 1/64 in [-1, 1]: exact in FP16, BF16, FP32 and FP64
+    q, k, v = ([rng.randint(-64, 64) / 64.0 for _ in range(32)]
+               for _ in range(3))
+    qkv = (("query", q), ("key", k), ("value", v))
+    _, ref = decode_v2(v2_infer(p, "sdpa", [v2_in(n, shape, x)
+                                            for n, x in qkv]), "FP32 JSON")
+    with TcClient(p) as c:
+        for dt, binary in (("FP16", True), ("BF16", True), ("FP64", True),
+                           ("FP64", False)):
+            res = c.infer("sdpa", [tc_input(n, shape, dt, x, binary)
+                                   for n, x in qkv])
+            _tc_same(res, ref, "%s %s inputs" %
+                     (dt, "binary" if binary else "JSON"), binary=True)
+        # Triton refuses FP16 in JSON too ("use the binary data format")
+        tc_expect_error(lambda: c.infer("sdpa", [
+            tc_input(n, shape, "FP16", x, False) for n, x in qkv]), 400,
+            "query", "binary", what="FP16 JSON input")
+        qr, kr, vr = rows(q, 0, 4, 8), rows(k, 0, 4, 8), rows(v, 0, 4, 8)
+        out, w = ref_head(qr, kr, vr, 1 / math.sqrt(8), pad=[0, 0, 0, 1])
+        blocked = [[False, False, False, True]] * 4
+        extras = [("BOOL mask", tc_input, ("attn_mask", [4, 4], "BOOL",
+                                           flatten(blocked)))]
+        for dt in ("INT32", "INT64"):
+            extras.append((dt + " key_lengths", tc_input,
+                           ("key_lengths", [1], dt, [3])))
+        for what, mk, args in extras:
+            for binary in (True, False):
+                ins = [tc_input(n, shape, "FP32", x, binary) for n, x in qkv]
+                res = c.infer("sdpa", ins + [mk(*args, binary_data=binary)])
+                tag = "%s %s" % (what, "binary" if binary else "JSON")
+                assert_close(res.as_values("attn_output"), flatten(out),
+                             tag + " attn_output")
+                assert_close(res.as_values("attn_weights"), flatten(w),
+                             tag + " attn_weights")
+
+
+@test
+def tritonclient_infer_parameters():
+    """priority, timeout (0 is Triton's "no timeout"), custom parameters,
+    sequence_id and a non-ASCII request_id, as infer() puts them in the
+    request's "parameters"."""
+    p = shared().port
+    case = _tc_sdpa_case(SEED + 63)
+    ins = [tc_input(n, s, "FP32", x)
+           for n, (s, x) in zip(("query", "key", "value"), case)]
+    with TcClient(p) as c:
+        ref = _tc_reference(p, case)
+        for kw in ({"priority": 1}, {"timeout": 0},
+                   {"timeout": 60000000, "priority": 2}):
+            res = c.infer("sdpa", ins, **kw)
+            _tc_same(res, ref, "infer(%r)" % kw)
+        for tmo in (0, 0, 0):  # a 0 us limit would fail after any queueing
+            _tc_same(c.infer("sdpa", ins, timeout=tmo), ref, "timeout=0")
+        params = {"causal": True, "scale": 0.25}
+        ref = _tc_reference(p, case, params=params)
+        _tc_same(c.infer("sdpa", ins, parameters=params), ref,
+                 "parameters=%r" % params)
+        rid = "r\u00e9q-\"1\""
+        res = c.infer("sdpa", ins, request_id=rid)
+        check(b"r\\u00e9q-\\\"1\\\"" in c.last_sent[3],
+              "request_id not escaped as rapidjson does")
+        check(res.response.get("id") == rid, "id echoed as %r" %
+              res.response.get("id"))
+        # attnd has no sequence batcher: a clean 400 naming the parameter
+        tc_expect_error(lambda: c.infer("sdpa", ins, sequence_id=7,
+                                        sequence_start=True), 400,
+                        "sequence_id", what="sequence_id")
+
+
+@test
+def tritonclient_errors_and_compression():
+    """What a tritonclient user sees for attnd's refusals (an exception with
+    attnd's message, never a decoding failure), and compression options."""
+    p = shared().port
+    case = _tc_sdpa_case(SEED + 64)
+    ins = [tc_input(n, s, "FP32", x)
+           for n, (s, x) in zip(("query", "key", "value"), case)]
+    ref = _tc_reference(p, case)
+    with TcClient(p) as c:
+        tc_expect_error(lambda: c.infer("nosuchmodel", ins), 404,
+                        "nosuchmodel", what="unknown model")
+        tc_expect_error(lambda: c.infer("sdpa", ins, model_version="2"), 404,
+                        "2", what="unknown version")
+        tc_expect_error(lambda: c.infer("sdpa", ins[:2]), 400, "value",
+                        what="missing input")
+        bad = [tc_input("qeury", case[0][0], "FP32", case[0][1])] + ins[1:]
+        tc_expect_error(lambda: c.infer("sdpa", bad), 400, "qeury",
+                        what="unknown input")
+        tc_expect_error(lambda: c.infer(
+            "sdpa", ins, outputs=[tc_output("attn_output", class_count=3)]),
+            400, "classification", what="class_count (no classification "
+            "extension)")
+        # Accept-Encoding is a wish: attnd answers uncompressed, which
+        # InferResult reads as is.
+        for alg in ("gzip", "deflate"):
+            res = c.infer("sdpa", ins, response_compression_algorithm=alg)
+            _tc_same(res, ref, "response_compression_algorithm=" + alg)
+        # Compressed request bodies are refused (docs/api.md, 415).
+        for alg in ("gzip", "deflate"):
+            tc_expect_error(lambda: c.infer(
+                "sdpa", ins, request_compression_algorithm=alg), 415, alg,
+                what="request_compression_algorithm=" + alg)
+        check(c.is_server_ready(), "ready after the errors")
+
+
+@test
+def tritonclient_aio_client():
+    """tritonclient.http.aio: aiohttp sends every body as
+    application/octet-stream, JSON-only ones included, plus Accept-Encoding:
+    gzip, deflate."""
+    p = shared().port
+    case = _tc_sdpa_case(SEED + 65)
+    ref = _tc_reference(p, case)
+    with TcClient(p, aio=True) as c:
+        check(c.is_server_live() and c.is_server_ready() and
+              c.is_model_ready("sdpa"), "aio health")
+        check(c.get_model_metadata("sdpa").get("name") == "sdpa",
+              "aio get_model_metadata")
+        for binary in (True, False):
+            ins = [tc_input(n, s, "FP32", x, binary)
+                   for n, (s, x) in zip(("query", "key", "value"), case)]
+            res = c.infer("sdpa", ins)
+            _tc_same(res, ref, "aio, %s inputs" %
+                     ("binary" if binary else "JSON"), binary=True)
+            res = c.infer("sdpa", ins,
+                          outputs=[tc_output("attn_output", False),
+                                   tc_output("attn_weights", False)])
+            _tc_same(res, ref, "aio, %s inputs, JSON outputs" %
+                     ("binary" if binary else "JSON"), binary=False)
 
 
 # /v1/attention ------------------------------------------------------------
