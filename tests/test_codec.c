@@ -1954,6 +1954,48 @@ static const char *const packed_docs[] = {
     "{'k':[1e999,-1e-999,123456789012345678901234567890,0.000001]}",
 };
 
+/* Long packed arrays (the chunked fast path of json_fast.c takes 64 bytes
+ * at a time once 80 remain) with one odd token put at every position:
+ * packed and plain parses must agree on status, message and values. */
+START_TEST(json_packed_long_runs) {
+  static const char *const odd[] = {
+      "01",  "1.",   ".5",     "-",     "--1",   "+1",   "1.2.3", "0x1",
+      "1e5", "-0",   "1E-2",   "1e+",   "0.0",   "123456789.5",
+      "1.123456789", "12345678.12345678", "true", "[1]",  "\"x\"", "null",
+      "1 ",  " 1",   "1 ,",    ", 1",   "",      "1]",   "]",     "1,]",
+      "9007199254740993", "-0.000001", "1\n", "\t2", "3\r", "1e400",
+  };
+  enum { COUNT = 40 };
+  char doc[1024], ctx[96];
+  uint64_t rng = 0x1234567;
+  for (size_t o = 0; o < sizeof odd / sizeof *odd; o++)
+    for (int at = 0; at < COUNT; at++) {
+      size_t k = (size_t)sprintf(doc, "{\"k\":[");
+      for (int i = 0; i < COUNT; i++) {
+        if (i) doc[k++] = ',';
+        if (i == at) {
+          k += (size_t)sprintf(doc + k, "%s", odd[o]);
+        } else { /* short texts of varied length: "0.5", "-12.375", ... */
+          uint64_t r = xs64(&rng);
+          k += (size_t)sprintf(doc + k, "%s%u.%0*u", r & 1 ? "-" : "",
+                               (unsigned)(r >> 8) % 100, 1 + (int)(r >> 20) % 6,
+                               (unsigned)(r >> 32) % 1000);
+        }
+      }
+      k += (size_t)sprintf(doc + k, "]}");
+      snprintf(ctx, sizeof ctx, "odd '%s' at %d", odd[o], at);
+      check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+      if (at == 0) /* the node limit inside a run */
+        for (size_t cap = 2; cap < COUNT + 3; cap += 3)
+          check_packed_like_plain(doc, k, cap, ctx);
+      /* and cut short at every byte from the odd token on */
+      if (at == COUNT / 2)
+        for (size_t cut = k / 2; cut < k; cut++)
+          check_packed_like_plain(doc, cut, ATTN_JSON_MAX_NODES, ctx);
+    }
+}
+END_TEST
+
 START_TEST(json_packed_like_plain) {
   char ctx[64];
   for (size_t i = 0; i < sizeof packed_docs / sizeof *packed_docs; i++) {
@@ -2022,6 +2064,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_numbers_match_strtod);
   tcase_add_test(tc, json_same_as_cjson);
   tcase_add_test(tc, json_packed_like_plain);
+  tcase_add_test(tc, json_packed_long_runs);
   suite_add_tcase(s, tc);
   return s;
 }

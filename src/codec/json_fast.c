@@ -53,7 +53,11 @@
  *    array node points at it (ATTN_JSON_PACKED, count in valuedouble).
  *    If a value other than a number turns up, the run becomes ordinary
  *    nodes and the generic loop carries on, so packing changes the shape of
- *    the tree, never the values, the errors or the byte they name.
+ *    the tree, never the values, the errors or the byte they name.  While
+ *    80 bytes remain, pack_chunk finds the delimiters of 64 bytes at once
+ *    (SSE2) and converts each number of the common [-]I[.F] form from its
+ *    known length (number_known), so the numbers of a chunk do not wait on
+ *    each other; anything else goes through parse_number one at a time.
  *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
  *    checked before each node is allocated; string bytes are bounded by the
  *    body size.  Whatever fails, everything allocated so far is freed.
@@ -630,6 +634,128 @@ static void set_number(cJSON *n, double v) {
                                        : (int)v;
 }
 
+/* Bytes scanned at once by pack_chunk (one bit each in a uint64). */
+#define CHUNK 64
+
+#if defined(__SSE2__) && defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(FLT_EVAL_METHOD) && \
+    FLT_EVAL_METHOD == 0
+#include <emmintrin.h>
+#define JSON_CHUNKS 1
+
+/* CHUNK_READ bytes must remain readable from a chunk's start (a number
+ * text at its end is read 16 bytes at a time). */
+#define CHUNK_READ (CHUNK + 16)
+
+/* Bit i set when p[i] (0 <= i < 64) is ',', ']' or JSON whitespace. */
+static inline uint64_t chunk_delims(const char *p) {
+  const __m128i comma = _mm_set1_epi8(','), close = _mm_set1_epi8(']'),
+                sp = _mm_set1_epi8(' '), lf = _mm_set1_epi8('\n'),
+                cr = _mm_set1_epi8('\r'), tab = _mm_set1_epi8('\t');
+  uint64_t m = 0;
+  for (int i = 0; i < 4; i++) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+    __m128i d = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(x, comma), _mm_cmpeq_epi8(x, close)),
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, sp), _mm_cmpeq_epi8(x, lf)),
+                     _mm_or_si128(_mm_cmpeq_epi8(x, cr),
+                                  _mm_cmpeq_epi8(x, tab))));
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(d) << (16 * i);
+  }
+  return m;
+}
+
+/* The value of k (1..8) digits at q (8 bytes readable), see take_digits. */
+static inline uint64_t swar_digits(const char *q, int k) {
+  uint64_t x;
+  memcpy(&x, q, 8);
+  x = (x - 0x3030303030303030ull) << (64 - 8 * k);
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;
+  return (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull;
+}
+
+/* The number text s[0, len) when it has the common form [-]I[.F] with 1..8
+ * digits in I (no leading zero) and 1..8 in F, and 16 bytes are readable
+ * from s + 1: m = IF < 10^16 is then an exact double and one division by
+ * 10^|F| the correctly rounded value (Clinger, as in fast_decimal).  False
+ * for anything else, valid or not: parse_number decides those. */
+static inline bool number_known(const char *s, unsigned len, double *out) {
+  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4,
+                                1e5, 1e6, 1e7, 1e8};
+  static const uint64_t u10[9] = {1,      10,      100,      1000,     10000,
+                                  100000, 1000000, 10000000, 100000000};
+  unsigned neg = s[0] == '-', L = len - neg;
+  const char *q = s + neg;
+  if (L - 1 >= 16) return false; /* also L == 0 */
+  __m128i x = _mm_loadu_si128((const __m128i *)(const void *)q);
+  __m128i dig = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
+                              _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
+  unsigned digits = (unsigned)_mm_movemask_epi8(dig);
+  unsigned dots =
+      (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('.')));
+  unsigned valid = (1u << L) - 1;
+  dots &= valid;
+  if (((digits | dots) & valid) != valid || (dots & (dots - 1))) return false;
+  unsigned ni = dots ? (unsigned)__builtin_ctz(dots) : L;
+  unsigned nf = dots ? L - ni - 1 : 0;
+  if (ni - 1 >= 8 || nf > 8 || (dots && nf == 0) || (ni > 1 && q[0] == '0'))
+    return false;
+  uint64_t m = swar_digits(q, (int)ni);
+  if (nf) m = m * u10[nf] + swar_digits(q + ni + 1, (int)nf);
+  double v = (double)m / p10[nf];
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  b ^= (uint64_t)neg << 63; /* no branch on the sign: random data */
+  memcpy(out, &b, sizeof b);
+  return true;
+}
+
+enum { CHUNK_MORE, CHUNK_CLOSED, CHUNK_SLOW };
+
+/* Numbers from ps->p (a number's first byte; CHUNK_READ bytes readable),
+ * CHUNK bytes at a time: the delimiter mask gives every number's length
+ * at once, so the numbers of a chunk are parsed independently of each
+ * other rather than byte after byte.  Appends to ps->run from *n.
+ * CHUNK_MORE: ps->p is at the next number's first byte.  CHUNK_CLOSED:
+ * ps->p is at the array's ']'.  CHUNK_SLOW: ps->p is at a number this
+ * cannot take (a rare form, whitespace around it, something other than a
+ * number after it, a text longer than the chunk, the node limit, a full
+ * run): the caller's byte-by-byte step takes that one and its delimiter. */
+static int pack_chunk(jparser *ps, size_t *n) {
+  const char *p = ps->p;
+  uint64_t d = chunk_delims(p);
+  unsigned start = 0;
+  size_t k = *n;
+  while (d) {
+    unsigned t = (unsigned)__builtin_ctzll(d);
+    d &= d - 1;
+    if (ps->nodes >= ps->max_nodes || k == ps->run_cap ||
+        !number_known(p + start, t - start, &ps->run[k]) ||
+        (p[t] != ',' && p[t] != ']'))
+      break;
+    k++;
+    ps->nodes++;
+    if (p[t] == ']') {
+      *n = k;
+      ps->p = p + t;
+      return CHUNK_CLOSED;
+    }
+    if (!(p[t + 1] == '-' || is_digit(p[t + 1]))) { /* let the slow step */
+      k--;                                         /* redo this one */
+      ps->nodes--;
+      break;
+    }
+    start = t + 1;
+  }
+  *n = k;
+  ps->p = p + start;
+  return start ? CHUNK_MORE : CHUNK_SLOW;
+}
+#else
+#define JSON_CHUNKS 0
+#endif
+
 /* Inside the array `arr` (its frame innermost), a number starts at ps->p.
  * Collect numbers while only numbers follow.  At ']' the array becomes
  * packed and its frame is closed (*closed = true).  When some other value
@@ -643,14 +769,24 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   attn_status s;
   const char *p;
   for (;;) {
-    if (ps->nodes >= ps->max_nodes) return node_room(ps);
-    if (n == ps->run_cap) {
+    if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
       size_t cap = ps->run_cap ? ps->run_cap * 2 : 1024;
       double *r = realloc(ps->run, cap * sizeof *r);
       if (!r) return out_of_memory(ps);
       ps->run = r;
       ps->run_cap = cap;
     }
+#if JSON_CHUNKS
+    if (ps->end - ps->p >= CHUNK_READ) {
+      int c = pack_chunk(ps, &n);
+      if (c == CHUNK_MORE) continue;
+      if (c == CHUNK_CLOSED) {
+        p = ps->p;
+        break;
+      }
+    }
+#endif
+    if (ps->nodes >= ps->max_nodes) return node_room(ps);
     if ((s = parse_number(ps, &ps->run[n])) != ATTN_OK) return s;
     n++;
     ps->nodes++;
