@@ -1267,6 +1267,54 @@ START_TEST(error_json_table) {
 }
 END_TEST
 
+static uint64_t xs64(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* attn_buf_i64 and attn_buf_fixed3 give printf's "%lld" and "%.3f" text. */
+START_TEST(buf_numbers) {
+  static const int64_t ints[] = {0, 1, -1, 9, 10, -10, 123456789,
+                                 INT64_MAX, INT64_MIN, INT64_MIN + 1};
+  static const double fixed[] = {0.0, -0.0, 0.0005, 0.0015, 0.0025, 1.0005,
+                                 -0.0004, -0.0005, 2.5e-4, 999.9995,
+                                 1e-300, 123.456, 1073741.8235, 1e6, 1e12,
+                                 -1e15, 4e18, 1.0 / 3.0, 2.0 / 3.0};
+  char want[400];
+  attn_buf b;
+  uint64_t rng = 99;
+  for (int i = 0; i < 200000; i++) {
+    int64_t v;
+    double x;
+    if (i < (int)(sizeof ints / sizeof *ints)) {
+      v = ints[i];
+    } else {
+      v = (int64_t)xs64(&rng) >> (xs64(&rng) % 64);
+    }
+    attn_buf_init(&b, 0);
+    ck_assert_int_eq(attn_buf_i64(&b, v), ATTN_OK);
+    snprintf(want, sizeof want, "%lld", (long long)v);
+    ck_assert_str_eq(b.data, want);
+    attn_buf_free(&b);
+    if (i < (int)(sizeof fixed / sizeof *fixed)) {
+      x = fixed[i];
+    } else { /* milliseconds-like values, and exact ties k / 2000 */
+      uint64_t r = xs64(&rng);
+      x = r & 1 ? (double)(r >> 12) / 4503599627370496.0 * 1e4
+                : (double)((int64_t)(r >> 20) % 20000001 - 10000000) / 2000.0;
+    }
+    attn_buf_init(&b, 0);
+    ck_assert_int_eq(attn_buf_fixed3(&b, x), ATTN_OK);
+    snprintf(want, sizeof want, "%.3f", x);
+    ck_assert_msg(strcmp(b.data, want) == 0, "%.17g: '%s', printf '%s'", x,
+                  b.data, want);
+    attn_buf_free(&b);
+  }
+}
+END_TEST
+
 START_TEST(buf_basics) {
   attn_buf b;
   attn_buf_init(&b, 10);
@@ -1646,12 +1694,6 @@ END_TEST
 
 /* ---- numbers: bit-identical to strtod ----------------------------------- */
 
-static uint64_t xs64(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 static size_t put_digits(char *o, uint64_t *rng, int n, bool lead_nonzero) {
   for (int i = 0; i < n; i++) {
@@ -2052,6 +2094,7 @@ Suite *codec_suite(void) {
   tc = tcase_create("json_buf");
   tcase_add_loop_test(tc, error_json_table, 0, N_OF(err_cases));
   tcase_add_test(tc, buf_basics);
+  tcase_add_test(tc, buf_numbers);
   tcase_add_test(tc, infer_free_partial);
   suite_add_tcase(s, tc);
   tc = tcase_create("json_parse");

@@ -7,6 +7,7 @@
 #define ATTN_BUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "attn/status.h"
 
@@ -28,6 +29,13 @@ attn_status attn_buf_puts(attn_buf *b, const char *s);
 __attribute__((format(printf, 2, 3)))
 #endif
 attn_status attn_buf_printf(attn_buf *b, const char *fmt, ...);
+
+/* v in decimal, as "%lld" would print it, without the printf machinery. */
+attn_status attn_buf_i64(attn_buf *b, int64_t v);
+
+/* v with exactly three decimals, the same text as "%.3f" (printf itself
+ * for large, non-finite or nearly-tied values). */
+attn_status attn_buf_fixed3(attn_buf *b, double v);
 /* Append s as a JSON string literal (quotes and escapes included). */
 attn_status attn_buf_json_string(attn_buf *b, const char *s);
 /* Hand the bytes to the caller (who frees them with free()); the buffer is

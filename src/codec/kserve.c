@@ -855,7 +855,8 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
 static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
   attn_status s = attn_buf_append(b, "[", 1);
   for (int i = 0; s == ATTN_OK && i < rank; i++)
-    s = attn_buf_printf(b, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
+      s = attn_buf_i64(b, shape[i]);
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
 }
 

@@ -738,14 +738,15 @@ static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
 static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
   attn_status s = attn_buf_append(b, "[", 1);
   for (int i = 0; s == ATTN_OK && i < rank; i++)
-    s = attn_buf_printf(b, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
+      s = attn_buf_i64(b, shape[i]);
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
 }
 
 static attn_status put_ms(attn_buf *b, const char *key, double v) {
   attn_status s = attn_buf_printf(b, "\"%s\":", key);
   if (s != ATTN_OK) return s;
-  return isfinite(v) ? attn_buf_printf(b, "%.3f", v) : attn_buf_puts(b, "null");
+  return isfinite(v) ? attn_buf_fixed3(b, v) : attn_buf_puts(b, "null");
 }
 
 static const attn_infer_output *find_output(const attn_infer_response *r,

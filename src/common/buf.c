@@ -17,6 +17,7 @@
  */
 #include "attn/buf.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +88,38 @@ attn_status attn_buf_printf(attn_buf *b, const char *fmt, ...) {
   va_end(ap);
   b->len += (size_t)n;
   return ATTN_OK;
+}
+
+attn_status attn_buf_i64(attn_buf *b, int64_t v) {
+  char t[24], *p = t + sizeof t;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) *--p = '-';
+  return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
+}
+
+attn_status attn_buf_fixed3(attn_buf *b, double v) {
+  /* %.3f rounds the exact v * 1000; the double product is within 2^-23 of
+   * it below 2^30, so rounding the product agrees unless it is within that
+   * of a tie: those, and everything large or not finite, go to printf. */
+  double x = v * 1000.0, r = nearbyint(x);
+  if (!(fabs(x) < 1073741824.0) || fabs(fabs(x - r) - 0.5) < 1e-6)
+    return attn_buf_printf(b, "%.3f", v);
+  int64_t k = (int64_t)r;
+  char t[32];
+  uint64_t u = k < 0 ? 0 - (uint64_t)k : (uint64_t)k;
+  char *p = t + sizeof t;
+  for (int i = 0; i < 3; i++, u /= 10) *--p = (char)('0' + u % 10);
+  *--p = '.';
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (signbit(v)) *--p = '-';
+  return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid; *bad
