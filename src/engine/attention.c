@@ -44,17 +44,18 @@
 #include "attn/tensor.h"
 #include "internal.h"
 
-/* Query rows per unit: the streaming path gains from taller blocks (each
- * key/value tile is packed once per block); the materialised one keeps its
- * [tile_q, Lk] scores block near L2.  Measured at n=2048, d=512, h=8, 1 thread:
- * streaming 256 rows 2-4% faster than 128, materialised 128 faster than 64. */
+/* Query rows per unit: taller blocks pack each key/value tile (streaming)
+ * or key block (materialised) once for more rows.  Measured at n=2048,
+ * d=512, h=8, 1 thread: streaming 256 rows 2-4% faster than 128;
+ * materialised (per-head weights) 256 rows 119.4 ms, 128 rows 122.7, 384
+ * 119.5, 512 122.2, and 256 no slower at n=512 and n=4096. */
 #define TILE_Q_STREAMING 256
-#define TILE_Q_MATERIALISED 128
+#define TILE_Q_MATERIALISED 256
 #define TILE_K_DEFAULT 512 /* keys per streaming tile */
 /* Rows per sgemm where a causal diagonal crosses a tile: each group of rows
  * computes only the keys its last row can see.  At n=2048, h=8, d=64, 1
  * thread this takes the causal/non-causal time of the core from 0.57 to
- * ~0.53 (32 rows: no better; the calls get too small). */
+ * 0.54 (causal 45.1 ms; 32 rows 45.7 ms, 128 rows 46.6 ms). */
 #define DIAG_ROWS 64
 #define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
