@@ -79,7 +79,6 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
     attn_status s = attn_buf_reserve(b, m * (ATTN_F32_MAX_CHARS + 1) + 1);
     if (s != ATTN_OK) return s;
     char *p = b->data + b->len;
-#ifdef ATTN_F32_LIST_MAX_CHARS
     if (stride == 1) {
       if (i || lead_comma) *p++ = ',';
       p += attn_f32_shortest_list(v + i, m, p);
@@ -88,7 +87,6 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
       b->data[b->len] = '\0'; /* buf.c keeps data NUL-terminated */
       continue;
     }
-#endif
     for (size_t k = 0; k < m; k++, i++) {
       float x = v[(int64_t)i * stride];
       if (i || lead_comma) *p++ = ',';
