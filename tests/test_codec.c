@@ -2012,19 +2012,21 @@ START_TEST(json_packed_long_runs) {
   uint64_t rng = 0x1234567;
   for (size_t o = 0; o < sizeof odd / sizeof *odd; o++)
     for (int at = 0; at < COUNT; at++) {
-      size_t k = (size_t)sprintf(doc, "{\"k\":[");
+      size_t k = (size_t)snprintf(doc, sizeof doc, "{\"k\":[");
       for (int i = 0; i < COUNT; i++) {
         if (i) doc[k++] = ',';
         if (i == at) {
-          k += (size_t)sprintf(doc + k, "%s", odd[o]);
+          k += (size_t)snprintf(doc + k, sizeof doc - k, "%s", odd[o]);
         } else { /* short texts of varied length: "0.5", "-12.375", ... */
           uint64_t r = xs64(&rng);
-          k += (size_t)sprintf(doc + k, "%s%u.%0*u", r & 1 ? "-" : "",
-                               (unsigned)(r >> 8) % 100, 1 + (int)(r >> 20) % 6,
-                               (unsigned)(r >> 32) % 1000);
+          k += (size_t)snprintf(doc + k, sizeof doc - k, "%s%u.%0*u",
+                                r & 1 ? "-" : "", (unsigned)(r >> 8) % 100,
+                                1 + (int)(r >> 20) % 6,
+                                (unsigned)(r >> 32) % 1000);
         }
       }
-      k += (size_t)sprintf(doc + k, "]}");
+      k += (size_t)snprintf(doc + k, sizeof doc - k, "]}");
+      ck_assert_uint_lt(k, sizeof doc);
       snprintf(ctx, sizeof ctx, "odd '%s' at %d", odd[o], at);
       check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
       if (at == 0) /* the node limit inside a run */
@@ -2054,13 +2056,15 @@ START_TEST(json_packed_like_plain) {
     size_t n = c->len ? c->len : strlen(c->in);
     char *doc = malloc(2 * n + 32);
     ck_assert_ptr_nonnull(doc);
-    size_t k = (size_t)sprintf(doc, "{\"k\":[");
+    size_t k = 6;
+    memcpy(doc, "{\"k\":[", k);
     for (int rep = 0; rep < 2; rep++) {
       if (rep) doc[k++] = ',';
       for (size_t b = 0; b < n; b++)
         doc[k++] = c->in[b] == '\'' ? '"' : c->in[b];
     }
-    k += (size_t)sprintf(doc + k, "]}");
+    memcpy(doc + k, "]}", 2);
+    k += 2;
     snprintf(ctx, sizeof ctx, "json case %zu wrapped", i);
     check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
     free(doc);
