@@ -54,8 +54,11 @@ void attn_codec_limits_default(attn_codec_limits *l);
 
 /* Decode a v2 inference request body.
  *
- * body, len   the whole HTTP body; borrowed, read only during the call (no
- *             pointer into it is kept: every tensor gets its own copy).
+ * body, len   the whole HTTP body; borrowed and never written.  A binary
+ *             blob already in its tensor's stored type (FP32, INT32 or
+ *             INT64, this machine being little-endian) and aligned for it
+ *             is not copied: that tensor points into body (owns false), so
+ *             body must outlive *out.  Every other tensor is a copy.
  * header_len  value of the Inference-Header-Content-Length header, 0 when
  *             the header is absent.  When > 0 it must be <= len: the JSON
  *             header is body[0, header_len) and binary blobs follow, one per

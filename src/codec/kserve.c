@@ -715,6 +715,17 @@ static attn_status build_input(const in_desc *in, size_t i, const char *body,
   dst->tensor.dtype = st;
   dst->tensor.rank = in->rank;
   memcpy(dst->tensor.shape, in->shape, sizeof in->shape);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* A little-endian blob of the stored type, aligned for it, is used where
+   * it lies: no copy (a large binary request is mostly such blobs).  The
+   * tensor then borrows the body (owns false; read only). */
+  if (in->binary && in->dt == st && in->dt != ATTN_DT_BOOL && bytes &&
+      (uintptr_t)(body + in->bin_off) % attn_dtype_size(st) == 0) {
+    dst->tensor.data = (void *)(uintptr_t)(body + in->bin_off);
+    dst->tensor.owns = false;
+    return ATTN_OK;
+  }
+#endif
   if (!(dst->tensor.data = malloc(bytes ? bytes : 1))) return ATTN_ENOMEM;
   dst->tensor.owns = true;
   if (in->binary) {

@@ -47,7 +47,9 @@ typedef struct conn_ctx {
   struct MHD_Connection *conn;
   char method[16];
   char path[ATTN_MAX_URL_LEN + 1];
-  char *body;
+  char *mem;  /* the body buffer; body = mem + pad */
+  char *body; /* NULL until the first byte */
+  size_t pad; /* puts the binary blobs on an 8-byte boundary (see below) */
   size_t len, cap;
   int too_big;
   int suspended;
@@ -207,6 +209,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
       }
       cx->cap = (size_t)cl;
     }
+    /* Binary tensor data starts right after the JSON header: start the
+     * body pad bytes into an (8-aligned) malloc block so that the blobs are
+     * 8-aligned in memory, and the codec can use FP32/INT32/INT64 blobs
+     * where they lie instead of copying them. */
+    const char *hl_h = header(conn, "Inference-Header-Content-Length");
+    uint64_t hl;
+    if (hl_h && parse_u64(hl_h, &hl)) cx->pad = (size_t)((8 - hl % 8) % 8);
     return MHD_YES;
   }
   if (atomic_load(&cx->done)) { /* resumed by a worker */
@@ -220,8 +229,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (cx->too_big) return MHD_YES;
     if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes) {
       cx->too_big = 1;
-      free(cx->body);
-      cx->body = NULL;
+      free(cx->mem);
+      cx->mem = cx->body = NULL;
       cx->len = 0;
       return MHD_YES; /* discard the rest, answer 413 at the end */
     }
@@ -230,9 +239,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
       while (cap < cx->len + n) cap *= 2;
       if (cap > (size_t)s->ctx.cfg->max_body_bytes)
         cap = (size_t)s->ctx.cfg->max_body_bytes;
-      char *nb = realloc(cx->body, cap);
+      char *nb = realloc(cx->mem, cx->pad + cap);
       if (!nb) return MHD_NO;
-      cx->body = nb;
+      cx->mem = nb;
+      cx->body = nb + cx->pad;
       cx->cap = cap;
     }
     memcpy(cx->body + cx->len, upload, n);
@@ -269,7 +279,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     attn_log_access(&a);
   }
   free(cx->resp.body);
-  free(cx->body);
+  free(cx->mem);
   free(cx);
   *con_cls = NULL;
   atomic_fetch_sub(&s->inflight, 1);
