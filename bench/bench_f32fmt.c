@@ -470,19 +470,19 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static int run_exhaustive(int nthreads) {
+/* Start nthreads (clamped to 1..64) of fn over the chunks, print progress
+ * every 10 s, join them.  Returns the failure count; *secs the time taken;
+ * -1 when a thread cannot start. */
+static long long run_workers(void *(*fn)(void *), int nthreads,
+                             uint64_t total, double *secs) {
   pthread_t th[64];
   double t0 = now_s(), last = t0;
-  uint64_t total = (uint64_t)((NCHUNK + every - 1) / every) << CHUNK_BITS;
-  pow5_init();
   if (nthreads < 1) nthreads = 1;
   if (nthreads > 64) nthreads = 64;
-  printf("exhaustive: %" PRIu64 " patterns, %d threads\n", total, nthreads);
-  fflush(stdout);
   for (int i = 0; i < nthreads; i++)
-    if (pthread_create(&th[i], NULL, worker, NULL)) {
+    if (pthread_create(&th[i], NULL, fn, NULL)) {
       fprintf(stderr, "pthread_create failed\n");
-      return 1;
+      return -1;
     }
   while (atomic_load(&checked) < total) {
     usleep(200000);
@@ -500,9 +500,20 @@ static int run_exhaustive(int nthreads) {
     }
   }
   for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
-  unsigned long long f = atomic_load(&failures);
-  printf("exhaustive: %" PRIu64 " checked, %llu failures (%.0f s)\n",
-         (uint64_t)atomic_load(&checked), f, now_s() - t0);
+  *secs = now_s() - t0;
+  return (long long)atomic_load(&failures);
+}
+
+static int run_exhaustive(int nthreads) {
+  uint64_t total = (uint64_t)((NCHUNK + every - 1) / every) << CHUNK_BITS;
+  double secs;
+  pow5_init();
+  printf("exhaustive: %" PRIu64 " patterns, %d threads\n", total, nthreads);
+  fflush(stdout);
+  long long f = run_workers(worker, nthreads, total, &secs);
+  if (f < 0) return 1;
+  printf("exhaustive: %" PRIu64 " checked, %lld failures (%.0f s)\n",
+         (uint64_t)atomic_load(&checked), f, secs);
   return f ? 1 : 0;
 }
 
@@ -577,37 +588,17 @@ static void *batch_worker(void *arg) {
 }
 
 static int run_exhaustive_batch(int nthreads) {
-  pthread_t th[64];
-  double t0 = now_s(), last = t0;
   uint64_t total = (uint64_t)((NCHUNK + every - 1) / every) << CHUNK_BITS;
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > 64) nthreads = 64;
+  double secs;
   printf("exhaustive-batch: %" PRIu64
          " patterns, %d threads, list implementation \"%s\" vs "
          "attn_f32_shortest joined by ','\n",
          total, nthreads, attn__f32fmt_impl_name());
   fflush(stdout);
-  for (int i = 0; i < nthreads; i++)
-    if (pthread_create(&th[i], NULL, batch_worker, NULL)) {
-      fprintf(stderr, "pthread_create failed\n");
-      return 1;
-    }
-  while (atomic_load(&checked) < total) {
-    usleep(200000);
-    double t = now_s();
-    if (t - last >= 10) {
-      uint64_t c = atomic_load(&checked);
-      printf("  %" PRIu64 "/%" PRIu64 " (%.1f%%) %llu failures, %.0f s\n", c,
-             total, 100.0 * (double)c / (double)total,
-             (unsigned long long)atomic_load(&failures), t - t0);
-      fflush(stdout);
-      last = t;
-    }
-  }
-  for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
-  unsigned long long f = atomic_load(&failures);
-  printf("exhaustive-batch: %" PRIu64 " checked, %llu failing lists (%.0f s)\n",
-         (uint64_t)atomic_load(&checked), f, now_s() - t0);
+  long long f = run_workers(batch_worker, nthreads, total, &secs);
+  if (f < 0) return 1;
+  printf("exhaustive-batch: %" PRIu64 " checked, %lld failing lists (%.0f s)\n",
+         (uint64_t)atomic_load(&checked), f, secs);
   return f ? 1 : 0;
 }
 
