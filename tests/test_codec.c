@@ -1970,12 +1970,17 @@ static void check_packed_tree(const cJSON *a, const cJSON *b, bool allowed,
 
 /* Parse doc with and without packing: same status and message, and on
  * success the same values. */
-static void check_packed_like_plain(const char *doc, size_t n, size_t nodes,
-                                    const char *ctx) {
+static void check_packed_like_plain(const char *text, size_t n,
+                                    size_t nodes, const char *ctx) {
   cJSON *a = NULL, *b = NULL;
   attn_diag da = {{0}}, db = {{0}};
+  /* an allocation of exactly n bytes, so that ASan sees any read past it */
+  char *doc = malloc(n ? n : 1);
+  ck_assert_ptr_nonnull(doc);
+  memcpy(doc, text, n);
   attn_status sa = attn__json_parse_ex(doc, n, 8, nodes, pack_k, "", &a, &da);
   attn_status sb = attn__json_parse_capped(doc, n, 8, nodes, "", &b, &db);
+  free(doc);
   ck_assert_msg(sa == sb, "%s: status %s, plain %s", ctx, attn_status_name(sa),
                 attn_status_name(sb));
   if (sa != ATTN_OK) {
@@ -2062,6 +2067,8 @@ START_TEST(json_packed_like_plain) {
     check_packed_like_plain(j, strlen(j), ATTN_JSON_MAX_NODES, ctx);
     for (size_t cap = 1; cap < 12; cap++) /* the node limit, everywhere */
       check_packed_like_plain(j, strlen(j), cap, ctx);
+    for (size_t cut = 0; cut < strlen(j); cut++) /* every truncation */
+      check_packed_like_plain(j, cut, ATTN_JSON_MAX_NODES, ctx);
     free(j);
   }
   /* every syntax case, as a packed member and inside a packed array */

@@ -837,7 +837,8 @@ static attn_status parse_root(jparser *ps, cJSON **root) {
       if (ps->p < ps->end && *ps->p == (c == '[' ? ']' : '}')) {
         ps->p++;
         pop_frame(ps);
-      } else if (pack && (*ps->p == '-' || is_digit(*ps->p))) {
+      } else if (pack && ps->p < ps->end &&
+                 (*ps->p == '-' || is_digit(*ps->p))) {
         bool closed;
         key = NULL;
         if ((s = pack_run(ps, n, &closed)) != ATTN_OK) return s;
