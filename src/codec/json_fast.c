@@ -333,15 +333,28 @@ static attn_status slow_decimal(jparser *ps, const char *s, const char *e,
   return ATTN_OK;
 }
 
+/* Eight digit values as bytes of x (first digit lowest; zero bytes above a
+ * shorter run are leading zeros) -> their decimal value: neighbours merge
+ * into 2-, 4- and 8-digit values with one multiply each (no lane can carry
+ * into the next). */
+static inline uint64_t merge8(uint64_t x) {
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;        /* 2 digits */
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;      /* 4 digits */
+  return (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull; /* 8 digits */
+}
+
+/* 10^0 .. 10^8 as integers. */
+static const uint64_t pow10_u64[9] = {
+    1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
 /* Read digits at [p, end) into *m (at most `room` of them); returns the end
  * of the digits taken.  Eight bytes at a time where they are there to read:
  * with the bytes as one little-endian word (first digit lowest) XORed with
  * '0', a byte is a digit iff its value is below 10; the first byte that is
  * not gives the run length (1 bit per byte, counted with ctz), the digits
  * are shifted to the top of the word (zeros above the run are leading
- * zeros), and neighbours merge into 2-, 4- and 8-digit values with one
- * multiply each (no lane can carry into the next).  No branch depends on
- * how many digits there are, up to eight. */
+ * zeros) and merged (merge8).  No branch depends on how many digits there
+ * are, up to eight. */
 static inline const char *take_digits(const char *p, const char *end, int room,
                                       uint64_t *m) {
   uint64_t v = *m;
@@ -355,14 +368,7 @@ static inline const char *take_digits(const char *p, const char *end, int room,
     uint64_t nd = (((x & 0x7F * ones) + 0x76 * ones) | x) & 0x80 * ones;
     int n = nd ? __builtin_ctzll(nd) >> 3 : 8; /* digits in this word */
     if (n == 0) break;
-    x = n == 8 ? x : x << (64 - 8 * n);
-    x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;     /* 2 digits */
-    x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;   /* 4 digits */
-    x = (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull; /* 8 digits */
-    static const uint64_t pow10_8[9] = {1,      10,      100,      1000,
-                                        10000,  100000,  1000000,  10000000,
-                                        100000000};
-    v = v * pow10_8[n] + x;
+    v = v * pow10_u64[n] + merge8(x << (64 - 8 * n));
     p += n;
     room -= n;
     if (n < 8) {
@@ -665,14 +671,11 @@ static inline uint64_t chunk_delims(const char *p) {
   return m;
 }
 
-/* The value of k (1..8) digits at q (8 bytes readable), see take_digits. */
+/* The value of k (1..8) digits at q (8 bytes readable). */
 static inline uint64_t swar_digits(const char *q, int k) {
   uint64_t x;
   memcpy(&x, q, 8);
-  x = (x - 0x3030303030303030ull) << (64 - 8 * k);
-  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;
-  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;
-  return (x * 10000 + (x >> 32)) & 0x00000000FFFFFFFFull;
+  return merge8((x - 0x3030303030303030ull) << (64 - 8 * k));
 }
 
 /* The number text s[0, len) when it has the common form [-]I[.F] with 1..8
@@ -681,10 +684,6 @@ static inline uint64_t swar_digits(const char *q, int k) {
  * 10^|F| the correctly rounded value (Clinger, as in fast_decimal).  False
  * for anything else, valid or not: parse_number decides those. */
 static inline bool number_known(const char *s, unsigned len, double *out) {
-  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4,
-                                1e5, 1e6, 1e7, 1e8};
-  static const uint64_t u10[9] = {1,      10,      100,      1000,     10000,
-                                  100000, 1000000, 10000000, 100000000};
   unsigned neg = s[0] == '-', L = len - neg;
   const char *q = s + neg;
   if (L - 1 >= 16) return false; /* also L == 0 */
@@ -702,8 +701,8 @@ static inline bool number_known(const char *s, unsigned len, double *out) {
   if (ni - 1 >= 8 || nf > 8 || (dots && nf == 0) || (ni > 1 && q[0] == '0'))
     return false;
   uint64_t m = swar_digits(q, (int)ni);
-  if (nf) m = m * u10[nf] + swar_digits(q + ni + 1, (int)nf);
-  double v = (double)m / p10[nf];
+  if (nf) m = m * pow10_u64[nf] + swar_digits(q + ni + 1, (int)nf);
+  double v = (double)m / pow10_exact[nf];
   uint64_t b;
   memcpy(&b, &v, sizeof b);
   b ^= (uint64_t)neg << 63; /* no branch on the sign: random data */
