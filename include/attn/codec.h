@@ -243,6 +243,8 @@ attn_status attn__json_f32(attn_buf *b, float v);
 /* n floats v[0], v[stride], ... as comma-separated JSON numbers (preceded by
  * a comma when lead_comma), reserving room per chunk rather than per number.
  * On failure the buffer may hold a partial list: callers restore its length. */
+/* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
+attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
 attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
                                 int64_t stride, bool lead_comma);
 

@@ -103,6 +103,14 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
   return ATTN_OK;
 }
 
+attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape) {
+  attn_status s = attn_buf_append(b, "[", 1);
+  for (int i = 0; s == ATTN_OK && i < rank; i++)
+    if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
+      s = attn_buf_i64(b, shape[i]);
+  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
+}
+
 const char *attn__json_kind(const cJSON *item) {
   if (!item) return "nothing";
   if (cJSON_IsArray(item)) return "an array";

@@ -863,14 +863,6 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
     if ((s = (x)) != ATTN_OK) goto fail; \
   } while (0)
 
-static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
-  attn_status s = attn_buf_append(b, "[", 1);
-  for (int i = 0; s == ATTN_OK && i < rank; i++)
-    if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
-      s = attn_buf_i64(b, shape[i]);
-  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
-}
-
 static void restore(attn_buf *b, size_t start) {
   if (b->data) {
     b->len = start;
@@ -924,7 +916,7 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
     TRY(attn_buf_puts(out, i ? ",{\"name\":" : "{\"name\":"));
     TRY(attn_buf_json_string(out, o->name));
     TRY(attn_buf_puts(out, ",\"datatype\":\"FP32\",\"shape\":"));
-    TRY(put_shape(out, o->tensor.rank, o->tensor.shape));
+    TRY(attn__json_shape(out, o->tensor.rank, o->tensor.shape));
     if (o->binary) {
       any_binary = true;
       TRY(attn_buf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}",
@@ -995,7 +987,7 @@ static attn_status put_tensor_metas(attn_buf *out, const attn_tensor_meta *t,
     if (s == ATTN_OK) s = attn_buf_puts(out, ",\"datatype\":");
     if (s == ATTN_OK) s = attn_buf_json_string(out, t[i].datatype);
     if (s == ATTN_OK) s = attn_buf_puts(out, ",\"shape\":");
-    if (s == ATTN_OK) s = put_shape(out, t[i].rank, t[i].shape);
+    if (s == ATTN_OK) s = attn__json_shape(out, t[i].rank, t[i].shape);
     if (s == ATTN_OK) s = attn_buf_append(out, "}", 1);
   }
   return s == ATTN_OK ? attn_buf_append(out, "]", 1) : s;

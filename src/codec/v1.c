@@ -735,14 +735,6 @@ static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
   return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1, 1);
 }
 
-static attn_status put_shape(attn_buf *b, int rank, const int64_t *shape) {
-  attn_status s = attn_buf_append(b, "[", 1);
-  for (int i = 0; s == ATTN_OK && i < rank; i++)
-    if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
-      s = attn_buf_i64(b, shape[i]);
-  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
-}
-
 static attn_status put_ms(attn_buf *b, const char *key, double v) {
   attn_status s = attn_buf_printf(b, "\"%s\":", key);
   if (s != ATTN_OK) return s;
@@ -824,10 +816,10 @@ attn_status attn_v1_encode(const attn_infer_response *r,
     TRY(put_tensor(out, &w->tensor));
   }
   TRY(attn_buf_puts(out, ",\"shape\":{\"output\":"));
-  TRY(put_shape(out, orank, oshape));
+  TRY(attn__json_shape(out, orank, oshape));
   if (w) {
     TRY(attn_buf_puts(out, ",\"attn_weights\":"));
-    TRY(put_shape(out, w->tensor.rank, w->tensor.shape));
+    TRY(attn__json_shape(out, w->tensor.rank, w->tensor.shape));
   }
   TRY(attn_buf_append(out, "}", 1));
   for (size_t i = 0; req && i < req->n_echo; i++) {
