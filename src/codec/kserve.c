@@ -482,14 +482,18 @@ static const char *fmt_path(const fill_ctx *c, int depth, char *buf,
   return buf;
 }
 
+/* Flat data with a ragged tail: more elements than the shape holds. */
+static attn_status too_many(fill_ctx *c) {
+  return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+                   "data has more elements than shape needs");
+}
+
 /* The number x as element c->pos (of a numeric dtype: FP32, FP64, INT32,
  * INT64; the caller handles the rest). */
 static attn_status put_num(fill_ctx *c, double x, int depth) {
   char p[128];
   const char *dn = attn_dtype_name(c->in->dt);
-  if (c->pos >= c->in->numel) /* flat data with a ragged tail */
-    return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                     "data has more elements than shape needs");
+  if (c->pos >= c->in->numel) return too_many(c);
   if (c->in->dt == ATTN_DT_FP32 || c->in->dt == ATTN_DT_FP64) {
     if (!(fabs(x) <= FLT_MAX))
       return where_err(c->d, ATTN_ENONFINITE, "inputs", c->i, c->in->name,
@@ -532,20 +536,13 @@ static attn_status bad_elem(fill_ctx *c, const char *kind, int depth) {
 }
 
 static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
-  if (c->in->dt == ATTN_DT_BOOL) {
-    if (c->pos >= c->in->numel)
-      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                       "data has more elements than shape needs");
-    if (!cJSON_IsBool(e)) return bad_elem(c, attn__json_kind(e), depth);
+  if (c->pos >= c->in->numel) return too_many(c);
+  if (c->in->dt == ATTN_DT_BOOL && cJSON_IsBool(e)) {
     ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
     return ATTN_OK;
   }
-  if (!cJSON_IsNumber(e)) {
-    if (c->pos >= c->in->numel)
-      return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                       "data has more elements than shape needs");
+  if (c->in->dt == ATTN_DT_BOOL || !cJSON_IsNumber(e))
     return bad_elem(c, attn__json_kind(e), depth);
-  }
   return put_num(c, e->valuedouble, depth);
 }
 
