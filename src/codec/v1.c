@@ -127,15 +127,27 @@ static const char *nest_path(const nest_ctx *c, int depth, char *buf,
   return buf;
 }
 
+/* A BOOL tensor's leaf that is `kind` instead of a boolean. */
+static attn_status nest_not_bool(nest_ctx *c, const char *kind, int depth) {
+  char p[128];
+  return attn_diag_set(c->d, ATTN_EINVAL,
+                       "%s: expected true or false (like the first "
+                       "element), got %s",
+                       nest_path(c, depth, p, sizeof p), kind);
+}
+
+/* A number outside the FP32 range. */
+static attn_status nest_out_of_range(nest_ctx *c, double v, int depth) {
+  char p[128];
+  return attn_diag_set(c->d, ATTN_ENONFINITE,
+                       "%s: %g is outside the FP32 range",
+                       nest_path(c, depth, p, sizeof p), v);
+}
+
 static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
   char p[128];
   if (c->dt == ATTN_DT_BOOL) {
-    if (!cJSON_IsBool(e))
-      return attn_diag_set(c->d, ATTN_EINVAL,
-                           "%s: expected true or false (like the first "
-                           "element), got %s",
-                           nest_path(c, depth, p, sizeof p),
-                           attn__json_kind(e));
+    if (!cJSON_IsBool(e)) return nest_not_bool(c, attn__json_kind(e), depth);
     ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
     return ATTN_OK;
   }
@@ -143,9 +155,7 @@ static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
     return attn_diag_set(c->d, ATTN_EINVAL, "%s: expected a number, got %s",
                          nest_path(c, depth, p, sizeof p), attn__json_kind(e));
   if (!(fabs(e->valuedouble) <= FLT_MAX))
-    return attn_diag_set(c->d, ATTN_ENONFINITE,
-                         "%s: %g is outside the FP32 range",
-                         nest_path(c, depth, p, sizeof p), e->valuedouble);
+    return nest_out_of_range(c, e->valuedouble, depth);
   ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
   return ATTN_OK;
 }
@@ -153,21 +163,15 @@ static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
 /* A packed row (see attn__json_parse_ex) at the leaf level. */
 static attn_status nest_packed(nest_ctx *c, const double *v, size_t n,
                                int depth) {
-  char p[128];
   if (c->dt == ATTN_DT_BOOL) {
     c->idx[depth] = 0;
-    return attn_diag_set(c->d, ATTN_EINVAL,
-                         "%s: expected true or false (like the first "
-                         "element), got a number",
-                         nest_path(c, depth + 1, p, sizeof p));
+    return nest_not_bool(c, "a number", depth + 1);
   }
   float *dst = (float *)c->dst + c->pos;
   for (size_t k = 0; k < n; k++) {
     if (!(fabs(v[k]) <= FLT_MAX)) {
       c->idx[depth] = (int64_t)k;
-      return attn_diag_set(c->d, ATTN_ENONFINITE,
-                           "%s: %g is outside the FP32 range",
-                           nest_path(c, depth + 1, p, sizeof p), v[k]);
+      return nest_out_of_range(c, v[k], depth + 1);
     }
     dst[k] = (float)v[k];
   }
