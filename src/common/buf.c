@@ -90,13 +90,19 @@ attn_status attn_buf_printf(attn_buf *b, const char *fmt, ...) {
   return ATTN_OK;
 }
 
-attn_status attn_buf_i64(attn_buf *b, int64_t v) {
-  char t[24], *p = t + sizeof t;
-  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+/* The decimal digits of u (at least one) written backwards ending at p;
+ * returns the first. */
+static char *digits_before(char *p, uint64_t u) {
   do {
     *--p = (char)('0' + u % 10);
     u /= 10;
   } while (u);
+  return p;
+}
+
+attn_status attn_buf_i64(attn_buf *b, int64_t v) {
+  char t[24], *p = t + sizeof t;
+  p = digits_before(p, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
   if (v < 0) *--p = '-';
   return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
 }
@@ -114,10 +120,7 @@ attn_status attn_buf_fixed3(attn_buf *b, double v) {
   char *p = t + sizeof t;
   for (int i = 0; i < 3; i++, u /= 10) *--p = (char)('0' + u % 10);
   *--p = '.';
-  do {
-    *--p = (char)('0' + u % 10);
-    u /= 10;
-  } while (u);
+  p = digits_before(p, u);
   if (signbit(v)) *--p = '-';
   return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
 }
