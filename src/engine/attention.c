@@ -356,23 +356,19 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
                     (int)w, (int)c->Dk, c->scale, qp + r0 * c->q.ld,
                     (int)c->q.ld, kp, (int)c->k.ld, 0.0f, S + r0 * Lk,
                     (int)Lk);
-    }
-    for (int64_t r = 0; r < m; r++) {
-      int64_t i = i0 + r, e = row_end(c, b, i);
-      float *row = S + r * Lk;
-      float mx = attn__row_mask_max(row, e, add_row(c, b, h, i),
-                                    blk_row(c, b, h, i), pad_row(c, b));
-      if (mx == -INFINITY) {
-        memset(row, 0, jend * sizeof *row);
-        continue;
+      for (int64_t r = r0; r < r1; r++) {
+        int64_t i = i0 + r, e = row_end(c, b, i);
+        float *row = S + r * Lk;
+        float mx = attn__row_mask_max(row, e, add_row(c, b, h, i),
+                                      blk_row(c, b, h, i), pad_row(c, b));
+        if (mx == -INFINITY) {
+          memset(row, 0, jend * sizeof *row);
+          continue;
+        }
+        double sum = attn__row_exp_sum(row, e, mx);
+        attn__row_scale(row, e, (float)(1.0 / sum));
+        if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
       }
-      double sum = attn__row_exp_sum(row, e, mx);
-      attn__row_scale(row, e, (float)(1.0 / sum));
-      if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
-    }
-    for (int64_t r0 = 0; r0 < m; r0 += step) {
-      int64_t r1 = r0 + step < m ? r0 + step : m;
-      int64_t w = row_end(c, b, i0 + r1 - 1);
       if (w > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0),
                     (int)c->Dv, (int)w, 1.0f, S + r0 * Lk, (int)Lk, vp,
