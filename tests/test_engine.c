@@ -23,6 +23,21 @@ const char *attn__kernel_name(void);
 float attn__row_mask_max(float *s, int64_t n, const float *add,
                          const uint8_t *blk_a, const uint8_t *blk_b);
 double attn__row_exp_sum(float *s, int64_t n, float m);
+/* ... and of gemm.c: the AVX-512 products and their cblas reference. */
+size_t attn__pack_floats(int64_t n, int64_t k);
+void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                   float *panels);
+void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *panels,
+                          float *c, int64_t ldc);
+void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb,
+                   float *c, int64_t ldc);
+void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
+                   int64_t ldc);
+const char *attn__gemm_name(void);
+int attn__set_gemm(const char *name);
 
 static uint64_t rng_state;
 static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
@@ -191,9 +206,11 @@ static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
   float *out = malloc(no * sizeof *out), *w = malloc(nw * sizeof *w);
   attn_path paths[2] = {ATTN_PATH_MATERIALISED, ATTN_PATH_STREAMING};
   int npaths = c->weights == ATTN_WEIGHTS_NONE ? 2 : 1;
-  int tiles[2][2] = {{0, 0}, {2, 3}};
+  /* default tiles; tiny ones; tiles whose key blocks start on 32-key
+   * panels with row blocks that are not multiples of 12 (gemm.c) */
+  int tiles[3][2] = {{0, 0}, {2, 3}, {40, 64}};
   for (int pi = 0; pi < npaths; pi++)
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
       for (int th = 1; th <= 3; th += 2) {
         attn_exec x = {.threads = th, .path = paths[pi],
                        .tile_q = tiles[ti][0], .tile_k = tiles[ti][1]};
@@ -239,6 +256,8 @@ static const int shapes[][7] = {
     /* taller than DIAG_ROWS (attention.c): causal row groups, some of them
      * seeing no key at all (Lq > Lk) */
     {1, 2, 1, 200, 230, 8, 8}, {1, 1, 1, 230, 150, 4, 5},
+    /* packed keys (Lq >= 32) with Dk and Dv across 32-wide column blocks */
+    {2, 2, 1, 45, 100, 65, 40}, {1, 1, 1, 64, 64, 64, 64},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
@@ -422,7 +441,12 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
   return bad;
 }
 
-START_TEST(test_mha_table) {
+static int run_mha_table(void);
+
+START_TEST(test_mha_table) { ck_assert_int_eq(run_mha_table(), 0); }
+END_TEST
+
+static int run_mha_table(void) {
   static const mha_case cases[] = {
       /* B Lq Lk E  H Hkv kd vd cross bias torch weights causal mask kpm */
       {1, 5, 5, 8, 2, 2, 8, 8, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_NONE, K_NONE},
@@ -440,13 +464,15 @@ START_TEST(test_mha_table) {
       /* packed with GQA: not fusable, separate projections */
       {1, 5, 5, 16, 4, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_NONE},
       {3, 7, 7, 16, 4, 4, 16, 16, 0, 1, 1, ATTN_WEIGHTS_NONE, 1, M_NONE, K_LEN},
+      /* [out, in] weights over >= 32 rows: packed for the NT kernel */
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 1, M_NONE, K_NONE},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     bad += run_mha_case(&cases[i], 7000 + i);
-  ck_assert_int_eq(bad, 0);
+  return bad;
 }
-END_TEST
 
 /* ---- misuse: every bad input is a status, with a message --------------- */
 
@@ -682,6 +708,105 @@ START_TEST(test_sdpa_scalar_kernels) {
 }
 END_TEST
 
+/* gemm.c's AVX-512 products against cblas_sgemm on every edge: rows 1..14
+ * and 25 (blocks of 12), columns across 16- and 32-wide blocks, inner
+ * sizes 1..65, strides wider than the data, both accumulate modes.  Error
+ * bound: 1e-6 * sum |a_i b_i| per output (two fp32 summation orders). */
+static int gemm_close(const float *got, const float *want, const float *a,
+                      int64_t lda, const float *b, int64_t bs_row,
+                      int64_t bs_k, int64_t m, int64_t n, int64_t k,
+                      int64_t ldc, float alpha, const float *c0,
+                      const char *what) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double mag = c0 ? fabs(c0[i * ldc + j]) : 0.0;
+      for (int64_t t = 0; t < k; t++)
+        mag += fabs((double)a[i * lda + t] * b[j * bs_row + t * bs_k]);
+      double e = fabs((double)got[i * ldc + j] - want[i * ldc + j]);
+      if (!(e <= 1e-6 * fabs(alpha) * mag + 1e-30)) {
+        fprintf(stderr, "%s m=%lld n=%lld k=%lld: [%lld,%lld] %.9g vs %.9g\n",
+                what, (long long)m, (long long)n, (long long)k, (long long)i,
+                (long long)j, got[i * ldc + j], want[i * ldc + j]);
+        return 1;
+      }
+    }
+  return 0;
+}
+
+START_TEST(test_gemm_kernels) {
+  static const int ms[] = {1, 2, 5, 11, 12, 13, 14, 25};
+  static const int ns[] = {1, 7, 16, 17, 31, 32, 33, 64, 70};
+  static const int ks[] = {1, 3, 16, 64, 65};
+  const char *was = attn__gemm_name();
+  if (!attn__set_gemm("avx512")) {
+    fprintf(stderr, "gemm kernels: no AVX-512F on this CPU, blas only\n");
+    return;
+  }
+  int bad = 0, runs = 0;
+  rng_seed(11);
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+        int64_t m = ms[mi], n = ns[ni], k = ks[ki];
+        int64_t lda = k + 3, ldb = k + 2, ldc = n + 5, ldv = n + 4;
+        float *a = rnd_buf((size_t)(m * lda)), *b = rnd_buf((size_t)(n * ldb));
+        float *v = rnd_buf((size_t)(k * ldv)), *c0 = rnd_buf((size_t)(m * ldc));
+        float *c1 = malloc((size_t)(m * ldc) * sizeof *c1);
+        float *c2 = malloc((size_t)(m * ldc) * sizeof *c2);
+        size_t pf = attn__pack_floats(n, k);
+        float *pan = aligned_alloc(64, (pf * sizeof(float) + 63) / 64 * 64);
+        ck_assert_ptr_nonnull(pan);
+        /* NT: c = 0.3 a b^T; columns past n must stay untouched */
+        memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
+        memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+        attn__pack_nt(n, k, b, ldb, pan);
+        attn__gemm_nt_packed(m, n, k, 0.3f, a, lda, pan, c1, ldc);
+        attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c2, ldc);
+        bad += gemm_close(c1, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
+                          "nt");
+        for (int64_t i = 0; i < m; i++)
+          bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        /* NN, overwrite and accumulate */
+        for (int acc = 0; acc <= 1; acc++) {
+          memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
+          memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+          attn__gemm_nn(m, n, k, a, lda, v, ldv, acc, c1, ldc);
+          ck_assert(attn__set_gemm("blas"));
+          attn__gemm_nn(m, n, k, a, lda, v, ldv, acc, c2, ldc);
+          ck_assert(attn__set_gemm("avx512"));
+          bad += gemm_close(c1, c2, a, lda, v, 1, ldv, m, n, k, ldc, 1.0f,
+                            acc ? c0 : NULL, acc ? "nn+=" : "nn");
+          for (int64_t i = 0; i < m; i++)
+            bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        }
+        runs++;
+        free(a); free(b); free(v); free(c0); free(c1); free(c2); free(pan);
+      }
+  ck_assert(attn__set_gemm(was));
+  ck_assert_int_eq(runs, 8 * 9 * 5);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The sdpa and mha tables again with cblas_sgemm for every product (the
+ * AVX-512 kernels, where the CPU has them, ran above). */
+START_TEST(test_tables_blas_gemm) {
+  const char *was = attn__gemm_name();
+  int bad = 0;
+  ck_assert(attn__set_gemm("blas"));
+  for (int s = 0; s < NSHAPES; s++) {
+    sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                   shapes[s][4], shapes[s][5], shapes[s][6], s & 1,
+                   (mask_case)(s % 6), (kpm_case)(s % 3),
+                   (attn_weights_mode)(s % 3), s & 2, 0};
+    bad += run_sdpa_case(&c, (uint64_t)(5000 + s));
+  }
+  bad += run_mha_table();
+  ck_assert(attn__set_gemm(was));
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 Suite *engine_suite(void) {
   Suite *s = suite_create("engine");
   TCase *tc = tcase_create("core");
@@ -697,6 +822,8 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_expf);
   tcase_add_test(tc, test_row_kernels_agree);
   tcase_add_test(tc, test_sdpa_scalar_kernels);
+  tcase_add_test(tc, test_gemm_kernels);
+  tcase_add_test(tc, test_tables_blas_gemm);
   suite_add_tcase(s, tc);
   return s;
 }

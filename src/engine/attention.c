@@ -1,17 +1,21 @@
-/* attention.c - scaled dot-product and multi-head attention on OpenBLAS.
+/* attention.c - scaled dot-product and multi-head attention.
  *
  * DESIGN
  * Work is cut into units of (batch b, head h, block of tile_q query rows);
  * units are independent, so they run on attn__parallel_for threads without
- * locks, each with its own scratch, and each calls single-threaded sgemm.
+ * locks, each with its own scratch, and each calls single-threaded matrix
+ * products: gemm.c's AVX-512 kernels where the CPU has them, else (and for
+ * the shapes those do not take) OpenBLAS's cblas_sgemm.  For the scores
+ * product the keys of each (b, key head) are packed once, before the units
+ * run, when the query has at least PACK_MIN_ROWS rows per head.
  * The bits a unit produces do not depend on which thread ran it, so results
  * are identical from run to run.
  *
  * Two paths compute a unit:
- *  - materialised (weights wanted): S = scale * Q_blk K^T by sgemm, written
+ *  - materialised (weights wanted): S = scale * Q_blk K^T, written
  *    straight into the caller's weights when it wants them per head; a fused
  *    pass adds masks and finds the row max, a second takes exp and the double
- *    sum, a third normalises; then O_blk = P V by sgemm.
+ *    sum, a third normalises; then O_blk = P V.
  *  - streaming (no weights): keys are taken tile_k at a time.  For each tile
  *    S = scale * Q_blk K_tile^T, and an online softmax keeps per row the
  *    running max m and sum l: when m grows, l and the partial output are
@@ -21,12 +25,13 @@
  * columns (or whole key tiles) past the block's last visible key are never
  * computed.  A row with no visible key yields 0 output and 0 weights.
  *
- * Multi-head attention projects Q, K and V with sgemm over row chunks (the
- * weights used through CblasTrans when stored [out, in]), runs the core on
- * head views into the projections (head h = column block h), writing each
- * head's output over its own Q block (no longer needed), then projects that
- * concatenation with W_O.  Peak extra memory: Q, K, V projections plus the
- * per-thread scratch.
+ * Multi-head attention projects Q, K and V over row chunks (weights stored
+ * [out, in] are packed once for the NT kernel, or go to cblas_sgemm through
+ * CblasTrans), runs the core on head views into the projections (head h =
+ * column block h), writing each head's output over its own Q block (no
+ * longer needed), then projects that concatenation with W_O.  Peak extra
+ * memory: Q, K, V projections, the per-thread scratch, and the packed keys
+ * (as large as K) or a packed weight.
  *
  * Invariants: every public entry validates shapes (attn_*_check) and values
  * (non-finite scan) before allocating or computing; allocation happens
@@ -57,6 +62,9 @@
  * thread this takes the causal/non-causal time of the core from 0.57 to
  * 0.54 (causal 45.1 ms; 32 rows 45.7 ms, 128 rows 46.6 ms). */
 #define DIAG_ROWS 64
+/* Query rows per head from which the keys are packed for the AVX-512 NT
+ * kernel (below, cblas_sgemm computes the scores unpacked). */
+#define PACK_MIN_ROWS 32
 #define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
 #define SMALL_CALL_WORK 2e6 /* B*H*Lq*Lk*Dv below which one thread runs */
@@ -267,7 +275,27 @@ typedef struct core_ctx {
   int64_t tq, tk, nqb;
   int streaming;
   float **scratch; /* per thread */
+  float *kpack;    /* keys packed per (b, key head), or NULL: see scores() */
+  size_t kpack_head; /* floats per (b, key head) in kpack */
 } core_ctx;
+
+/* S[rows, w] (row stride lds) = scale * Q rows K[j0, j0 + w)^T for batch b,
+ * key head hk, Q rows from qrow.  Packed keys are used where the tile starts
+ * on a panel; other calls go to cblas_sgemm. */
+static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
+                   int64_t j0, int64_t w, const float *qrow, float *S,
+                   int64_t lds) {
+  if (c->kpack && j0 % ATTN__PANEL == 0) {
+    const float *pan = c->kpack + (size_t)(b * (c->H / c->group) + hk) *
+                                      c->kpack_head;
+    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
+                         pan + j0 * c->Dk, S, lds);
+  } else {
+    const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh + j0 * c->k.ld;
+    attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, c->q.ld, kp, c->k.ld, S,
+                  lds);
+  }
+}
 
 static inline int64_t row_end(const core_ctx *c, int64_t b, int64_t i) {
   int64_t e = c->Lk;
@@ -339,7 +367,6 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
   for (h = h0; h < h1; h++) {
     int64_t hk = h / c->group;
     const float *qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
-    const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh;
     const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
     float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
     float *S = per_head ? c->weights + ((b * c->H + h) * c->Lq + i0) * Lk
@@ -352,10 +379,7 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       int64_t r1 = r0 + step < m ? r0 + step : m;
       int64_t w = row_end(c, b, i0 + r1 - 1);
       if (w > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0),
-                    (int)w, (int)c->Dk, c->scale, qp + r0 * c->q.ld,
-                    (int)c->q.ld, kp, (int)c->k.ld, 0.0f, S + r0 * Lk,
-                    (int)Lk);
+        scores(c, b, hk, r1 - r0, 0, w, qp + r0 * c->q.ld, S + r0 * Lk, Lk);
       for (int64_t r = r0; r < r1; r++) {
         int64_t i = i0 + r, e = row_end(c, b, i);
         float *row = S + r * Lk;
@@ -370,10 +394,8 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
         if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
       }
       if (w > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0),
-                    (int)c->Dv, (int)w, 1.0f, S + r0 * Lk, (int)Lk, vp,
-                    (int)c->v.ld, 0.0f, op + r0 * c->out.ld,
-                    (int)c->out.ld);
+        attn__gemm_nn(r1 - r0, c->Dv, w, S + r0 * Lk, Lk, vp, c->v.ld, 0,
+                      op + r0 * c->out.ld, c->out.ld);
       else
         zero_rows(op + r0 * c->out.ld, r1 - r0, c->out.ld, c->Dv);
     }
@@ -399,12 +421,10 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
 static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
                            int64_t i0, int64_t r0, int64_t r1, int64_t j0,
                            int64_t w, float *S, float *O, float *mrun,
-                           double *lrun, const float *qp, const float *kp,
+                           double *lrun, int64_t hk, const float *qp,
                            const float *vp) {
   int64_t tk = c->tk, Dv = c->Dv;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)w,
-              (int)c->Dk, c->scale, qp + r0 * c->q.ld, (int)c->q.ld,
-              kp + j0 * c->k.ld, (int)c->k.ld, 0.0f, S + r0 * tk, (int)tk);
+  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk);
   for (int64_t r = r0; r < r1; r++) {
     int64_t i = i0 + r, e = row_end(c, b, i) - j0;
     float *row = S + r * tk;
@@ -431,9 +451,8 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
     }
     lrun[r] += s;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0),
-              (int)Dv, (int)w, 1.0f, S + r0 * tk, (int)tk, vp + j0 * c->v.ld,
-              (int)c->v.ld, 1.0f, O + r0 * Dv, (int)Dv);
+  attn__gemm_nn(r1 - r0, Dv, w, S + r0 * tk, tk, vp + j0 * c->v.ld, c->v.ld,
+                1, O + r0 * Dv, Dv);
 }
 
 static void streaming_unit(void *vctx, int64_t u, int tid) {
@@ -443,7 +462,6 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   int64_t m = i1 - i0, hk = h / c->group, tk = c->tk, Dv = c->Dv;
   int64_t jend = row_end(c, b, i1 - 1);
   const float *qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
-  const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh;
   const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
   float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
   /* scratch: l [tq] doubles first (malloc alignment), then S [tq, tk],
@@ -468,7 +486,8 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
       int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
       if (w > tn) w = tn;
       if (w <= 0) continue; /* these rows see no key of this tile */
-      streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, qp, kp, vp);
+      streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
+                     vp);
     }
   }
   for (int64_t r = 0; r < m; r++) {
@@ -489,11 +508,13 @@ typedef struct core_plan {
   int64_t tq, tk, nqb, units;
   int threads;
   size_t scratch_floats;
+  size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
 } core_plan;
 
-static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
-                             int64_t Dv, const attn_attend_opts *o,
-                             const attn_exec *x, core_plan *pl, attn_diag *d) {
+static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
+                             int64_t Lk, int64_t Dk, int64_t Dv,
+                             const attn_attend_opts *o, const attn_exec *x,
+                             core_plan *pl, attn_diag *d) {
   attn_exec dflt = {0};
   if (!x) x = &dflt;
   memset(pl, 0, sizeof *pl);
@@ -532,6 +553,16 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
       return attn_diag_set(d, ATTN_ETOOBIG, "scores block overflows");
   }
   pl->scratch_floats = f;
+  /* Keys packed once per (b, key head) for the AVX-512 NT kernel when
+   * enough query rows reuse them (packing costs about what 32 rows of
+   * scores do). */
+  if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS) {
+    size_t per = attn__pack_floats(Lk, Dk), all;
+    if (attn_size_mul(per, (size_t)B * (size_t)Hkv, &all)) {
+      pl->kpack_head = per;
+      pl->kpack_floats = all;
+    }
+  }
   return ATTN_OK;
 }
 
@@ -574,13 +605,33 @@ static void free_scratch(float **s, int threads) {
   free(s);
 }
 
+static void pack_unit(void *vctx, int64_t u, int tid) {
+  const core_ctx *c = vctx;
+  int64_t Hkv = c->H / c->group, b = u / Hkv, hk = u % Hkv;
+  (void)tid;
+  attn__pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh,
+                c->k.ld, c->kpack + (size_t)u * c->kpack_head);
+}
+
+/* Packs the keys when planned (if that memory cannot be had, the unpacked
+ * cblas path runs instead: same answer within rounding), then the units. */
 static void run_core(core_ctx *c, const core_plan *pl) {
   c->tq = pl->tq;
   c->tk = pl->tk;
   c->nqb = pl->nqb;
   c->streaming = pl->streaming;
+  c->kpack = NULL;
+  if (pl->kpack_floats) {
+    size_t bytes = (pl->kpack_floats * sizeof(float) + 63) / 64 * 64;
+    c->kpack = aligned_alloc(64, bytes);
+    c->kpack_head = pl->kpack_head;
+    if (c->kpack)
+      attn__parallel_for(pl->threads, c->B * (c->H / c->group), pack_unit, c);
+  }
   attn__parallel_for(pl->threads, pl->units,
                      pl->streaming ? streaming_unit : materialised_unit, c);
+  free(c->kpack);
+  c->kpack = NULL;
 }
 
 static float default_scale(const attn_attend_opts *o, int64_t Dk) {
@@ -595,10 +646,12 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
   core_plan pl;
   size_t n, ws;
   if (s) return s;
-  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, p->Dv, &p->o, x, &pl, d)))
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
+                     x, &pl, d)))
     return s;
-  if (!attn_size_mul(pl.scratch_floats, (size_t)pl.threads * sizeof(float),
-                     &ws))
+  if (!attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &ws) ||
+      !attn_size_add(ws, pl.kpack_floats, &ws) ||
+      !attn_size_mul(ws, sizeof(float), &ws))
     return attn_diag_set(d, ATTN_ETOOBIG, "workspace size overflows");
   bytes->workspace = ws;
   if (!attn_size_mul((size_t)p->B * (size_t)p->H, (size_t)p->Lq, &n) ||
@@ -621,7 +674,8 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_EINVAL, "output view is NULL or too narrow");
   if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
-  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, p->Dv, &p->o, x, &pl, d)))
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
+                     x, &pl, d)))
     return s;
   if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
                            p->q.ld, p->Dk)) >= 0)
@@ -757,10 +811,12 @@ attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
   attn__mha_normalise(in, &p);
   if ((s = mha_check_norm(&p, d))) return s;
-  if ((s = plan_core(p.B, p.H, p.Lq, p.Lk, p.E / p.H, &p.o, x, &pl, d)))
+  if ((s = plan_core(p.B, p.H, p.Hkv, p.Lq, p.Lk, p.E / p.H, p.E / p.H, &p.o,
+                     x, &pl, d)))
     return s;
   if (mha_sizes_of(&p, &z) ||
       !attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &f) ||
+      !attn_size_add(f, pl.kpack_floats, &f) ||
       !attn_size_add(f, z.q, &f) || !attn_size_add(f, z.k, &f) ||
       !attn_size_add(f, z.v, &f) ||
       !attn_size_mul(f, sizeof(float), &bytes->workspace) ||
@@ -778,6 +834,7 @@ typedef struct proj_job {
   const float *bias;
   float *y;
   int64_t ldx, ldy; /* row strides of x and y; 0 = in and out */
+  float *wpack;     /* an [out, in] weight packed for the NT kernel, or NULL */
 } proj_job;
 
 typedef struct proj_ctx {
@@ -794,27 +851,47 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   const proj_job *p = &c->job[j];
   int64_t r0 = u * PROJ_ROWS;
   int64_t r1 = r0 + PROJ_ROWS < p->rows ? r0 + PROJ_ROWS : p->rows;
-  int trans = p->w->layout == ATTN_W_OUT_IN;
   int64_t ldx = p->ldx ? p->ldx : p->in, ldy = p->ldy ? p->ldy : p->out;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans,
-              (int)(r1 - r0), (int)p->out, (int)p->in, 1.0f, p->x + r0 * ldx,
-              (int)ldx, p->w->data,
-              (int)attn__weight_ld(p->w, p->in, p->out), 0.0f,
-              p->y + r0 * ldy, (int)ldy);
+  int64_t ldw = attn__weight_ld(p->w, p->in, p->out);
+  if (p->w->layout == ATTN_W_IN_OUT)
+    attn__gemm_nn(r1 - r0, p->out, p->in, p->x + r0 * ldx, ldx, p->w->data,
+                  ldw, 0, p->y + r0 * ldy, ldy);
+  else if (p->wpack)
+    attn__gemm_nt_packed(r1 - r0, p->out, p->in, 1.0f, p->x + r0 * ldx, ldx,
+                         p->wpack, p->y + r0 * ldy, ldy);
+  else
+    attn__gemm_nt(r1 - r0, p->out, p->in, 1.0f, p->x + r0 * ldx, ldx,
+                  p->w->data, ldw, p->y + r0 * ldy, ldy);
   if (p->bias)
     for (int64_t r = r0; r < r1; r++)
       attn__row_axpy(p->y + r * ldy, p->bias, p->out, 1.0f);
 }
 
+/* Weights stored [out, in] are packed for the NT kernel when enough rows
+ * use them (without the memory, cblas_sgemm takes them as they are). */
 static void run_proj(proj_ctx *c, int threads) {
   int64_t total = 0, work = 0;
   for (int j = 0; j < c->njobs; j++) {
-    c->chunks[j] = (c->job[j].rows + PROJ_ROWS - 1) / PROJ_ROWS;
+    proj_job *p = &c->job[j];
+    c->chunks[j] = (p->rows + PROJ_ROWS - 1) / PROJ_ROWS;
     total += c->chunks[j];
-    work += c->job[j].rows * c->job[j].in * c->job[j].out;
+    work += p->rows * p->in * p->out;
+    p->wpack = NULL;
+    if (p->w->layout == ATTN_W_OUT_IN && attn__gemm_packs() &&
+        p->rows >= PACK_MIN_ROWS) {
+      size_t bytes = (attn__pack_floats(p->out, p->in) * sizeof(float) + 63) /
+                     64 * 64;
+      if ((p->wpack = aligned_alloc(64, bytes)))
+        attn__pack_nt(p->out, p->in, p->w->data,
+                      attn__weight_ld(p->w, p->in, p->out), p->wpack);
+    }
   }
   if ((double)work < SMALL_CALL_WORK) threads = 1;
   attn__parallel_for(threads, total, proj_unit, c);
+  for (int j = 0; j < c->njobs; j++) {
+    free(c->job[j].wpack);
+    c->job[j].wpack = NULL;
+  }
 }
 
 static attn_status check_weight_values(const char *name, const attn_weight *w,
@@ -920,7 +997,9 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
   int64_t Dh = p->E / p->H, kw = p->Hkv * Dh;
-  if ((s = plan_core(p->B, p->H, p->Lq, p->Lk, Dh, &p->o, x, &pl, d))) return s;
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, Dh, Dh, &p->o, x, &pl,
+                     d)))
+    return s;
   if (mha_sizes_of(p, &z))
     return attn_diag_set(d, ATTN_ETOOBIG, "problem size overflows");
   if ((s = mha_check_values(p, d))) return s;
@@ -945,14 +1024,14 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   proj_ctx pc = {.njobs = fused ? 1 : 3};
   if (fused) {
     pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w3, b3, Q,
-                           0, 0};
+                           0, 0, NULL};
   } else {
     pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q,
-                           0, 0};
+                           0, 0, NULL};
     pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K,
-                           0, 0};
+                           0, 0, NULL};
     pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V,
-                           0, 0};
+                           0, 0, NULL};
   }
   run_proj(&pc, x->threads);
   const float *Kp = fused ? Q + p->E : K, *Vp = fused ? Q + 2 * p->E : V;
@@ -976,7 +1055,7 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
 
   proj_ctx po = {.njobs = 1};
   po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
-                         ldq, 0};
+                         ldq, 0, NULL};
   run_proj(&po, x->threads);
   s = ATTN_OK;
 done:

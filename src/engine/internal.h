@@ -39,6 +39,41 @@ const char *attn__kernel_name(void);
  * engine calls, never during one. */
 int attn__set_kernel(const char *name);
 
+/* ---- gemm.c: the attention core's products (AVX-512 kernels, cblas_sgemm
+ * beside them as reference and fallback) ----------------------------------- */
+
+#define ATTN__PANEL 32 /* keys per packed panel */
+
+/* Floats that attn__pack_nt writes for n rows of k values. */
+size_t attn__pack_floats(int64_t n, int64_t k);
+/* Pack rows [0, n) of b (k values each, row stride ldb) as panels of 32
+ * rows, panel p stored [k][32] (row 32p + j's value i at p[i * 32 + j]),
+ * zeros past row n.  panels: attn__pack_floats(n, k) floats, 64-byte
+ * aligned. */
+void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                   float *panels);
+/* 1 when the NT product takes packed panels (the AVX-512 kernels are in
+ * use); 0 means pack nothing and call attn__gemm_nt. */
+int attn__gemm_packs(void);
+/* c[m, n] = alpha * a[m, k] b^T with b packed (attn__pack_nt) from the row
+ * that c's column 0 stands for.  Only when attn__gemm_packs(). */
+void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *panels,
+                          float *c, int64_t ldc);
+/* c[m, n] = alpha * a[m, k] b[n, k]^T by cblas_sgemm. */
+void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb,
+                   float *c, int64_t ldc);
+/* c[m, n] = a[m, k] b[k, n], plus c's old value when acc.  All > 0. */
+void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
+                   int64_t ldc);
+/* "avx512" or "blas". */
+const char *attn__gemm_name(void);
+/* Use "avx512" (returns 0 when the CPU lacks AVX-512F) or "blas".  For
+ * tests and benchmarks: before engine calls, never during one. */
+int attn__set_gemm(const char *name);
+
 /* ---- shared by attention.c and ref.c ----------------------------------- */
 
 /* Copy *in to *p with the self-attention defaults resolved: xk == NULL means

@@ -1,0 +1,238 @@
+/* gemm.c - the attention core's two matrix products with AVX-512 kernels.
+ *
+ * DESIGN
+ * Attention spends two thirds of its FLOPs in S = Q K^T (inner dimension
+ * Dk, usually 64) and O = P V (output width Dv, usually 64).  OpenBLAS
+ * runs these thin shapes below its square-matrix rate, and when it is
+ * pinned to 256-bit kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU)
+ * at half of what the core can do.  Both products here use one register
+ * tile of 12 rows x 32 columns (24 zmm accumulators, 16 FMA lanes each):
+ * per step of the inner dimension, two vector loads of B and 12 broadcasts
+ * of A feed 24 FMAs, so the FMA units, not the loads, set the pace.
+ *  - NT (S = alpha A B^T): B's rows are keys with Dk contiguous, but the
+ *    kernel needs 32 keys side by side per Dk step, so B is first packed
+ *    into panels of 32 keys stored [Dk][32] (attn__pack_nt; zeros past the
+ *    last key).  The engine packs each key head once per call and every
+ *    query block reuses it.
+ *  - NN (C = A B or C += A B): B's rows (values) already hold Dv side by
+ *    side; no packing.
+ * Edges: columns past N are masked in loads and stores, and the last
+ * block of fewer than 12 rows runs a kernel compiled for its row count.
+ * Each output is one FMA chain over the inner dimension in order: results
+ * do not depend on the thread or on where a block starts, so the engine's
+ * bits are the same from run to run.  They differ from OpenBLAS's in the
+ * last bits (different summation order); tests compare both with the
+ * double reference and each other.
+ * cblas_sgemm remains beside these kernels as the reference and the
+ * fallback: it is used on CPUs without AVX-512F, when attn__set_gemm
+ * chooses "blas", and for calls these kernels do not take.
+ * Stateless but for the choice, written once at start-up (a constructor)
+ * or by tests and benchmarks before engine calls.
+ */
+#include <cblas.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTN_GEMM_X86 1
+#endif
+
+#include "internal.h"
+
+#define MR 12 /* rows of the register tile */
+#define NR ATTN__PANEL /* columns of the register tile (two zmm) */
+
+size_t attn__pack_floats(int64_t n, int64_t k) {
+  return (size_t)((n + NR - 1) / NR) * NR * (size_t)k;
+}
+
+void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                   float *panels) {
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    float *p = panels + (j0 / NR) * k * NR;
+    int64_t nr = n - j0 < NR ? n - j0 : NR;
+    if (nr < NR) memset(p, 0, (size_t)(k * NR) * sizeof *p);
+    /* 32 rows of b walked together: row jj's k-th value goes to p[k][jj] */
+    for (int64_t jj = 0; jj < nr; jj++) {
+      const float *row = b + (j0 + jj) * ldb;
+      for (int64_t kk = 0; kk < k; kk++) p[kk * NR + jj] = row[kk];
+    }
+  }
+}
+
+#ifdef ATTN_GEMM_X86
+#define AVX512 __attribute__((target("avx512f")))
+#define INLINE __attribute__((always_inline)) static inline
+
+static AVX512 inline __mmask16 lane_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF
+                 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* C[mr, 32] = alpha * A[mr, k] P^T for one panel P [k][32]. */
+AVX512 INLINE void tile_nt(const int mr, int64_t k, const float *a,
+                           int64_t lda, const float *p, float alpha, float *c,
+                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+  __m512 c0[MR], c1[MR];
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
+      _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk++) {
+    __m512 b0 = _mm512_load_ps(p + kk * NR), b1 = _mm512_load_ps(p + kk * NR + 16);
+    _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
+      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  __m512 al = _mm512_set1_ps(alpha);
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+    _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+  }
+}
+
+/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask. */
+AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, int acc,
+                           float *c, int64_t ldc, __mmask16 m0,
+                           __mmask16 m1) {
+  __m512 c0[MR], c1[MR];
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
+      _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk++) {
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
+    __m512 b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    b += ldb;
+    _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
+      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+    if (acc) {
+      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, c + r * ldc));
+      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, c + r * ldc + 16));
+    }
+    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+  }
+}
+
+/* One function per row count, so each keeps its tile in registers. */
+#define ROW_CASES(X) \
+  X(12) X(11) X(10) X(9) X(8) X(7) X(6) X(5) X(4) X(3) X(2) X(1)
+
+static AVX512 void block_nt(int mr, int64_t k, const float *a, int64_t lda,
+                            const float *p, float alpha, float *c,
+                            int64_t ldc, __mmask16 m0, __mmask16 m1) {
+  switch (mr) {
+#define X(n) \
+  case n: tile_nt(n, k, a, lda, p, alpha, c, ldc, m0, m1); break;
+    ROW_CASES(X)
+#undef X
+  }
+}
+
+static AVX512 void block_nn(int mr, int64_t k, const float *a, int64_t lda,
+                            const float *b, int64_t ldb, int acc, float *c,
+                            int64_t ldc, __mmask16 m0, __mmask16 m1) {
+  switch (mr) {
+#define X(n) \
+  case n: tile_nn(n, k, a, lda, b, ldb, acc, c, ldc, m0, m1); break;
+    ROW_CASES(X)
+#undef X
+  }
+}
+
+static AVX512 void nt_avx512(int64_t m, int64_t n, int64_t k, float alpha,
+                             const float *a, int64_t lda, const float *panels,
+                             float *c, int64_t ldc) {
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const float *p = panels + (j0 / NR) * k * NR;
+    __mmask16 m0 = lane_mask(n - j0), m1 = lane_mask(n - j0 - 16);
+    for (int64_t i0 = 0; i0 < m; i0 += MR)
+      block_nt(m - i0 < MR ? (int)(m - i0) : MR, k, a + i0 * lda, lda, p,
+               alpha, c + i0 * ldc + j0, ldc, m0, m1);
+  }
+}
+
+static AVX512 void nn_avx512(int64_t m, int64_t n, int64_t k, const float *a,
+                             int64_t lda, const float *b, int64_t ldb, int acc,
+                             float *c, int64_t ldc) {
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    __mmask16 m0 = lane_mask(n - j0), m1 = lane_mask(n - j0 - 16);
+    for (int64_t i0 = 0; i0 < m; i0 += MR)
+      block_nn(m - i0 < MR ? (int)(m - i0) : MR, k, a + i0 * lda, lda, b + j0,
+               ldb, acc, c + i0 * ldc + j0, ldc, m0, m1);
+  }
+}
+#endif /* ATTN_GEMM_X86 */
+
+/* ---- the choice ---------------------------------------------------------- */
+
+static int use_avx512; /* 0: cblas_sgemm */
+
+static int have_avx512(void) {
+#ifdef ATTN_GEMM_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  return 0;
+#endif
+}
+
+__attribute__((constructor)) static void pick_gemm(void) {
+  use_avx512 = have_avx512();
+}
+
+int attn__set_gemm(const char *name) {
+  if (strcmp(name, "blas") == 0) {
+    use_avx512 = 0;
+    return 1;
+  }
+  if (strcmp(name, "avx512") == 0 && have_avx512()) {
+    use_avx512 = 1;
+    return 1;
+  }
+  return 0;
+}
+
+const char *attn__gemm_name(void) { return use_avx512 ? "avx512" : "blas"; }
+
+int attn__gemm_packs(void) { return use_avx512; }
+
+/* ---- entry points -------------------------------------------------------- */
+
+void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *panels,
+                          float *c, int64_t ldc) {
+#ifdef ATTN_GEMM_X86
+  nt_avx512(m, n, k, alpha, a, lda, panels, c, ldc);
+#else
+  (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panels;
+  (void)c, (void)ldc; /* attn__gemm_packs() is 0: never called */
+#endif
+}
+
+void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb,
+                   float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k,
+              alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+}
+
+void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
+                   int64_t ldc) {
+#ifdef ATTN_GEMM_X86
+  if (use_avx512) {
+    nn_avx512(m, n, k, a, lda, b, ldb, acc, c, ldc);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n,
+              (int)k, 1.0f, a, (int)lda, b, (int)ldb, acc ? 1.0f : 0.0f, c,
+              (int)ldc);
+}
