@@ -581,6 +581,17 @@ static attn_status weights_floats(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
   return ATTN_OK;
 }
 
+/* n floats on a 64-byte boundary (a cache line, one zmm register), so that
+ * rows whose stride is a multiple of 16 floats never split a vector load
+ * across two lines; NULL when out of memory.  Free with free(). */
+static float *alloc_floats(size_t n) {
+  size_t bytes;
+  if (!attn_size_mul(n ? n : 1, sizeof(float), &bytes) ||
+      !attn_size_add(bytes, 63, &bytes))
+    return NULL;
+  return aligned_alloc(64, bytes / 64 * 64);
+}
+
 /* Allocate per-thread scratch; on failure nothing stays allocated. */
 static attn_status alloc_scratch(const core_plan *pl, float ***out) {
   *out = NULL;
@@ -588,7 +599,7 @@ static attn_status alloc_scratch(const core_plan *pl, float ***out) {
   float **s = calloc((size_t)pl->threads, sizeof *s);
   if (!s) return ATTN_ENOMEM;
   for (int t = 0; t < pl->threads; t++) {
-    s[t] = malloc(pl->scratch_floats * sizeof(float));
+    s[t] = alloc_floats(pl->scratch_floats);
     if (!s[t]) {
       for (int k = 0; k < t; k++) free(s[k]);
       free(s);
@@ -622,8 +633,7 @@ static void run_core(core_ctx *c, const core_plan *pl) {
   c->streaming = pl->streaming;
   c->kpack = NULL;
   if (pl->kpack_floats) {
-    size_t bytes = (pl->kpack_floats * sizeof(float) + 63) / 64 * 64;
-    c->kpack = aligned_alloc(64, bytes);
+    c->kpack = alloc_floats(pl->kpack_floats);
     c->kpack_head = pl->kpack_head;
     if (c->kpack)
       attn__parallel_for(pl->threads, c->B * (c->H / c->group), pack_unit, c);
@@ -879,9 +889,7 @@ static void run_proj(proj_ctx *c, int threads) {
     p->wpack = NULL;
     if (p->w->layout == ATTN_W_OUT_IN && attn__gemm_packs() &&
         p->rows >= PACK_MIN_ROWS) {
-      size_t bytes = (attn__pack_floats(p->out, p->in) * sizeof(float) + 63) /
-                     64 * 64;
-      if ((p->wpack = aligned_alloc(64, bytes)))
+      if ((p->wpack = alloc_floats(attn__pack_floats(p->out, p->in))))
         attn__pack_nt(p->out, p->in, p->w->data,
                       attn__weight_ld(p->w, p->in, p->out), p->wpack);
     }
@@ -1009,11 +1017,11 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   int fused = qkv_fusable(p, &w3, &b3);
   int64_t ldq = fused ? 3 * p->E : p->E, ldk = fused ? 3 * p->E : kw;
   if (fused) {
-    Q = malloc((z.q + z.k + z.v) * sizeof *Q); /* [B*L, 3E]: q | k | v */
+    Q = alloc_floats(z.q + z.k + z.v); /* [B*L, 3E]: q | k | v */
   } else {
-    Q = malloc(z.q * sizeof *Q);
-    K = malloc(z.k * sizeof *K);
-    V = malloc(z.v * sizeof *V);
+    Q = alloc_floats(z.q);
+    K = alloc_floats(z.k);
+    V = alloc_floats(z.v);
   }
   if (!Q || (!fused && (!K || !V)) || alloc_scratch(&pl, &scratch)) {
     s = attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
