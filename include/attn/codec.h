@@ -37,7 +37,8 @@
  *   max_tensor_elements  <= ATTN_MAX_ELEMENTS   elements of any one tensor
  *   max_inputs           <= ATTN_MAX_INPUTS     input tensors per request
  *   max_depth            <= ATTN_MAX_JSON_DEPTH JSON nesting of the body
- * Exceeding a limit is ATTN_ETOOBIG. */
+ * Exceeding a limit is ATTN_ETOOBIG, except nesting, which no well-formed
+ * request needs and is ATTN_EINVAL (a 400, not a 413). */
 typedef struct attn_codec_limits {
   size_t max_tensor_elements;
   size_t max_inputs;
@@ -264,7 +265,7 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
  * detach or replace items.  On failure *out is NULL and nothing is left
  * allocated.  Errors: ATTN_EPARSE ("malformed JSON at byte N", N the first
  * byte that cannot continue a valid text, n when it ends early; trailing
- * bytes), ATTN_ETOOBIG (depth, node count), ATTN_ENOMEM. */
+ * bytes), ATTN_EINVAL (depth), ATTN_ETOOBIG (node count), ATTN_ENOMEM. */
 attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
                              const char *trailing_hint, struct cJSON **out,
                              attn_diag *d);

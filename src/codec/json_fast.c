@@ -256,11 +256,11 @@ static inline cJSON *new_node(jparser *ps, const char *key, attn_status *s) {
   return n;
 }
 
-/* Open container node at ps->p ('[' or '{').  Errors: ATTN_ETOOBIG (depth),
- * ATTN_ENOMEM. */
+/* Open container node at ps->p ('[' or '{').  Errors: ATTN_EINVAL (deeper
+ * than max_depth: a malformed request, not a large one), ATTN_ENOMEM. */
 static attn_status push_frame(jparser *ps, cJSON *node, bool pack) {
   if (ps->n_frames >= ps->max_depth)
-    return attn_diag_set(ps->d, ATTN_ETOOBIG,
+    return attn_diag_set(ps->d, ATTN_EINVAL,
                          "JSON nested deeper than %zu levels at byte %zu",
                          ps->max_depth, (size_t)(ps->p - ps->base));
   if (ps->n_frames == ps->cap_frames) {

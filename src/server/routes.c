@@ -86,6 +86,11 @@ static int method_is(const attn_http_req *r, const char *m) {
   return strcmp(r->method, m) == 0;
 }
 
+/* GET, or HEAD (answered like GET; libmicrohttpd leaves the body out). */
+static int is_get(const attn_http_req *r) {
+  return method_is(r, "GET") || method_is(r, "HEAD");
+}
+
 static attn_route_kind wrong_method(attn_http_resp *resp,
                                     const attn_http_req *req,
                                     const char *allow) {
@@ -330,29 +335,27 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
   const char *path = req->path;
   *job = NULL;
   if (strcmp(path, "/v2/health/live") == 0) {
-    if (!method_is(req, "GET") && !method_is(req, "HEAD"))
-      return wrong_method(resp, req, "GET, HEAD");
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
     live(s, resp);
     return ATTN_ROUTE_DONE;
   }
   if (strcmp(path, "/v2/health/ready") == 0) {
-    if (!method_is(req, "GET") && !method_is(req, "HEAD"))
-      return wrong_method(resp, req, "GET, HEAD");
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
     ready(s, resp);
     return ATTN_ROUTE_DONE;
   }
   if (strcmp(path, "/v2") == 0 || strcmp(path, "/v2/") == 0) {
-    if (!method_is(req, "GET")) return wrong_method(resp, req, "GET");
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
     server_metadata(resp);
     return ATTN_ROUTE_DONE;
   }
   if (strcmp(path, "/") == 0) {
-    if (!method_is(req, "GET")) return wrong_method(resp, req, "GET");
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
     index_page(resp);
     return ATTN_ROUTE_DONE;
   }
   if (strcmp(path, "/v1/models") == 0) {
-    if (!method_is(req, "GET")) return wrong_method(resp, req, "GET");
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
     model_list(s, resp);
     return ATTN_ROUTE_DONE;
   }
@@ -381,8 +384,8 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
     }
     if (is_infer && !method_is(req, "POST"))
       return wrong_method(resp, req, "POST");
-    if (!is_infer && !method_is(req, "GET"))
-      return wrong_method(resp, req, "GET");
+    if (!is_infer && !is_get(req))
+      return wrong_method(resp, req, "GET, HEAD");
     const attn_model *m = attn_registry_find(
         s->models, mp.model, mp.has_version ? mp.version : NULL);
     if (!m) {

@@ -680,6 +680,44 @@ def health_live():
 
 
 @test
+def head_on_every_get_route():
+    """HEAD is answered wherever GET is: same status and headers, the
+    GET body's length in Content-Length, no body."""
+    p = shared().port
+    for path in ["/", "/v2", "/v2/health/live", "/v2/health/ready",
+                 "/v1/models", "/v2/models/sdpa", "/v2/models/sdpa/ready",
+                 "/v2/models/mha/versions/1"]:
+        g = request(p, "GET", path)
+        h = request(p, "HEAD", path)
+        expect_status(g, 200, "GET " + path)
+        expect_status(h, 200, "HEAD " + path)
+        check(h.body == b"", "HEAD %s sent a body: %r" % (path, h.body[:80]))
+        check(h.header("content-length") == str(len(g.body)),
+              "HEAD %s: Content-Length %r, GET body %d bytes" %
+              (path, h.header("content-length"), len(g.body)))
+        check(h.header("content-type") == g.header("content-type"),
+              "HEAD %s: Content-Type %r vs GET's %r" %
+              (path, h.header("content-type"), g.header("content-type")))
+    r = request(p, "PUT", "/v2/models/sdpa")
+    expect_error(r, 405, "PUT", what="PUT /v2/models/sdpa")
+    check(r.header("allow") == "GET, HEAD", "Allow: %r" % r.header("allow"))
+
+
+@test
+def deep_json_is_400():
+    """Nesting past the parser's 64 levels is a malformed request (400)
+    that says so, on both protocols; not a 413."""
+    p = shared().port
+    deep = "[" * 70 + "1" + "]" * 70
+    r = request(p, "POST", "/v1/attention", '{"query":%s}' % deep)
+    expect_error(r, 400, "nested deeper than 64 levels", what="v1 deep")
+    body = ('{"inputs":[{"name":"query","datatype":"FP32","shape":[1],'
+            '"data":%s}]}' % deep)
+    r = request(p, "POST", "/v2/models/sdpa/infer", body)
+    expect_error(r, 400, "nested deeper than 64 levels", what="v2 deep")
+
+
+@test
 def health_ready():
     r = request(shared().port, "GET", "/v2/health/ready")
     expect_status(r, 200, "GET /v2/health/ready")
