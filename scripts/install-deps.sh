@@ -3,7 +3,7 @@
 # is missing.  Needs root (or sudo) for apt-get; does nothing when all are
 # present.  Usage: scripts/install-deps.sh [--test]
 set -eu
-PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev"
+PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev zlib1g-dev"
 if [ "${1:-}" = "--test" ]; then
   PKGS="$PKGS check libsubunit-dev curl python3"
 fi

@@ -5,6 +5,7 @@
  * queue itself and runs on this thread, catching the completion. */
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "../src/server/internal.h"
 #include "attn/config.h"
@@ -125,13 +126,35 @@ END_TEST
 
 START_TEST(test_encoding_and_header_len) {
   attn_http_req req = {.method = "POST", .path = "/v2/models/sdpa/infer",
-                       .content_encoding = "gzip", .body = "{}",
+                       .content_encoding = "br", .body = "{}",
                        .body_len = 2};
   attn_http_resp r = {0};
   attn_infer_job *job = NULL;
   ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 415);
-  EXPECT_BODY(r, "gzip");
+  EXPECT_BODY(r, "'br'");
+  /* compressed: queued with its encoding; the header length is checked
+   * against the inflated body by the worker, here only against the limit */
+  static const struct {
+    const char *ce;
+    attn_encoding e;
+  } ok[] = {{"gzip", ATTN_ENC_GZIP}, {" X-GZIP\t", ATTN_ENC_GZIP},
+            {"deflate", ATTN_ENC_DEFLATE}, {"identity", ATTN_ENC_IDENTITY}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    memset(&r, 0, sizeof r);
+    req.content_encoding = ok[i].ce;
+    req.header_len = ok[i].e == ATTN_ENC_IDENTITY ? "2" : "3";
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+    ck_assert_int_eq(job->encoding, ok[i].e);
+    ck_assert_uint_eq(job->header_len, ok[i].e == ATTN_ENC_IDENTITY ? 2 : 3);
+    attn__infer_job_free(job);
+  }
+  memset(&r, 0, sizeof r);
+  req.content_encoding = "gzip";
+  req.header_len = "99999999999";
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 400);
+  EXPECT_BODY(r, "Inference-Header-Content-Length");
   const char *bad[] = {"0", "3", "x1", "-1", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&r, 0, sizeof r);
@@ -146,6 +169,69 @@ START_TEST(test_encoding_and_header_len) {
   ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
   ck_assert_uint_eq(job->header_len, 2);
   attn__infer_job_free(job);
+}
+END_TEST
+
+/* attn__inflate on its own: a body that needs several doublings of the
+ * output, exactly at the limit and one byte over, every truncation point
+ * of a small stream; each result is compared with the original bytes. */
+START_TEST(test_inflate) {
+  enum { N = 300000 };
+  unsigned char *plain = malloc(N), *z = malloc(N + 1024);
+  ck_assert_ptr_nonnull(plain);
+  ck_assert_ptr_nonnull(z);
+  uint32_t x = 1;
+  for (size_t i = 0; i < N; i++) { /* compressible but not trivial */
+    x = x * 1103515245u + 12345u;
+    plain[i] = (x >> 28) == 0 ? (unsigned char)(x >> 20) : 'a';
+  }
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  ck_assert_int_eq(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                                Z_DEFAULT_STRATEGY), Z_OK);
+  zs.next_in = plain;
+  zs.avail_in = N;
+  zs.next_out = z;
+  zs.avail_out = N + 1024;
+  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  size_t zn = zs.total_out;
+  deflateEnd(&zs);
+  ck_assert_uint_lt(zn, N / 4); /* so the output must grow several times */
+  char *mem;
+  size_t len;
+  attn_diag d = {{0}};
+  for (size_t pad = 0; pad < 64; pad += 21) {
+    ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N, pad, &mem,
+                                   &len, &d), ATTN_OK);
+    ck_assert_uint_eq(len, N);
+    ck_assert_uint_eq((uintptr_t)mem % 64, 0);
+    ck_assert_int_eq(memcmp(mem + pad, plain, N), 0);
+    free(mem);
+  }
+  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N - 1, 0, &mem,
+                                 &len, &d), ATTN_ETOOBIG);
+  ck_assert_ptr_null(mem);
+  ck_assert_ptr_nonnull(strstr(d.msg, "max_body_bytes=299999"));
+  /* gzip data is not deflate (zlib or raw) */
+  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_DEFLATE, N, 0, &mem,
+                                 &len, &d), ATTN_EPARSE);
+  /* every cut of a short stream fails cleanly (ASan checks the frees) */
+  uLongf sn = 200;
+  unsigned char small[200];
+  ck_assert_int_eq(compress(small, &sn, plain, 100), Z_OK);
+  for (size_t cut = 0; cut < sn; cut++) {
+    attn_status st = attn__inflate((char *)small, cut, ATTN_ENC_DEFLATE, N, 0,
+                                   &mem, &len, &d);
+    ck_assert_int_eq(st, ATTN_EPARSE);
+    ck_assert_ptr_null(mem);
+  }
+  ck_assert_int_eq(attn__inflate((char *)small, sn, ATTN_ENC_DEFLATE, 100, 0,
+                                 &mem, &len, &d), ATTN_OK);
+  ck_assert_uint_eq(len, 100);
+  ck_assert_int_eq(memcmp(mem, plain, 100), 0);
+  free(mem);
+  free(plain);
+  free(z);
 }
 END_TEST
 
@@ -266,6 +352,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_health_and_metadata);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_encoding_and_header_len);
+  tcase_add_test(tc, test_inflate);
   tcase_add_test(tc, test_draining);
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);

@@ -81,19 +81,40 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_buf b;
   attn_status st;
   const attn_model *m;
+  const char *body = job->body;
+  size_t body_len = job->body_len;
+  char *plain = NULL; /* the inflated body, when it came compressed */
   (void)worker;
 
   attn_buf_init(&b, 0);
   resp.queue_ms = (double)waited_ns / 1e6;
+  if (job->encoding != ATTN_ENC_IDENTITY) {
+    size_t pad = (64 - job->header_len % 64) % 64; /* blobs on a line */
+    st = attn__inflate(job->body, job->body_len, job->encoding,
+                       (size_t)cfg->max_body_bytes, pad, &plain, &body_len,
+                       &d);
+    if (st) {
+      error_from(&resp, st, &d);
+      goto done;
+    }
+    body = plain + pad;
+    if (job->header_len > body_len) {
+      attn__resp_error(&resp, 400,
+                       "Inference-Header-Content-Length %zu is outside (0, "
+                       "%zu] (the body length after Content-Encoding %s)",
+                       job->header_len, body_len,
+                       attn__encoding_name(job->encoding));
+      goto done;
+    }
+  }
   attn_codec_limits lim = {.max_tensor_elements =
                                (size_t)cfg->max_tensor_elements,
                            .max_inputs = ATTN_MAX_INPUTS,
                            .max_depth = ATTN_MAX_JSON_DEPTH};
   if (job->proto == ATTN_JOB_V2)
-    st = attn_v2_decode(job->body, job->body_len, job->header_len, &lim, &req,
-                        &d);
+    st = attn_v2_decode(body, body_len, job->header_len, &lim, &req, &d);
   else
-    st = attn_v1_decode(job->body, job->body_len, &lim, &req, &info, &d);
+    st = attn_v1_decode(body, body_len, &lim, &req, &info, &d);
   if (st) {
     error_from(&resp, st, &d);
     goto done;
@@ -177,6 +198,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
     attn__resp_json(&resp, 200, &b);
   }
 done:
+  free(plain);
   attn_buf_free(&b);
   attn_infer_request_free(&req);
   attn_infer_response_free(&out);

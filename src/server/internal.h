@@ -59,6 +59,13 @@ typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
 
 typedef enum { ATTN_JOB_V2, ATTN_JOB_V1 } attn_job_proto;
 
+/* Content-Encoding of a request body. */
+typedef enum {
+  ATTN_ENC_IDENTITY,
+  ATTN_ENC_GZIP,
+  ATTN_ENC_DEFLATE
+} attn_encoding;
+
 /* One inference request on its way through the queue.  Created by routes.c,
  * completed exactly once through `complete` (on a worker thread, or on the
  * HTTP thread when the queue refuses it), then freed by the completer. */
@@ -69,7 +76,9 @@ typedef struct attn_infer_job {
   char *model, *version; /* v2: from the URL */
   const char *body;      /* borrowed from the connection */
   size_t body_len;
-  size_t header_len;     /* v2 binary: Inference-Header-Content-Length */
+  attn_encoding encoding; /* of body; the worker inflates it first */
+  size_t header_len;     /* v2 binary: Inference-Header-Content-Length (of
+                            the body once inflated) */
   char request_id[72];
   uint64_t start_ns;
   void (*complete)(void *arg, attn_http_resp *resp); /* takes resp's body */
@@ -95,6 +104,19 @@ void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...)
 /* Fill resp with a JSON body taken from buf (buf is emptied). */
 struct attn_buf;
 void attn__resp_json(attn_http_resp *resp, int status, struct attn_buf *buf);
+
+/* inflate.c: *out from a Content-Encoding header (NULL: identity); 0 when
+ * it is not one of identity, gzip, x-gzip, deflate (case-insensitive). */
+int attn__encoding_parse(const char *ce, attn_encoding *out);
+const char *attn__encoding_name(attn_encoding e);
+/* Inflate in[0, n) (gzip, or deflate: zlib or raw) into a new 64-byte
+ * aligned block *mem (free() it) holding the body from byte pad (< 64) on,
+ * *len bytes.  Errors: ATTN_ETOOBIG (more than max bytes), ATTN_EPARSE
+ * (corrupt or truncated stream, bytes after it), ATTN_ENOMEM; nothing is
+ * left allocated then.  Any thread; meant for workers. */
+attn_status attn__inflate(const char *in, size_t n, attn_encoding e,
+                          size_t max, size_t pad, char **mem, size_t *len,
+                          attn_diag *d);
 
 /* HTTP status for an engine/codec/model status. */
 int attn__http_status(attn_status s);

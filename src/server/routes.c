@@ -119,11 +119,6 @@ static int content_type_ok(const attn_http_req *req, int binary) {
 #undef CT_IS
 }
 
-static int encoding_ok(const attn_http_req *req) {
-  const char *ce = req->content_encoding;
-  return !ce || !*ce || strcasecmp(ce, "identity") == 0;
-}
-
 static void live(attn_srv_ctx *s, attn_http_resp *resp) {
   (void)s;
   resp_static(resp, 200, "{\"live\":true}");
@@ -263,6 +258,8 @@ static attn_infer_job *new_job(attn_srv_ctx *s, const attn_http_req *req,
   j->proto = proto;
   j->body = req->body;
   j->body_len = req->body_len;
+  if (!attn__encoding_parse(req->content_encoding, &j->encoding))
+    j->encoding = ATTN_ENC_IDENTITY; /* refused before: cannot happen */
   j->start_ns = req->start_ns;
   if (mp) {
     j->model = strdup(mp->model);
@@ -278,10 +275,11 @@ static attn_infer_job *new_job(attn_srv_ctx *s, const attn_http_req *req,
 /* Checks shared by both infer endpoints; 0 when resp was filled. */
 static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
                                attn_http_resp *resp, int binary_ok) {
-  if (!encoding_ok(req)) {
+  attn_encoding enc;
+  if (!attn__encoding_parse(req->content_encoding, &enc)) {
     attn__resp_error(resp, 415,
-                     "Content-Encoding '%s' is not supported (send the body "
-                     "uncompressed)",
+                     "Content-Encoding '%s' is not supported (use gzip, "
+                     "deflate or none)",
                      req->content_encoding);
     return 0;
   }
@@ -412,9 +410,15 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
       model_metadata(m, resp);
       return ATTN_ROUTE_DONE;
     }
-    size_t hl;
+    /* A compressed body's header length counts inflated bytes: only the
+     * limit is known here; the worker checks it against the body. */
+    attn_encoding enc;
+    size_t hl, room = req->body_len;
+    if (attn__encoding_parse(req->content_encoding, &enc) &&
+        enc != ATTN_ENC_IDENTITY)
+      room = (size_t)s->cfg->max_body_bytes;
     if (!infer_preconditions(s, req, resp, 1) ||
-        !parse_header_len(req->header_len, req->body_len, &hl, resp))
+        !parse_header_len(req->header_len, room, &hl, resp))
       return ATTN_ROUTE_DONE;
     *job = new_job(s, req, ATTN_JOB_V2, &mp);
     if (!*job) {
