@@ -49,9 +49,10 @@ typedef struct conn_ctx {
   char path[ATTN_MAX_URL_LEN + 1];
   char *mem;  /* the body buffer; body = mem + pad */
   char *body; /* NULL until the first byte */
-  size_t pad; /* puts the binary blobs on an 8-byte boundary (see below) */
+  size_t pad; /* puts the binary blobs on a 64-byte boundary (see below) */
   size_t len, cap;
   int too_big;
+  size_t drained; /* bytes discarded since too_big */
   int suspended;
   atomic_int done; /* a worker stored resp */
   attn_http_resp resp;
@@ -229,9 +230,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (*upload_size > 0) {
     size_t n = *upload_size;
     *upload_size = 0;
-    if (cx->too_big) return MHD_YES;
+    /* A chunked body (no Content-Length) can only be found too large while
+     * it arrives, and libmicrohttpd 0.9.75 takes no response before the
+     * upload ends: discard the rest and answer 413 then, but read at most
+     * max_body_bytes more; past that close the connection (a body without
+     * end must not hold it forever). */
+    if (cx->too_big) {
+      cx->drained += n;
+      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes ? MHD_NO
+                                                              : MHD_YES;
+    }
     if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes) {
       cx->too_big = 1;
+      cx->drained = n;
       free(cx->mem);
       cx->mem = cx->body = NULL;
       cx->len = 0;

@@ -2666,6 +2666,34 @@ def error_413_body_too_large():
                               "Transfer-Encoding: chunked\r\n\r\n").encode()]
                          + [chunk] * 6 + [b"0\r\n\r\n"], timeout=10)
         check(r.status == 413, "chunked oversize body: %r" % r)
+        # ... but not drained without end: past twice the limit the server
+        # closes the connection (no answer is possible mid-upload)
+        sock = socket.create_connection((HOST, p), timeout=10)
+        try:
+            sock.sendall(("POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                          "Content-Type: application/json\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n").encode())
+            sent, closed = 0, False
+            deadline = time.monotonic() + 10
+            while sent < 100 * limit and time.monotonic() < deadline:
+                try:
+                    sock.sendall(chunk)
+                    sent += 1024
+                except OSError:  # reset or broken pipe: closed by attnd
+                    closed = True
+                    break
+            if not closed:
+                sock.settimeout(5)
+                try:
+                    closed = sock.recv(65536) == b""
+                except socket.timeout:  # still open, waiting for more
+                    closed = False
+                except OSError:  # reset: closed
+                    closed = True
+            check(closed, "endless chunked body: connection still open "
+                  "after %d bytes" % sent)
+        finally:
+            sock.close()
         # exactly the limit is fine, one byte more is not
         body = b'{"query": [[1, 2]]}'
         exact = body + b" " * (limit - len(body))
