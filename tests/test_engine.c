@@ -15,29 +15,10 @@
 
 #define TOL 1e-5
 
-/* Internals of src/engine used here: the scalar exp, and the choice of row
- * kernels (avx512, avx2, scalar) so every set is checked. */
-float attn__expf(float x);
-int attn__set_kernel(const char *name);
-const char *attn__kernel_name(void);
-float attn__row_mask_max(float *s, int64_t n, const float *add,
-                         const uint8_t *blk_a, const uint8_t *blk_b);
-double attn__row_exp_sum(float *s, int64_t n, float m);
-/* ... and of gemm.c: the AVX-512 products and their cblas reference. */
-size_t attn__pack_floats(int64_t n, int64_t k);
-void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
-                   float *panels);
-void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
-                          const float *a, int64_t lda, const float *panels,
-                          float *c, int64_t ldc);
-void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
-                   const float *a, int64_t lda, const float *b, int64_t ldb,
-                   float *c, int64_t ldc);
-void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
-                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
-                   int64_t ldc);
-const char *attn__gemm_name(void);
-int attn__set_gemm(const char *name);
+/* Internals of src/engine used here: the scalar exp, the choice of row
+ * kernels (avx512, avx2, scalar) and of matrix products (avx512, blas), so
+ * every set is checked, and gemm.c's products themselves. */
+#include "../src/engine/internal.h"
 
 static uint64_t rng_state;
 static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
