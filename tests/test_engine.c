@@ -673,17 +673,24 @@ END_TEST
 
 /* The whole sdpa table again with the scalar kernels (the fast ones ran
  * above). */
-START_TEST(test_sdpa_scalar_kernels) {
-  const char *was = attn__kernel_name();
+/* Every shape once, with causal, masks, weights and scale varied across
+ * them: the table that the kernel-set tests below run again. */
+static int run_sdpa_mixed(uint64_t seed0) {
   int bad = 0;
-  ck_assert(attn__set_kernel("scalar"));
   for (int s = 0; s < NSHAPES; s++) {
     sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
                    shapes[s][4], shapes[s][5], shapes[s][6], s & 1,
                    (mask_case)(s % 6), (kpm_case)(s % 3),
                    (attn_weights_mode)(s % 3), s & 2, 0};
-    bad += run_sdpa_case(&c, (uint64_t)(4000 + s));
+    bad += run_sdpa_case(&c, seed0 + (uint64_t)s);
   }
+  return bad;
+}
+
+START_TEST(test_sdpa_scalar_kernels) {
+  const char *was = attn__kernel_name();
+  ck_assert(attn__set_kernel("scalar"));
+  int bad = run_sdpa_mixed(4000);
   ck_assert(attn__set_kernel(was));
   ck_assert_int_eq(bad, 0);
 }
@@ -773,16 +780,8 @@ END_TEST
  * AVX-512 kernels, where the CPU has them, ran above). */
 START_TEST(test_tables_blas_gemm) {
   const char *was = attn__gemm_name();
-  int bad = 0;
   ck_assert(attn__set_gemm("blas"));
-  for (int s = 0; s < NSHAPES; s++) {
-    sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                   shapes[s][4], shapes[s][5], shapes[s][6], s & 1,
-                   (mask_case)(s % 6), (kpm_case)(s % 3),
-                   (attn_weights_mode)(s % 3), s & 2, 0};
-    bad += run_sdpa_case(&c, (uint64_t)(5000 + s));
-  }
-  bad += run_mha_table();
+  int bad = run_sdpa_mixed(5000) + run_mha_table();
   ck_assert(attn__set_gemm(was));
   ck_assert_int_eq(bad, 0);
 }
