@@ -251,15 +251,15 @@ static int parse_model_path(const char *path, model_path *mp) {
 }
 
 static attn_infer_job *new_job(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_job_proto proto, const model_path *mp) {
+                               attn_job_proto proto, attn_encoding enc,
+                               const model_path *mp) {
   attn_infer_job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   j->srv = s;
   j->proto = proto;
   j->body = req->body;
   j->body_len = req->body_len;
-  if (!attn__encoding_parse(req->content_encoding, &j->encoding))
-    j->encoding = ATTN_ENC_IDENTITY; /* refused before: cannot happen */
+  j->encoding = enc;
   j->start_ns = req->start_ns;
   if (mp) {
     j->model = strdup(mp->model);
@@ -272,11 +272,12 @@ static attn_infer_job *new_job(attn_srv_ctx *s, const attn_http_req *req,
   return j;
 }
 
-/* Checks shared by both infer endpoints; 0 when resp was filled. */
+/* Checks shared by both infer endpoints; 0 when resp was filled, else 1
+ * with *enc the body's Content-Encoding. */
 static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_http_resp *resp, int binary_ok) {
-  attn_encoding enc;
-  if (!attn__encoding_parse(req->content_encoding, &enc)) {
+                               attn_http_resp *resp, int binary_ok,
+                               attn_encoding *enc) {
+  if (!attn__encoding_parse(req->content_encoding, enc)) {
     attn__resp_error(resp, 415,
                      "Content-Encoding '%s' is not supported (use gzip, "
                      "deflate or none)",
@@ -359,8 +360,9 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
   }
   if (strcmp(path, "/v1/attention") == 0) {
     if (!method_is(req, "POST")) return wrong_method(resp, req, "POST");
-    if (!infer_preconditions(s, req, resp, 0)) return ATTN_ROUTE_DONE;
-    *job = new_job(s, req, ATTN_JOB_V1, NULL);
+    attn_encoding enc;
+    if (!infer_preconditions(s, req, resp, 0, &enc)) return ATTN_ROUTE_DONE;
+    *job = new_job(s, req, ATTN_JOB_V1, enc, NULL);
     if (!*job) {
       attn__resp_error(resp, 503, "out of memory");
       return ATTN_ROUTE_DONE;
@@ -413,14 +415,15 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
     /* A compressed body's header length counts inflated bytes: only the
      * limit is known here; the worker checks it against the body. */
     attn_encoding enc;
-    size_t hl, room = req->body_len;
-    if (attn__encoding_parse(req->content_encoding, &enc) &&
-        enc != ATTN_ENC_IDENTITY)
-      room = (size_t)s->cfg->max_body_bytes;
-    if (!infer_preconditions(s, req, resp, 1) ||
-        !parse_header_len(req->header_len, room, &hl, resp))
+    size_t hl;
+    if (!infer_preconditions(s, req, resp, 1, &enc) ||
+        !parse_header_len(req->header_len,
+                          enc == ATTN_ENC_IDENTITY
+                              ? req->body_len
+                              : (size_t)s->cfg->max_body_bytes,
+                          &hl, resp))
       return ATTN_ROUTE_DONE;
-    *job = new_job(s, req, ATTN_JOB_V2, &mp);
+    *job = new_job(s, req, ATTN_JOB_V2, enc, &mp);
     if (!*job) {
       attn__resp_error(resp, 503, "out of memory");
       return ATTN_ROUTE_DONE;
