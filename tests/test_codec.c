@@ -20,6 +20,7 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/infer.h"
+#include "../src/codec/json_impl.h"
 #include "unit.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -1994,6 +1995,23 @@ static void check_packed_like_plain(const char *text, size_t n,
   attn__json_free(b);
 }
 
+/* The paths packed arrays can be read with (src/codec/json_impl.h); the
+ * packed tests run once per path (loop index), each against the plain
+ * parse.  A path this CPU lacks is skipped; "scalar" always runs. */
+static const char *const json_impls[] = {"avx512", "sse2", "scalar"};
+
+/* Make packed arrays use path i for this test; false when the CPU lacks
+ * it.  Check forks per test, so the choice dies with the test (and
+ * CK_FORK=no runs restore it in use_default_json_impl). */
+static bool use_json_impl(int i) {
+  return attn__json_set_impl(json_impls[i]) != 0;
+}
+
+static void use_default_json_impl(void) {
+  for (int i = 0; i < 3; i++)
+    if (attn__json_set_impl(json_impls[i])) return;
+}
+
 static const char *const packed_docs[] = {
     "{'k':[1,2.5,-3e-7]}",
     "{'k': [ 1 , 2 ] , 'j':[1,2]}",
@@ -2019,6 +2037,7 @@ static const char *const packed_docs[] = {
  * at a time once 80 remain) with one odd token put at every position:
  * packed and plain parses must agree on status, message and values. */
 START_TEST(json_packed_long_runs) {
+  if (!use_json_impl(_i)) return;
   static const char *const odd[] = {
       "01",  "1.",   ".5",     "-",     "--1",   "+1",   "1.2.3", "0x1",
       "1e5", "-0",   "1E-2",   "1e+",   "0.0",   "123456789.5",
@@ -2027,6 +2046,9 @@ START_TEST(json_packed_long_runs) {
       "9007199254740993", "-0.000001", "1\n", "\t2", "3\r", "1e400",
   };
   enum { COUNT = 40 };
+  static const char pad_member[] =
+      ",\"z\":\"0123456789012345678901234567890123456789012345678901234567"
+      "890123\"}";
   char doc[1024], ctx[96];
   uint64_t rng = 0x1234567;
   for (size_t o = 0; o < sizeof odd / sizeof *odd; o++)
@@ -2048,6 +2070,12 @@ START_TEST(json_packed_long_runs) {
       ck_assert_uint_lt(k, sizeof doc);
       snprintf(ctx, sizeof ctx, "odd '%s' at %d", odd[o], at);
       check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+      /* again with 70 bytes after the array, so that a window holds its
+       * ']' and the odd token before it */
+      memcpy(doc + k - 1, pad_member, sizeof pad_member);
+      check_packed_like_plain(doc, k - 1 + strlen(pad_member),
+                              ATTN_JSON_MAX_NODES, ctx);
+      doc[k - 1] = '}';
       if (at == 0) /* the node limit inside a run */
         for (size_t cap = 2; cap < COUNT + 3; cap += 3)
           check_packed_like_plain(doc, k, cap, ctx);
@@ -2056,10 +2084,12 @@ START_TEST(json_packed_long_runs) {
         for (size_t cut = k / 2; cut < k; cut++)
           check_packed_like_plain(doc, cut, ATTN_JSON_MAX_NODES, ctx);
     }
+  use_default_json_impl();
 }
 END_TEST
 
 START_TEST(json_packed_like_plain) {
+  if (!use_json_impl(_i)) return;
   char ctx[64];
   for (size_t i = 0; i < sizeof packed_docs / sizeof *packed_docs; i++) {
     char *j = unquote(packed_docs[i]);
@@ -2090,6 +2120,137 @@ START_TEST(json_packed_like_plain) {
     check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
     free(doc);
   }
+  use_default_json_impl();
+}
+END_TEST
+
+/* A random token for json_packed_random_windows: mostly numbers of the
+ * forms the 64-byte windows take (short decimals, integers, -0), often
+ * forms they leave to the one-number parser (exponents, 16 or more bytes,
+ * 17 significant digits), sometimes something malformed. */
+static size_t gen_window_token(char *o, uint64_t *rng, bool allow_bad) {
+  static const char *const bad[] = {
+      "01", "1.", ".5", "-", "--1", "+1", "1.2.3", "0x1", "-.5", "1..2",
+      "00", "-01", "1e", "1e+", "true", "\"a\"", "[1]", "{}", "null", "1-2",
+      "0.5.", "1a", "\x01", "\xc3\xa9", "", "-0.", "1.e5"};
+  uint64_t r = xs64(rng);
+  unsigned kind = (unsigned)(r % 100);
+  size_t n = 0;
+  if (kind < 2 && allow_bad) { /* malformed */
+    const char *b = bad[(r >> 8) % (sizeof bad / sizeof *bad)];
+    n = strlen(b);
+    memcpy(o, b, n);
+    return n;
+  }
+  if ((r >> 7) & 1) o[n++] = '-';
+  if (kind < 10) { /* integer */
+    unsigned nd = 1 + (unsigned)(r >> 12) % 17;
+    for (unsigned i = 0; i < nd; i++)
+      o[n++] = (char)('0' + (i == 0 && nd > 1 ? 1 + (r >> (20 + i)) % 9
+                                              : (xs64(rng) % 10)));
+    return n;
+  }
+  /* decimal: 1..9 integer digits (or "0"), 1..12 fraction digits */
+  unsigned ni = (r >> 12) & 1 ? 1 + (unsigned)(r >> 13) % 9 : 0;
+  unsigned nf = 1 + (unsigned)(r >> 17) % 12;
+  if (ni == 0) o[n++] = '0';
+  for (unsigned i = 0; i < ni; i++)
+    o[n++] = (char)('0' + (i == 0 ? 1 + xs64(rng) % 9 : xs64(rng) % 10));
+  o[n++] = '.';
+  for (unsigned i = 0; i < nf; i++) o[n++] = (char)('0' + xs64(rng) % 10);
+  if (kind >= 96) /* exponent */
+    n += (size_t)snprintf(o + n, 8, "e%s%u", (r >> 30) & 1 ? "-" : "",
+                          (unsigned)(r >> 31) % 40);
+  return n;
+}
+
+/* Random packed arrays against the plain parse, every path: numbers of
+ * mixed lengths, separators with and without whitespace, now and then an
+ * error (malformed number, missing or doubled comma, trailing comma), a
+ * node limit or a truncated body, so that each rule of the 64-byte window
+ * (src/codec/json_avx512.c, step 2) is met at every offset; a fifth
+ * are valid arrays with other values among the numbers (the run becomes
+ * nodes where one turns up). */
+START_TEST(json_packed_random_windows) {
+  if (!use_json_impl(_i)) return;
+  static const char *const sep[] = {",", ",", ",", ",", ", ", ", ", " ,",
+                                    " , ", ",\n  ", "\t,\r\n", ",,", "",
+                                    " ", ", ,"};
+  enum { DOCS = 6000 };
+  char *doc = malloc(16384);
+  ck_assert_ptr_nonnull(doc);
+  char ctx[64];
+  uint64_t rng = 0xC0FFEE123ull + (uint64_t)_i;
+  for (int di = 0; di < DOCS; di++) {
+    size_t k = (size_t)snprintf(doc, 8, "{\"k\":[");
+    int count = 1 + (int)(xs64(&rng) % 200);
+    unsigned cls = (unsigned)(xs64(&rng) % 8);
+    bool clean = cls < 5; /* 3/8 get odd separators and tokens */
+    bool mixed = cls == 4; /* valid, with other values among the numbers */
+    for (int i = 0; i < count; i++) {
+      if (i) {
+        uint64_t r = xs64(&rng);
+        const char *sp = clean ? sep[r % 10] : sep[r % 14];
+        if (!clean && r % 61 == 0) sp = sep[10 + (r >> 8) % 4];
+        size_t l = strlen(sp);
+        memcpy(doc + k, sp, l);
+        k += l;
+      }
+      uint64_t v = xs64(&rng);
+      if (mixed && v % 23 == 0) {
+        static const char *const other[] = {"true", "null", "\"s\"", "[1,2]",
+                                            "{\"a\":1}", "[]", "false"};
+        const char *o = other[(v >> 8) % 7];
+        memcpy(doc + k, o, strlen(o));
+        k += strlen(o);
+      } else {
+        k += gen_window_token(doc + k, &rng, !clean);
+      }
+    }
+    uint64_t r = xs64(&rng);
+    /* half the arrays are followed by 70 more bytes, so that windows meet
+     * the closing ']' too */
+    k += (size_t)snprintf(doc + k, 120, "%s]%s}",
+                          r % 9 == 0 ? " " : r % 97 == 1 && !clean ? "," : "",
+                          (r >> 8) & 1 ? ",\"z\":\"0123456789012345678901234"
+                                         "5678901234567890123456789012345678"
+                                         "9\""
+                                       : "");
+    ck_assert_uint_lt(k, 16384);
+    snprintf(ctx, sizeof ctx, "%s doc %d", json_impls[_i], di);
+    check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+    if (di % 16 == 0) /* a node limit somewhere in the run */
+      check_packed_like_plain(doc, k, 1 + xs64(&rng) % (size_t)(count + 2),
+                              ctx);
+    if (di % 16 == 1) /* cut short */
+      check_packed_like_plain(doc, xs64(&rng) % k, ATTN_JSON_MAX_NODES, ctx);
+  }
+  free(doc);
+  use_default_json_impl();
+}
+END_TEST
+
+/* The constructor picks the AVX-512 window on a CPU that has what it
+ * needs, else SSE2 (every x86-64 has it), and the hook refuses unknown
+ * names. */
+START_TEST(json_impl_default) {
+  const char *want = "scalar";
+#if defined(__x86_64__)
+  want = "sse2";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vbmi") &&
+      __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2"))
+    want = "avx512";
+#endif
+  ck_assert_str_eq(attn__json_impl_name(), want);
+  ck_assert_int_eq(attn__json_set_impl("avx1024"), 0);
+  ck_assert_str_eq(attn__json_impl_name(), want);
+  ck_assert_int_eq(attn__json_set_impl("scalar"), 1);
+  ck_assert_str_eq(attn__json_impl_name(), "scalar");
+  use_default_json_impl();
+  ck_assert_str_eq(attn__json_impl_name(), want);
 }
 END_TEST
 
@@ -2131,8 +2292,10 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_large_values);
   tcase_add_test(tc, json_numbers_match_strtod);
   tcase_add_test(tc, json_same_as_cjson);
-  tcase_add_test(tc, json_packed_like_plain);
-  tcase_add_test(tc, json_packed_long_runs);
+  tcase_add_loop_test(tc, json_packed_like_plain, 0, N_OF(json_impls));
+  tcase_add_loop_test(tc, json_packed_long_runs, 0, N_OF(json_impls));
+  tcase_add_loop_test(tc, json_packed_random_windows, 0, N_OF(json_impls));
+  tcase_add_test(tc, json_impl_default);
   suite_add_tcase(s, tc);
   return s;
 }

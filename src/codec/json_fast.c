@@ -76,6 +76,7 @@
 #include <string.h>
 
 #include "attn/codec.h"
+#include "json_impl.h"
 
 /* ---- arena -------------------------------------------------------------- */
 
@@ -755,6 +756,47 @@ static int pack_chunk(jparser *ps, size_t *n) {
 #define JSON_CHUNKS 0
 #endif
 
+/* How packed arrays are read (json_impl.h): written before main by the
+ * constructor and by the test hook only. */
+enum { JSON_IMPL_SCALAR, JSON_IMPL_SSE2, JSON_IMPL_AVX512 };
+static const char *const json_impl_names[] = {"scalar", "sse2", "avx512"};
+static int json_impl = JSON_CHUNKS ? JSON_IMPL_SSE2 : JSON_IMPL_SCALAR;
+
+static bool json_impl_supported(int impl) {
+  if (impl == JSON_IMPL_SSE2) return JSON_CHUNKS;
+#if ATTN__JSON_HAVE_AVX512
+  if (impl == JSON_IMPL_AVX512) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vbmi") &&
+           __builtin_cpu_supports("avx512vbmi2") &&
+           __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2");
+  }
+#endif
+  return impl == JSON_IMPL_SCALAR;
+}
+
+#if ATTN__JSON_HAVE_AVX512
+__attribute__((constructor)) static void json_impl_pick(void) {
+  if (json_impl_supported(JSON_IMPL_AVX512)) json_impl = JSON_IMPL_AVX512;
+}
+#endif
+
+int attn__json_set_impl(const char *name) {
+  for (int i = 0; i < 3; i++)
+    if (strcmp(json_impl_names[i], name) == 0 && json_impl_supported(i)) {
+      json_impl = i;
+      return 1;
+    }
+  return 0;
+}
+
+const char *attn__json_impl_name(void) { return json_impl_names[json_impl]; }
+
 /* Inside the array `arr` (its frame innermost), a number starts at ps->p.
  * Collect numbers while only numbers follow.  At ']' the array becomes
  * packed and its frame is closed (*closed = true).  When some other value
@@ -775,8 +817,27 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
       ps->run = r;
       ps->run_cap = cap;
     }
+#if ATTN__JSON_HAVE_AVX512
+    if (json_impl == JSON_IMPL_AVX512 &&
+        ps->end - ps->p >= ATTN__JSON_WINDOW) {
+      size_t room = ps->max_nodes - ps->nodes, adv = 0;
+      int shut = 0;
+      if (room > ps->run_cap - n) room = ps->run_cap - n;
+      size_t got = room ? attn__json_window_avx512(ps->p, room, ps->run + n,
+                                                   &adv, &shut)
+                        : 0;
+      if (got) {
+        n += got;
+        ps->nodes += got;
+        ps->p += adv;
+        if (!shut) continue;
+        p = ps->p;
+        break;
+      }
+    } else
+#endif
 #if JSON_CHUNKS
-    if (ps->end - ps->p >= CHUNK_READ) {
+    if (json_impl == JSON_IMPL_SSE2 && ps->end - ps->p >= CHUNK_READ) {
       int c = pack_chunk(ps, &n);
       if (c == CHUNK_MORE) continue;
       if (c == CHUNK_CLOSED) {

@@ -1,0 +1,51 @@
+/* json_impl.h - internals shared by json_fast.c and json_avx512.c, and the
+ * test hook that picks how packed arrays of numbers are read.  Not a public
+ * header: only src/codec/, tests/ and bench/ include it. */
+#ifndef ATTN_JSON_IMPL_H
+#define ATTN_JSON_IMPL_H
+
+#include <stddef.h>
+
+/* Bytes that must be readable from a window's start (json_avx512.c loads
+ * 64 at once; json_fast.c's SSE2 window reads up to 16 past its 64). */
+#define ATTN__JSON_WINDOW 64
+
+/* The AVX-512 window exists on x86-64 with GCC-compatible compilers
+ * (per-function target attributes); elsewhere only the SSE2 and scalar
+ * paths of json_fast.c. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
+#define ATTN__JSON_HAVE_AVX512 1
+/* Numbers of a packed array, one 64-byte window at a time, on AVX-512
+ * F/BW/DQ/VL/VBMI/VBMI2 (the caller has checked the CPU).
+ *
+ * p       a number's first byte inside an array being packed; 64 bytes are
+ *         readable from p.
+ * room    at most this many numbers are taken (>= 1).
+ * out     receives the values, out[0 .. return value).
+ * adv     on return > 0: bytes taken; p + *adv is the first byte of the
+ *         next number, or the array's ']' when *closed is 1.
+ * Returns how many numbers were taken: those of the window's first
+ * numbers that have the form -?(0|[1-9][0-9]*)(\.[0-9]+)? with at most 15
+ * digits, each followed by whitespace, one ',' and whitespace up to the
+ * next number (or by whitespace and the closing ']').  Each value is the
+ * correctly rounded double, bit-identical to strtod.  0 means "nothing
+ * here for the window" (a rarer form, a number longer than the window, an
+ * error): the caller parses one number its own way and calls again. */
+size_t attn__json_window_avx512(const char *p, size_t room, double *out,
+                                size_t *adv, int *closed);
+#else
+#define ATTN__JSON_HAVE_AVX512 0
+#endif
+
+/* Test and benchmark hook: read packed arrays with the named path,
+ * "avx512" (json_avx512.c), "sse2" (json_fast.c's 64-byte window) or
+ * "scalar" (one number at a time, the reference).  Returns 0 (and changes
+ * nothing) when the name is unknown or the CPU lacks it.  Call it while no
+ * other thread parses.  The default, set before main by a constructor, is
+ * the fastest one the CPU supports. */
+int attn__json_set_impl(const char *name);
+
+/* Name of the path packed arrays are read with now. */
+const char *attn__json_impl_name(void);
+
+#endif /* ATTN_JSON_IMPL_H */
