@@ -249,7 +249,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
       return MHD_YES; /* discard the rest, answer 413 at the end */
     }
     if (cx->len + n > cx->cap || !cx->body) {
-      size_t cap = cx->cap > cx->len + n ? cx->cap : BODY_INITIAL;
+      /* the Content-Length when it was sent, else BODY_INITIAL, doubled
+       * as a chunked body grows */
+      size_t cap = cx->cap >= cx->len + n ? cx->cap : BODY_INITIAL;
       while (cap < cx->len + n) cap *= 2;
       if (cap > (size_t)s->ctx.cfg->max_body_bytes)
         cap = (size_t)s->ctx.cfg->max_body_bytes;
