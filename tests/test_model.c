@@ -1248,29 +1248,29 @@ START_TEST(limits) {
   attn_infer_response resp;
   attn_diag d = {{0}};
   /* query/key/value [2,2,3,4]: attn_output 48 elements, attn_weights 36 */
-  attn_model_limits lim = {3, 48, 36};
+  attn_model_limits lim = {3, 48, 36, false};
   sdpa_req(&r);
   ck_assert_msg(attn_model_infer(m, &r, &lim, NULL, &resp, &d) == ATTN_OK, "%s",
                 d.msg);
   attn_infer_response_free(&resp);
 
-  lim = (attn_model_limits){2, 0, 0};
+  lim = (attn_model_limits){2, 0, 0, false};
   expect_err(reg, "sdpa", &r, &lim, ATTN_ETOOBIG,
              "query length Lq=3 exceeds max_seq_len 2");
   attn_infer_request_free(&r);
 
   sdpa_req(&r); /* Lq = 1, Lk = 3 */
   r.inputs[0].tensor.shape[2] = 1;
-  lim = (attn_model_limits){2, 0, 0};
+  lim = (attn_model_limits){2, 0, 0, false};
   expect_err(reg, "sdpa", &r, &lim, ATTN_ETOOBIG,
              "key length Lk=3 exceeds max_seq_len 2");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
-  lim = (attn_model_limits){0, 47, 0};
+  lim = (attn_model_limits){0, 47, 0, false};
   expect_err(reg, "sdpa", &r, &lim, ATTN_ETOOBIG,
              "attn_output would have 48 elements (limit 47)");
-  lim = (attn_model_limits){0, 48, 35};
+  lim = (attn_model_limits){0, 48, 35, false};
   expect_err(reg, "sdpa", &r, &lim, ATTN_EINVAL,
              "attn_weights would have 36 elements (limit 35): drop "
              "attn_weights from the outputs, set need_weights false, or "
@@ -1289,10 +1289,26 @@ START_TEST(limits) {
   ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
   attn_infer_response_free(&resp);
   attn_infer_request_free(&r);
+  /* no weights as JSON at all (max_weights_elements = 0 in the server);
+   * binary weights and no weights still work */
+  sdpa_req(&r);
+  lim = (attn_model_limits){.no_weights_json = true};
+  expect_err(reg, "sdpa", &r, &lim, ATTN_EINVAL,
+             "attn_weights are not returned as JSON by this server "
+             "(max_weights_elements = 0): drop attn_weights from the outputs, "
+             "set need_weights false, or request binary output");
+  r.binary_data_output = 1;
+  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
+  attn_infer_response_free(&resp);
+  r.binary_data_output = -1;
+  add_pb(&r, "need_weights", false);
+  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
+  attn_infer_response_free(&resp);
+  attn_infer_request_free(&r);
   /* averaged weights are smaller: 2*3*3 = 18 */
   sdpa_req(&r);
   add_pb(&r, "average_attn_weights", true);
-  lim = (attn_model_limits){0, 48, 18};
+  lim = (attn_model_limits){0, 48, 18, false};
   ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
   attn_infer_response_free(&resp);
   attn_infer_request_free(&r);
@@ -1303,7 +1319,7 @@ START_TEST(limits) {
   add_in(&r, "key", ATTN_DT_FP32, 2, (int64_t[]){5, 1}, qkv);
   add_in(&r, "value", ATTN_DT_FP32, 2, (int64_t[]){5, 1}, qkv);
   r.binary_data_output = 1;
-  lim = (attn_model_limits){0, 10, 0};
+  lim = (attn_model_limits){0, 10, 0, false};
   expect_err(reg, "sdpa", &r, &lim, ATTN_ETOOBIG,
              "attn_weights would have 15 elements (limit 10)");
   add_pb(&r, "need_weights", false);

@@ -72,12 +72,14 @@
 typedef struct attn_registry attn_registry;
 typedef struct attn_model attn_model;
 
-/* Per-request limits, checked before any output is allocated.  0 in a field
- * means no limit; a NULL limits pointer means no limits at all. */
+/* Per-request limits, checked before any output is allocated.  0 in a size
+ * field means no limit; a NULL limits pointer means no limits at all. */
 typedef struct attn_model_limits {
   int64_t max_seq_len;         /* Lq and Lk (ATTN_ETOOBIG) */
   size_t max_tensor_elements;  /* every output tensor (ATTN_ETOOBIG) */
   size_t max_weights_elements; /* attn_weights sent as JSON (ATTN_EINVAL) */
+  bool no_weights_json;        /* true: no attn_weights as JSON at all
+                                  (ATTN_EINVAL), whatever the size */
 } attn_model_limits;
 
 /* One input or output as GET /v2/models/{m} describes it.  shape[i] == -1 is

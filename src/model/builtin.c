@@ -699,6 +699,12 @@ static attn_status check_limits(const attn_model_limits *lim, const plan *pl,
                          "attn_weights would have %zu elements (limit %zu)",
                          w_n, mt);
   size_t mw = lim->max_weights_elements;
+  if (ri->want_w && !ri->bin[OUT_W] && lim->no_weights_json)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "attn_weights are not returned as JSON by this "
+                         "server (max_weights_elements = 0): drop "
+                         "attn_weights from the outputs, set need_weights "
+                         "false, or request binary output");
   if (ri->want_w && !ri->bin[OUT_W] && mw && w_n > mw)
     return attn_diag_set(d, ATTN_EINVAL,
                          "attn_weights would have %zu elements (limit %zu): "

@@ -166,7 +166,8 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_model_limits ml = {
       .max_seq_len = cfg->max_seq_len,
       .max_tensor_elements = (size_t)cfg->max_tensor_elements,
-      .max_weights_elements = (size_t)cfg->max_weights_elements};
+      .max_weights_elements = (size_t)cfg->max_weights_elements,
+      .no_weights_json = cfg->max_weights_elements == 0};
   attn_exec x = {.threads = request_threads(s)};
   uint64_t c0 = attn_now_ns();
   st = attn_model_infer(m, &req, &ml, &x, &out, &d);

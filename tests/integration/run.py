@@ -2838,6 +2838,22 @@ def error_400_max_weights_elements():
         v1_ok(v1(p, {"query": [[1, 0]] * 4, "need_weights": False}),
               "/v1 need_weights false")
         v1_ok(v1(p, {"query": [[1, 0]] * 3}), "/v1 9 weights")
+    # 0 = never as JSON (docs/configuration.md), not "no limit"
+    with Server("--max-weights-elements", "0", name="no-weights") as s:
+        p = s.port
+        ins = [v2_in("query", [1, 2], [0.5] * 2),
+               v2_in("key", [1, 2], [0.25] * 2),
+               v2_in("value", [1, 2], [1.0] * 2)]
+        expect_error(v2_infer(p, "sdpa", ins), 400, "max_weights_elements = 0",
+                     what="one weight as JSON with max_weights_elements 0")
+        expect_error(v1(p, {"query": [[1, 0]]}), 400, "attn_weights",
+                     "need_weights", what="/v1 with max_weights_elements 0")
+        _, o = decode_v2(v2_infer(p, "sdpa", ins,
+                                  params={"binary_data_output": True}),
+                         "binary weights with max_weights_elements 0")
+        check(o["attn_weights"]["binary"], "binary weights")
+        v1_ok(v1(p, {"query": [[1, 0]], "need_weights": False}),
+              "/v1 need_weights false with max_weights_elements 0")
 
 
 # Concurrency and lifecycle ------------------------------------------------
