@@ -407,6 +407,102 @@ START_TEST(test_deadline_expired) {
 }
 END_TEST
 
+/* A job whose deadline passes while every worker is busy is expired by the
+ * reaper then, not when a worker finally takes it: with the one worker held
+ * by a blocker, the queued jobs (deadlines growing along the queue, as the
+ * server's) are expired in queue order while the blocker still runs; a job
+ * without a deadline behind them stays queued and runs later. */
+START_TEST(test_deadline_reaped_while_busy) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+
+  tjob blocker, a, b, none;
+  tjob_init(&blocker, &c, -1, true);
+  tjob_init(&a, &c, 1, false);
+  tjob_init(&b, &c, 2, false);
+  tjob_init(&none, &c, 3, false);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+
+  uint64_t now = attn_now_ns();
+  a.job.deadline_ns = now + 20 * 1000000ull;
+  b.job.deadline_ns = now + 40 * 1000000ull;
+  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &b.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &none.job), ATTN_OK);
+  /* Bounded wait (sequencing only): the reaper gets up to 3 s (the test
+   * case's timeout is longer), the blocker holds the worker throughout. */
+  for (int i = 0; i < 3000 && atomic_load(&b.expires) == 0; i++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  ck_assert_int_eq(atomic_load(&a.expires), 1);
+  ck_assert_int_eq(atomic_load(&b.expires), 1);
+  ck_assert_int_eq(atomic_load(&blocker.runs), 0); /* still blocked */
+  attn_queue_stats st;
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.expired, 2);
+  ck_assert_uint_eq(st.depth, 1); /* `none` waits for the worker */
+  ck_assert_int_eq(atomic_load(&none.runs), 0);
+
+  latch_add(&c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&none.runs), 1);
+  ck_assert_int_eq(atomic_load(&a.runs) + atomic_load(&b.runs), 0);
+  attn_pool_get_stats(p, &st);
+  ck_assert_uint_eq(st.pushed, st.completed + st.expired);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
+/* attn_queue_pop_expired alone: it returns the head once its deadline has
+ * passed, ignores a head without one, and answers ATTN_ESHUTDOWN after
+ * close (leaving the queued jobs for pop). */
+static void *reap_one(void *arg) {
+  attn_queue *q = arg;
+  attn_job *j = NULL;
+  attn_status s = attn_queue_pop_expired(q, &j);
+  return s == ATTN_OK ? (void *)j : NULL;
+}
+
+START_TEST(test_pop_expired) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_job *out = (attn_job *)1;
+  ck_assert_int_eq(attn_queue_pop_expired(NULL, &out), ATTN_EINVAL);
+  ck_assert_ptr_null(out);
+  ck_assert_int_eq(attn_queue_pop_expired(q, NULL), ATTN_EINVAL);
+
+  tjob t;
+  tjob_init(&t, NULL, 1, false);
+  t.job.deadline_ns = attn_now_ns(); /* already due */
+  ck_assert_int_eq(attn_queue_push(q, &t.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_pop_expired(q, &out), ATTN_OK);
+  ck_assert_ptr_eq(out, &t.job);
+  attn_queue_stats st;
+  attn_queue_get_stats(q, &st);
+  ck_assert_uint_eq(st.depth, 0);
+
+  /* a head without a deadline is never reaped; close ends the wait */
+  tjob u;
+  tjob_init(&u, NULL, 2, false);
+  ck_assert_int_eq(attn_queue_push(q, &u.job), ATTN_OK);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, reap_one, q), 0);
+  nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
+  attn_queue_close(q);
+  void *r = (void *)1;
+  pthread_join(th, &r);
+  ck_assert_ptr_null(r);
+  ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK); /* still queued */
+  ck_assert_ptr_eq(out, &u.job);
+  attn_queue_destroy(q);
+}
+END_TEST
+
 static void *release_later(void *arg) {
   struct timespec ts = {0, 20 * 1000000};
   nanosleep(&ts, NULL);
@@ -687,6 +783,8 @@ Suite *queue_suite(void) {
   tcase_add_test(tc, test_capacity_busy);
   tcase_add_test(tc, test_close_runs_queued);
   tcase_add_test(tc, test_deadline_expired);
+  tcase_add_test(tc, test_deadline_reaped_while_busy);
+  tcase_add_test(tc, test_pop_expired);
   tcase_add_test(tc, test_drain_waits);
   tcase_add_test(tc, test_drain_timeout);
   tcase_add_test(tc, test_drain_timeout_then_destroy);

@@ -10,8 +10,10 @@
  *  - Push never blocks: a full queue answers ATTN_EBUSY at once ("full queue
  *    means 503 now"), a closed one ATTN_ESHUTDOWN.
  *  - Closing refuses new pushes; jobs already queued still pop and run.
- *  - A job whose deadline passed before a worker took it is handed to expire
- *    instead of run, on the worker thread, so its owner can answer "timed out".
+ *  - A job whose deadline passes is handed to expire instead of run, so its
+ *    owner can answer "timed out": by the pool's reaper thread the moment it
+ *    passes while the job waits at the head of the queue (so even while every
+ *    worker is busy), or by the worker that takes it late.
  *  - attn_pool_drain closes the queue and waits, with a timeout, until every
  *    queued and running job has finished: the graceful-shutdown step.
  *
@@ -46,8 +48,9 @@ struct attn_job {
   /* Runs the job on a worker thread.  worker is the pool's worker index
    * (0 .. workers-1); waited_ns is the time spent queued.  Required. */
   void (*run)(attn_job *job, int worker, uint64_t waited_ns);
-  /* Called instead of run, on a worker thread, when the deadline had passed
-   * when a worker took the job.  Required when deadline_ns != 0. */
+  /* Called instead of run once the deadline has passed: on the pool's
+   * reaper thread when it passes at the head of the queue, else on the
+   * worker that takes the job late.  Required when deadline_ns != 0. */
   void (*expire)(attn_job *job, uint64_t waited_ns);
 };
 
@@ -103,6 +106,14 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job);
  * normally the pool's workers. */
 attn_status attn_queue_pop(attn_queue *q, attn_job **out);
 
+/* Blocks until the job at the head of the queue has a deadline that has
+ * passed, then takes it: ATTN_OK with *out set (the job is the caller's, to
+ * expire).  Only the head is watched (see queue.c).  ATTN_ESHUTDOWN with
+ * *out NULL once the queue is closed (queued jobs are left for pop).
+ * ATTN_EINVAL for NULL arguments.  One thread at a time: the pool's
+ * reaper. */
+attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out);
+
 /* Refuses further pushes and wakes every blocked pop; idempotent.  Jobs
  * already queued stay and still pop.  Any thread. */
 void attn_queue_close(attn_queue *q);
@@ -131,8 +142,9 @@ typedef struct attn_pool_opts {
 void attn_pool_default_opts(attn_pool_opts *o);
 
 /* Starts o->workers threads that pop jobs from o->queue and run or expire
- * them.  Worker threads start with every signal blocked, so signals go to
- * the threads of main.
+ * them, and one reaper thread that expires jobs whose deadline passes while
+ * they wait (attn_queue_pop_expired).  All start with every signal blocked,
+ * so signals go to the threads of main.
  * On success *out owns a new pool (free with attn_pool_destroy).  On error
  * *out is NULL, no thread is left running, nothing is allocated and the queue
  * is untouched (still open): ATTN_EINVAL for bad opts, ATTN_ENOMEM when

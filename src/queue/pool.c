@@ -11,8 +11,13 @@
  *   job is in a worker's hands" - which is exactly what drain waits for, with
  *   no window between a pop and the running count.
  *
- *   Start-up gate: workers wait on the pool's cv until create has started all
- *   of them.  If one pthread_create fails, create opens the gate with
+ *   One more thread, the reaper, loops on attn_queue_pop_expired and calls
+ *   expire for each job whose deadline passes while it waits in the queue;
+ *   it leaves its loop when the queue is closed.  It counts in `live` like
+ *   a worker, so drain also waits for an expire call it is in.
+ *
+ *   Start-up gate: the threads wait on the pool's cv until create has
+ *   started all of them.  If one pthread_create fails, create opens the gate with
  *   "aborted"; the started workers exit without touching the queue, which is
  *   the caller's and stays open.  on_worker_start runs only after the gate
  *   opens normally.
@@ -20,12 +25,14 @@
  * Threads
  *   main: create, drain, destroy (not concurrently with each other).
  *   workers: worker_main; they run job callbacks.
+ *   reaper: reaper_main; it runs expire callbacks.
  *   any thread: attn_pool_busy, attn_pool_get_stats (atomics only).
  *
  * Invariants
  *   - Under mu: state goes STARTING -> RUNNING or STARTING -> ABORTED, once.
- *     live = workers (of a RUNNING pool) that have not left their loop; it
- *     only falls, and cv is broadcast when it reaches 0.
+ *     live = threads (workers and the reaper, of a RUNNING pool) that have
+ *     not left their loop; it only falls, and cv is broadcast when it
+ *     reaches 0.
  *   - A worker touches a job only between its pop and the call to run or
  *     expire; after that call the job is its owner's again.
  *   - running is incremented after a pop and decremented after the callback
@@ -60,7 +67,7 @@ struct attn_pool {
   void (*on_worker_start)(int worker, void *user);
   void *user;
   int nworkers;
-  struct worker *w; /* [nworkers] */
+  struct worker *w; /* [nworkers + 1]: the workers, then the reaper */
 
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC; gate opened, live reached 0 */
@@ -83,17 +90,46 @@ void attn_pool_default_opts(attn_pool_opts *o) {
   *o = (attn_pool_opts){.workers = 1};
 }
 
+/* Any pool thread: wait for the start-up gate; false when create aborted. */
+static bool pass_gate(attn_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  while (p->state == POOL_STARTING) pthread_cond_wait(&p->cv, &p->mu);
+  enum pool_state st = p->state;
+  pthread_mutex_unlock(&p->mu);
+  return st != POOL_ABORTED;
+}
+
+/* Any pool thread, leaving its loop. */
+static void leave(attn_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  if (--p->live == 0) pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Reaper thread: expire the jobs whose deadline passes in the queue, until
+ * the queue is closed. */
+static void *reaper_main(void *arg) {
+  struct worker *w = arg;
+  attn_pool *p = w->pool;
+  if (!pass_gate(p)) return NULL;
+  attn_job *job;
+  while (attn_queue_pop_expired(p->queue, &job) == ATTN_OK) {
+    atomic_fetch_add(&p->running, 1);
+    uint64_t now = attn_now_ns();
+    job->expire(job, now > job->enqueued_ns ? now - job->enqueued_ns : 0);
+    atomic_fetch_add(&p->expired, 1); /* job is its owner's from here */
+    atomic_fetch_sub(&p->running, 1);
+  }
+  leave(p);
+  return NULL;
+}
+
 /* Worker thread: wait for the gate, then pop and run until the queue is
  * closed and empty. */
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   attn_pool *p = w->pool;
-
-  pthread_mutex_lock(&p->mu);
-  while (p->state == POOL_STARTING) pthread_cond_wait(&p->cv, &p->mu);
-  enum pool_state st = p->state;
-  pthread_mutex_unlock(&p->mu);
-  if (st == POOL_ABORTED) return NULL;
+  if (!pass_gate(p)) return NULL;
 
   if (p->on_worker_start) p->on_worker_start(w->index, p->user);
 
@@ -112,10 +148,7 @@ static void *worker_main(void *arg) {
     }
     atomic_fetch_sub(&p->running, 1);
   }
-
-  pthread_mutex_lock(&p->mu);
-  if (--p->live == 0) pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  leave(p);
   return NULL;
 }
 
@@ -157,7 +190,7 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
 
   attn_pool *p = calloc(1, sizeof *p);
   if (!p) return ATTN_ENOMEM;
-  p->w = calloc((size_t)o->workers, sizeof *p->w);
+  p->w = calloc((size_t)o->workers + 1, sizeof *p->w);
   if (!p->w) {
     free(p);
     return ATTN_ENOMEM;
@@ -173,7 +206,7 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
   p->user = o->user;
   p->nworkers = o->workers;
   p->state = POOL_STARTING;
-  p->live = o->workers;
+  p->live = o->workers + 1;
   atomic_init(&p->expired, 0);
   atomic_init(&p->started, 0);
   atomic_init(&p->completed, 0);
@@ -185,13 +218,16 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int fail_at = atomic_load(&fail_thread_at);
   int nstarted = 0, err = 0;
-  for (; nstarted < p->nworkers; nstarted++) {
+  for (; nstarted <= p->nworkers; nstarted++) { /* the reaper last */
     struct worker *w = &p->w[nstarted];
     w->pool = p;
     w->index = nstarted;
     err = nstarted == fail_at
               ? EAGAIN
-              : pthread_create(&w->tid, NULL, worker_main, w);
+              : pthread_create(&w->tid, NULL,
+                               nstarted < p->nworkers ? worker_main
+                                                      : reaper_main,
+                               w);
     if (err != 0) break;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -254,7 +290,7 @@ attn_status attn_pool_drain(attn_pool *p, int64_t timeout_ms) {
 void attn_pool_destroy(attn_pool *p) {
   if (!p) return;
   attn_queue_close(p->queue);
-  for (int i = 0; i < p->nworkers; i++) pthread_join(p->w[i].tid, NULL);
+  for (int i = 0; i <= p->nworkers; i++) pthread_join(p->w[i].tid, NULL);
   pool_free(p);
 }
 

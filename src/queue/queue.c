@@ -6,6 +6,17 @@
  *   One mutex guards the list, its length and the closed flag; one condition
  *   variable (nonempty) wakes poppers.  Push never waits: the HTTP side must
  *   answer "busy" at once rather than block a libmicrohttpd callback.
+ *   Deadlines: attn_queue_pop_expired (the pool's reaper) sleeps on a second
+ *   condition variable (expiry, CLOCK_MONOTONIC) until the head's deadline
+ *   and then takes the head, so that a job times out when its time is up
+ *   even while every worker is busy.  It watches the head only: deadlines
+ *   that grow along the queue (the server's: push time + queue_timeout_ms)
+ *   are all met on time; a job whose deadline is earlier than that of a job
+ *   ahead of it waits for that job to leave the head.  reaper_wake is when
+ *   the reaper will look next (UINT64_MAX: not before a signal); a push
+ *   signals expiry only when its job becomes the head with an earlier
+ *   deadline than that (and a pop when the new head has one), which under
+ *   load is once per queue_timeout_ms or so, not once per request.
  *
  * Threads
  *   Producers (HTTP threads) push; pool workers pop; main closes and, once
@@ -20,6 +31,8 @@
  *   - Every waiter in pop re-checks (count > 0 || closed) after waking, so
  *     spurious wake-ups are harmless; close broadcasts, push signals one.
  *   - depth mirrors count for lock-free readers; it is written only under mu.
+ *   - reaper_wake >= the head's deadline whenever the reaper waits with a
+ *     head that has one (it would otherwise sleep through it).
  *
  * Locks
  *   mu is a leaf: no callback and no other module's lock runs under it.
@@ -34,6 +47,8 @@
 struct attn_queue {
   pthread_mutex_t mu;
   pthread_cond_t nonempty;
+  pthread_cond_t expiry;  /* CLOCK_MONOTONIC; wakes the reaper */
+  uint64_t reaper_wake;   /* under mu; see DESIGN */
   attn_job *head, *tail; /* under mu */
   size_t count;          /* under mu */
   bool closed;           /* under mu; mirrored in closed_flag */
@@ -69,6 +84,20 @@ attn_status attn_queue_create(size_t capacity, attn_queue **out) {
     free(q);
     return ATTN_ENOMEM;
   }
+  pthread_condattr_t ca;
+  int rc = pthread_condattr_init(&ca);
+  if (rc == 0) {
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(&q->expiry, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (rc != 0) {
+    pthread_cond_destroy(&q->nonempty);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+    return ATTN_ENOMEM;
+  }
+  q->reaper_wake = UINT64_MAX;
   q->capacity = capacity;
   atomic_init(&q->closed_flag, false);
   atomic_init(&q->depth, 0);
@@ -81,6 +110,7 @@ attn_status attn_queue_create(size_t capacity, attn_queue **out) {
 
 void attn_queue_destroy(attn_queue *q) {
   if (!q) return;
+  pthread_cond_destroy(&q->expiry);
   pthread_cond_destroy(&q->nonempty);
   pthread_mutex_destroy(&q->mu);
   free(q);
@@ -112,6 +142,8 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job) {
   atomic_store(&q->depth, q->count);
   atomic_fetch_add(&q->pushed, 1);
   pthread_cond_signal(&q->nonempty);
+  if (job == q->head && job->deadline_ns && job->deadline_ns < q->reaper_wake)
+    pthread_cond_signal(&q->expiry);
   pthread_mutex_unlock(&q->mu);
   return ATTN_OK;
 }
@@ -132,11 +164,49 @@ attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
   if (!q->head) q->tail = NULL;
   q->count--;
   atomic_store(&q->depth, q->count);
+  if (q->head && q->head->deadline_ns && q->head->deadline_ns < q->reaper_wake)
+    pthread_cond_signal(&q->expiry); /* a new head the reaper must watch */
   pthread_mutex_unlock(&q->mu);
 
   job->next = NULL;
   *out = job;
   return ATTN_OK;
+}
+
+attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out) {
+  if (!out) return ATTN_EINVAL;
+  *out = NULL;
+  if (!q) return ATTN_EINVAL;
+
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    if (q->closed) {
+      q->reaper_wake = UINT64_MAX;
+      pthread_mutex_unlock(&q->mu);
+      return ATTN_ESHUTDOWN;
+    }
+    attn_job *h = q->head;
+    uint64_t dl = h ? h->deadline_ns : 0;
+    if (dl == 0) { /* nothing to watch until a push says so */
+      q->reaper_wake = UINT64_MAX;
+      pthread_cond_wait(&q->expiry, &q->mu);
+      continue;
+    }
+    if (attn_now_ns() >= dl) {
+      q->head = h->next;
+      if (!q->head) q->tail = NULL;
+      q->count--;
+      atomic_store(&q->depth, q->count);
+      pthread_mutex_unlock(&q->mu);
+      h->next = NULL;
+      *out = h;
+      return ATTN_OK;
+    }
+    q->reaper_wake = dl;
+    struct timespec ts = {.tv_sec = (time_t)(dl / 1000000000u),
+                          .tv_nsec = (long)(dl % 1000000000u)};
+    pthread_cond_timedwait(&q->expiry, &q->mu, &ts);
+  }
 }
 
 void attn_queue_close(attn_queue *q) {
@@ -145,6 +215,7 @@ void attn_queue_close(attn_queue *q) {
   q->closed = true;
   atomic_store(&q->closed_flag, true);
   pthread_cond_broadcast(&q->nonempty);
+  pthread_cond_broadcast(&q->expiry);
   pthread_mutex_unlock(&q->mu);
 }
 

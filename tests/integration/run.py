@@ -2809,6 +2809,39 @@ def error_503_queue_full():
 
 
 @test
+def error_503_queue_timeout_while_busy():
+    """queue_timeout_ms: a request that waits longer is answered 503 when its
+    time is up, while the only worker is still busy with a slow one (the
+    slow one's answer comes after), and its log line says 503."""
+    # one engine thread: the slow request is as slow as it gets here
+    with Server("--workers", "1", "--queue-capacity", "4",
+                "--blas-threads-per-worker", "1",
+                "--queue-timeout-ms", "100", name="queue-timeout") as s:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        late = None
+        try:
+            time.sleep(0.2)  # the slow one is (normally) running by now
+            late = Pending(s.port, "/v1/attention",
+                           json.dumps({"query": [[1, 0]]}).encode(),
+                           {"Content-Type": "application/json"})
+            r = late.response()
+            # Order, not time: the timed-out request was answered while the
+            # slow request still computes.
+            check(not slow.answered(), "the 503 came only after the slow "
+                  "request finished")
+            expect_error(r, 503, "queue_timeout_ms=100", what="queue timeout")
+            check_slow_answer(slow.response(), shape, "slow request")
+        finally:
+            slow.close()
+            if late:
+                late.close()
+        log = s.log_text()
+        check(re.search(r'"path":"/v1/attention","status":503', log) or
+              re.search(r'"status":503', log), "no 503 access line")
+
+
+@test
 def error_400_max_weights_elements():
     with Server("--max-weights-elements", "10", name="max-weights") as s:
         p = s.port
