@@ -276,9 +276,20 @@ static const v2_case v2_cases[] = {
     {IN1("FLOAT", "[1]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "unknown datatype 'FLOAT'", NULL, 0, 0},
     {IN1("FP32", "[2,-1]", "[1,2]"), NULL, 0, 0, -1, ATTN_EINVAL,
-     "shape[1] must be a non-negative integer, got -1", NULL, 0, 0},
+     "shape[1] must be a non-negative integer, got -1 (negative)", NULL, 0, 0},
     {IN1("FP32", "[1.5]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
-     "shape[0] must be a non-negative integer, got 1.5", NULL, 0, 0},
+     "shape[0] must be a non-negative integer, got 1.5 (not an integer)", NULL,
+     0, 0},
+    {IN1("FP32", "[4611686018427387904,4]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "shape[0] must be a non-negative integer, got 4.6116860184273879e+18 (above "
+     "2^53, the largest integer JSON carries exactly)",
+     NULL, 0, 0},
+    {"{'inputs':[{'name':'k','datatype':'FP32','shape':[1],"
+     "'parameters':{'binary_data_size':4611686018427387904}}]}",
+     NULL, 0, 4, -1, ATTN_EINVAL,
+     "inputs[0] 'k': binary_data_size must be a non-negative integer (above "
+     "2^53",
+     NULL, 0, 0},
     {IN1("FP32", "[1,1,1,1,1,1,1,1,1]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "shape has rank 9, at most 8", NULL, 0, 0},
 

@@ -155,7 +155,7 @@ START_TEST(test_encoding_and_header_len) {
   ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 400);
   EXPECT_BODY(r, "Inference-Header-Content-Length");
-  const char *bad[] = {"0", "3", "x1", "-1", ""};
+  const char *bad[] = {"0", "3", "x1", "-1", "", " ", "1 2", "2\n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&r, 0, sizeof r);
     req.content_encoding = NULL;
@@ -164,11 +164,15 @@ START_TEST(test_encoding_and_header_len) {
     ck_assert_int_eq(r.status, 400);
     EXPECT_BODY(r, "Inference-Header-Content-Length");
   }
-  memset(&r, 0, sizeof r);
-  req.header_len = "2";
-  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-  ck_assert_uint_eq(job->header_len, 2);
-  attn__infer_job_free(job);
+  /* optional whitespace around the value is HTTP's, not the number's */
+  const char *ok_hl[] = {"2", "2 ", " 2", "\t2\t "};
+  for (size_t i = 0; i < sizeof ok_hl / sizeof ok_hl[0]; i++) {
+    memset(&r, 0, sizeof r);
+    req.header_len = ok_hl[i];
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
+    ck_assert_uint_eq(job->header_len, 2);
+    attn__infer_job_free(job);
+  }
 }
 END_TEST
 

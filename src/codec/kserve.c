@@ -60,6 +60,16 @@ static bool json_int(const cJSON *it, double lo, double hi, int64_t *v) {
   return true;
 }
 
+/* Why a JSON value is not an integer in [0, 2^53] (json_int failed): for
+ * the messages below. */
+static const char *why_not_count(const cJSON *it) {
+  if (!cJSON_IsNumber(it)) return attn__json_kind(it);
+  double x = it->valuedouble;
+  if (x < 0) return "negative";
+  if (x != floor(x)) return "not an integer";
+  return "above 2^53, the largest integer JSON carries exactly";
+}
+
 /* "[2,4]" into buf (truncated safely). */
 static const char *fmt_shape(char *buf, size_t cap, int rank,
                              const int64_t *shape) {
@@ -187,8 +197,9 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
     if (strcmp(k, "priority") == 0 || strcmp(k, "timeout") == 0) {
       if (!json_int(c, 0, TWO_POW_53, &v))
         return attn_diag_set(
-            d, ATTN_EINVAL, "parameters: '%s' must be a non-negative integer%s",
-            k, k[0] == 't' ? " (microseconds)" : "");
+            d, ATTN_EINVAL,
+            "parameters: '%s' must be a non-negative integer%s (%s)", k,
+            k[0] == 't' ? " of microseconds" : "", why_not_count(c));
       if (k[0] == 'p')
         out->priority = v;
       else
@@ -374,8 +385,9 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     if (!json_int(c, 0, TWO_POW_53, &o->shape[o->rank])) {
       if (cJSON_IsNumber(c))
         return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                         "shape[%d] must be a non-negative integer, got %.17g",
-                         o->rank, c->valuedouble);
+                         "shape[%d] must be a non-negative integer, got %.17g "
+                         "(%s)",
+                         o->rank, c->valuedouble, why_not_count(c));
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "shape[%d] must be a non-negative integer, got %s",
                        o->rank, attn__json_kind(c));
@@ -418,7 +430,9 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     int64_t n;
     if (!json_int(bds, 0, TWO_POW_53, &n))
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "binary_data_size must be a non-negative integer");
+                       "binary_data_size must be a non-negative integer "
+                       "(%s)",
+                       why_not_count(bds));
     if (header_len == 0)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "binary_data_size given but the request has no "

@@ -53,6 +53,7 @@ typedef struct conn_ctx {
   size_t len, cap;
   int too_big;
   size_t drained; /* bytes discarded since too_big */
+  size_t received; /* body bytes read, kept or not (the access log's) */
   int suspended;
   atomic_int done; /* a worker stored resp */
   attn_http_resp resp;
@@ -230,6 +231,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (*upload_size > 0) {
     size_t n = *upload_size;
     *upload_size = 0;
+    cx->received += n;
     /* A chunked body (no Content-Length) can only be found too large while
      * it arrives, and libmicrohttpd 0.9.75 takes no response before the
      * upload ends: discard the rest and answer 413 then, but read at most
@@ -290,7 +292,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                      .request_id = cx->request_id,
                      .status = cx->status ? cx->status
                                           : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                     .bytes_in = cx->len,
+                     .bytes_in = cx->received,
                      .bytes_out = cx->bytes_out,
                      .queue_ms = cx->resp.queue_ms,
                      .compute_ms = cx->resp.compute_ms,

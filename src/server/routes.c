@@ -305,14 +305,19 @@ static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
   return 1;
 }
 
+/* Inference-Header-Content-Length: digits, with the optional whitespace
+ * (space, tab) that HTTP allows around a field value (RFC 9110 5.5). */
 static int parse_header_len(const char *s, size_t body_len, size_t *out,
                             attn_http_resp *resp) {
   char *end;
   unsigned long long v;
   *out = 0;
   if (!s) return 1;
-  if (*s < '0' || *s > '9') goto bad;
-  v = strtoull(s, &end, 10);
+  const char *p = s;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p < '0' || *p > '9') goto bad;
+  v = strtoull(p, &end, 10);
+  while (*end == ' ' || *end == '\t') end++;
   if (*end != '\0') goto bad;
   if (v == 0 || v > body_len) {
     attn__resp_error(resp, 400,

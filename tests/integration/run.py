@@ -2666,6 +2666,18 @@ def error_413_body_too_large():
                               "Transfer-Encoding: chunked\r\n\r\n").encode()]
                          + [chunk] * 6 + [b"0\r\n\r\n"], timeout=10)
         check(r.status == 413, "chunked oversize body: %r" % r)
+        # its access line counts the 6 KiB read (kept or not)
+        deadline = time.monotonic() + 5
+        lines = []
+        while time.monotonic() < deadline:
+            lines = [json.loads(l) for l in s.log_text().splitlines()
+                     if '"type":"access"' in l and '"status":413' in l and
+                     "/v2/models/sdpa/infer" in l]
+            if lines:
+                break
+            time.sleep(0.05)
+        check(lines and lines[-1]["bytes_in"] == 6 * 1024,
+              "chunked 413 access line: %r" % lines[-1:])
         # ... but not drained without end: past twice the limit the server
         # closes the connection (no answer is possible mid-upload)
         sock = socket.create_connection((HOST, p), timeout=10)
