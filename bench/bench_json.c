@@ -12,7 +12,8 @@
  *  ([16,64], flat "data"), the same with 32768 each (~1 MB), and the v1
  *  equivalents with the tensors as nested arrays.  Numbers are the shortest
  *  texts of floats uniform in [-1, 1] from a fixed-seed xorshift, as
- *  attention inputs look.  Each method runs for at least --secs seconds
+ *  attention inputs look; the two "py" bodies write the same floats as
+ *  Python's json.dumps does after numpy's tolist() (16-17 digits).  Each method runs for at least --secs seconds
  *  (default 0.5) of thread CPU time (CLOCK_THREAD_CPUTIME_ID: not skewed by
  *  other processes on the cores); the best of three runs is printed.
  *  Nothing is asserted; a parse failure is printed and ends the run.
@@ -60,9 +61,29 @@ static void put(attn_buf *b, const char *s) {
   if (attn_buf_puts(b, s) != ATTN_OK) die("out of memory");
 }
 
+/* How numbers are written: the shortest text of the float (what attnd
+ * and most C/JS clients print), or what Python's json.dumps writes for a
+ * float32 value turned into a Python float (numpy's tolist(), tritonclient's
+ * JSON mode): the shortest text that reads back to the same *double*,
+ * 16 or 17 significant digits as a rule. */
+static int python_texts;
+
 static void put_f32(attn_buf *b) {
-  char t[ATTN_F32_MAX_CHARS + 1];
-  size_t n = attn_f32_shortest(rand_unit(), t);
+  char t[40];
+  float f = rand_unit();
+  size_t n;
+  if (!python_texts) {
+    n = attn_f32_shortest(f, t);
+  } else {
+    for (int p = 1;; p++) { /* repr(): the first precision that round-trips */
+      n = (size_t)snprintf(t, sizeof t, "%.*g", p, (double)f);
+      if (strtod(t, NULL) == (double)f || p == 17) break;
+    }
+    if (!strchr(t, '.') && !strchr(t, 'e')) {
+      memcpy(t + n, ".0", 3); /* repr(1.0) is "1.0" */
+      n += 2;
+    }
+  }
   if (attn_buf_append(b, t, n) != ATTN_OK) die("out of memory");
 }
 
@@ -152,24 +173,25 @@ int main(int argc, char **argv) {
     const char *label;
     int v1;
     size_t rows;
+    int python;
   } bodies[] = {
-      {"v2 3x1024", 0, 16},
-      {"v2 ~1MB", 0, 512},
-      {"v1 3x1024", 1, 16},
-      {"v1 ~1MB", 1, 512},
+      {"v2 3x1024", 0, 16, 0},     {"v2 ~1MB", 0, 512, 0},
+      {"v1 3x1024", 1, 16, 0},     {"v1 ~1MB", 1, 512, 0},
+      {"v2 3x1024 py", 0, 16, 1},  {"v1 3x1024 py", 1, 16, 1},
   };
-  printf("%-10s %8s %7s | %-17s | %-17s | %7s | %s\n", "body", "bytes",
+  printf("%-12s %8s %7s | %-17s | %-17s | %7s | %s\n", "body", "bytes",
          "numbers", "cJSON MB/s ns/num", "attn  MB/s ns/num", "speedup",
          "decode MB/s ns/num");
   for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
     size_t len, nums = 3 * 64 * bodies[i].rows;
+    python_texts = bodies[i].python;
     char *body = make_body(bodies[i].v1, bodies[i].rows, &len);
     if (!body) die("out of memory");
     double tc = time_method(M_CJSON, bodies[i].v1, body, len);
     double ta = time_method(M_ATTN, bodies[i].v1, body, len);
     double td = time_method(M_DECODE, bodies[i].v1, body, len);
     printf(
-        "%-10s %8zu %7zu | %7.1f %9.1f | %7.1f %9.1f | %6.2fx | %7.1f %9.1f\n",
+        "%-12s %8zu %7zu | %7.1f %9.1f | %7.1f %9.1f | %6.2fx | %7.1f %9.1f\n",
         bodies[i].label, len, nums, (double)len / tc / 1e6,
         tc / (double)nums * 1e9, (double)len / ta / 1e6,
         ta / (double)nums * 1e9, tc / ta, (double)len / td / 1e6,

@@ -1836,6 +1836,97 @@ static const char *const tricky_numbers[] = {
 static void check_packed_like_plain(const char *doc, size_t n, size_t nodes,
                                     const char *ctx);
 
+/* Decimal digits of x (no sign, no leading zeros; "0" for 0) into o. */
+static size_t put_u128(char *o, unsigned __int128 x) {
+  char t[48];
+  size_t n = 0, k = 0;
+  do {
+    t[n++] = (char)('0' + (int)(x % 10));
+    x /= 10;
+  } while (x);
+  while (n) o[k++] = t[--n];
+  return k;
+}
+
+/* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
+ * digits that are no exact double) and the cases it must leave to strtod:
+ * exact ties between two doubles (an odd 54-bit integer t times 2^p, or
+ * t * 5^p / 10^p), their neighbours, every decimal exponent of the table
+ * and beyond it, 17- and 19-digit texts of random doubles.  Each value
+ * must be bit-identical to strtod's. */
+START_TEST(json_long_numbers_match_strtod) {
+  enum { PER_DOC = 1000, DOCS = 300 };
+  char *doc = malloc(PER_DOC * 64 + 8);
+  size_t *off = malloc(PER_DOC * sizeof *off);
+  ck_assert(doc && off);
+  uint64_t rng = 0x5DEECE66Dull;
+  for (int di = 0; di < DOCS; di++) {
+    size_t k = 0;
+    doc[k++] = '[';
+    for (int i = 0; i < PER_DOC; i++) {
+      if (i) doc[k++] = ',';
+      off[i] = k;
+      uint64_t r = xs64(&rng);
+      if (r & 1) doc[k++] = '-';
+      uint64_t t = ((uint64_t)1 << 53) | (xs64(&rng) & (((uint64_t)1 << 53) - 1));
+      t |= 1; /* odd and 54 bits: halfway between two doubles */
+      int p = (int)(xs64(&rng) % 7);
+      switch ((r >> 1) % 6) {
+        case 0: case 1: { /* 1..19 digits, exponent -360..339 */
+          int nd = 1 + (int)(xs64(&rng) % 19);
+          for (int d = 0; d < nd; d++)
+            doc[k++] = (char)('0' + (d == 0 ? 1 + xs64(&rng) % 9 : xs64(&rng) % 10));
+          k += (size_t)snprintf(doc + k, 16, "e%d", (int)(xs64(&rng) % 700) - 360);
+          break;
+        }
+        case 2: /* a tie as an integer: t * 2^p */
+          k += put_u128(doc + k, (unsigned __int128)t << p);
+          break;
+        case 3: { /* a tie below 1 ulp of an integer: t * 5^p * 10^-p */
+          unsigned __int128 x = t;
+          for (int j = 0; j < p % 3; j++) x *= 5;
+          k += put_u128(doc + k, x);
+          k += (size_t)snprintf(doc + k, 8, "e-%d", p % 3);
+          break;
+        }
+        case 4: /* next to a tie */
+          k += put_u128(doc + k, ((unsigned __int128)t << p) +
+                                     (unsigned __int128)(xs64(&rng) % 5) - 2);
+          break;
+        default: { /* 17 or 19 significant digits of random double bits */
+          uint64_t u = xs64(&rng);
+          double v;
+          memcpy(&v, &u, 8);
+          if (!isfinite(v)) v = 0.1;
+          k += (size_t)snprintf(doc + k, 40, r & 64 ? "%.17g" : "%.19g",
+                                fabs(v));
+        }
+      }
+    }
+    doc[k++] = ']';
+    cJSON *t;
+    attn_diag d;
+    ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
+                  d.msg);
+    int i = 0;
+    for (const cJSON *e = t->child; e; e = e->next, i++) {
+      char tok[80];
+      size_t len = strcspn(doc + off[i], ",]");
+      ck_assert_uint_lt(len, sizeof tok);
+      memcpy(tok, doc + off[i], len);
+      tok[len] = '\0';
+      double want = strtod(tok, NULL);
+      ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
+                    "'%s': %a, strtod says %a", tok, e->valuedouble, want);
+    }
+    ck_assert_int_eq(i, PER_DOC);
+    attn__json_free(t);
+  }
+  free(off);
+  free(doc);
+}
+END_TEST
+
 START_TEST(json_numbers_match_strtod) {
   enum { PER_DOC = 1000, DOCS = 1050 };
   char *doc = malloc(PER_DOC * 88 + 8);
@@ -2302,6 +2393,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_node_limit);
   tcase_add_test(tc, json_large_values);
   tcase_add_test(tc, json_numbers_match_strtod);
+  tcase_add_test(tc, json_long_numbers_match_strtod);
   tcase_add_test(tc, json_same_as_cjson);
   tcase_add_loop_test(tc, json_packed_like_plain, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_long_runs, 0, N_OF(json_impls));

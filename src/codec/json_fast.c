@@ -40,9 +40,12 @@
  *    e.  When m <= 2^53 and |e| <= 22, m and 10^|e| are exact doubles and
  *    one IEEE multiply or divide gives the correctly rounded result
  *    (Clinger's fast path; 10^23.. via m*10^(e-22) when that product is
- *    still exact).  Other numbers go to strtod on a NUL-terminated copy of
- *    the token, so every result is bit-identical to strtod's (the process
- *    stays in the "C" locale).  Digits dropped past the 19th keep the fast
+ *    still exact).  Up to 19 digits beyond that (Python's 17-digit reprs,
+ *    for one) take the Eisel-Lemire method with a 128-bit table of powers
+ *    of five (eisel_lemire, pow5_128.h), which gives the correctly rounded
+ *    value or says it cannot.  What is left goes to strtod on a
+ *    NUL-terminated copy of the token, so every result is bit-identical to
+ *    strtod's (the process stays in the "C" locale).  Digits dropped past the 19th keep the fast
  *    path only if they are zeros.
  *  - Packed arrays (attn__json_parse_ex with pack_keys): the codecs read
  *    tensors, i.e. arrays of numbers under a few known member names, and a
@@ -325,6 +328,63 @@ static inline bool fast_decimal(uint64_t m, int64_t e, double *out) {
   return false;
 }
 
+#if defined(__SIZEOF_INT128__)
+#include "pow5_128.h"
+#define JSON_EISEL_LEMIRE 1
+
+/* floor(a / 2^16) for any sign (>> of a negative value is the
+ * implementation's choice in C). */
+static inline int64_t floor_div65536(int64_t a) {
+  return a >= 0 ? a / 65536 : -((-a + 65535) / 65536);
+}
+
+/* The correctly rounded double of m * 10^q (m >= 1, every significant digit
+ * of the text), or false when it cannot be decided here; the caller then
+ * asks strtod.  Eisel and Lemire's method (Lemire, "Number Parsing at a
+ * Gigabyte per Second", 2021), in this form:
+ *   w = m << lz is in [2^63, 2^64); T = ATTN__POW5[q] is 5^q scaled into
+ *   [2^127, 2^128) with |T - exact| < 1 (pow5_128.h).  The 192-bit product
+ *   P = w * T (two 64x64 multiplies) then differs from the exact product
+ *   X by less than w < 2^64.  X's top 54 bits (53 and a rounding bit) are
+ *   P's unless P's remaining bits (the sticky part) lie within 2^64 of a
+ *   multiple of the rounding unit: that is when the discarded bits of the
+ *   high word and the whole middle word are all 0 or all 1, and then
+ *   strtod decides.  Otherwise the sticky part of X is not zero, so X is
+ *   no tie: a rounding bit of 1 rounds up, 0 down.
+ *   The exponent: X = w * T * 2^(q + floor(q log2 5) - 127 - lz), so the
+ *   double's unbiased exponent is floor(q log2 10) + 63 + upper - lz,
+ *   upper = P's top bit; floor(q log2 10) = floor(217706 q / 2^16) over the
+ *   table's range (checked by scripts/gen_pow5.py).
+ *   Subnormal and overflowing results go to strtod too. */
+static bool eisel_lemire(uint64_t m, int64_t q, double *out) {
+  if (q < ATTN__POW5_Q_MIN || q > ATTN__POW5_Q_MAX) return false;
+  int lz = __builtin_clzll(m);
+  uint64_t w = m << lz;
+  const uint64_t *t = ATTN__POW5[q - ATTN__POW5_Q_MIN];
+  unsigned __int128 a = (unsigned __int128)w * t[0];
+  unsigned __int128 b = (unsigned __int128)w * t[1];
+  uint64_t mid = (uint64_t)a + (uint64_t)(b >> 64);
+  uint64_t hi = (uint64_t)(a >> 64) + (mid < (uint64_t)a);
+  int upper = (int)(hi >> 63);
+  uint64_t low = ((uint64_t)1 << (9 + upper)) - 1; /* below the 54 bits */
+  if (((hi & low) == 0 && mid == 0) || ((hi & low) == low && mid == UINT64_MAX))
+    return false;
+  uint64_t mant = hi >> (9 + upper);
+  int64_t e = floor_div65536(217706 * q) + 63 + upper - lz + 1023;
+  mant = (mant + 1) >> 1;
+  if (mant == (uint64_t)1 << 53) {
+    mant >>= 1;
+    e++;
+  }
+  if (e <= 0 || e >= 2047) return false;
+  uint64_t bits = (mant & (((uint64_t)1 << 52) - 1)) | ((uint64_t)e << 52);
+  memcpy(out, &bits, sizeof bits);
+  return true;
+}
+#else
+#define JSON_EISEL_LEMIRE 0
+#endif
+
 /* strtod on a NUL-terminated copy of the checked token [s, e). */
 static attn_status slow_decimal(jparser *ps, const char *s, const char *e,
                                 double *out) {
@@ -448,6 +508,12 @@ static attn_status parse_number(jparser *ps, double *out) {
     *out = neg ? -v : v;
     return ATTN_OK;
   }
+#if JSON_EISEL_LEMIRE
+  if (exact && eisel_lemire(m, e10, &v)) {
+    *out = neg ? -v : v;
+    return ATTN_OK;
+  }
+#endif
   return slow_decimal(ps, s, p, out);
 }
 
@@ -760,6 +826,9 @@ static int pack_chunk(jparser *ps, size_t *n) {
 #define JSON_CHUNKS 0
 #endif
 
+/* See pack_run. */
+#define JSON_WINDOW_BACKOFF 7
+
 /* How packed arrays are read (json_impl.h): written before main by the
  * constructor and by the test hook only. */
 enum { JSON_IMPL_SCALAR, JSON_IMPL_SSE2, JSON_IMPL_AVX512 };
@@ -813,6 +882,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   size_t n = 0;
   attn_status s;
   const char *p;
+  unsigned alone = 0; /* numbers to read one at a time before the next window */
   for (;;) {
     if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
       size_t cap = ps->run_cap ? ps->run_cap * 2 : 1024;
@@ -822,8 +892,14 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
       ps->run_cap = cap;
     }
 #if ATTN__JSON_HAVE_AVX512
-    if (json_impl == JSON_IMPL_AVX512 &&
-        ps->end - ps->p >= ATTN__JSON_WINDOW) {
+    /* A window that takes nothing (mostly: numbers of 16 bytes or more,
+     * such as Python's 17-digit reprs) is tried again only after
+     * JSON_WINDOW_BACKOFF numbers read one at a time, so that texts it
+     * never takes do not pay for it at every number. */
+    if (alone) {
+      alone--;
+    } else if (json_impl == JSON_IMPL_AVX512 &&
+               ps->end - ps->p >= ATTN__JSON_WINDOW) {
       size_t room = ps->max_nodes - ps->nodes, adv = 0;
       int shut = 0;
       if (room > ps->run_cap - n) room = ps->run_cap - n;
@@ -838,6 +914,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
         p = ps->p;
         break;
       }
+      alone = JSON_WINDOW_BACKOFF;
     } else
 #endif
 #if JSON_CHUNKS
