@@ -882,7 +882,9 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   size_t n = 0;
   attn_status s;
   const char *p;
+#if ATTN__JSON_HAVE_AVX512
   unsigned alone = 0; /* numbers to read one at a time before the next window */
+#endif
   for (;;) {
     if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
       size_t cap = ps->run_cap ? ps->run_cap * 2 : 1024;
