@@ -1241,6 +1241,23 @@ START_TEST(outputs_and_binary) {
 }
 END_TEST
 
+/* r (an sdpa request whose attn_weights lim refuses as JSON) succeeds with
+ * each remedy the error names: binary output, then need_weights false.
+ * Frees r. */
+static void weights_remedies_work(const attn_model *m, attn_infer_request *r,
+                                  const attn_model_limits *lim) {
+  attn_infer_response resp;
+  attn_diag d = {{0}};
+  r->binary_data_output = 1;
+  ck_assert_int_eq(attn_model_infer(m, r, lim, NULL, &resp, &d), ATTN_OK);
+  attn_infer_response_free(&resp);
+  r->binary_data_output = -1;
+  add_pb(r, "need_weights", false);
+  ck_assert_int_eq(attn_model_infer(m, r, lim, NULL, &resp, &d), ATTN_OK);
+  attn_infer_response_free(&resp);
+  attn_infer_request_free(r);
+}
+
 START_TEST(limits) {
   attn_registry *reg = builtins();
   const attn_model *m = attn_registry_find(reg, "sdpa", NULL);
@@ -1275,15 +1292,7 @@ START_TEST(limits) {
              "attn_weights would have 36 elements (limit 35): drop "
              "attn_weights from the outputs, set need_weights false, or "
              "request binary output");
-  /* each remedy works */
-  r.binary_data_output = 1;
-  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
-  attn_infer_response_free(&resp);
-  r.binary_data_output = -1;
-  add_pb(&r, "need_weights", false);
-  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
-  attn_infer_response_free(&resp);
-  attn_infer_request_free(&r);
+  weights_remedies_work(m, &r, &lim); /* frees r */
   sdpa_req(&r);
   add_out(&r, "attn_output", -1);
   ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
@@ -1297,14 +1306,7 @@ START_TEST(limits) {
              "attn_weights are not returned as JSON by this server "
              "(max_weights_elements = 0): drop attn_weights from the outputs, "
              "set need_weights false, or request binary output");
-  r.binary_data_output = 1;
-  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
-  attn_infer_response_free(&resp);
-  r.binary_data_output = -1;
-  add_pb(&r, "need_weights", false);
-  ck_assert_int_eq(attn_model_infer(m, &r, &lim, NULL, &resp, &d), ATTN_OK);
-  attn_infer_response_free(&resp);
-  attn_infer_request_free(&r);
+  weights_remedies_work(m, &r, &lim);
   /* averaged weights are smaller: 2*3*3 = 18 */
   sdpa_req(&r);
   add_pb(&r, "average_attn_weights", true);
