@@ -1848,6 +1848,27 @@ static size_t put_u128(char *o, unsigned __int128 x) {
   return k;
 }
 
+/* doc[0, k) is a JSON array of `count` numbers, number i starting at
+ * off[i]: each parsed value must be bit-identical to strtod's. */
+static void values_match_strtod(const char *doc, size_t k, const size_t *off,
+                                int count) {
+  cJSON *t;
+  attn_diag d;
+  ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
+                d.msg);
+  int i = 0;
+  for (const cJSON *e = t->child; e; e = e->next, i++) {
+    char *end;
+    double want = strtod(doc + off[i], &end);
+    ck_assert_msg(*end == ',' || *end == ']', "generated a bad number");
+    ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
+                  "'%.*s': %a, strtod says %a", (int)(end - doc - off[i]),
+                  doc + off[i], e->valuedouble, want);
+  }
+  ck_assert_int_eq(i, count);
+  attn__json_free(t);
+}
+
 /* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
  * digits that are no exact double) and the cases it must leave to strtod:
  * exact ties between two doubles (an odd 54-bit integer t times 2^p, or
@@ -1904,23 +1925,7 @@ START_TEST(json_long_numbers_match_strtod) {
       }
     }
     doc[k++] = ']';
-    cJSON *t;
-    attn_diag d;
-    ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
-                  d.msg);
-    int i = 0;
-    for (const cJSON *e = t->child; e; e = e->next, i++) {
-      char tok[80];
-      size_t len = strcspn(doc + off[i], ",]");
-      ck_assert_uint_lt(len, sizeof tok);
-      memcpy(tok, doc + off[i], len);
-      tok[len] = '\0';
-      double want = strtod(tok, NULL);
-      ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
-                    "'%s': %a, strtod says %a", tok, e->valuedouble, want);
-    }
-    ck_assert_int_eq(i, PER_DOC);
-    attn__json_free(t);
+    values_match_strtod(doc, k, off, PER_DOC);
   }
   free(off);
   free(doc);
@@ -1950,22 +1955,8 @@ START_TEST(json_numbers_match_strtod) {
     }
     doc[k++] = ']';
     doc[k] = '\0';
-    cJSON *t;
-    attn_diag d;
-    ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
-                  d.msg);
-    int i = 0;
-    for (const cJSON *e = t->child; e; e = e->next, i++) {
-      char *end;
-      double want = strtod(doc + off[i], &end);
-      ck_assert_msg(*end == ',' || *end == ']', "generated a bad number");
-      ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
-                    "'%.*s': %a, strtod says %a", (int)(end - doc - off[i]),
-                    doc + off[i], e->valuedouble, want);
-      checked++;
-    }
-    ck_assert_int_eq(i, PER_DOC);
-    attn__json_free(t);
+    values_match_strtod(doc, k, off, PER_DOC);
+    checked += PER_DOC;
     if (di % 8 == 0) {
       check_like_cjson(doc, k, "random numbers");
       /* the same numbers packed: {"k":[...]} */
