@@ -458,9 +458,39 @@ START_TEST(test_deadline_reaped_while_busy) {
 }
 END_TEST
 
+/* A drain (close, then wait) still times queued jobs out on time: with the
+ * one worker blocked, a job whose deadline passes after the close is
+ * expired by the reaper before the worker is free. */
+START_TEST(test_deadline_reaped_while_draining) {
+  tctx c;
+  tctx_init(&c);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_pool *p = start_pool(q, 1);
+  tjob blocker, a;
+  tjob_init(&blocker, &c, -1, true);
+  tjob_init(&a, &c, 1, false);
+  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  latch_wait_ge(&c.started, 1);
+  a.job.deadline_ns = attn_now_ns() + 20 * 1000000ull;
+  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
+  attn_queue_close(q); /* what attn_pool_drain does first */
+  for (int i = 0; i < 3000 && atomic_load(&a.expires) == 0; i++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  ck_assert_int_eq(atomic_load(&a.expires), 1);
+  ck_assert_int_eq(atomic_load(&blocker.runs), 0); /* still blocked */
+  latch_add(&c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&a.runs), 0);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+}
+END_TEST
+
 /* attn_queue_pop_expired alone: it returns the head once its deadline has
- * passed, ignores a head without one, and answers ATTN_ESHUTDOWN after
- * close (leaving the queued jobs for pop). */
+ * passed, ignores a head without one, and answers ATTN_ESHUTDOWN once the
+ * queue is closed and empty. */
 static void *reap_one(void *arg) {
   attn_queue *q = arg;
   attn_job *j = NULL;
@@ -486,7 +516,8 @@ START_TEST(test_pop_expired) {
   attn_queue_get_stats(q, &st);
   ck_assert_uint_eq(st.depth, 0);
 
-  /* a head without a deadline is never reaped; close ends the wait */
+  /* a head without a deadline is never reaped; after close the reaper
+   * still watches the queue until the pop that empties it */
   tjob u;
   tjob_init(&u, NULL, 2, false);
   ck_assert_int_eq(attn_queue_push(q, &u.job), ATTN_OK);
@@ -494,11 +525,12 @@ START_TEST(test_pop_expired) {
   ck_assert_int_eq(pthread_create(&th, NULL, reap_one, q), 0);
   nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
   attn_queue_close(q);
-  void *r = (void *)1;
-  pthread_join(th, &r);
-  ck_assert_ptr_null(r);
   ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK); /* still queued */
   ck_assert_ptr_eq(out, &u.job);
+  void *r = (void *)1;
+  pthread_join(th, &r); /* the emptying pop woke it: ESHUTDOWN */
+  ck_assert_ptr_null(r);
+  ck_assert_int_eq(attn_queue_pop_expired(q, &out), ATTN_ESHUTDOWN);
   attn_queue_destroy(q);
 }
 END_TEST
@@ -784,6 +816,7 @@ Suite *queue_suite(void) {
   tcase_add_test(tc, test_close_runs_queued);
   tcase_add_test(tc, test_deadline_expired);
   tcase_add_test(tc, test_deadline_reaped_while_busy);
+  tcase_add_test(tc, test_deadline_reaped_while_draining);
   tcase_add_test(tc, test_pop_expired);
   tcase_add_test(tc, test_drain_waits);
   tcase_add_test(tc, test_drain_timeout);

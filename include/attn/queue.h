@@ -108,8 +108,9 @@ attn_status attn_queue_pop(attn_queue *q, attn_job **out);
 
 /* Blocks until the job at the head of the queue has a deadline that has
  * passed, then takes it: ATTN_OK with *out set (the job is the caller's, to
- * expire).  Only the head is watched (see queue.c).  ATTN_ESHUTDOWN with
- * *out NULL once the queue is closed (queued jobs are left for pop).
+ * expire).  Only the head is watched (see queue.c).  It goes on after close
+ * (a draining queue still times out) and answers ATTN_ESHUTDOWN with *out
+ * NULL once the queue is closed and empty.
  * ATTN_EINVAL for NULL arguments.  One thread at a time: the pool's
  * reaper. */
 attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out);

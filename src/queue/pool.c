@@ -13,7 +13,7 @@
  *
  *   One more thread, the reaper, loops on attn_queue_pop_expired and calls
  *   expire for each job whose deadline passes while it waits in the queue;
- *   it leaves its loop when the queue is closed.  It counts in `live` like
+ *   it leaves its loop when the queue is closed and empty.  It counts in `live` like
  *   a worker, so drain also waits for an expire call it is in.
  *
  *   Start-up gate: the threads wait on the pool's cv until create has

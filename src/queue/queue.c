@@ -16,7 +16,10 @@
  *   the reaper will look next (UINT64_MAX: not before a signal); a push
  *   signals expiry only when its job becomes the head with an earlier
  *   deadline than that (and a pop when the new head has one), which under
- *   load is once per queue_timeout_ms or so, not once per request.
+ *   load is once per queue_timeout_ms or so, not once per request.  After
+ *   close the reaper goes on until the queue is empty (a drain still times
+ *   requests out on time); the pop that empties a closed queue wakes it to
+ *   leave.
  *
  * Threads
  *   Producers (HTTP threads) push; pool workers pop; main closes and, once
@@ -164,8 +167,10 @@ attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
   if (!q->head) q->tail = NULL;
   q->count--;
   atomic_store(&q->depth, q->count);
-  if (q->head && q->head->deadline_ns && q->head->deadline_ns < q->reaper_wake)
-    pthread_cond_signal(&q->expiry); /* a new head the reaper must watch */
+  if ((q->head && q->head->deadline_ns &&
+       q->head->deadline_ns < q->reaper_wake) ||
+      (q->closed && q->count == 0))
+    pthread_cond_signal(&q->expiry); /* a new head to watch, or its end */
   pthread_mutex_unlock(&q->mu);
 
   job->next = NULL;
@@ -180,7 +185,7 @@ attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out) {
 
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    if (q->closed) {
+    if (q->closed && q->count == 0) {
       q->reaper_wake = UINT64_MAX;
       pthread_mutex_unlock(&q->mu);
       return ATTN_ESHUTDOWN;
