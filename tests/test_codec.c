@@ -1848,25 +1848,74 @@ static size_t put_u128(char *o, unsigned __int128 x) {
   return k;
 }
 
+/* Member names whose arrays are packed in the packed-array tests. */
+static const char *const pack_k[] = {"k", "k2", NULL};
+
+/* The paths packed arrays can be read with (src/codec/json_impl.h); the
+ * packed tests run once per path (loop index), each against the plain
+ * parse.  A path this CPU lacks is skipped; "scalar" always runs. */
+static const char *const json_impls[] = {"avx512", "sse2", "scalar"};
+
+/* Make packed arrays use path i for this test; false when the CPU lacks
+ * it.  Check forks per test, so the choice dies with the test (and
+ * CK_FORK=no runs restore it in use_default_json_impl). */
+static bool use_json_impl(int i) {
+  return attn__json_set_impl(json_impls[i]) != 0;
+}
+
+static void use_default_json_impl(void) {
+  for (int i = 0; i < 3; i++)
+    if (attn__json_set_impl(json_impls[i])) return;
+}
+
 /* doc[0, k) is a JSON array of `count` numbers, number i starting at
- * off[i]: each parsed value must be bit-identical to strtod's. */
+ * off[i]: each parsed value must be bit-identical to strtod's, in the
+ * plain tree and as a packed array read by each path the CPU has. */
 static void values_match_strtod(const char *doc, size_t k, const size_t *off,
                                 int count) {
   cJSON *t;
   attn_diag d;
   ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
                 d.msg);
+  double *want = malloc((size_t)count * sizeof *want);
+  ck_assert_ptr_nonnull(want);
   int i = 0;
   for (const cJSON *e = t->child; e; e = e->next, i++) {
     char *end;
-    double want = strtod(doc + off[i], &end);
+    ck_assert_int_lt(i, count);
+    want[i] = strtod(doc + off[i], &end);
     ck_assert_msg(*end == ',' || *end == ']', "generated a bad number");
-    ck_assert_msg(memcmp(&want, &e->valuedouble, sizeof want) == 0,
+    ck_assert_msg(memcmp(&want[i], &e->valuedouble, sizeof *want) == 0,
                   "'%.*s': %a, strtod says %a", (int)(end - doc - off[i]),
-                  doc + off[i], e->valuedouble, want);
+                  doc + off[i], e->valuedouble, want[i]);
   }
   ck_assert_int_eq(i, count);
   attn__json_free(t);
+  /* {"k": doc}: the packed paths */
+  char *w = malloc(k + 8);
+  ck_assert_ptr_nonnull(w);
+  memcpy(w, "{\"k\":", 5);
+  memcpy(w + 5, doc, k);
+  w[k + 5] = '}';
+  for (int impl = 0; impl < 3; impl++) {
+    if (!use_json_impl(impl)) continue;
+    ck_assert_msg(attn__json_parse_ex(w, k + 6, 8, ATTN_JSON_MAX_NODES, pack_k,
+                                      "", &t, &d) == ATTN_OK,
+                  "%s", d.msg);
+    size_t n = 0;
+    const double *v = attn__json_packed(t->child, &n);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(n, (size_t)count);
+    for (i = 0; i < count; i++)
+      ck_assert_msg(memcmp(&want[i], &v[i], sizeof *want) == 0,
+                    "%s: '%.*s': %a, strtod says %a", json_impls[impl],
+                    (int)strcspn(doc + off[i], ",]"), doc + off[i], v[i],
+                    want[i]);
+    attn__json_free(t);
+  }
+  use_default_json_impl();
+  free(w);
+  free(want);
 }
 
 /* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
@@ -2015,7 +2064,6 @@ END_TEST
 
 /* ---- packed arrays (attn__json_parse_ex with pack_keys) ---------------- */
 
-static const char *const pack_k[] = {"k", "k2", NULL};
 
 static bool pack_key_listed(const char *key) {
   for (const char *const *k = pack_k; *k; k++)
@@ -2086,23 +2134,6 @@ static void check_packed_like_plain(const char *text, size_t n,
   check_packed_tree(a, b, false, ctx);
   attn__json_free(a);
   attn__json_free(b);
-}
-
-/* The paths packed arrays can be read with (src/codec/json_impl.h); the
- * packed tests run once per path (loop index), each against the plain
- * parse.  A path this CPU lacks is skipped; "scalar" always runs. */
-static const char *const json_impls[] = {"avx512", "sse2", "scalar"};
-
-/* Make packed arrays use path i for this test; false when the CPU lacks
- * it.  Check forks per test, so the choice dies with the test (and
- * CK_FORK=no runs restore it in use_default_json_impl). */
-static bool use_json_impl(int i) {
-  return attn__json_set_impl(json_impls[i]) != 0;
-}
-
-static void use_default_json_impl(void) {
-  for (int i = 0; i < 3; i++)
-    if (attn__json_set_impl(json_impls[i])) return;
 }
 
 static const char *const packed_docs[] = {
