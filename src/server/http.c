@@ -132,11 +132,16 @@ static void complete(void *arg, attn_http_resp *resp) {
   MHD_resume_connection(cx->conn);
 }
 
+/* A header value of digits, with HTTP's optional whitespace around it
+ * (as routes.c reads Inference-Header-Content-Length). */
 static int parse_u64(const char *s, uint64_t *out) {
   char *end;
-  if (!s || *s < '0' || *s > '9') return 0;
+  if (!s) return 0;
+  while (*s == ' ' || *s == '\t') s++;
+  if (*s < '0' || *s > '9') return 0;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
+  while (*end == ' ' || *end == '\t') end++;
   if (errno || *end) return 0;
   *out = v;
   return 1;
