@@ -45,8 +45,8 @@
  *    of five (eisel_lemire, pow5_128.h), which gives the correctly rounded
  *    value or says it cannot.  What is left goes to strtod on a
  *    NUL-terminated copy of the token, so every result is bit-identical to
- *    strtod's (the process stays in the "C" locale).  Digits dropped past the 19th keep the fast
- *    path only if they are zeros.
+ *    strtod's (the process stays in the "C" locale).  Digits dropped past
+ *    the 19th keep the fast path only if they are zeros.
  *  - Packed arrays (attn__json_parse_ex with pack_keys): the codecs read
  *    tensors, i.e. arrays of numbers under a few known member names, and a
  *    64-byte node per number costs more than parsing the number.  An array
