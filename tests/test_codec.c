@@ -1918,6 +1918,73 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
   free(want);
 }
 
+/* One number for json_long_numbers_match_strtod (see there) into o;
+ * returns its length. */
+static size_t gen_long_number(char *o, uint64_t *rng) {
+  size_t k = 0;
+  uint64_t r = xs64(rng);
+  if (r & 1) o[k++] = '-';
+  uint64_t t = ((uint64_t)1 << 53) | (xs64(rng) & (((uint64_t)1 << 53) - 1));
+  t |= 1; /* odd and 54 bits: halfway between two doubles */
+  int p = (int)(xs64(rng) % 7);
+  switch ((r >> 1) % 6) {
+    case 0:
+    case 1: { /* 1..19 digits, exponent -360..339 */
+      int nd = 1 + (int)(xs64(rng) % 19);
+      for (int d = 0; d < nd; d++)
+        o[k++] = (char)('0' + (d == 0 ? 1 + xs64(rng) % 9 : xs64(rng) % 10));
+      k += (size_t)snprintf(o + k, 16, "e%d", (int)(xs64(rng) % 700) - 360);
+      break;
+    }
+    case 2: /* a tie as an integer: t * 2^p */
+      k += put_u128(o + k, (unsigned __int128)t << p);
+      break;
+    case 3: { /* a tie below 1 ulp of an integer: t * 5^p * 10^-p */
+      unsigned __int128 x = t;
+      for (int j = 0; j < p % 3; j++) x *= 5;
+      k += put_u128(o + k, x);
+      k += (size_t)snprintf(o + k, 8, "e-%d", p % 3);
+      break;
+    }
+    case 4: /* next to a tie */
+      k += put_u128(o + k, ((unsigned __int128)t << p) +
+                               (unsigned __int128)(xs64(rng) % 5) - 2);
+      break;
+    default: { /* 17 or 19 significant digits of random double bits */
+      uint64_t u = xs64(rng);
+      double v;
+      memcpy(&v, &u, 8);
+      if (!isfinite(v)) v = 0.1;
+      k += (size_t)snprintf(o + k, 40, r & 64 ? "%.17g" : "%.19g", fabs(v));
+    }
+  }
+  return k;
+}
+
+/* The JSON array "[a,b,...]" of the texts first[0 .. n_first) and then of
+ * gen's numbers, `count` in all, into doc (NUL-terminated after it);
+ * number i starts at off[i].  Returns the array's length. */
+static size_t number_array(char *doc, size_t *off, int count,
+                           size_t (*gen)(char *, uint64_t *), uint64_t *rng,
+                           const char *const *first, size_t n_first) {
+  size_t k = 0;
+  doc[k++] = '[';
+  for (int i = 0; i < count; i++) {
+    if (i) doc[k++] = ',';
+    off[i] = k;
+    if ((size_t)i < n_first) {
+      size_t l = strlen(first[i]);
+      memcpy(doc + k, first[i], l);
+      k += l;
+    } else {
+      k += gen(doc + k, rng);
+    }
+  }
+  doc[k++] = ']';
+  doc[k] = '\0';
+  return k;
+}
+
 /* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
  * digits that are no exact double) and the cases it must leave to strtod:
  * exact ties between two doubles (an odd 54-bit integer t times 2^p, or
@@ -1931,49 +1998,7 @@ START_TEST(json_long_numbers_match_strtod) {
   ck_assert(doc && off);
   uint64_t rng = 0x5DEECE66Dull;
   for (int di = 0; di < DOCS; di++) {
-    size_t k = 0;
-    doc[k++] = '[';
-    for (int i = 0; i < PER_DOC; i++) {
-      if (i) doc[k++] = ',';
-      off[i] = k;
-      uint64_t r = xs64(&rng);
-      if (r & 1) doc[k++] = '-';
-      uint64_t t = ((uint64_t)1 << 53) | (xs64(&rng) & (((uint64_t)1 << 53) - 1));
-      t |= 1; /* odd and 54 bits: halfway between two doubles */
-      int p = (int)(xs64(&rng) % 7);
-      switch ((r >> 1) % 6) {
-        case 0: case 1: { /* 1..19 digits, exponent -360..339 */
-          int nd = 1 + (int)(xs64(&rng) % 19);
-          for (int d = 0; d < nd; d++)
-            doc[k++] = (char)('0' + (d == 0 ? 1 + xs64(&rng) % 9 : xs64(&rng) % 10));
-          k += (size_t)snprintf(doc + k, 16, "e%d", (int)(xs64(&rng) % 700) - 360);
-          break;
-        }
-        case 2: /* a tie as an integer: t * 2^p */
-          k += put_u128(doc + k, (unsigned __int128)t << p);
-          break;
-        case 3: { /* a tie below 1 ulp of an integer: t * 5^p * 10^-p */
-          unsigned __int128 x = t;
-          for (int j = 0; j < p % 3; j++) x *= 5;
-          k += put_u128(doc + k, x);
-          k += (size_t)snprintf(doc + k, 8, "e-%d", p % 3);
-          break;
-        }
-        case 4: /* next to a tie */
-          k += put_u128(doc + k, ((unsigned __int128)t << p) +
-                                     (unsigned __int128)(xs64(&rng) % 5) - 2);
-          break;
-        default: { /* 17 or 19 significant digits of random double bits */
-          uint64_t u = xs64(&rng);
-          double v;
-          memcpy(&v, &u, 8);
-          if (!isfinite(v)) v = 0.1;
-          k += (size_t)snprintf(doc + k, 40, r & 64 ? "%.17g" : "%.19g",
-                                fabs(v));
-        }
-      }
-    }
-    doc[k++] = ']';
+    size_t k = number_array(doc, off, PER_DOC, gen_long_number, &rng, NULL, 0);
     values_match_strtod(doc, k, off, PER_DOC);
   }
   free(off);
@@ -1989,21 +2014,8 @@ START_TEST(json_numbers_match_strtod) {
   uint64_t rng = 0x9E3779B97F4A7C15ull;
   size_t checked = 0, n_tricky = sizeof tricky_numbers / sizeof *tricky_numbers;
   for (int di = 0; di < DOCS; di++) {
-    size_t k = 0;
-    doc[k++] = '[';
-    for (int i = 0; i < PER_DOC; i++) {
-      if (i) doc[k++] = ',';
-      off[i] = k;
-      if (di == 0 && (size_t)i < n_tricky) {
-        size_t l = strlen(tricky_numbers[i]);
-        memcpy(doc + k, tricky_numbers[i], l);
-        k += l;
-      } else {
-        k += gen_number(doc + k, &rng);
-      }
-    }
-    doc[k++] = ']';
-    doc[k] = '\0';
+    size_t k = number_array(doc, off, PER_DOC, gen_number, &rng,
+                            tricky_numbers, di == 0 ? n_tricky : 0);
     values_match_strtod(doc, k, off, PER_DOC);
     checked += PER_DOC;
     if (di % 8 == 0) {
