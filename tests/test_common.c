@@ -1,5 +1,7 @@
 /* test_common.c - the status table and tensor helpers. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn/status.h"
@@ -82,6 +84,43 @@ START_TEST(test_to_f32) {
 }
 END_TEST
 
+/* attn_shape_format against snprintf (the text it replaced): every rank,
+ * extreme and negative dims, and every buffer size from 1 up. */
+START_TEST(test_shape_format) {
+  int64_t shape[ATTN_MAX_RANK] = {0};
+  char got[200], want[200];
+  unsigned seed = 7;
+  ck_assert_str_eq(attn_shape_format(got, sizeof got, 0, shape), "[]");
+  for (int it = 0; it < 2000; it++) {
+    int rank = it % (ATTN_MAX_RANK + 1);
+    for (int i = 0; i < rank; i++) {
+      seed = seed * 1103515245u + 12345u;
+      switch (seed >> 29) {
+        case 0: shape[i] = INT64_MIN; break;
+        case 1: shape[i] = INT64_MAX; break;
+        case 2: shape[i] = -(int64_t)(seed >> 20); break;
+        case 3: shape[i] = 0; break;
+        default: shape[i] = (int64_t)(seed >> (seed >> 27)); break;
+      }
+    }
+    size_t n = 0;
+    n += (size_t)snprintf(want + n, sizeof want - n, "[");
+    for (int i = 0; i < rank; i++)
+      n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", i ? "," : "",
+                            (long long)shape[i]);
+    snprintf(want + n, sizeof want - n, "]");
+    ck_assert_str_eq(attn_shape_format(got, sizeof got, rank, shape), want);
+    for (size_t cap = 1; cap <= strlen(want) + 1; cap++) {
+      memset(got, 'x', sizeof got);
+      attn_shape_format(got, cap, rank, shape);
+      ck_assert_uint_eq(strlen(got), cap - 1);           /* truncated, */
+      ck_assert_int_eq(strncmp(got, want, cap - 1), 0);  /* a prefix */
+      ck_assert_int_eq(got[cap], 'x');                   /* within cap */
+    }
+  }
+}
+END_TEST
+
 Suite *status_suite(void) {
   Suite *s = suite_create("status");
   TCase *tc = tcase_create("status");
@@ -97,6 +136,7 @@ Suite *tensor_suite(void) {
   tcase_add_test(tc, test_numel_overflow);
   tcase_add_test(tc, test_half_conversions);
   tcase_add_test(tc, test_to_f32);
+  tcase_add_test(tc, test_shape_format);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -51,6 +51,12 @@ size_t attn_dtype_size(attn_dtype t);
  * dimension; *n is then unchanged. */
 bool attn_shape_numel(int rank, const int64_t *shape, size_t *n);
 
+/* shape as "[2,4]" into buf (cap >= 1 bytes, always NUL-terminated,
+ * truncated when short); returns buf.  No printf: codecs call it on every
+ * request. */
+const char *attn_shape_format(char *buf, size_t cap, int rank,
+                              const int64_t *shape);
+
 /* Overflow-checked arithmetic on sizes: return false on overflow. */
 static inline bool attn_size_mul(size_t a, size_t b, size_t *r) {
   return !__builtin_mul_overflow(a, b, r);

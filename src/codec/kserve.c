@@ -70,19 +70,6 @@ static const char *why_not_count(const cJSON *it) {
   return "above 2^53, the largest integer JSON carries exactly";
 }
 
-/* "[2,4]" into buf (truncated safely). */
-static const char *fmt_shape(char *buf, size_t cap, int rank,
-                             const int64_t *shape) {
-  size_t n = 0;
-  buf[0] = '\0';
-  n += (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < rank && n < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
-                          (long long)shape[i]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-  return buf;
-}
-
 /* Known KServe datatypes that attnd does not take. */
 static bool kserve_dtype_known(const char *s) {
   static const char *const names[] = {"UINT8", "UINT16", "UINT32", "UINT64",
@@ -394,7 +381,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     }
     o->rank++;
   }
-  fmt_shape(sh, sizeof sh, o->rank, o->shape);
+  attn_shape_format(sh, sizeof sh, o->rank, o->shape);
   if (!attn_shape_numel(o->rank, o->shape, &o->numel))
     return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
                      "shape %s has too many elements (overflow)", sh);
@@ -600,7 +587,7 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
   char p[128], sh[160];
   size_t n = attn__json_len(arr);
   if ((int64_t)n != in->shape[depth]) {
-    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    attn_shape_format(sh, sizeof sh, in->rank, in->shape);
     if (depth == 0)
       return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                        "data has %zu elements, shape %s needs %lld at dim 0", n,
@@ -613,7 +600,7 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
   const double *v = attn__json_packed(arr, &n);
   if (v && depth + 1 < in->rank) {
     c->idx[depth] = 0;
-    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    attn_shape_format(sh, sizeof sh, in->rank, in->shape);
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                      "%s is a number, expected an array (shape %s, dim %d)",
                      fmt_path(c, depth + 1, p, sizeof p), sh, depth + 1);
@@ -626,7 +613,7 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
     c->idx[depth] = k++;
     if (depth + 1 < in->rank) {
       if (!cJSON_IsArray(e)) {
-        fmt_shape(sh, sizeof sh, in->rank, in->shape);
+        attn_shape_format(sh, sizeof sh, in->rank, in->shape);
         return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                          "%s is %s, expected an array (shape %s, dim %d)",
                          fmt_path(c, depth + 1, p, sizeof p),
@@ -649,7 +636,7 @@ static attn_status fill_json(fill_ctx *c) {
     return fill_nested(c, data, 0);
   size_t n = attn__json_len(data);
   if (n != in->numel) {
-    fmt_shape(sh, sizeof sh, in->rank, in->shape);
+    attn_shape_format(sh, sizeof sh, in->rank, in->shape);
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                      "data has %zu elements, shape %s needs %zu", n, sh,
                      in->numel);

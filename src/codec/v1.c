@@ -42,16 +42,6 @@ static char *dupstr(const char *s) {
   return p;
 }
 
-static const char *fmt_shape(char *buf, size_t cap, int rank,
-                             const int64_t *shape) {
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < rank && n < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
-                          (long long)shape[i]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-  return buf;
-}
-
 /* Levenshtein distance, for "did you mean"; strings longer than 63 bytes
  * count as far from everything. */
 static size_t edit_distance(const char *a, const char *b) {
@@ -269,15 +259,15 @@ static attn_status parse_nested(const cJSON *item, const char *field,
                          : allow == LEAF_NUM ? "a number"
                                              : "a number or true/false",
                          attn__json_kind(leaf));
-  fmt_shape(sh, sizeof sh, c.rank, c.shape);
   if (!attn_shape_numel(c.rank, c.shape, &numel))
     return attn_diag_set(d, ATTN_ETOOBIG, "%s: shape %s is too large", field,
-                         sh);
+                         attn_shape_format(sh, sizeof sh, c.rank, c.shape));
   if (numel > lim->max_tensor_elements)
     return attn_diag_set(
         d, ATTN_ETOOBIG,
-        "%s: shape %s has %zu elements, above the limit of %zu", field, sh,
-        numel, lim->max_tensor_elements);
+        "%s: shape %s has %zu elements, above the limit of %zu", field,
+        attn_shape_format(sh, sizeof sh, c.rank, c.shape), numel,
+        lim->max_tensor_elements);
   size_t bytes = numel * attn_dtype_size(c.dt);
   if (!(c.dst = malloc(bytes ? bytes : 1))) return ATTN_ENOMEM;
   attn_status s = nest_fill(&c, item, 0);
@@ -298,7 +288,7 @@ static attn_status want_rank(const attn_tensor *t, const char *field, int r1,
   char sh[160];
   if (t->rank == r1 || t->rank == r2) return ATTN_OK;
   return attn_diag_set(d, ATTN_EINVAL, "'%s' must be %s, got shape %s", field,
-                       layouts, fmt_shape(sh, sizeof sh, t->rank, t->shape));
+                       layouts, attn_shape_format(sh, sizeof sh, t->rank, t->shape));
 }
 
 /* [.., L, H*D] -> [.., H, L, D]; consumes *src (zeroed on return). */
@@ -739,8 +729,12 @@ static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
   return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1, 1);
 }
 
+/* "key":v with v in milliseconds, 3 decimals.  key is one of ours (no
+ * escaping needed); no printf: this runs for every /v1 answer. */
 static attn_status put_ms(attn_buf *b, const char *key, double v) {
-  attn_status s = attn_buf_printf(b, "\"%s\":", key);
+  attn_status s = attn_buf_append(b, "\"", 1);
+  if (s == ATTN_OK) s = attn_buf_puts(b, key);
+  if (s == ATTN_OK) s = attn_buf_append(b, "\":", 2);
   if (s != ATTN_OK) return s;
   return isfinite(v) ? attn_buf_fixed3(b, v) : attn_buf_puts(b, "null");
 }
@@ -789,7 +783,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
                            "attn_output: expected [%sH=%lld,Lq,Dv], the model "
                            "returned %s",
                            b ? "B," : "", (long long)info->H,
-                           fmt_shape(sh, sizeof sh, ot->rank, ot->shape));
+                           attn_shape_format(sh, sizeof sh, ot->rank, ot->shape));
     int64_t H = ot->shape[b], Lq = ot->shape[b + 1], Dv = ot->shape[b + 2];
     if (b) {
       outer[n_outer].n = ot->shape[0];

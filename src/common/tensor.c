@@ -43,6 +43,34 @@ bool attn_shape_numel(int rank, const int64_t *shape, size_t *n) {
   return true;
 }
 
+const char *attn_shape_format(char *buf, size_t cap, int rank,
+                              const int64_t *shape) {
+  char t[24];
+  size_t n = 0;
+  if (cap == 0) return buf;
+#define PUT(c) \
+  do {                          \
+    if (n + 1 < cap) buf[n++] = (c); \
+  } while (0)
+  PUT('[');
+  for (int i = 0; i < rank; i++) {
+    int64_t v = shape[i];
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    size_t k = sizeof t;
+    do {
+      t[--k] = (char)('0' + u % 10);
+      u /= 10;
+    } while (u);
+    if (v < 0) t[--k] = '-';
+    if (i) PUT(',');
+    for (; k < sizeof t; k++) PUT(t[k]);
+  }
+  PUT(']');
+#undef PUT
+  buf[n] = '\0';
+  return buf;
+}
+
 void attn_tensor_free(attn_tensor *t) {
   if (!t) return;
   if (t->owns) free(t->data);
