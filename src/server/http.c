@@ -123,6 +123,19 @@ static void set_request_id(conn_ctx *cx, const char *id) {
   cx->request_id[i] = '\0';
 }
 
+/* "req-N", the id of a request that brought no X-Request-Id. */
+static void number_id(conn_ctx *cx, uint64_t n) {
+  char t[24], *p = t + sizeof t;
+  _Static_assert(sizeof cx->request_id >= 4 + sizeof t, "req-N fits");
+  do {
+    *--p = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  memcpy(cx->request_id, "req-", 4);
+  memcpy(cx->request_id + 4, p, (size_t)(t + sizeof t - p));
+  cx->request_id[4 + (t + sizeof t - p)] = '\0';
+}
+
 /* Worker thread: hand the response over and wake the connection. */
 static void complete(void *arg, attn_http_resp *resp) {
   conn_ctx *cx = arg;
@@ -165,7 +178,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
     return send_resp(cx, &resp);
   job->complete = complete;
   job->complete_arg = cx;
-  snprintf(job->request_id, sizeof job->request_id, "%s", cx->request_id);
+  attn__copy_str(job->request_id, sizeof job->request_id, cx->request_id);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
   if (!attn__infer_submit(job, &resp)) { /* 503: answer now */
@@ -191,18 +204,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     cx->srv = s;
     cx->conn = conn;
     cx->start_ns = attn_now_ns();
-    snprintf(cx->method, sizeof cx->method, "%s", method);
+    attn__copy_str(cx->method, sizeof cx->method, method);
     const char *rid = header(conn, "X-Request-Id");
     if (rid && *rid)
       set_request_id(cx, rid);
     else
-      snprintf(cx->request_id, sizeof cx->request_id, "req-%llu",
-               (unsigned long long)atomic_fetch_add(&s->ctx.next_id, 1));
+      number_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
     if (strlen(url) > ATTN_MAX_URL_LEN) {
       snprintf(cx->path, sizeof cx->path, "%.64s...", url);
       return send_error(cx, 414, "request URL is too long");
     }
-    snprintf(cx->path, sizeof cx->path, "%s", url);
+    attn__copy_str(cx->path, sizeof cx->path, url);
     uint64_t cl;
     const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cls_h && parse_u64(cls_h, &cl)) {

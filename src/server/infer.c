@@ -33,7 +33,7 @@ static double ms_since(uint64_t t0) {
 }
 
 static void finish(attn_infer_job *job, attn_http_resp *resp) {
-  snprintf(resp->request_id, sizeof resp->request_id, "%s", job->request_id);
+  attn__copy_str(resp->request_id, sizeof resp->request_id, job->request_id);
   job->complete(job->complete_arg, resp);
   attn__infer_job_free(job);
 }
@@ -120,7 +120,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
     goto done;
   }
   if (req.id && job->proto == ATTN_JOB_V2)
-    snprintf(job->request_id, sizeof job->request_id, "%s", req.id);
+    attn__copy_str(job->request_id, sizeof job->request_id, req.id);
   if (job->proto == ATTN_JOB_V2) {
     /* Triton clients may repeat model_name / model_version in the body */
     if ((req.model && strcmp(req.model, job->model) != 0) ||
@@ -222,7 +222,7 @@ bool attn__infer_submit(attn_infer_job *job, attn_http_resp *resp) {
   else
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
   resp->retry_after_s = 1;
-  snprintf(resp->request_id, sizeof resp->request_id, "%s", job->request_id);
+  attn__copy_str(resp->request_id, sizeof resp->request_id, job->request_id);
   attn__infer_job_free(job);
   return false;
 }

@@ -14,11 +14,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attn/config.h"
 #include "attn/model.h"
 #include "attn/queue.h"
 #include "attn/status.h"
+
+/* src as a C string into dst[cap] (cap >= 1), truncated when longer: what
+ * snprintf(dst, cap, "%s", src) does, without printf on every request. */
+static inline void attn__copy_str(char *dst, size_t cap, const char *src) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
 
 typedef struct attn_http_req {
   const char *method;
