@@ -1,0 +1,155 @@
+/* fuzz_codec.c - libFuzzer target: what a worker does with a request body
+ * (decode, run the model, encode the answer), for both protocols, without
+ * the HTTP layer.
+ *
+ * The first input byte is the framing, the rest is the body:
+ *   bit 0      0: KServe v2 (POST /v2/models/{m}/infer), 1: /v1/attention
+ *   bit 1      v2 model: 0 "sdpa", 1 "mha"
+ *   bit 2      v2 only: bytes 1-2 (little-endian) are the
+ *              Inference-Header-Content-Length, the body follows them
+ * Limits are small (4096 elements per tensor, 64 tokens) so that every
+ * input runs in microseconds.  Besides the sanitizers (ASan, UBSan), each
+ * input checks what src/server/infer.c relies on:
+ *   - a failed decode, infer or encode leaves its output zeroed (nothing to
+ *     free) and says why (a non-empty message), with a status that is a
+ *     client error: a 500 must never come from a request body;
+ *   - a successful encode is valid JSON (the v2 JSON header up to its
+ *     header length), and a binary part is exactly the sizes it declares.
+ * Any violation aborts (a crash for libFuzzer).
+ *
+ * Build and run: tests/fuzz/run.sh codec [seconds]
+ */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/buf.h"
+#include "attn/codec.h"
+#include "attn/engine.h"
+#include "attn/infer.h"
+#include "attn/model.h"
+
+static attn_registry *reg;
+
+static void fail(const char *what, attn_status s, const attn_diag *d) {
+  fprintf(stderr, "fuzz_codec: %s: %s: %s\n", what, attn_status_name(s),
+          d ? d->msg : "");
+  abort();
+}
+
+static int all_zero(const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i]) return 0;
+  return 1;
+}
+
+/* The statuses a request body may cause: each is a 4xx. */
+static int client_error(attn_status s) {
+  return s == ATTN_EPARSE || s == ATTN_EINVAL || s == ATTN_ESHAPE ||
+         s == ATTN_ETOOBIG || s == ATTN_EUNSUPPORTED || s == ATTN_ENONFINITE;
+}
+
+static void check_failure(const char *what, attn_status s, const attn_diag *d,
+                          const void *out, size_t out_size) {
+  if (!client_error(s)) fail(what, s, d);
+  if (!d->msg[0]) fail("empty message", s, d);
+  if (!all_zero(out, out_size)) fail("output not zeroed on failure", s, d);
+}
+
+static void check_json(const char *p, size_t n) {
+  cJSON *j = cJSON_ParseWithLength(p, n);
+  if (!j) {
+    fprintf(stderr, "fuzz_codec: answer is not JSON: %.*s\n",
+            (int)(n > 400 ? 400 : n), p);
+    abort();
+  }
+  cJSON_Delete(j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!reg) {
+    attn_diag d = {{0}};
+    attn_status s = attn_registry_create(NULL, &reg, &d);
+    if (s) fail("registry", s, &d);
+    attn_engine_set_blas_threads(1);
+  }
+  if (size == 0) return 0;
+  unsigned frame = data[0];
+  int v1 = frame & 1, mha = (frame >> 1) & 1;
+  size_t hl = 0, off = 1;
+  if (!v1 && (frame & 4)) {
+    if (size < 3) return 0;
+    hl = (size_t)data[1] | (size_t)data[2] << 8;
+    off = 3;
+  }
+  /* A copy the exact size of the body, so ASan sees every overread; 64-byte
+   * aligned as http.c keeps bodies (blobs may then be used in place). */
+  size_t n = size - off;
+  char *body = aligned_alloc(64, (n + 64) / 64 * 64);
+  if (!body) return 0;
+  memcpy(body, data + off, n);
+
+  attn_codec_limits lim = {
+      .max_tensor_elements = 4096, .max_inputs = 16, .max_depth = 32};
+  attn_model_limits ml = {.max_seq_len = 64,
+                          .max_tensor_elements = 4096,
+                          .max_weights_elements = 4096};
+  attn_exec x = {.threads = 1};
+  attn_infer_request req;
+  attn_infer_response out = {0};
+  attn_v1_info info;
+  attn_diag d = {{0}};
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  attn_status s;
+
+  s = v1 ? attn_v1_decode(body, n, &lim, &req, &info, &d)
+         : attn_v2_decode(body, n, hl, &lim, &req, &d);
+  if (s) {
+    check_failure("decode", s, &d, &req, sizeof req);
+    goto done;
+  }
+  const char *name = v1 ? (req.model ? req.model : "sdpa")
+                        : (mha ? "mha" : "sdpa");
+  const attn_model *m = attn_registry_find(reg, name, NULL);
+  if (!m) goto done_req; /* v1 naming a resident model: a 404 */
+  memset(&d, 0, sizeof d);
+  s = attn_model_infer(m, &req, &ml, &x, &out, &d);
+  if (s) {
+    check_failure("infer", s, &d, &out, sizeof out);
+    goto done_req;
+  }
+  memset(&d, 0, sizeof d);
+  if (v1) {
+    attn_v1_timing t = {0.25, 1.5, 2.0};
+    s = attn_v1_encode(&out, &req, &info, &t, &b, &d);
+    if (s) fail("v1 encode of a successful result", s, &d);
+    check_json(b.data, b.len);
+  } else {
+    size_t json_len = 0, bin = 0;
+    s = attn_v2_encode(&out, &b, &json_len, &d);
+    if (s) fail("v2 encode of a successful result", s, &d);
+    for (size_t i = 0; i < out.n_outputs; i++)
+      if (out.outputs[i].binary) {
+        size_t k;
+        if (!attn_shape_numel(out.outputs[i].tensor.rank,
+                              out.outputs[i].tensor.shape, &k))
+          fail("output shape overflows", ATTN_OK, NULL);
+        bin += k * sizeof(float);
+      }
+    if (json_len == 0 && bin) fail("binary outputs, no header length", s, &d);
+    check_json(b.data, json_len ? json_len : b.len);
+    if (json_len && json_len + bin != b.len)
+      fail("binary part is not the declared sizes", s, &d);
+  }
+  attn_infer_response_free(&out);
+done_req:
+  attn_infer_request_free(&req);
+done:
+  attn_buf_free(&b);
+  free(body);
+  return 0;
+}
