@@ -24,6 +24,14 @@
  *  of suspend -> queue -> worker -> resume, the floor under attnd's
  *  request rate before any decoding or computing.
  *
+ *  --delay-ms F (with --handoff) makes each worker sleep F milliseconds
+ *  before it resumes the connection: a request that "computes" for F ms
+ *  without using the CPU.  With F = the engine-only time of load.sh's large
+ *  request, latency - F is the transport floor of a request whose answer
+ *  comes after a pause; on a virtual machine that floor is higher than the
+ *  back-to-back one (idle virtual CPUs are halted and wake slowly, see
+ *  docs/performance.md, "Server load").
+ *
  *  Invariants.  The reply is built once before the daemon starts and is
  *  never written again, so every thread may hand it to MHD as persistent
  *  memory.  A per-connection request context lives from the first access
@@ -43,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -54,6 +63,7 @@ typedef struct echo_opts {
   long reply_bytes;   /* size of the JSON answer */
   int connection_limit;
   int handoff; /* worker threads; 0 = answer on the MHD thread */
+  double delay_ms; /* --handoff: sleep before resuming */
 } echo_opts;
 
 /* Per-request state: the body's size so far; in --handoff mode, whether the
@@ -75,6 +85,7 @@ static struct {
   int stop;
 } fifo = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
 static int handoff;
+static struct timespec delay; /* --delay-ms */
 
 static void fifo_push(echo_req *rq) {
   pthread_mutex_lock(&fifo.mu);
@@ -102,6 +113,11 @@ static void *fifo_worker(void *arg) {
     fifo.head = rq->next;
     if (!fifo.head) fifo.tail = NULL;
     pthread_mutex_unlock(&fifo.mu);
+    if (delay.tv_sec || delay.tv_nsec) {
+      struct timespec left = delay;
+      while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+      }
+    }
     atomic_store(&rq->done, 1);
     MHD_resume_connection(rq->conn);
   }
@@ -193,10 +209,21 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+/* A delay in milliseconds: finite, 0 to 60000. */
+static int parse_ms(const char *s, double *out) {
+  char *end;
+  if (!s) return -1;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0 && v <= 60000)) return -1;
+  *out = v;
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: echo [--port N] [--threads N] [--reply-bytes N] "
-          "[--connection-limit N] [--handoff N]\n"
+          "[--connection-limit N] [--handoff N] [--delay-ms F]\n"
           "  --port N          127.0.0.1 port, 0 = ephemeral (default 0)\n"
           "  --threads N       MHD thread pool size, 1 = polling thread only "
           "(default 2)\n"
@@ -206,6 +233,8 @@ static void usage(FILE *f) {
           "FIFO,\n"
           "                    resume), as attnd does; 0 = on the MHD thread "
           "(default)\n"
+          "  --delay-ms F      with --handoff: each worker sleeps F ms "
+          "before resuming\n"
           "Listens on 127.0.0.1 only; SIGTERM or SIGINT stops it.\n");
 }
 
@@ -215,6 +244,7 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
   o->reply_bytes = 300;
   o->connection_limit = 1024;
   o->handoff = 0;
+  o->delay_ms = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long x;
@@ -233,12 +263,18 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
       o->connection_limit = (int)x;
     } else if (strcmp(a, "--handoff") == 0 && !parse_int(v, 0, 64, &x)) {
       o->handoff = (int)x;
+    } else if (strcmp(a, "--delay-ms") == 0 && !parse_ms(v, &o->delay_ms)) {
+      /* stored */
     } else {
       fprintf(stderr, "echo: bad option or value: %s %s\n", a, v ? v : "");
       usage(stderr);
       return -1;
     }
     i++;
+  }
+  if (o->delay_ms > 0 && !o->handoff) {
+    fprintf(stderr, "echo: --delay-ms needs --handoff\n");
+    return -1;
   }
   return 0;
 }
@@ -265,6 +301,8 @@ int main(int argc, char **argv) {
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 
   handoff = o.handoff;
+  delay.tv_sec = (time_t)(o.delay_ms / 1000);
+  delay.tv_nsec = (long)((o.delay_ms - 1000.0 * (double)delay.tv_sec) * 1e6);
   pthread_t workers[64];
   for (int i = 0; i < o.handoff; i++)
     if (pthread_create(&workers[i], NULL, fifo_worker, NULL)) {
@@ -290,9 +328,9 @@ int main(int argc, char **argv) {
       MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   fprintf(stderr,
           "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu, "
-          "handoff=%d)\n",
+          "handoff=%d, delay_ms=%.3f)\n",
           info ? (unsigned)info->port : (unsigned)o.port, o.threads,
-          reply_len, o.handoff);
+          reply_len, o.handoff, o.delay_ms);
   fflush(stderr);
 
   int sig = 0;

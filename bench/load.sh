@@ -21,7 +21,11 @@
 #       compute_ms / total_ms can be split out.  Engine-only time of the same
 #       problem: bench_attention (build/bench/bench_attention, else compiled
 #       from bench/bench_attention.c into the work directory), run right
-#       before each server measurement.
+#       before each server measurement.  Two floors: the echo answering the
+#       same body back to back (transport alone), and the echo with
+#       --handoff 1 --delay-ms <that engine-only time> (transport plus a
+#       pause as long as the computation: what a server that added nothing
+#       would measure on this machine).
 #  Every measurement is repeated REPEATS times (default 2): the second core
 #  of these machines is noisy.  The 1-minute load average is recorded before
 #  each one.
@@ -323,6 +327,17 @@ for l in sys.stdin:
       med=$(access_medians "$WORK/attnd-large.log" "$from")
       sed -i '$ s/$/ '"$med"'/' "$TSV"
       log "  server medians: $med"
+      # The floor after a pause: the echo's worker sleeps as long as the
+      # engine-only call took, then answers as many bytes as attnd did.
+      if [ -n "$BENCH" ] && [ ${#envs[@]} -eq 0 ]; then
+        start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 \
+          --reply-bytes "$BIG_OUT" --handoff 1 --delay-ms "${ms% *}"
+        wrk_run large echo "pause-b$bt" mha "$rep" \
+          "http://127.0.0.1:$PORT/v2/models/mha/infer" \
+          "$BIG" application/octet-stream 1 1 "$LARGE_D" "$BIG_HL"
+        stop_server
+        sed -i '$ s/$/ delay_ms='"${ms% *}"'/' "$TSV"
+      fi
     done
     # The transport floor: echo takes the same body and answers as many
     # bytes as attnd did.

@@ -103,35 +103,47 @@ def large_table(rows):
           "(median, min); `engine-only` = bench_attention (median, min of 9 "
           "calls), run just before the server run.  Ratios: p50 / median, "
           "and min / min (the least disturbed calls).  A `-notrim` row "
-          "reuses the engine-only time of the same run's b1 row.  Targets: "
-          "e2e / engine-only <= 1.10 stretch, <= 1.15.\n")
+          "reuses the engine-only time of the same run's b1 row.  "
+          "`paused echo` = p50 of bench/echo.c answering the same body "
+          "through one worker that sleeps the engine-only median before it "
+          "answers (`--handoff 1 --delay-ms`), and that p50 / the delay: "
+          "the ratio of a server that added nothing, on this machine.  "
+          "Targets: e2e / engine-only <= 1.10 stretch, <= 1.15.\n")
     for (t, c, ep), rs in g.items():
-        if t == "echo":
+        if t == "echo" and c == "t2":
             print("Transport floor (bench/echo.c, same body, answer of the "
                   "same size, wrk -t1 -c1, 5 s): p50 %s ms, min %s ms "
                   "(runs in order).\n" % (runs(rs, "p50_ms", "%.1f"),
                                          runs(rs, "min_ms", "%.1f")))
     print("| config | run | load (1 min) | requests | e2e p50 | e2e min | "
           "server total | compute | engine-only | e2e/engine p50 | "
-          "e2e/engine min | e2e/compute p50 | e2e/compute min |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "e2e/engine min | e2e/compute p50 | e2e/compute min | "
+          "paused echo p50 | paused echo / delay |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|---:|")
     nan = float("nan")
     for (t, c, ep), rs in g.items():
         if t == "echo":
             continue
         b = c.split("-")[1]  # w1-b2[-variant] -> b2
         by_rep = {r["rep"]: r for r in eng.get(("bench_attention", b, "mha"), [])}
+        plain = len(c.split("-")) == 2  # not a -notrim style variant
+        paused = {r["rep"]: r for r in g.get(("echo", "pause-" + b, "mha"), [])
+                  if plain}
         for r in rs:
             e = by_rep.get(r["rep"], {})
+            pe = paused.get(r["rep"], {})
+            pp, pd = pe.get("p50_ms", nan), pe.get("delay_ms", nan)
             em, emin = e.get("ms", nan), e.get("ms_min", nan)
             cm, cmin = r.get("compute_ms", nan), r.get("compute_ms_min", nan)
             print("| %s | %d | %.2f | %d | %.1f | %.1f | %.1f / %.1f | "
-                  "%.1f / %.1f | %.1f / %.1f | %.2f | %.2f | %.2f | %.2f |" % (
+                  "%.1f / %.1f | %.1f / %.1f | %.2f | %.2f | %.2f | %.2f | "
+                  "%.1f | %.2f |" % (
                       c, r["rep"], r["load"], r["requests"], r["p50_ms"],
                       r["min_ms"], r.get("total_ms", nan),
                       r.get("total_ms_min", nan), cm, cmin, em, emin,
                       r["p50_ms"] / em, r["min_ms"] / emin,
-                      r["p50_ms"] / cm, r["min_ms"] / cmin))
+                      r["p50_ms"] / cm, r["min_ms"] / cmin, pp, pp / pd))
     print()
 
 
