@@ -91,6 +91,11 @@ def small_tables(rows):
     print()
 
 
+def opt(fmt, v):
+    """fmt % v, or "-" when v is missing (NaN)."""
+    return "-" if v != v else fmt % v
+
+
 def large_table(rows):
     g = group(rows, "large")
     eng = group(rows, "engine")
@@ -138,12 +143,13 @@ def large_table(rows):
             cm, cmin = r.get("compute_ms", nan), r.get("compute_ms_min", nan)
             print("| %s | %d | %.2f | %d | %.1f | %.1f | %.1f / %.1f | "
                   "%.1f / %.1f | %.1f / %.1f | %.2f | %.2f | %.2f | %.2f | "
-                  "%.1f | %.2f |" % (
+                  "%s | %s |" % (
                       c, r["rep"], r["load"], r["requests"], r["p50_ms"],
                       r["min_ms"], r.get("total_ms", nan),
                       r.get("total_ms_min", nan), cm, cmin, em, emin,
                       r["p50_ms"] / em, r["min_ms"] / emin,
-                      r["p50_ms"] / cm, r["min_ms"] / cmin, pp, pp / pd))
+                      r["p50_ms"] / cm, r["min_ms"] / cmin,
+                      opt("%.1f", pp), opt("%.2f", pp / pd)))
     print()
 
 
