@@ -7,12 +7,14 @@
  *   bit 1      v2 model: 0 "sdpa", 1 "mha"
  *   bit 2      v2 only: bytes 1-2 (little-endian) are the
  *              Inference-Header-Content-Length, the body follows them
+ *   bits 3-4   Content-Encoding: 0 or 3 identity, 1 gzip, 2 deflate; the
+ *              body is inflated first (at most 64 KiB), as infer.c does
  * Limits are small (4096 elements per tensor, 64 tokens) so that every
  * input runs in microseconds.  Besides the sanitizers (ASan, UBSan), each
  * input checks what src/server/infer.c relies on:
- *   - a failed decode, infer or encode leaves its output zeroed (nothing to
- *     free) and says why (a non-empty message), with a status that is a
- *     client error: a 500 must never come from a request body;
+ *   - a failed inflate, decode, infer or encode leaves its output zeroed
+ *     (nothing to free) and says why (a non-empty message), with a status
+ *     that is a client error: a 500 must never come from a request body;
  *   - a successful encode is valid JSON (the v2 JSON header up to its
  *     header length), and a binary part is exactly the sizes it declares.
  * Any violation aborts (a crash for libFuzzer).
@@ -30,6 +32,7 @@
 #include "attn/engine.h"
 #include "attn/infer.h"
 #include "attn/model.h"
+#include "../../src/server/internal.h"
 
 static attn_registry *reg;
 
@@ -91,6 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *body = aligned_alloc(64, (n + 64) / 64 * 64);
   if (!body) return 0;
   memcpy(body, data + off, n);
+  char *plain = NULL; /* the inflated body's block */
+  const char *in = body;
 
   attn_codec_limits lim = {
       .max_tensor_elements = 4096, .max_inputs = 16, .max_depth = 32};
@@ -106,8 +111,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   attn_buf_init(&b, 0);
   attn_status s;
 
-  s = v1 ? attn_v1_decode(body, n, &lim, &req, &info, &d)
-         : attn_v2_decode(body, n, hl, &lim, &req, &d);
+  attn_encoding enc = (frame >> 3 & 3) == 1   ? ATTN_ENC_GZIP
+                      : (frame >> 3 & 3) == 2 ? ATTN_ENC_DEFLATE
+                                              : ATTN_ENC_IDENTITY;
+  if (enc != ATTN_ENC_IDENTITY) {
+    size_t pad = (64 - hl % 64) % 64, len = 0;
+    s = attn__inflate(body, n, enc, 65536, pad, &plain, &len, &d);
+    if (s) {
+      if (plain || len) fail("inflate left output", s, &d);
+      check_failure("inflate", s, &d, &req, 0);
+      goto done;
+    }
+    in = plain + pad;
+    n = len;
+    if (hl > n) goto done; /* infer.c: a 400 about the header length */
+  }
+  s = v1 ? attn_v1_decode(in, n, &lim, &req, &info, &d)
+         : attn_v2_decode(in, n, hl, &lim, &req, &d);
   if (s) {
     check_failure("decode", s, &d, &req, sizeof req);
     goto done;
@@ -150,6 +170,7 @@ done_req:
   attn_infer_request_free(&req);
 done:
   attn_buf_free(&b);
+  free(plain);
   free(body);
   return 0;
 }

@@ -24,8 +24,8 @@ case $TARGET in
     MAXLEN=4096 ;;
   codec)
     SRC="tests/fuzz/fuzz_codec.c src/codec/*.c src/common/*.c src/model/*.c
-      src/engine/*.c src/config/config.c"
-    LIBS="$(pkg-config --cflags --libs libcjson openblas) -lpthread -lm"
+      src/engine/*.c src/config/config.c src/server/inflate.c"
+    LIBS="$(pkg-config --cflags --libs libcjson openblas zlib) -lpthread -lm"
     MAXLEN=16384 ;;
 esac
 # shellcheck disable=SC2086
