@@ -329,8 +329,8 @@ int main(int argc, char **argv) {
   fprintf(stderr,
           "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu, "
           "handoff=%d, delay_ms=%.3f)\n",
-          info ? (unsigned)info->port : (unsigned)o.port, o.threads,
-          reply_len, o.handoff, o.delay_ms);
+          info ? (unsigned)info->port : (unsigned)o.port, o.threads, reply_len,
+          o.handoff, o.delay_ms);
   fflush(stderr);
 
   int sig = 0;

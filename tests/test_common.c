@@ -96,11 +96,21 @@ START_TEST(test_shape_format) {
     for (int i = 0; i < rank; i++) {
       seed = seed * 1103515245u + 12345u;
       switch (seed >> 29) {
-        case 0: shape[i] = INT64_MIN; break;
-        case 1: shape[i] = INT64_MAX; break;
-        case 2: shape[i] = -(int64_t)(seed >> 20); break;
-        case 3: shape[i] = 0; break;
-        default: shape[i] = (int64_t)(seed >> (seed >> 27)); break;
+        case 0:
+          shape[i] = INT64_MIN;
+          break;
+        case 1:
+          shape[i] = INT64_MAX;
+          break;
+        case 2:
+          shape[i] = -(int64_t)(seed >> 20);
+          break;
+        case 3:
+          shape[i] = 0;
+          break;
+        default:
+          shape[i] = (int64_t)(seed >> (seed >> 27));
+          break;
       }
     }
     size_t n = 0;
@@ -113,9 +123,9 @@ START_TEST(test_shape_format) {
     for (size_t cap = 1; cap <= strlen(want) + 1; cap++) {
       memset(got, 'x', sizeof got);
       attn_shape_format(got, cap, rank, shape);
-      ck_assert_uint_eq(strlen(got), cap - 1);           /* truncated, */
-      ck_assert_int_eq(strncmp(got, want, cap - 1), 0);  /* a prefix */
-      ck_assert_int_eq(got[cap], 'x');                   /* within cap */
+      ck_assert_uint_eq(strlen(got), cap - 1);          /* truncated, */
+      ck_assert_int_eq(strncmp(got, want, cap - 1), 0); /* a prefix */
+      ck_assert_int_eq(got[cap], 'x');                  /* within cap */
     }
   }
 }

@@ -288,7 +288,8 @@ static attn_status want_rank(const attn_tensor *t, const char *field, int r1,
   char sh[160];
   if (t->rank == r1 || t->rank == r2) return ATTN_OK;
   return attn_diag_set(d, ATTN_EINVAL, "'%s' must be %s, got shape %s", field,
-                       layouts, attn_shape_format(sh, sizeof sh, t->rank, t->shape));
+                       layouts,
+                       attn_shape_format(sh, sizeof sh, t->rank, t->shape));
 }
 
 /* [.., L, H*D] -> [.., H, L, D]; consumes *src (zeroed on return). */
@@ -779,11 +780,12 @@ attn_status attn_v1_encode(const attn_infer_response *r,
     int b = info->B_given > 0;
     if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
         ot->shape[b] != info->H)
-      return attn_diag_set(d, ATTN_ESHAPE,
-                           "attn_output: expected [%sH=%lld,Lq,Dv], the model "
-                           "returned %s",
-                           b ? "B," : "", (long long)info->H,
-                           attn_shape_format(sh, sizeof sh, ot->rank, ot->shape));
+      return attn_diag_set(
+          d, ATTN_ESHAPE,
+          "attn_output: expected [%sH=%lld,Lq,Dv], the model "
+          "returned %s",
+          b ? "B," : "", (long long)info->H,
+          attn_shape_format(sh, sizeof sh, ot->rank, ot->shape));
     int64_t H = ot->shape[b], Lq = ot->shape[b + 1], Dv = ot->shape[b + 2];
     if (b) {
       outer[n_outer].n = ot->shape[0];

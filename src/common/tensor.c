@@ -48,8 +48,8 @@ const char *attn_shape_format(char *buf, size_t cap, int rank,
   char t[24];
   size_t n = 0;
   if (cap == 0) return buf;
-#define PUT(c) \
-  do {                          \
+#define PUT(c)                       \
+  do {                               \
     if (n + 1 < cap) buf[n++] = (c); \
   } while (0)
   PUT('[');

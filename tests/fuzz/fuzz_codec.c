@@ -132,8 +132,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_failure("decode", s, &d, &req, sizeof req);
     goto done;
   }
-  const char *name = v1 ? (req.model ? req.model : "sdpa")
-                        : (mha ? "mha" : "sdpa");
+  const char *name =
+      v1 ? (req.model ? req.model : "sdpa") : (mha ? "mha" : "sdpa");
   const attn_model *m = attn_registry_find(reg, name, NULL);
   if (!m) goto done_req; /* v1 naming a resident model: a 404 */
   memset(&d, 0, sizeof d);
