@@ -10,6 +10,7 @@
  * float must round-trip exactly.
  */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -323,6 +324,10 @@ static const v2_case v2_cases[] = {
      "data[1] = 1e+39 is outside the FP32 range", NULL, 0, 0},
     {IN1("FP64", "[1,1]", "[[-1e300]]"), NULL, 0, 0, -1, ATTN_ENONFINITE,
      "data[0][0] = -1e+300 is outside the FP32 range", NULL, 0, 0},
+    /* past the first block of 8 that attn__f64_to_f32 checks at once */
+    {IN1("FP32", "[10]", "[0,1,2,3,4,5,6,7,8,-4e38]"), NULL, 0, 0, -1,
+     ATTN_ENONFINITE, "data[9] = -4e+38 is outside the FP32 range", NULL, 0,
+     0},
     {IN1("FP16", "[1]", "[1]"), NULL, 0, 0, -1, ATTN_EUNSUPPORTED,
      "FP16 data cannot be sent as JSON numbers; use the binary tensor data "
      "extension",
@@ -562,6 +567,9 @@ static const v1_case v1_cases[] = {
     {"{'query':[[1,1e39]]}", ATTN_ENONFINITE,
      "query[0][1]: 1e+39 is outside the FP32 range", NULL, NULL, NULL, 0, 0, 0,
      0},
+    {"{'query':[[1,2,3,4,5,6,7,8,9,10,11],[1,2,3,4,5,6,7,8,9,10,1e39]]}",
+     ATTN_ENONFINITE, "query[1][10]: 1e+39 is outside the FP32 range", NULL,
+     NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[[[[[[[[1]]]]]]]]]}", ATTN_EINVAL,
      "query: nested deeper than 8 levels", NULL, NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1,2,3],[4,5,6]]}", ATTN_ETOOBIG,
@@ -2392,6 +2400,32 @@ END_TEST
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* attn__f64_to_f32 against the obvious loop: every length to 40, a value
+ * out of range (or NaN) at every position or nowhere, and the floats. */
+START_TEST(f64_to_f32_matches_loop) {
+  double v[40];
+  float got[40], want[40];
+  const double bad[] = {1e39, -3.5e38, (double)FLT_MAX * (1 + 1e-9), NAN,
+                        INFINITY};
+  unsigned seed = 11;
+  for (size_t n = 0; n <= 40; n++)
+    for (size_t at = 0; at <= n; at++) { /* at == n: all in range */
+      for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = ((double)(seed >> 8) - 8388608.0) * 1e-3;
+        if (i % 7 == 3) v[i] = (i & 1 ? -1 : 1) * (double)FLT_MAX;
+      }
+      if (at < n) v[at] = bad[(n + at) % 5];
+      size_t k = 0;
+      for (; k < n && fabs(v[k]) <= FLT_MAX; k++) want[k] = (float)v[k];
+      memset(got, 0, sizeof got);
+      ck_assert_uint_eq(attn__f64_to_f32(v, n, got), k);
+      ck_assert_uint_eq(k, at < n ? at : n);
+      ck_assert_int_eq(memcmp(got, want, k * sizeof *got), 0);
+    }
+}
+END_TEST
+
 Suite *codec_suite(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("v2_decode");
@@ -2416,6 +2450,7 @@ Suite *codec_suite(void) {
   tc = tcase_create("json_buf");
   tcase_add_loop_test(tc, error_json_table, 0, N_OF(err_cases));
   tcase_add_test(tc, buf_basics);
+  tcase_add_test(tc, f64_to_f32_matches_loop);
   tcase_add_test(tc, buf_numbers);
   tcase_add_test(tc, infer_free_partial);
   suite_add_tcase(s, tc);

@@ -300,6 +300,12 @@ size_t attn__json_len(const struct cJSON *a);
 /* The values of a packed array (count in *n), or NULL when a is not one. */
 const double *attn__json_packed(const struct cJSON *a, size_t *n);
 
+/* v[0, n) as floats into dst, up to the first value outside the FP32 range
+ * (|v| > FLT_MAX, or NaN); returns how many were converted: n when all
+ * fit.  What a packed array becomes in an FP32 tensor, without a branch per
+ * value. */
+size_t attn__f64_to_f32(const double *v, size_t n, float *dst);
+
 /* Free a tree from attn__json_parse: root must be the *out it returned (not
  * a subtree).  NULL is allowed. */
 void attn__json_free(struct cJSON *root);

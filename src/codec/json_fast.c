@@ -75,6 +75,7 @@
 #include <assert.h>
 #include <cjson/cJSON.h>
 #include <float.h>
+#include <math.h>
 #include <limits.h>
 #include <stdalign.h>
 #include <stdbool.h>
@@ -1109,6 +1110,20 @@ const double *attn__json_packed(const cJSON *a, size_t *n) {
   if (!a || !(a->type & ATTN_JSON_PACKED)) return NULL;
   *n = (size_t)a->valuedouble;
   return (const double *)(const void *)a->valuestring;
+}
+
+size_t attn__f64_to_f32(const double *v, size_t n, float *dst) {
+  size_t k = 0;
+  /* Blocks of 8 without an early exit inside, so that the compiler
+   * vectorises the range check and the conversion. */
+  for (; k + 8 <= n; k += 8) {
+    int ok = 1;
+    for (int j = 0; j < 8; j++) ok &= fabs(v[k + j]) <= FLT_MAX;
+    if (!ok) break;
+    for (int j = 0; j < 8; j++) dst[k + j] = (float)v[k + j];
+  }
+  for (; k < n && fabs(v[k]) <= FLT_MAX; k++) dst[k] = (float)v[k];
+  return k;
 }
 
 void attn__json_free(cJSON *root) {

@@ -558,17 +558,7 @@ static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
   }
   if ((dt == ATTN_DT_FP32 || dt == ATTN_DT_FP64) &&
       n <= c->in->numel - c->pos) { /* the common case, in one loop */
-    float *dst = (float *)c->dst + c->pos;
-    size_t k = 0;
-    /* Blocks of 8 without an early exit inside, so that the compiler
-     * vectorises the range check and the conversion. */
-    for (; k + 8 <= n; k += 8) {
-      int ok = 1;
-      for (int j = 0; j < 8; j++) ok &= fabs(v[k + j]) <= FLT_MAX;
-      if (!ok) break;
-      for (int j = 0; j < 8; j++) dst[k + j] = (float)v[k + j];
-    }
-    for (; k < n && fabs(v[k]) <= FLT_MAX; k++) dst[k] = (float)v[k];
+    size_t k = attn__f64_to_f32(v, n, (float *)c->dst + c->pos);
     c->pos += k;
     if (k == n) return ATTN_OK;
     c->idx[depth - 1] = (int64_t)k;

@@ -157,13 +157,10 @@ static attn_status nest_packed(nest_ctx *c, const double *v, size_t n,
     c->idx[depth] = 0;
     return nest_not_bool(c, "a number", depth + 1);
   }
-  float *dst = (float *)c->dst + c->pos;
-  for (size_t k = 0; k < n; k++) {
-    if (!(fabs(v[k]) <= FLT_MAX)) {
-      c->idx[depth] = (int64_t)k;
-      return nest_out_of_range(c, v[k], depth + 1);
-    }
-    dst[k] = (float)v[k];
+  size_t k = attn__f64_to_f32(v, n, (float *)c->dst + c->pos);
+  if (k < n) {
+    c->idx[depth] = (int64_t)k;
+    return nest_out_of_range(c, v[k], depth + 1);
   }
   c->pos += n;
   return ATTN_OK;
