@@ -168,12 +168,38 @@ static void rate(fmt_fn fn, const float *set, double secs, size_t *sink,
 }
 
 /* The same, for a list function: calls of LIST_N floats (one response
- * row of 1280, as attn__json_f32_list prints them) into one buffer. */
+ * row of 1280, as attn__json_f32_list prints them) into one buffer.  With
+ * rows, each 1280 are the two matrices of a small /v1 answer, [16, 64]
+ * output and [16, 16] weights, printed as nested rows: rows == 1 by one
+ * attn_f32_shortest_list call per row (32 calls), rows == 2 by one
+ * attn_f32_shortest_rows call per matrix. */
 #define LIST_N 1280
 
+/* The /v1 answer's rows from set[0, LIST_N) into buf; returns the length. */
+static size_t v1_rows(const float *set, int how, char *buf) {
+  static const size_t mats[2][2] = {{16, 64}, {16, 16}};
+  char *p = buf;
+  for (int k = 0; k < 2; k++) {
+    size_t rows = mats[k][0], cols = mats[k][1];
+    if (how == 2) {
+      p += attn_f32_shortest_rows(set, rows, cols, cols, p);
+    } else {
+      for (size_t r = 0; r < rows; r++) {
+        if (r) *p++ = ',';
+        *p++ = '[';
+        p += attn_f32_shortest_list(set + r * cols, cols, p);
+        *p++ = ']';
+      }
+    }
+    set += rows * cols;
+    *p++ = ',';
+  }
+  return (size_t)(p - buf);
+}
+
 static void rate_list(const char *impl, const float *set, double secs,
-                      size_t *sink, double *cpu, double *wall) {
-  static char buf[ATTN_F32_LIST_MAX_CHARS(LIST_N)];
+                      int rows, size_t *sink, double *cpu, double *wall) {
+  static char buf[ATTN_F32_ROWS_MAX_CHARS(32, 64) + 2];
   if (!attn__f32fmt_set_impl(impl)) {
     *cpu = *wall = 0;
     return;
@@ -185,7 +211,10 @@ static void rate_list(const char *impl, const float *set, double secs,
     do {
       for (size_t i = 0; i < NSET; i += LIST_N) {
         size_t m = NSET - i < LIST_N ? NSET - i : LIST_N;
-        sum += attn_f32_shortest_list(set + i, m, buf) + (uint8_t)buf[7];
+        if (rows && m == LIST_N)
+          sum += v1_rows(set + i, rows, buf) + (uint8_t)buf[7];
+        else
+          sum += attn_f32_shortest_list(set + i, m, buf) + (uint8_t)buf[7];
       }
       done += NSET;
       t = cpu_s() - t0;
@@ -232,23 +261,27 @@ static int run_bench(double secs) {
     if (j == 0) base_r = ac, base_u = bc;
   }
   /* attn_f32_shortest_list, each implementation this CPU has, in calls of
-   * LIST_N; the "x" columns are cpu rates over attn_f32_shortest's. */
+   * LIST_N, then the /v1 answer's rows both ways; the "x" columns are cpu
+   * rates over attn_f32_shortest's. */
   const char *was = attn__f32fmt_impl_name();
   static const char *impls[] = {"portable", "avx512"};
-  for (size_t j = 0; j < sizeof impls / sizeof impls[0]; j++) {
-    double ac, aw, bc, bw;
-    char name[32];
-    rate_list(impls[j], rnd, secs, &sink, &ac, &aw);
-    if (ac == 0) {
-      printf("list %-15s (not supported on this CPU)\n", impls[j]);
-      continue;
+  static const char *layouts[] = {"list", "v1 row lists", "v1 rows"};
+  for (int rows = 0; rows < 3; rows++)
+    for (size_t j = 0; j < sizeof impls / sizeof impls[0]; j++) {
+      double ac, aw, bc, bw;
+      char name[32];
+      rate_list(impls[j], rnd, secs, rows, &sink, &ac, &aw);
+      if (ac == 0) {
+        printf("%s %-15s (not supported on this CPU)\n", layouts[rows],
+               impls[j]);
+        continue;
+      }
+      rate_list(impls[j], unit, secs, rows, &sink, &bc, &bw);
+      snprintf(name, sizeof name, "%s %s", layouts[rows], impls[j]);
+      printf("%-20s %14.1f %14.1f   %14.1f %14.1f   x%.2f x%.2f\n", name, ac,
+             aw, bc, bw, ac / base_r, bc / base_u);
+      fflush(stdout);
     }
-    rate_list(impls[j], unit, secs, &sink, &bc, &bw);
-    snprintf(name, sizeof name, "list %s", impls[j]);
-    printf("%-20s %14.1f %14.1f   %14.1f %14.1f   x%.2f x%.2f\n", name, ac, aw,
-           bc, bw, ac / base_r, bc / base_u);
-    fflush(stdout);
-  }
   attn__f32fmt_set_impl(was);
   fprintf(stderr, "(sink %zu)\n", sink);
   free(rnd);

@@ -23,7 +23,11 @@
  *     bit patterns (NaN and Inf included), 2^20 values in [-1, 1], special
  *     values scattered over every lane position, every length 0..70 at
  *     every alignment mod 16; nothing stored past ATTN_F32_LIST_MAX_CHARS;
- *     attn__json_f32_list (contiguous and strided) against attn__json_f32.
+ *     attn__json_f32_list (contiguous and strided) against attn__json_f32;
+ *   - attn_f32_shortest_rows with each implementation against "[" + the
+ *     per-element join + "]" per row (every tail, padded strides, nothing
+ *     stored past ATTN_F32_ROWS_MAX_CHARS), and attn__json_f32_rows against
+ *     attn__json_f32_list per row (chunks of short rows, long rows).
  *
  * The portable build of the formatter comes from including the source
  * under another name (below); that also exposes its static table.
@@ -44,15 +48,19 @@
  * portable formatter). */
 size_t attn_test_f32_portable(float v, char *out);
 size_t attn_test_f32_list_portable(const float *v, size_t n, char *out);
+size_t attn_test_f32_rows_portable(const float *v, size_t rows, size_t cols,
+                                   size_t ld, char *out);
 #define ATTN_F32FMT_PORTABLE 1
 #define attn_f32_shortest attn_test_f32_portable
 #define attn_f32_shortest_list attn_test_f32_list_portable
+#define attn_f32_shortest_rows attn_test_f32_rows_portable
 #define attn__f32_g attn_test_f32_g
 #define attn__f32fmt_set_impl attn_test_f32fmt_set_impl
 #define attn__f32fmt_impl_name attn_test_f32fmt_impl_name
 #include "../src/codec/f32fmt.c"
 #undef attn_f32_shortest
 #undef attn_f32_shortest_list
+#undef attn_f32_shortest_rows
 #undef attn__f32_g
 #undef attn__f32fmt_set_impl
 #undef attn__f32fmt_impl_name
@@ -789,6 +797,88 @@ END_TEST
 /* attn__json_f32_list (src/codec/error_json.c): the contiguous path (the
  * list function) and the strided loop against attn__json_f32 per element,
  * across its 1024-number chunks, with and without the leading comma. */
+/* attn_f32_shortest_rows with each implementation against "[" + the
+ * per-element join + "]" per row, joined by ',': every cols 0..40 (every
+ * tail of a 16-float block), 0..4 rows, row strides cols..cols+17, special
+ * values among random bits; nothing stored past ATTN_F32_ROWS_MAX_CHARS. */
+START_TEST(rows_match_lists) {
+  static float v[4 * 60];
+  static char want[ATTN_F32_ROWS_MAX_CHARS(4, 40)];
+  static char got[ATTN_F32_ROWS_MAX_CHARS(4, 40) + GUARD];
+  rng = 0x2545f4914f6cdd1du;
+  for (size_t i = 0; i < N_OF(v); i++)
+    v[i] = i % 53 == 7   ? NAN
+           : i % 47 == 9 ? 0.0f
+           : i % 43 == 1 ? -INFINITY
+                         : from_bits(rnd32());
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    for (size_t cols = 0; cols <= 40; cols++)
+      for (size_t rows = 0; rows <= 4; rows++)
+        for (size_t ld = cols; ld <= cols + 17 && rows * ld <= N_OF(v);
+             ld += 1 + ld % 5) {
+          size_t lw = 0;
+          for (size_t r = 0; r < rows; r++) {
+            if (r) want[lw++] = ',';
+            want[lw++] = '[';
+            lw += join_scalar(v + r * ld, cols, want + lw);
+            want[lw++] = ']';
+          }
+          size_t room = ATTN_F32_ROWS_MAX_CHARS(rows, cols);
+          memset(got, '#', room + GUARD);
+          size_t lg = attn_f32_shortest_rows(v, rows, cols, ld, got);
+          for (size_t i = room; i < room + GUARD; i++)
+            ck_assert_msg(got[i] == '#', "%s rows=%zu cols=%zu: byte %zu past "
+                          "the room written", impl, rows, cols, i - room);
+          ck_assert_msg(lg == lw && memcmp(got, want, lw) == 0,
+                        "%s rows=%zu cols=%zu ld=%zu: \"%.*s\" want \"%.*s\"",
+                        impl, rows, cols, ld, (int)(lg < 200 ? lg : 200), got,
+                        (int)(lw < 200 ? lw : 200), want);
+        }
+  }
+}
+END_TEST
+
+/* attn__json_f32_rows against "[" attn__json_f32_list "]" per row: short
+ * rows in chunks, rows that make several chunks, rows longer than a chunk,
+ * padded row strides. */
+START_TEST(json_f32_rows_paths) {
+  static float v[3 * 2100];
+  rng = 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < N_OF(v); i++)
+    v[i] = i % 61 == 2 ? NAN : from_bits(rnd32());
+  const size_t shapes[][3] = {/* rows, cols, ld */
+                              {0, 5, 5},     {1, 0, 0},     {3, 0, 4},
+                              {16, 16, 16},  {16, 64, 64},  {5, 7, 9},
+                              {300, 7, 7},   {2, 1024, 1030}, {3, 1025, 1025},
+                              {2, 2100, 2100}, {1, 3, 3}};
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    if (!attn__f32fmt_set_impl(impl_names[k])) continue; /* CPU lacks it */
+    for (size_t t = 0; t < N_OF(shapes); t++) {
+      size_t rows = shapes[t][0], cols = shapes[t][1], ld = shapes[t][2];
+      attn_buf got, want;
+      attn_buf_init(&got, 0);
+      attn_buf_init(&want, 0);
+      ck_assert_int_eq(attn__json_f32_rows(&got, v, rows, cols, ld), ATTN_OK);
+      for (size_t r = 0; r < rows; r++) {
+        ck_assert_int_eq(attn_buf_puts(&want, r ? ",[" : "["), ATTN_OK);
+        ck_assert_int_eq(attn__json_f32_list(&want, v + r * ld, cols, 1, false),
+                         ATTN_OK);
+        ck_assert_int_eq(attn_buf_puts(&want, "]"), ATTN_OK);
+      }
+      ck_assert_msg(got.len == want.len &&
+                        (!got.len || memcmp(got.data, want.data, got.len) == 0),
+                    "%s rows=%zu cols=%zu ld=%zu", impl_names[k], rows, cols,
+                    ld);
+      if (got.len) ck_assert_int_eq(got.data[got.len], '\0');
+      attn_buf_free(&got);
+      attn_buf_free(&want);
+    }
+  }
+}
+END_TEST
+
 START_TEST(json_f32_list_paths) {
   static float v[2 * 2600];
   rng = 0x51ed2701a3c5d9e7u;
@@ -849,6 +939,8 @@ Suite *f32fmt_suite(void) {
   tcase_add_test(tc, list_unit_interval);
   tcase_add_test(tc, list_portable_copy);
   tcase_add_test(tc, json_f32_list_paths);
+  tcase_add_test(tc, rows_match_lists);
+  tcase_add_test(tc, json_f32_rows_paths);
   suite_add_tcase(s, tc);
   return s;
 }

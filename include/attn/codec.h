@@ -248,6 +248,12 @@ attn_status attn__json_f32(attn_buf *b, float v);
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
 attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
                                 int64_t stride, bool lead_comma);
+/* rows x cols floats (row r at v + r * ld, contiguous within a row) as
+ * "[..],[..]": the same bytes as "[" attn__json_f32_list "]" per row joined
+ * by ',', in one call for many short rows.  Failure as for
+ * attn__json_f32_list. */
+attn_status attn__json_f32_rows(attn_buf *b, const float *v, size_t rows,
+                                size_t cols, size_t ld);
 
 /* Most values (nodes) one JSON body may hold.  A node is a 64-byte cJSON
  * struct, so 2^24 of them is ~1 GiB of memory for one request; tensors that

@@ -50,4 +50,19 @@ size_t attn_f32_shortest(float v, char *out);
  * loop. */
 size_t attn_f32_shortest_list(const float *v, size_t n, char *out);
 
+/* Room attn_f32_shortest_rows() needs: each row's list plus '[', ']' and
+ * a separator. */
+#define ATTN_F32_ROWS_MAX_CHARS(rows, cols) \
+  ((rows) * (ATTN_F32_LIST_MAX_CHARS(cols) + 3))
+
+/* Writes rows x cols floats, row r at v + r * ld, as JSON arrays joined by
+ * ',': "[a,b],[c,d]" -- the same bytes as "[" attn_f32_shortest_list(row)
+ * "]" per row ("[]" for cols == 0), without the per-call set-up of that
+ * many lists: a response's nested rows are often a single AVX-512 block
+ * long.  Returns the length; 0 for rows == 0.  out must have room for
+ * ATTN_F32_ROWS_MAX_CHARS(rows, cols) bytes; bytes past the returned length
+ * are left unspecified.  Never fails. */
+size_t attn_f32_shortest_rows(const float *v, size_t rows, size_t cols,
+                              size_t ld, char *out);
+
 #endif /* ATTN_F32FMT_H */

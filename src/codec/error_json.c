@@ -103,6 +103,37 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
   return ATTN_OK;
 }
 
+attn_status attn__json_f32_rows(attn_buf *b, const float *v, size_t rows,
+                                size_t cols, size_t ld) {
+  /* As many rows at a time as make about one list chunk (the room reserved
+   * stays as small as attn__json_f32_list's); longer rows go one by one
+   * through it. */
+  enum { CHUNK = 1024 };
+  for (size_t r = 0; r < rows;) {
+    attn_status s;
+    if (cols > CHUNK) {
+      if ((s = attn_buf_append(b, r ? ",[" : "[", r ? 2 : 1)) != ATTN_OK ||
+          (s = attn__json_f32_list(b, v + r * ld, cols, 1, false)) !=
+              ATTN_OK ||
+          (s = attn_buf_append(b, "]", 1)) != ATTN_OK)
+        return s;
+      r++;
+      continue;
+    }
+    size_t m = cols ? CHUNK / cols : CHUNK;
+    if (m > rows - r) m = rows - r;
+    s = attn_buf_reserve(b, ATTN_F32_ROWS_MAX_CHARS(m, cols) + 2);
+    if (s != ATTN_OK) return s;
+    char *p = b->data + b->len;
+    if (r) *p++ = ',';
+    p += attn_f32_shortest_rows(v + r * ld, m, cols, ld, p);
+    r += m;
+    b->len = (size_t)(p - b->data);
+    b->data[b->len] = '\0'; /* buf.c keeps data NUL-terminated */
+  }
+  return ATTN_OK;
+}
+
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape) {
   attn_status s = attn_buf_append(b, "[", 1);
   for (int i = 0; s == ATTN_OK && i < rank; i++)

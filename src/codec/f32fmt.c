@@ -47,6 +47,10 @@
  * (same bytes, 3.2-3.6x the throughput); a constructor picks it when the CPU
  * has the AVX-512 subsets it needs.  attn__f32fmt_set_impl
  * (f32fmt_impl.h) lets tests and the bench force either.
+ * attn_f32_shortest_rows prints a matrix as "[..],[..]" in one call per
+ * implementation (rows_portable is its reference): responses nest rows of
+ * 16 or 64 floats, and a call per row cost ~40-70 ns of set-up and buffer
+ * bookkeeping each.
  *
  * Threads: pure functions and constant tables; callable from any thread.
  * The list implementation is chosen before main (or by a test, while no
@@ -374,16 +378,31 @@ static size_t list_portable(const float *v, size_t n, char *out) {
   return (size_t)(p - out);
 }
 
+/* Rows as "[..],[..]" through list_portable: the reference of the rows. */
+static size_t rows_portable(const float *v, size_t rows, size_t cols,
+                            size_t ld, char *out) {
+  char *p = out;
+  for (size_t r = 0; r < rows; r++) {
+    if (r) *p++ = ',';
+    *p++ = '[';
+    p += list_portable(v + r * ld, cols, p);
+    *p++ = ']';
+  }
+  return (size_t)(p - out);
+}
+
 typedef struct list_impl {
   const char *name;
   size_t (*fn)(const float *v, size_t n, char *out);
+  size_t (*rows)(const float *v, size_t rows, size_t cols, size_t ld,
+                 char *out);
 } list_impl;
 
 static const list_impl list_impls[] = {
 #if ATTN__F32_HAVE_AVX512
-    {"avx512", attn__f32_list_avx512},
+    {"avx512", attn__f32_list_avx512, attn__f32_rows_avx512},
 #endif
-    {"portable", list_portable},
+    {"portable", list_portable, rows_portable},
 };
 #define N_LIST_IMPLS (sizeof list_impls / sizeof list_impls[0])
 
@@ -431,4 +450,9 @@ const char *attn__f32fmt_impl_name(void) {
 
 size_t attn_f32_shortest_list(const float *v, size_t n, char *out) {
   return list_active->fn(v, n, out);
+}
+
+size_t attn_f32_shortest_rows(const float *v, size_t rows, size_t cols,
+                              size_t ld, char *out) {
+  return list_active->rows(v, rows, cols, ld, out);
 }

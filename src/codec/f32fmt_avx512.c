@@ -434,4 +434,25 @@ TARGET size_t attn__f32_list_avx512(const float *v, size_t n, char *out) {
   return n ? (size_t)(p - out) - 1 : 0;
 }
 
+/* Row r: '[' at p, its blocks (each text followed by ','), the last ','
+ * turned into ']', then ','.  A row starts at most r * (17 cols + 3) bytes
+ * into out and its stores end within 17 cols + 3 bytes of its start, as
+ * ATTN_F32_ROWS_MAX_CHARS allows.  One tables_init for all rows. */
+TARGET size_t attn__f32_rows_avx512(const float *v, size_t rows, size_t cols,
+                                    size_t ld, char *out) {
+  tables tb;
+  tables_init(&tb);
+  char *p = out;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = v + r * ld;
+    *p++ = '[';
+    for (size_t i = 0; i < cols; i += 16)
+      p += block(&tb, row + i, cols - i < 16 ? (unsigned)(cols - i) : 16u, p);
+    if (cols) p--; /* the ',' after the row's last number */
+    *p++ = ']';
+    *p++ = ',';
+  }
+  return rows ? (size_t)(p - out) - 1 : 0;
+}
+
 #endif /* ATTN__F32_HAVE_AVX512 */

@@ -25,6 +25,9 @@ extern const uint64_t *const attn__f32_g;
  * checked that the CPU has them.  Same contract and bytes as the portable
  * loop. */
 size_t attn__f32_list_avx512(const float *v, size_t n, char *out);
+/* attn_f32_shortest_rows on the same CPUs. */
+size_t attn__f32_rows_avx512(const float *v, size_t rows, size_t cols,
+                             size_t ld, char *out);
 #else
 #define ATTN__F32_HAVE_AVX512 0
 #endif

@@ -694,7 +694,12 @@ static attn_status put_nested(attn_buf *b, const float *base,
                               const dimspec *outer, int n_outer,
                               const dimspec *inner, int n_inner) {
   attn_status s = attn_buf_append(b, "[", 1);
-  if (n_outer > 0) {
+  if (n_outer == 1 && n_inner == 1 && inner[0].stride == 1 &&
+      outer[0].stride >= 0) { /* rows of a matrix: one call */
+    if (s == ATTN_OK)
+      s = attn__json_f32_rows(b, base, (size_t)outer[0].n, (size_t)inner[0].n,
+                              (size_t)outer[0].stride);
+  } else if (n_outer > 0) {
     for (int64_t i = 0; s == ATTN_OK && i < outer[0].n; i++) {
       if (i) s = attn_buf_append(b, ",", 1);
       if (s == ATTN_OK)
