@@ -2,11 +2,10 @@
  * and v1 codecs share: effective limits, float printing, guarded parsing.
  *
  * Design
- *  - Floats: every float a codec prints goes through attn__json_f32, which
- *    uses attn_f32_shortest (include/attn/f32fmt.h) when that header exists
- *    and a private "%.9g" fallback otherwise (9 significant digits always
- *    round-trip an IEEE single).  Non-finite values become null: JSON has no
- *    NaN or Infinity, and a response must stay parseable.
+ *  - Floats: every float a codec prints goes through attn__json_f32,
+ *    attn__json_f32_list or attn__json_f32_rows, which use the shortest
+ *    round-trip text of include/attn/f32fmt.h.  Non-finite values become
+ *    null: JSON has no NaN or Infinity, and a response must stay parseable.
  *  - Parsing request bodies is json_fast.c (attn__json_parse): a strict
  *    parser building arena-backed cJSON trees, freed by attn__json_free.
  *
@@ -14,25 +13,11 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "attn/codec.h"
 
-#if __has_include("attn/f32fmt.h")
 #include "attn/f32fmt.h"
-#else
-/* Fallback until include/attn/f32fmt.h lands: 9 significant digits always
- * round-trip; not always the shortest text. */
-#define ATTN_F32_MAX_CHARS 16
-static size_t attn_f32_shortest(float v, char *out) {
-  char tmp[32];
-  int n = snprintf(tmp, sizeof tmp, "%.9g", (double)v);
-  if (n < 0 || n > ATTN_F32_MAX_CHARS) n = 0; /* cannot happen for finite v */
-  memcpy(out, tmp, (size_t)n);
-  return (size_t)n;
-}
-#endif
 
 void attn_codec_limits_default(attn_codec_limits *l) {
   l->max_tensor_elements = ATTN_CODEC_DEFAULT_MAX_TENSOR_ELEMENTS;
