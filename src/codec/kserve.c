@@ -381,13 +381,14 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     }
     o->rank++;
   }
-  attn_shape_format(sh, sizeof sh, o->rank, o->shape);
   if (!attn_shape_numel(o->rank, o->shape, &o->numel))
     return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
-                     "shape %s has too many elements (overflow)", sh);
+                     "shape %s has too many elements (overflow)",
+                     attn_shape_format(sh, sizeof sh, o->rank, o->shape));
   if (o->numel > lim->max_tensor_elements)
     return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
-                     "shape %s has %zu elements, above the limit of %zu", sh,
+                     "shape %s has %zu elements, above the limit of %zu",
+                     attn_shape_format(sh, sizeof sh, o->rank, o->shape),
                      o->numel, lim->max_tensor_elements);
 
   /* parameters */
@@ -412,7 +413,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
   size_t esize = attn_dtype_size(o->dt), bytes;
   if (!attn_size_mul(o->numel, esize, &bytes))
     return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
-                     "shape %s is too large in bytes", sh);
+                     "shape %s is too large in bytes",
+                     attn_shape_format(sh, sizeof sh, o->rank, o->shape));
   if (bds) {
     int64_t n;
     if (!json_int(bds, 0, TWO_POW_53, &n))
@@ -435,7 +437,8 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                               (long long)o->shape[r]);
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "binary_data_size %lld != %s = %zu (%s %s)",
-                       (long long)n, f, bytes, attn_dtype_name(o->dt), sh);
+                       (long long)n, f, bytes, attn_dtype_name(o->dt),
+                       attn_shape_format(sh, sizeof sh, o->rank, o->shape));
     }
     if (bytes > len - *off)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
