@@ -1206,6 +1206,9 @@ START_TEST(v1_encode_undoes_slicing) {
       2, true);
   v1_roundtrip("{'query':[[0.1,-2.5],[1e-7,3e38]],'tokens':[[1],{'a':2}]}", 1,
                false);
+  /* one head with a batch: each batch's rows printed as whole rows */
+  v1_roundtrip("{'query':[[[0.5,-1],[2,3e-5]],[[7,8],[-9,1e9]]],'tokens':[]}",
+               1, true);
 }
 END_TEST
 

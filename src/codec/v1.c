@@ -777,7 +777,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
   const attn_tensor *ot = &o->tensor;
   bool sliced = info && info->heads_sliced;
   dimspec outer[2], inner[2];
-  int n_outer = 0;
+  int n_outer = 0, n_inner = 2;
   if (sliced) { /* [B?,H,Lq,Dv] -> [B?,Lq,H*Dv] */
     int b = info->B_given > 0;
     if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
@@ -799,6 +799,10 @@ attn_status attn_v1_encode(const attn_infer_response *r,
     inner[0].stride = Lq * Dv;
     inner[1].n = Dv;
     inner[1].stride = 1;
+    if (H == 1) { /* one head: the rows are whole, printed in one call */
+      inner[0] = inner[1];
+      n_inner = 1;
+    }
     orank = 2 + b;
     if (b) oshape[0] = ot->shape[0];
     oshape[b] = Lq;
@@ -810,7 +814,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
 
   TRY(attn_buf_puts(out, "{\"output\":"));
   if (sliced)
-    TRY(put_nested(out, ot->data, outer, n_outer, inner, 2));
+    TRY(put_nested(out, ot->data, outer, n_outer, inner, n_inner));
   else
     TRY(put_tensor(out, ot));
   if (w) {
