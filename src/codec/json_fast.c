@@ -1114,14 +1114,27 @@ const double *attn__json_packed(const cJSON *a, size_t *n) {
 
 size_t attn__f64_to_f32(const double *v, size_t n, float *dst) {
   size_t k = 0;
-  /* Blocks of 8 without an early exit inside, so that the compiler
-   * vectorises the range check and the conversion. */
+#if JSON_CHUNKS
+  /* Blocks of 8 in SSE2: GCC vectorises the conversion of the loop below
+   * but not its range check (8 scalar compares and setcc per block, ~0.5
+   * ns a number).  cmple is false for NaN, as the scalar test is; a block
+   * with any value out of range is left to the loop below, which stops at
+   * it. */
+  const __m128d lim = _mm_set1_pd(FLT_MAX);
+  const __m128d mag = _mm_castsi128_pd(_mm_set1_epi64x(INT64_MAX));
   for (; k + 8 <= n; k += 8) {
-    int ok = 1;
-    for (int j = 0; j < 8; j++) ok &= fabs(v[k + j]) <= FLT_MAX;
-    if (!ok) break;
-    for (int j = 0; j < 8; j++) dst[k + j] = (float)v[k + j];
+    __m128d a0 = _mm_loadu_pd(v + k), a1 = _mm_loadu_pd(v + k + 2);
+    __m128d a2 = _mm_loadu_pd(v + k + 4), a3 = _mm_loadu_pd(v + k + 6);
+    __m128d ok = _mm_and_pd(_mm_and_pd(_mm_cmple_pd(_mm_and_pd(a0, mag), lim),
+                                       _mm_cmple_pd(_mm_and_pd(a1, mag), lim)),
+                            _mm_and_pd(_mm_cmple_pd(_mm_and_pd(a2, mag), lim),
+                                       _mm_cmple_pd(_mm_and_pd(a3, mag), lim)));
+    if (_mm_movemask_pd(ok) != 3) break;
+    _mm_storeu_ps(dst + k, _mm_movelh_ps(_mm_cvtpd_ps(a0), _mm_cvtpd_ps(a1)));
+    _mm_storeu_ps(dst + k + 4,
+                  _mm_movelh_ps(_mm_cvtpd_ps(a2), _mm_cvtpd_ps(a3)));
   }
+#endif
   for (; k < n && fabs(v[k]) <= FLT_MAX; k++) dst[k] = (float)v[k];
   return k;
 }
