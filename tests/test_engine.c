@@ -508,14 +508,14 @@ START_TEST(test_sdpa_misuse) {
   t.p.v.data = NULL;
   EXPECT(ATTN_EINVAL, "value");
   tiny_init(&t);
-  t.q[5] = NAN;
-  EXPECT(ATTN_ENONFINITE, "query");
+  t.q[5] = NAN; /* row 1 of 2: the whole-matrix pass, then the rows */
+  EXPECT(ATTN_ENONFINITE, "query contains NaN or Inf (row 1 of");
   tiny_init(&t);
   t.k[11] = INFINITY;
-  EXPECT(ATTN_ENONFINITE, "key");
+  EXPECT(ATTN_ENONFINITE, "key contains NaN or Inf (row 2 of");
   tiny_init(&t);
   t.v[0] = -INFINITY;
-  EXPECT(ATTN_ENONFINITE, "value");
+  EXPECT(ATTN_ENONFINITE, "value contains NaN or Inf (row 0 of");
   tiny_init(&t);
   t.p.o.mask = (attn_mask){ATTN_MASK_BOOL, bm, 2, 1};
   EXPECT(ATTN_ESHAPE, "attn_mask: dim 0");

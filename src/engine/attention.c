@@ -149,11 +149,16 @@ static int64_t view_nonfinite(const float *data, int64_t n0, int64_t s0,
                               int64_t n1, int64_t s1, int64_t rows, int64_t ld,
                               int64_t cols) {
   for (int64_t a = 0; a < n0; a++)
-    for (int64_t b = 0; b < n1; b++)
+    for (int64_t b = 0; b < n1; b++) {
+      /* contiguous rows: one pass over the matrix (a call per row of a
+       * small request costs more than its check), rows only on failure */
+      if (ld == cols && row_finite(data + a * s0 + b * s1, rows * cols))
+        continue;
       for (int64_t i = 0; i < rows; i++) {
         const float *r = data + a * s0 + b * s1 + i * ld;
         if (!row_finite(r, cols)) return (a * n1 + b) * rows + i;
       }
+    }
   return -1;
 }
 
