@@ -32,6 +32,12 @@
  *  back-to-back one (idle virtual CPUs are halted and wake slowly, see
  *  docs/performance.md, "Server load").
  *
+ *  --work-us U (with --handoff) makes each worker burn U microseconds of
+ *  its own CPU time before it resumes: a request that computes for U us
+ *  on the CPU.  Its rate against the plain echo says what attnd could reach
+ *  if decoding, computing and encoding cost U us per request in all; load.sh
+ *  does not run it, docs/performance.md ("Server load") has the sweep.
+ *
  *  Invariants.  The reply is built once before the daemon starts and is
  *  never written again, so every thread may hand it to MHD as persistent
  *  memory.  A per-connection request context lives from the first access
@@ -64,6 +70,7 @@ typedef struct echo_opts {
   int connection_limit;
   int handoff; /* worker threads; 0 = answer on the MHD thread */
   double delay_ms; /* --handoff: sleep before resuming */
+  double work_us;  /* --handoff: CPU to burn before resuming */
 } echo_opts;
 
 /* Per-request state: the body's size so far; in --handoff mode, whether the
@@ -86,6 +93,23 @@ static struct {
 } fifo = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
 static int handoff;
 static struct timespec delay; /* --delay-ms */
+static long long work_ns;     /* --work-us */
+
+/* Burn ns nanoseconds of this thread's CPU time: a stand-in for decoding,
+ * computing and encoding that uses the CPU as they do.  Thread CPU time,
+ * not wall time, so that a preempted worker does not count the time it was
+ * not running.  The clock read is a system call (~0.3 us here); it is part
+ * of the CPU burnt. */
+static void burn(long long ns) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  long long end = (long long)t.tv_sec * 1000000000LL + t.tv_nsec + ns;
+  volatile unsigned sink = 0;
+  do {
+    for (unsigned i = 0; i < 64; i++) sink = sink * 1664525u + 1013904223u;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  } while ((long long)t.tv_sec * 1000000000LL + t.tv_nsec < end);
+}
 
 static void fifo_push(echo_req *rq) {
   pthread_mutex_lock(&fifo.mu);
@@ -118,6 +142,7 @@ static void *fifo_worker(void *arg) {
       while (nanosleep(&left, &left) != 0 && errno == EINTR) {
       }
     }
+    if (work_ns) burn(work_ns);
     atomic_store(&rq->done, 1);
     MHD_resume_connection(rq->conn);
   }
@@ -223,7 +248,8 @@ static int parse_ms(const char *s, double *out) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: echo [--port N] [--threads N] [--reply-bytes N] "
-          "[--connection-limit N] [--handoff N] [--delay-ms F]\n"
+          "[--connection-limit N] [--handoff N] [--delay-ms F] "
+          "[--work-us U]\n"
           "  --port N          127.0.0.1 port, 0 = ephemeral (default 0)\n"
           "  --threads N       MHD thread pool size, 1 = polling thread only "
           "(default 2)\n"
@@ -235,6 +261,8 @@ static void usage(FILE *f) {
           "(default)\n"
           "  --delay-ms F      with --handoff: each worker sleeps F ms "
           "before resuming\n"
+          "  --work-us U       with --handoff: each worker burns U us of CPU "
+          "before resuming\n"
           "Listens on 127.0.0.1 only; SIGTERM or SIGINT stops it.\n");
 }
 
@@ -245,6 +273,7 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
   o->connection_limit = 1024;
   o->handoff = 0;
   o->delay_ms = 0;
+  o->work_us = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long x;
@@ -265,6 +294,8 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
       o->handoff = (int)x;
     } else if (strcmp(a, "--delay-ms") == 0 && !parse_ms(v, &o->delay_ms)) {
       /* stored */
+    } else if (strcmp(a, "--work-us") == 0 && !parse_ms(v, &o->work_us)) {
+      /* stored (the same range check: 0 to 60000) */
     } else {
       fprintf(stderr, "echo: bad option or value: %s %s\n", a, v ? v : "");
       usage(stderr);
@@ -272,8 +303,8 @@ static int parse_args(int argc, char **argv, echo_opts *o) {
     }
     i++;
   }
-  if (o->delay_ms > 0 && !o->handoff) {
-    fprintf(stderr, "echo: --delay-ms needs --handoff\n");
+  if ((o->delay_ms > 0 || o->work_us > 0) && !o->handoff) {
+    fprintf(stderr, "echo: --delay-ms and --work-us need --handoff\n");
     return -1;
   }
   return 0;
@@ -303,6 +334,7 @@ int main(int argc, char **argv) {
   handoff = o.handoff;
   delay.tv_sec = (time_t)(o.delay_ms / 1000);
   delay.tv_nsec = (long)((o.delay_ms - 1000.0 * (double)delay.tv_sec) * 1e6);
+  work_ns = (long long)(o.work_us * 1000.0);
   pthread_t workers[64];
   for (int i = 0; i < o.handoff; i++)
     if (pthread_create(&workers[i], NULL, fifo_worker, NULL)) {
@@ -328,9 +360,9 @@ int main(int argc, char **argv) {
       MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   fprintf(stderr,
           "echo: listening on 127.0.0.1:%u (threads=%d, reply_bytes=%zu, "
-          "handoff=%d, delay_ms=%.3f)\n",
+          "handoff=%d, delay_ms=%.3f, work_us=%.1f)\n",
           info ? (unsigned)info->port : (unsigned)o.port, o.threads, reply_len,
-          o.handoff, o.delay_ms);
+          o.handoff, o.delay_ms, o.work_us);
   fflush(stderr);
 
   int sig = 0;
