@@ -13,7 +13,10 @@
 #       request bodies, an answer of the same size as attnd's, MHD thread
 #       pool of 2 and of 1.  The echo with --handoff 2 (suspend, FIFO, two
 #       workers, resume, as attnd does, but no decoding or computing) shows
-#       what that architecture alone leaves of the ceiling.
+#       what that architecture alone leaves of the ceiling; with
+#       --work-sweep "U1 U2 ..." that echo also runs on the v1 body with
+#       each worker burning U us of its CPU per request (--work-us U): what
+#       a server whose decoding, computing and encoding cost U us would get.
 #   (b) Large: POST /v2/models/mha/infer, n=2048, d_model=512, h=8, binary
 #       FP32 inputs with biases, need_weights false, attn_output as binary;
 #       wrk -t1 -c1 (sequential) for LARGE_D seconds; workers=1 with
@@ -39,8 +42,8 @@
 #
 # Usage: bench/load.sh [--duration S] [--connections C] [--attnd PATH]
 #          [--echo PATH] [--large-duration S] [--repeats R]
-#          [--configs "H:W H:W ..."] [--no-small] [--no-large] [--out FILE]
-#          [--keep]
+#          [--configs "H:W H:W ..."] [--work-sweep "U ..."] [--no-small]
+#          [--no-large] [--out FILE] [--keep]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +54,7 @@ ECHO=
 LARGE_D=20
 REPEATS=2
 CONFIGS="1:1 1:2 2:1 2:2"   # http_threads:workers
+WORK_SWEEP=                 # worker CPU us per request for the hand-off echo
 DO_SMALL=1
 DO_LARGE=1
 OUT=
@@ -66,6 +70,7 @@ while [ $# -gt 0 ]; do
     --large-duration) LARGE_D=$2; shift ;;
     --repeats) REPEATS=$2; shift ;;
     --configs) CONFIGS=$2; shift ;;
+    --work-sweep) WORK_SWEEP=$2; shift ;;
     --no-small) DO_SMALL=0 ;;
     --no-large) DO_LARGE=0 ;;
     --out) OUT=$2; shift ;;
@@ -250,6 +255,13 @@ if [ "$DO_SMALL" = 1 ]; then
     wrk_run small echo "t2-handoff2" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
       "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
     stop_server
+    for us in $WORK_SWEEP; do
+      start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --handoff 2 \
+        --work-us "$us" --reply-bytes "$V1_OUT"
+      wrk_run small echo "t2-handoff2-work$us" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+        "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+      stop_server
+    done
 
     for hw in $CONFIGS; do
       ht=${hw%%:*} wk=${hw##*:}

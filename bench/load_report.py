@@ -64,7 +64,9 @@ def small_tables(rows):
           "`ratio` = mean attnd req/s / mean req/s of the better echo "
           "config for the same body (targets: >= 0.50 first, >= 0.70 "
           "stretch); for the echo with `--handoff` it is the share of the "
-          "ceiling left by attnd's suspend/queue/worker/resume path alone.\n")
+          "ceiling left by attnd's suspend/queue/worker/resume path alone "
+          "(`-workU`: with each worker also burning U us of CPU per "
+          "request, `--work-us`).\n")
     print("| server | config | endpoint | req/s | p50 ms | p99 ms | "
           "server CPU us/req | load (1 min) | non-2xx | ratio |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
