@@ -1,5 +1,5 @@
 /* json_avx512.c - the numbers of a packed JSON array, 64 bytes at a time on
- * AVX-512 (attn__json_window_avx512, see json_impl.h).
+ * AVX-512 (attn__json_windows_avx512, see json_impl.h).
  *
  * DESIGN
  *
@@ -126,9 +126,8 @@ static inline TARGET __m512i digits4(__m512i w, __m512i bv, __m512i fv,
                           _mm512_srli_epi64(t, 32));
 }
 
-TARGET size_t attn__json_window_avx512(const char *p, size_t room,
-                                       double *out, size_t *adv,
-                                       int *closed) {
+static inline TARGET __attribute__((always_inline)) size_t window(
+    const char *p, size_t room, double *out, size_t *adv, int *closed) {
   const __m512i w = _mm512_loadu_si512((const void *)p);
   const __m512i iota = _mm512_load_si512(IOTA), one = _mm512_set1_epi8(1);
 
@@ -227,6 +226,28 @@ TARGET size_t attn__json_window_avx512(const char *p, size_t room,
   *adv = end;
   *closed = shut;
   return k;
+}
+
+/* Windows one after another while each takes something.  The loop lives
+ * here, with the position in a register: called once per window from
+ * json_fast.c, each window's end went through memory twice (*adv, then
+ * the parser's position) on the chain that decides where the next window
+ * starts. */
+TARGET size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
+                                        double *out, size_t *adv, int *closed) {
+  size_t n = 0, at = 0;
+  int shut = 0;
+  while (len - at >= ATTN__JSON_WINDOW && n < room) {
+    size_t a;
+    size_t got = window(p + at, room - n, out + n, &a, &shut);
+    if (!got) break;
+    n += got;
+    at += a;
+    if (shut) break;
+  }
+  *adv = at;
+  *closed = shut;
+  return n;
 }
 
 #endif /* ATTN__JSON_HAVE_AVX512 */

@@ -906,9 +906,10 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
       size_t room = ps->max_nodes - ps->nodes, adv = 0;
       int shut = 0;
       if (room > ps->run_cap - n) room = ps->run_cap - n;
-      size_t got = room ? attn__json_window_avx512(ps->p, room, ps->run + n,
-                                                   &adv, &shut)
-                        : 0;
+      size_t got =
+          room ? attn__json_windows_avx512(ps->p, (size_t)(ps->end - ps->p),
+                                           room, ps->run + n, &adv, &shut)
+               : 0;
       if (got) {
         n += got;
         ps->nodes += got;

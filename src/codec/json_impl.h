@@ -15,24 +15,26 @@
  * paths of json_fast.c. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
 #define ATTN__JSON_HAVE_AVX512 1
-/* Numbers of a packed array, one 64-byte window at a time, on AVX-512
- * F/BW/DQ/VL/VBMI/VBMI2 (the caller has checked the CPU).
+/* Numbers of a packed array, 64-byte windows one after another, on
+ * AVX-512 F/BW/DQ/VL/VBMI/VBMI2 (the caller has checked the CPU).
  *
- * p       a number's first byte inside an array being packed; 64 bytes are
- *         readable from p.
+ * p       a number's first byte inside an array being packed.
+ * len     bytes readable from p; windows are read while 64 remain.
  * room    at most this many numbers are taken (>= 1).
  * out     receives the values, out[0 .. return value).
  * adv     on return > 0: bytes taken; p + *adv is the first byte of the
  *         next number, or the array's ']' when *closed is 1.
- * Returns how many numbers were taken: those of the window's first
- * numbers that have the form -?(0|[1-9][0-9]*)(\.[0-9]+)? with at most 15
- * digits, each followed by whitespace, one ',' and whitespace up to the
- * next number (or by whitespace and the closing ']').  Each value is the
- * correctly rounded double, bit-identical to strtod.  0 means "nothing
- * here for the window" (a rarer form, a number longer than the window, an
- * error): the caller parses one number its own way and calls again. */
-size_t attn__json_window_avx512(const char *p, size_t room, double *out,
-                                size_t *adv, int *closed);
+ * Returns how many numbers were taken: those of the first numbers that
+ * have the form -?(0|[1-9][0-9]*)(\.[0-9]+)? with at most 15 digits, each
+ * followed by whitespace, one ',' and whitespace up to the next number (or
+ * by whitespace and the closing ']'), up to the first window that takes
+ * none of its numbers, the ']', room numbers, or fewer than 64 bytes left.
+ * Each value is the correctly rounded double, bit-identical to strtod.  0
+ * means "nothing here for the window" (a rarer form, a number longer than
+ * the window, an error): the caller parses one number its own way and
+ * calls again. */
+size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
+                                 double *out, size_t *adv, int *closed);
 #else
 #define ATTN__JSON_HAVE_AVX512 0
 #endif
