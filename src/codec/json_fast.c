@@ -61,8 +61,9 @@
  *    (SSE2) and converts each number of the common [-]I[.F] form from its
  *    known length (number_known), so the numbers of a chunk do not wait on
  *    each other; anything else goes through parse_number one at a time.
- *    On CPUs with AVX-512 VBMI2 json_avx512.c reads the window instead
- *    (64 bytes, up to 32 numbers converted together); which of the two (or
+ *    On CPUs with AVX-512 VBMI2 json_avx512.c reads the windows instead
+ *    (64 bytes each, up to 32 numbers converted together, as many windows
+ *    per call as take something); which of the two (or
  *    neither: "scalar") is used is set before main and by the test hook
  *    attn__json_set_impl (json_impl.h).
  *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
