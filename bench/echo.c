@@ -14,7 +14,8 @@
  *  thread and no pool, as attnd does with http_threads = 1).  The main
  *  thread blocks SIGTERM and SIGINT before the daemon starts (so MHD's
  *  threads inherit the mask), prints the port, and waits in sigwait; on
- *  either signal it stops the daemon and exits 0.
+ *  either signal it stops the --handoff workers (they first answer what
+ *  they hold), then the daemon, and exits 0.
  *
  *  --handoff N adds what attnd's architecture adds and nothing else: the
  *  last access call suspends the connection and pushes it on a FIFO
@@ -112,8 +113,15 @@ static void burn(long long ns) {
   } while ((long long)t.tv_sec * 1000000000LL + t.tv_nsec < end);
 }
 
-static void fifo_push(echo_req *rq) {
+/* Queue rq for a worker.  Returns 0, queueing nothing, once the server is
+ * stopping: the workers may have left, and libmicrohttpd aborts if it is
+ * stopped with a connection still suspended. */
+static int fifo_push(echo_req *rq) {
   pthread_mutex_lock(&fifo.mu);
+  if (fifo.stop) {
+    pthread_mutex_unlock(&fifo.mu);
+    return 0;
+  }
   rq->next = NULL;
   if (fifo.tail)
     fifo.tail->next = rq;
@@ -122,6 +130,7 @@ static void fifo_push(echo_req *rq) {
   fifo.tail = rq;
   pthread_cond_signal(&fifo.cv);
   pthread_mutex_unlock(&fifo.mu);
+  return 1;
 }
 
 /* Worker: pop, mark done, resume. */
@@ -200,10 +209,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   }
   if (handoff && !atomic_load(&rq->done)) {
     if (rq->suspended) return MHD_YES; /* called again while queued */
-    rq->suspended = 1;
     rq->conn = conn;
     MHD_suspend_connection(conn);
-    fifo_push(rq);
+    if (fifo_push(rq)) {
+      rq->suspended = 1;
+      return MHD_YES;
+    }
+    MHD_resume_connection(conn); /* stopping: answer on the next call */
+    atomic_store(&rq->done, 1);
     return MHD_YES;
   }
   struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -368,12 +381,15 @@ int main(int argc, char **argv) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  MHD_stop_daemon(d);
+  /* Workers first: they resume every connection still queued (a request
+   * in its --delay-ms when wrk stopped), and libmicrohttpd aborts if it is
+   * stopped with one still suspended. */
   pthread_mutex_lock(&fifo.mu);
   fifo.stop = 1;
   pthread_cond_broadcast(&fifo.cv);
   pthread_mutex_unlock(&fifo.mu);
   for (int i = 0; i < o.handoff; i++) pthread_join(workers[i], NULL);
+  MHD_stop_daemon(d);
   free(reply);
   return 0;
 }
