@@ -718,6 +718,44 @@ END_TEST
 
 /* ---- targeted decoder tests --------------------------------------------- */
 
+/* Self-attention: key is the query and value the key, as views of one
+ * buffer (no copies), which the request frees once. */
+START_TEST(v1_self_attention_views) {
+  char *json = unquote("{'query':[[1,2],[3,4],[5,6]]}");
+  attn_infer_request r;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_v1_decode(json, strlen(json), NULL, &r, NULL, &d),
+                   ATTN_OK);
+  ck_assert_int_eq(r.n_inputs, 3);
+  const attn_tensor *q = &attn_infer_find_input(&r, "query")->tensor;
+  const attn_tensor *k = &attn_infer_find_input(&r, "key")->tensor;
+  const attn_tensor *v = &attn_infer_find_input(&r, "value")->tensor;
+  ck_assert(q->owns && !k->owns && !v->owns);
+  ck_assert_ptr_eq(k->data, q->data);
+  ck_assert_ptr_eq(v->data, q->data);
+  ck_assert_int_eq(k->rank, q->rank);
+  ck_assert_int_eq(k->shape[k->rank - 1], 2);
+  ck_assert(((const float *)v->data)[5] == 6.0f);
+  attn_infer_request_free(&r);
+  free(json);
+
+  /* a key of its own: value is a view of it; two heads cut copies */
+  json = unquote("{'query':[[1,2]],'key':[[7,8],[9,10]],'num_heads':2}");
+  ck_assert_int_eq(attn_v1_decode(json, strlen(json), NULL, &r, NULL, &d),
+                   ATTN_OK);
+  q = &attn_infer_find_input(&r, "query")->tensor;
+  k = &attn_infer_find_input(&r, "key")->tensor;
+  v = &attn_infer_find_input(&r, "value")->tensor;
+  ck_assert(q->owns && k->owns && !v->owns);
+  ck_assert_ptr_ne(k->data, q->data);
+  ck_assert_ptr_eq(v->data, k->data);
+  /* [H=2, Lk=2, 1]: head 1 holds the second column */
+  ck_assert(((const float *)v->data)[2] == 8.0f);
+  attn_infer_request_free(&r);
+  free(json);
+}
+END_TEST
+
 START_TEST(v2_request_fields) {
   char *json = unquote(
       "{'id':'req-7','parameters':{'binary_data_output':true,'priority':3,"
@@ -2434,6 +2472,7 @@ Suite *codec_suite(void) {
   TCase *tc = tcase_create("v2_decode");
   tcase_add_loop_test(tc, v2_decode_table, 0, N_OF(v2_cases));
   tcase_add_test(tc, v2_request_fields);
+  tcase_add_test(tc, v1_self_attention_views);
   tcase_add_test(tc, v2_binary_equals_json);
   tcase_add_test(tc, depth_limit);
   suite_add_tcase(s, tc);

@@ -486,6 +486,44 @@ static attn_status tiny_run(tiny *t, attn_diag *d) {
                   d_.msg, substr);                                      \
   } while (0)
 
+/* One buffer [3][4] read as query, key and value.  The finiteness checks
+ * skip a view only when it covers the same elements as one already
+ * checked, and aliasing changes no bit of the answer. */
+START_TEST(test_sdpa_aliased_inputs) {
+  float x[12], xk[12], xv[12], out[12], ref[12];
+  attn_diag d = {{0}};
+  for (int i = 0; i < 12; i++) x[i] = 0.125f * (float)(i % 5) - 0.25f;
+  memcpy(xk, x, sizeof x);
+  memcpy(xv, x, sizeof x);
+  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 3, .Lk = 3,
+                         .Dk = 4, .Dv = 4, .q = {x, 12, 12, 4},
+                         .k = {xk, 12, 12, 4}, .v = {xv, 12, 12, 4}};
+  attn_mview o = {out, 12, 12, 4};
+  ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){ref, 12, 12, 4}, NULL, &d),
+                   ATTN_OK);
+  p.k.data = x;
+  p.v.data = x;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, o, NULL, &d), ATTN_OK);
+  ck_assert_mem_eq(out, ref, sizeof out);
+
+  x[9] = NAN; /* row 2: all three views see it; the query is named */
+  ck_assert_int_eq(attn_sdpa(&p, NULL, o, NULL, &d), ATTN_ENONFINITE);
+  ck_assert_msg(strstr(d.msg, "query contains NaN or Inf (row 2 of"), "%s",
+                d.msg);
+  p.Lq = 2; /* same pointer and strides, but the key has a row more */
+  ck_assert_int_eq(attn_sdpa(&p, NULL, o, NULL, &d), ATTN_ENONFINITE);
+  ck_assert_msg(strstr(d.msg, "key contains NaN or Inf (row 2 of"), "%s",
+                d.msg);
+  x[9] = 0.0f;
+  x[11] = INFINITY; /* column 3: the value's (Dv 4), not the key's (Dk 2) */
+  p.Lq = 3;
+  p.Dk = 2;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, o, NULL, &d), ATTN_ENONFINITE);
+  ck_assert_msg(strstr(d.msg, "value contains NaN or Inf (row 2 of"), "%s",
+                d.msg);
+}
+END_TEST
+
 START_TEST(test_sdpa_misuse) {
   tiny t;
   uint8_t bm[6] = {0};
@@ -797,6 +835,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_sdpa_causal_alignment);
   tcase_add_test(tc, test_mha_table);
   tcase_add_test(tc, test_sdpa_misuse);
+  tcase_add_test(tc, test_sdpa_aliased_inputs);
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);
   tcase_add_test(tc, test_expf);

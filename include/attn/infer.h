@@ -39,7 +39,8 @@ typedef struct attn_param {
 typedef struct attn_infer_input {
   char *name;
   attn_dtype wire_dtype;
-  attn_tensor tensor; /* owns its data */
+  attn_tensor tensor; /* owns its data, or borrows it (owns false) from
+                         the body or from another input of the request */
 } attn_infer_input;
 
 /* One requested output.  binary: -1 not said, 0 JSON, 1 binary. */

@@ -11,8 +11,9 @@
  *  - Mapping (names are what the models take; see codec.h):
  *      no weights, no model -> "sdpa": query/key/value [.., L, H*D] are cut
  *        into heads [.., H, L, D] (column block h -> head h; one copy, none
- *        when H = 1) and key/value are always present (self-attention copies
- *        the query, value defaults to key);
+ *        when H = 1) and key/value are always present (self-attention's
+ *        key is a view of the query, value defaults to a view of the key:
+ *        no copies);
  *      "weights" -> "mha": tensors as sent plus w_q..w_o and b_q..b_o;
  *      "model" -> that resident model: tensors as sent.
  *    attn_v1_info records what was done so attn_v1_encode can undo it: the
@@ -329,18 +330,12 @@ static attn_status split_heads(attn_tensor *src, int64_t H, const char *field,
   return ATTN_OK;
 }
 
-static attn_status copy_tensor(const attn_tensor *src, attn_tensor *dst) {
-  size_t numel = 0, bytes;
-  attn_shape_numel(src->rank, src->shape, &numel);
-  bytes = numel * attn_dtype_size(src->dtype);
+/* dst reads src's data without owning it: self-attention's key is the query,
+ * a missing value is the key.  The request frees src (its owner) along with
+ * dst, and nothing writes to inputs, so one buffer serves both. */
+static void alias_tensor(const attn_tensor *src, attn_tensor *dst) {
   *dst = *src;
-  if (!(dst->data = malloc(bytes ? bytes : 1))) {
-    memset(dst, 0, sizeof *dst);
-    return ATTN_ENOMEM;
-  }
-  if (bytes) memcpy(dst->data, src->data, bytes);
-  dst->owns = true;
-  return ATTN_OK;
+  dst->owns = false;
 }
 
 /* ---- building the request ----------------------------------------------- */
@@ -600,11 +595,11 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
     if ((s = split_heads(&t.q, H, "query", &q, d))) goto done;
     s = add_input(out, "query", &q);
     if (s == ATTN_OK && !self) s = split_heads(&t.k, H, "key", &k, d);
-    if (s == ATTN_OK && self) s = copy_tensor(&out->inputs[0].tensor, &k);
+    if (s == ATTN_OK && self) alias_tensor(&out->inputs[0].tensor, &k);
     if (s == ATTN_OK) s = add_input(out, "key", &k);
     if (s == ATTN_OK && has_v) s = split_heads(&t.v, H, "value", &v, d);
     if (s == ATTN_OK && !has_v) /* value defaults to key */
-      s = copy_tensor(&out->inputs[1].tensor, &v);
+      alias_tensor(&out->inputs[1].tensor, &v);
     if (s == ATTN_OK) s = add_input(out, "value", &v);
     if (s) goto done;
   } else {

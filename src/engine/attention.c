@@ -162,6 +162,12 @@ static int64_t view_nonfinite(const float *data, int64_t n0, int64_t s0,
   return -1;
 }
 
+/* a and b address the same elements (given the same dimensions). */
+static bool same_view(const attn_view *a, const attn_view *b) {
+  return a->data == b->data && a->sb == b->sb && a->sh == b->sh &&
+         a->ld == b->ld;
+}
+
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 static attn_status check_opts(const attn_attend_opts *o, int64_t B, int64_t H,
@@ -704,12 +710,18 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "query contains NaN or Inf (row %lld of [B*H*Lq])",
                          (long long)at);
-  if ((at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh, p->Lk,
+  /* self-attention passes the query as the key, and often the key as the
+   * value: the same elements need no second look */
+  bool k_is_q = p->Hkv == p->H && p->Lk == p->Lq && same_view(&p->k, &p->q);
+  bool v_is_k = p->Dv == p->Dk && same_view(&p->v, &p->k);
+  if (!k_is_q &&
+      (at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh, p->Lk,
                            p->k.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "key contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
-  if ((at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh, p->Lk,
+  if (!v_is_k &&
+      (at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh, p->Lk,
                            p->v.ld, p->Dv)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
