@@ -2034,6 +2034,54 @@ static size_t number_array(char *doc, size_t *off, int count,
   return k;
 }
 
+/* Numbers of 1 to 9 digits in all, 8 and 9 (the edge of the AVX-512
+ * window's 8-digit lanes, src/codec/json_avx512.c) most often: integers,
+ * "0.ddd" and "dd.ddd", either sign.  Within a window every number
+ * has 8 digits or fewer (the one-register case) or some have 9. */
+static size_t gen_short_number(char *o, uint64_t *rng) {
+  static const unsigned digits[] = {1, 2, 3, 5, 7, 8, 8, 8, 9, 9};
+  uint64_t r = xs64(rng);
+  unsigned nd = digits[r % 10], form = (unsigned)(r >> 8) % 3;
+  if ((r >> 12) % 16 < 14 && nd == 9) nd = 8; /* whole windows of <= 8 */
+  size_t n = 0;
+  if ((r >> 16) & 1) o[n++] = '-';
+  if (form == 1 && nd >= 2) { /* 0.ddd: the 0 counts as a digit */
+    o[n++] = '0';
+    o[n++] = '.';
+    for (unsigned i = 1; i < nd; i++) o[n++] = (char)('0' + xs64(rng) % 10);
+    return n;
+  }
+  unsigned ni = form == 2 && nd >= 2 ? 1 + (unsigned)(r >> 20) % (nd - 1) : nd;
+  for (unsigned i = 0; i < nd; i++) {
+    if (i == ni) o[n++] = '.';
+    o[n++] = (char)('0' + (i == 0 && ni > 1 ? 1 + xs64(rng) % 9
+                                            : xs64(rng) % 10));
+  }
+  return n;
+}
+
+/* docs arrays of 1000 of gen's numbers (each under max_len bytes), every
+ * value against strtod on every path. */
+static void generated_match_strtod(size_t (*gen)(char *, uint64_t *),
+                                   size_t max_len, int docs, uint64_t seed) {
+  enum { PER_DOC = 1000 };
+  char *doc = malloc(PER_DOC * (max_len + 1) + 8);
+  size_t *off = malloc(PER_DOC * sizeof *off);
+  ck_assert(doc && off);
+  for (int di = 0; di < docs; di++) {
+    size_t k = number_array(doc, off, PER_DOC, gen, &seed, NULL, 0);
+    values_match_strtod(doc, k, off, PER_DOC);
+  }
+  free(off);
+  free(doc);
+}
+
+/* Short numbers such as -0.482913, every path against strtod. */
+START_TEST(json_short_numbers_match_strtod) {
+  generated_match_strtod(gen_short_number, 16, 200, 0x243F6A8885A308D3ull);
+}
+END_TEST
+
 /* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
  * digits that are no exact double) and the cases it must leave to strtod:
  * exact ties between two doubles (an odd 54-bit integer t times 2^p, or
@@ -2041,17 +2089,7 @@ static size_t number_array(char *doc, size_t *off, int count,
  * and beyond it, 17- and 19-digit texts of random doubles.  Each value
  * must be bit-identical to strtod's. */
 START_TEST(json_long_numbers_match_strtod) {
-  enum { PER_DOC = 1000, DOCS = 300 };
-  char *doc = malloc(PER_DOC * 64 + 8);
-  size_t *off = malloc(PER_DOC * sizeof *off);
-  ck_assert(doc && off);
-  uint64_t rng = 0x5DEECE66Dull;
-  for (int di = 0; di < DOCS; di++) {
-    size_t k = number_array(doc, off, PER_DOC, gen_long_number, &rng, NULL, 0);
-    values_match_strtod(doc, k, off, PER_DOC);
-  }
-  free(off);
-  free(doc);
+  generated_match_strtod(gen_long_number, 63, 300, 0x5DEECE66Dull);
 }
 END_TEST
 
@@ -2505,6 +2543,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_large_values);
   tcase_add_test(tc, json_numbers_match_strtod);
   tcase_add_test(tc, json_long_numbers_match_strtod);
+  tcase_add_test(tc, json_short_numbers_match_strtod);
   tcase_add_test(tc, json_same_as_cjson);
   tcase_add_loop_test(tc, json_packed_like_plain, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_long_runs, 0, N_OF(json_impls));
