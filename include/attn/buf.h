@@ -32,6 +32,8 @@ attn_status attn_buf_printf(attn_buf *b, const char *fmt, ...);
 
 /* v in decimal, as "%lld" would print it, without the printf machinery. */
 attn_status attn_buf_i64(attn_buf *b, int64_t v);
+/* The same for unsigned, as "%llu". */
+attn_status attn_buf_u64(attn_buf *b, uint64_t v);
 
 /* v with exactly three decimals, the same text as "%.3f" (printf itself
  * for large, non-finite or nearly-tied values). */

@@ -6,6 +6,7 @@
 #ifndef ATTN_LOG_H
 #define ATTN_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "attn/config.h"
@@ -26,5 +27,11 @@ typedef struct attn_access {
 } attn_access;
 
 void attn_log_access(const attn_access *a);
+
+/* Internal (tests): ts as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC) into out, which
+ * holds ATTN_LOG_TIME_MAX bytes; returns the length.  Any thread. */
+#define ATTN_LOG_TIME_MAX 40
+struct timespec;
+size_t attn__log_time(const struct timespec *ts, char *out);
 
 #endif

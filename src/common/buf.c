@@ -107,6 +107,11 @@ attn_status attn_buf_i64(attn_buf *b, int64_t v) {
   return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
 }
 
+attn_status attn_buf_u64(attn_buf *b, uint64_t v) {
+  char t[24], *p = digits_before(t + sizeof t, v);
+  return attn_buf_append(b, p, (size_t)(t + sizeof t - p));
+}
+
 attn_status attn_buf_fixed3(attn_buf *b, double v) {
   /* %.3f rounds the exact v * 1000; the double product is within 2^-23 of
    * it below 2^30, so rounding the product agrees unless it is within that
