@@ -2355,7 +2355,10 @@ static size_t gen_window_token(char *o, uint64_t *rng, bool allow_bad) {
   static const char *const bad[] = {
       "01", "1.", ".5", "-", "--1", "+1", "1.2.3", "0x1", "-.5", "1..2",
       "00", "-01", "1e", "1e+", "true", "\"a\"", "[1]", "{}", "null", "1-2",
-      "0.5.", "1a", "\x01", "\xc3\xa9", "", "-0.", "1.e5"};
+      "0.5.", "1a", "\x01", "\xc3\xa9", "", "-0.", "1.e5",
+      /* not JSON whitespace, though near it (VT, FF, 0x19, ')', 0xa0,
+       * 0x89: low nibbles of ' ', '\t', '\n', '\r' or a high bit) */
+      "\x0b", "\x0c1", "\x19", "1)", "\xa0", "\x89"};
   uint64_t r = xs64(rng);
   unsigned kind = (unsigned)(r % 100);
   size_t n = 0;
@@ -2449,6 +2452,35 @@ START_TEST(json_packed_random_windows) {
       check_packed_like_plain(doc, xs64(&rng) % k, ATTN_JSON_MAX_NODES, ctx);
   }
   free(doc);
+  use_default_json_impl();
+}
+END_TEST
+
+/* Every byte value next to, between and inside numbers of a packed array,
+ * at several offsets into the windows, against the plain parse: the
+ * classes of step 1 (src/codec/json_avx512.c), whitespace above all, must
+ * be exactly JSON's. */
+START_TEST(json_packed_every_byte) {
+  if (!use_json_impl(_i)) return;
+  static const char *const around[][2] = {
+      {"1,", "2"}, {"1", ",2"}, {"1", "2"}, {"1.", "5"}, {"-", "1"}};
+  char doc[512], ctx[64];
+  for (int b = 0; b < 256; b++)
+    for (size_t pi = 0; pi < sizeof around / sizeof *around; pi++)
+      for (int before = 0; before < 8; before++) {
+        size_t k = (size_t)snprintf(doc, 16, "{\"k\":[");
+        for (int i = 0; i < before; i++)
+          k += (size_t)snprintf(doc + k, 16, "%d,", 10 + 7 * i);
+        k += (size_t)snprintf(doc + k, 8, "%s", around[pi][0]);
+        doc[k++] = (char)b;
+        k += (size_t)snprintf(doc + k, 200,
+                              "%s,-0.25,3.5,-17,0.125,9,-8.75,61,0.5,-2,44,"
+                              "0.0625,-3,7.5,-11,0.75,13]}",
+                              around[pi][1]);
+        snprintf(ctx, sizeof ctx, "%s byte 0x%02x around %zu offset %d",
+                 json_impls[_i], b, pi, before);
+        check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+      }
   use_default_json_impl();
 }
 END_TEST
@@ -2548,6 +2580,7 @@ Suite *codec_suite(void) {
   tcase_add_loop_test(tc, json_packed_like_plain, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_long_runs, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_random_windows, 0, N_OF(json_impls));
+  tcase_add_loop_test(tc, json_packed_every_byte, 0, N_OF(json_impls));
   tcase_add_test(tc, json_impl_default);
   suite_add_tcase(s, tc);
   return s;

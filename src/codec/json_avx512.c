@@ -168,7 +168,13 @@ static inline TARGET __attribute__((always_inline)) size_t window(
       _mm512_sub_epi8(w, _mm512_set1_epi8('0')), _mm512_set1_epi8(10)));
   uint64_t dot = eq(w, '.'), min = eq(w, '-'), com = eq(w, ','),
            clo = eq(w, ']'), zero = eq(w, '0');
-  uint64_t ws = eq(w, ' ') | eq(w, '\n') | eq(w, '\r') | eq(w, '\t');
+  /* whitespace: bytes equal to their low nibble's entry in a table that
+   * holds ' ', '\t', '\n', '\r' at 0, 9, 10, 13 and 0 elsewhere (a byte
+   * >= 0x80 reads 0): two instructions instead of four compares */
+  const __m512i wst = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(' ', 0, 0, 0, 0, 0, 0, 0, 0, '\t', '\n', 0, 0, '\r', 0, 0));
+  uint64_t ws = _cvtmask64_u64(
+      _mm512_cmpeq_epi8_mask(_mm512_shuffle_epi8(wst, w), w));
   uint64_t tok = ~(com | clo | ws);
   unsigned c = clo ? (unsigned)__builtin_ctzll(clo) : 64;
   uint64_t region = clo ? (1ull << c) - 1 : ~0ull;
