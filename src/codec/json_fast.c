@@ -830,6 +830,7 @@ static int pack_chunk(jparser *ps, size_t *n) {
 
 /* See pack_run. */
 #define JSON_WINDOW_BACKOFF 7
+#define JSON_WINDOW_BACKOFF_MAX 1024
 
 /* How packed arrays are read (json_impl.h): written before main by the
  * constructor and by the test hook only. */
@@ -886,6 +887,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   const char *p;
 #if ATTN__JSON_HAVE_AVX512
   unsigned alone = 0; /* numbers to read one at a time before the next window */
+  unsigned backoff = JSON_WINDOW_BACKOFF; /* alone after the next failure */
 #endif
   for (;;) {
     if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
@@ -898,8 +900,10 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
 #if ATTN__JSON_HAVE_AVX512
     /* A window that takes nothing (mostly: numbers of 16 bytes or more,
      * such as Python's 17-digit reprs) is tried again only after
-     * JSON_WINDOW_BACKOFF numbers read one at a time, so that texts it
-     * never takes do not pay for it at every number. */
+     * JSON_WINDOW_BACKOFF numbers read one at a time, twice as many after
+     * each further failure in a row (up to JSON_WINDOW_BACKOFF_MAX), so
+     * that texts it never takes do not pay for it at every number: an
+     * array of 1,024 such numbers tries 8 windows, not 128. */
     if (alone) {
       alone--;
     } else if (json_impl == JSON_IMPL_AVX512 &&
@@ -915,11 +919,13 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
         n += got;
         ps->nodes += got;
         ps->p += adv;
+        backoff = JSON_WINDOW_BACKOFF;
         if (!shut) continue;
         p = ps->p;
         break;
       }
-      alone = JSON_WINDOW_BACKOFF;
+      alone = backoff;
+      if (backoff < JSON_WINDOW_BACKOFF_MAX) backoff *= 2;
     } else
 #endif
 #if JSON_CHUNKS
