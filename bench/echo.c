@@ -209,12 +209,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   }
   if (handoff && !atomic_load(&rq->done)) {
     if (rq->suspended) return MHD_YES; /* called again while queued */
+    rq->suspended = 1; /* before the push: rq is a worker's after it */
     rq->conn = conn;
     MHD_suspend_connection(conn);
-    if (fifo_push(rq)) {
-      rq->suspended = 1;
-      return MHD_YES;
-    }
+    if (fifo_push(rq)) return MHD_YES;
     MHD_resume_connection(conn); /* stopping: answer on the next call */
     atomic_store(&rq->done, 1);
     return MHD_YES;
