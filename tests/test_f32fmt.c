@@ -727,6 +727,49 @@ START_TEST(list_special_values) {
 }
 END_TEST
 
+/* Whole blocks of zeros next to ordinary ones: the vector code prints 4 or
+ * 2 blocks (or rows of up to 16 floats) side by side, and a group with a
+ * block of zeros goes one block at a time.  Lists of 6 blocks (a group of
+ * 4, then one of 2) and 6 rows of 9 and of 16 floats, every pattern of
+ * zero and nonzero blocks. */
+START_TEST(zero_blocks_in_groups) {
+  static float v[6 * 16];
+  static char want[ATTN_F32_ROWS_MAX_CHARS(6, 16)];
+  static char got[ATTN_F32_ROWS_MAX_CHARS(6, 16) + GUARD];
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    rng = 0x0badc0ffee0ddf00u;
+    for (unsigned pat = 0; pat < 64; pat++) {
+      for (size_t i = 0; i < N_OF(v); i++)
+        v[i] = pat >> (i / 16) & 1
+                   ? (i % 3 ? 0.0f : -0.0f)
+                   : (float)((double)(int32_t)rnd32() / 2147483648.0);
+      check_list(v, N_OF(v), impl);
+      for (size_t cols = 9; cols <= 16; cols += 7) {
+        size_t lw = 0;
+        for (size_t r = 0; r < 6; r++) {
+          if (r) want[lw++] = ',';
+          want[lw++] = '[';
+          lw += join_scalar(v + 16 * r, cols, want + lw);
+          want[lw++] = ']';
+        }
+        size_t room = ATTN_F32_ROWS_MAX_CHARS(6, cols);
+        memset(got, '#', room + GUARD);
+        size_t lg = attn_f32_shortest_rows(v, 6, cols, 16, got);
+        for (size_t i = room; i < room + GUARD; i++)
+          ck_assert_msg(got[i] == '#', "%s pattern %u: byte %zu past the room",
+                        impl, pat, i - room);
+        ck_assert_msg(lg == lw && memcmp(got, want, lw) == 0,
+                      "%s pattern %u cols=%zu: \"%.*s\" want \"%.*s\"", impl,
+                      pat, cols, (int)(lg < 200 ? lg : 200), got,
+                      (int)(lw < 200 ? lw : 200), want);
+      }
+    }
+  }
+}
+END_TEST
+
 /* Every length 0..70 at every start alignment mod 16 (the vector loop's
  * tails), random bit patterns and [-1, 1] values. */
 START_TEST(list_every_length) {
@@ -935,6 +978,7 @@ Suite *f32fmt_suite(void) {
   tcase_add_test(tc, list_checker_rejects);
   tcase_add_test(tc, list_every_length);
   tcase_add_test(tc, list_special_values);
+  tcase_add_test(tc, zero_blocks_in_groups);
   tcase_add_test(tc, list_random_bits);
   tcase_add_test(tc, list_unit_interval);
   tcase_add_test(tc, list_portable_copy);
