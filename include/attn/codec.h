@@ -208,8 +208,9 @@ typedef struct attn_v1_timing {
  *    "tokens":..,"key_tokens":..(echoed when sent),
  *    "timing":{"queue_ms":..,"compute_ms":..,"total_ms":..}(when t != NULL)}
  * With info->heads_sliced, "attn_output" [H,Lq,Dv] / [B,H,Lq,Dv] is written
- * as [Lq,H*Dv] / [B,Lq,H*Dv] by strided reading; otherwise tensors are
- * written as returned.
+ * as [Lq,H*Dv] / [B,Lq,H*Dv] (with H > 1 from a copy with the heads side by
+ * side, so that a row is one list); otherwise tensors are written as
+ * returned.
  *
  * r, req, info, t  borrowed; req may be NULL (no echo), t may be NULL (no
  *                  timing), info NULL means "nothing to undo".

@@ -683,33 +683,26 @@ typedef struct dimspec {
   int64_t n, stride;
 } dimspec;
 
-/* Nested JSON arrays: one level per outer dimension; the innermost JSON array
- * runs over all inner dimensions (1 or 2) in order. */
+/* Nested JSON arrays: one level per outer dimension, then the innermost
+ * array over `inner`. */
 static attn_status put_nested(attn_buf *b, const float *base,
                               const dimspec *outer, int n_outer,
-                              const dimspec *inner, int n_inner) {
+                              const dimspec *inner) {
   attn_status s = attn_buf_append(b, "[", 1);
-  if (n_outer == 1 && n_inner == 1 && inner[0].stride == 1 &&
+  if (n_outer == 1 && inner->stride == 1 &&
       outer[0].stride >= 0) { /* rows of a matrix: one call */
     if (s == ATTN_OK)
-      s = attn__json_f32_rows(b, base, (size_t)outer[0].n, (size_t)inner[0].n,
+      s = attn__json_f32_rows(b, base, (size_t)outer[0].n, (size_t)inner->n,
                               (size_t)outer[0].stride);
   } else if (n_outer > 0) {
     for (int64_t i = 0; s == ATTN_OK && i < outer[0].n; i++) {
       if (i) s = attn_buf_append(b, ",", 1);
       if (s == ATTN_OK)
         s = put_nested(b, base + i * outer[0].stride, outer + 1, n_outer - 1,
-                       inner, n_inner);
+                       inner);
     }
-  } else {
-    if (n_inner == 1) {
-      s = attn__json_f32_list(b, base, (size_t)inner[0].n, inner[0].stride,
-                              false);
-    } else {
-      for (int64_t i = 0; s == ATTN_OK && i < inner[0].n; i++)
-        s = attn__json_f32_list(b, base + i * inner[0].stride,
-                                (size_t)inner[1].n, inner[1].stride, i > 0);
-    }
+  } else if (s == ATTN_OK) {
+    s = attn__json_f32_list(b, base, (size_t)inner->n, inner->stride, false);
   }
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
 }
@@ -724,7 +717,7 @@ static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
     dims[i].stride = stride;
     stride *= t->shape[i];
   }
-  return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1, 1);
+  return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1);
 }
 
 /* "key":v with v in milliseconds, 3 decimals.  key is one of ours (no
@@ -756,6 +749,22 @@ static attn_status usable(const attn_infer_output *o, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* [B,H,Lq,Dv] -> [B,Lq,H*Dv] in a new buffer, so that each row of the
+ * answer is one list (a list per head and row printed 3x slower for
+ * Dv = 8); NULL when out of memory.  The sizes are those of a tensor that
+ * exists, so they do not overflow. */
+static float *gather_heads(const float *src, int64_t B, int64_t H, int64_t Lq,
+                           int64_t Dv) {
+  float *dst = malloc((size_t)(B * H * Lq * Dv) * sizeof *dst + 1);
+  if (!dst) return NULL;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Lq; i++)
+        memcpy(dst + ((b * Lq + i) * H + h) * Dv,
+               src + ((b * H + h) * Lq + i) * Dv, (size_t)Dv * sizeof *dst);
+  return dst;
+}
+
 attn_status attn_v1_encode(const attn_infer_response *r,
                            const attn_infer_request *req,
                            const attn_v1_info *info, const attn_v1_timing *t,
@@ -771,8 +780,9 @@ attn_status attn_v1_encode(const attn_infer_response *r,
   if ((s = usable(o, d)) || (w && (s = usable(w, d)))) return s;
   const attn_tensor *ot = &o->tensor;
   bool sliced = info && info->heads_sliced;
-  dimspec outer[2], inner[2];
-  int n_outer = 0, n_inner = 2;
+  float *heads = NULL; /* the output's rows gathered, when H > 1 */
+  dimspec outer[2], inner = {0, 1};
+  int n_outer = 0;
   if (sliced) { /* [B?,H,Lq,Dv] -> [B?,Lq,H*Dv] */
     int b = info->B_given > 0;
     if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
@@ -788,16 +798,16 @@ attn_status attn_v1_encode(const attn_infer_response *r,
       outer[n_outer].n = ot->shape[0];
       outer[n_outer++].stride = H * Lq * Dv;
     }
-    outer[n_outer].n = Lq;
-    outer[n_outer++].stride = Dv;
-    inner[0].n = H;
-    inner[0].stride = Lq * Dv;
-    inner[1].n = Dv;
-    inner[1].stride = 1;
-    if (H == 1) { /* one head: the rows are whole, printed in one call */
-      inner[0] = inner[1];
-      n_inner = 1;
+    /* rows of H * Dv, printed in one call per matrix; with H > 1 from a
+     * copy of the output with its heads side by side */
+    if (H > 1 && !(heads = gather_heads(ot->data, b ? ot->shape[0] : 1, H,
+                                        Lq, Dv))) {
+      s = ATTN_ENOMEM;
+      goto fail;
     }
+    outer[n_outer].n = Lq;
+    outer[n_outer++].stride = H * Dv;
+    inner.n = H * Dv;
     orank = 2 + b;
     if (b) oshape[0] = ot->shape[0];
     oshape[b] = Lq;
@@ -809,9 +819,11 @@ attn_status attn_v1_encode(const attn_infer_response *r,
 
   TRY(attn_buf_puts(out, "{\"output\":"));
   if (sliced)
-    TRY(put_nested(out, ot->data, outer, n_outer, inner, n_inner));
+    TRY(put_nested(out, heads ? heads : ot->data, outer, n_outer, &inner));
   else
     TRY(put_tensor(out, ot));
+  free(heads);
+  heads = NULL;
   if (w) {
     TRY(attn_buf_puts(out, ",\"attn_weights\":"));
     TRY(put_tensor(out, &w->tensor));
@@ -842,6 +854,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
   TRY(attn_buf_append(out, "}", 1));
   return ATTN_OK;
 fail:
+  free(heads);
   if (out->data) {
     out->len = start;
     out->data[start] = '\0';
