@@ -125,6 +125,32 @@ static attn_pool *start_pool(attn_queue *q, int workers) {
   return p;
 }
 
+/* What most pool tests start from: a context, a queue of `cap` jobs, a pool
+ * of `workers`, and a blocking job (id -1) already running on one of them
+ * until the test opens c.gate.  rig_stop destroys what is left (set p to
+ * NULL after destroying the pool in a test). */
+typedef struct rig {
+  tctx c;
+  attn_queue *q;
+  attn_pool *p;
+  tjob blocker;
+} rig;
+
+static void rig_start(rig *r, size_t cap, int workers) {
+  tctx_init(&r->c);
+  ck_assert_int_eq(attn_queue_create(cap, &r->q), ATTN_OK);
+  r->p = start_pool(r->q, workers);
+  tjob_init(&r->blocker, &r->c, -1, true);
+  ck_assert_int_eq(attn_queue_push(r->q, &r->blocker.job), ATTN_OK);
+  latch_wait_ge(&r->c.started, 1);
+}
+
+static void rig_stop(rig *r) {
+  if (r->p) attn_pool_destroy(r->p);
+  attn_queue_destroy(r->q);
+  tctx_fini(&r->c);
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 START_TEST(test_destroy_null) {
@@ -323,69 +349,54 @@ END_TEST
 
 /* Close refuses pushes, yet what was queued runs; destroy finishes it. */
 START_TEST(test_close_runs_queued) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 1);
-
-  tjob blocker, t[5], late;
-  tjob_init(&blocker, &c, -1, true);
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
-  latch_wait_ge(&c.started, 1);
+  rig r;
+  rig_start(&r, 8, 1);
+  tjob t[5], late;
   for (int i = 0; i < 5; i++) {
-    tjob_init(&t[i], &c, i, false);
-    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+    tjob_init(&t[i], &r.c, i, false);
+    ck_assert_int_eq(attn_queue_push(r.q, &t[i].job), ATTN_OK);
   }
-  attn_queue_close(q);
-  tjob_init(&late, &c, 99, false);
-  ck_assert_int_eq(attn_queue_push(q, &late.job), ATTN_ESHUTDOWN);
+  attn_queue_close(r.q);
+  tjob_init(&late, &r.c, 99, false);
+  ck_assert_int_eq(attn_queue_push(r.q, &late.job), ATTN_ESHUTDOWN);
 
-  latch_add(&c.gate, 1);
-  attn_pool_destroy(p); /* closes (again), runs the rest, joins */
+  latch_add(&r.c.gate, 1);
+  attn_pool_destroy(r.p); /* closes (again), runs the rest, joins */
+  r.p = NULL;
   for (int i = 0; i < 5; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 1);
-  ck_assert_int_eq(atomic_load(&blocker.runs), 1);
+  ck_assert_int_eq(atomic_load(&r.blocker.runs), 1);
   ck_assert_int_eq(atomic_load(&late.runs), 0);
   attn_queue_stats st;
-  attn_queue_get_stats(q, &st);
+  attn_queue_get_stats(r.q, &st);
   ck_assert_uint_eq(st.rejected_closed, 1);
   ck_assert_uint_eq(st.depth, 0);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  rig_stop(&r);
 }
 END_TEST
 
 START_TEST(test_deadline_expired) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 1);
-
-  tjob blocker, past, queued_out, future, none;
-  tjob_init(&blocker, &c, -1, true);
-  tjob_init(&past, &c, 1, false);
-  tjob_init(&queued_out, &c, 2, false);
-  tjob_init(&future, &c, 3, false);
-  tjob_init(&none, &c, 4, false);
-
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
-  latch_wait_ge(&c.started, 1);
+  rig r;
+  rig_start(&r, 8, 1);
+  tjob past, queued_out, future, none;
+  tjob_init(&past, &r.c, 1, false);
+  tjob_init(&queued_out, &r.c, 2, false);
+  tjob_init(&future, &r.c, 3, false);
+  tjob_init(&none, &r.c, 4, false);
 
   uint64_t now = attn_now_ns();
   past.job.deadline_ns = now; /* already over when a worker looks */
   queued_out.job.deadline_ns = now + 1000000; /* runs out while queued */
   future.job.deadline_ns = now + 3600ull * 1000000000ull;
-  ck_assert_int_eq(attn_queue_push(q, &past.job), ATTN_OK);
-  ck_assert_int_eq(attn_queue_push(q, &queued_out.job), ATTN_OK);
-  ck_assert_int_eq(attn_queue_push(q, &future.job), ATTN_OK);
-  ck_assert_int_eq(attn_queue_push(q, &none.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &past.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &queued_out.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &future.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &none.job), ATTN_OK);
   /* Sequencing, not an assertion: release the worker only once the second
    * deadline is behind us. */
   while (attn_now_ns() <= queued_out.job.deadline_ns) sched_yield();
-  latch_add(&c.gate, 1);
+  latch_add(&r.c.gate, 1);
 
-  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(attn_pool_drain(r.p, -1), ATTN_OK);
   ck_assert_int_eq(atomic_load(&past.expires), 1);
   ck_assert_int_eq(atomic_load(&past.runs), 0);
   ck_assert_int_eq(atomic_load(&queued_out.expires), 1);
@@ -396,14 +407,12 @@ START_TEST(test_deadline_expired) {
   ck_assert_int_eq(atomic_load(&none.expires), 0);
 
   attn_queue_stats st;
-  attn_pool_get_stats(p, &st);
+  attn_pool_get_stats(r.p, &st);
   ck_assert_uint_eq(st.pushed, 5);
   ck_assert_uint_eq(st.expired, 2);
   ck_assert_uint_eq(st.started, 3);
   ck_assert_uint_eq(st.completed, 3);
-  attn_pool_destroy(p);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  rig_stop(&r);
 }
 END_TEST
 
@@ -413,48 +422,39 @@ END_TEST
  * server's) are expired in queue order while the blocker still runs; a job
  * without a deadline behind them stays queued and runs later. */
 START_TEST(test_deadline_reaped_while_busy) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 1);
-
-  tjob blocker, a, b, none;
-  tjob_init(&blocker, &c, -1, true);
-  tjob_init(&a, &c, 1, false);
-  tjob_init(&b, &c, 2, false);
-  tjob_init(&none, &c, 3, false);
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
-  latch_wait_ge(&c.started, 1);
+  rig r;
+  rig_start(&r, 8, 1);
+  tjob a, b, none;
+  tjob_init(&a, &r.c, 1, false);
+  tjob_init(&b, &r.c, 2, false);
+  tjob_init(&none, &r.c, 3, false);
 
   uint64_t now = attn_now_ns();
   a.job.deadline_ns = now + 20 * 1000000ull;
   b.job.deadline_ns = now + 40 * 1000000ull;
-  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
-  ck_assert_int_eq(attn_queue_push(q, &b.job), ATTN_OK);
-  ck_assert_int_eq(attn_queue_push(q, &none.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &a.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &b.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(r.q, &none.job), ATTN_OK);
   /* Bounded wait (sequencing only): the reaper gets up to 3 s (the test
    * case's timeout is longer), the blocker holds the worker throughout. */
   for (int i = 0; i < 3000 && atomic_load(&b.expires) == 0; i++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   ck_assert_int_eq(atomic_load(&a.expires), 1);
   ck_assert_int_eq(atomic_load(&b.expires), 1);
-  ck_assert_int_eq(atomic_load(&blocker.runs), 0); /* still blocked */
+  ck_assert_int_eq(atomic_load(&r.blocker.runs), 0); /* still blocked */
   attn_queue_stats st;
-  attn_pool_get_stats(p, &st);
+  attn_pool_get_stats(r.p, &st);
   ck_assert_uint_eq(st.expired, 2);
   ck_assert_uint_eq(st.depth, 1); /* `none` waits for the worker */
   ck_assert_int_eq(atomic_load(&none.runs), 0);
 
-  latch_add(&c.gate, 1);
-  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  latch_add(&r.c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(r.p, -1), ATTN_OK);
   ck_assert_int_eq(atomic_load(&none.runs), 1);
   ck_assert_int_eq(atomic_load(&a.runs) + atomic_load(&b.runs), 0);
-  attn_pool_get_stats(p, &st);
+  attn_pool_get_stats(r.p, &st);
   ck_assert_uint_eq(st.pushed, st.completed + st.expired);
-  attn_pool_destroy(p);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  rig_stop(&r);
 }
 END_TEST
 
@@ -462,29 +462,21 @@ END_TEST
  * one worker blocked, a job whose deadline passes after the close is
  * expired by the reaper before the worker is free. */
 START_TEST(test_deadline_reaped_while_draining) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 1);
-  tjob blocker, a;
-  tjob_init(&blocker, &c, -1, true);
-  tjob_init(&a, &c, 1, false);
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
-  latch_wait_ge(&c.started, 1);
+  rig r;
+  rig_start(&r, 4, 1);
+  tjob a;
+  tjob_init(&a, &r.c, 1, false);
   a.job.deadline_ns = attn_now_ns() + 20 * 1000000ull;
-  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
-  attn_queue_close(q); /* what attn_pool_drain does first */
+  ck_assert_int_eq(attn_queue_push(r.q, &a.job), ATTN_OK);
+  attn_queue_close(r.q); /* what attn_pool_drain does first */
   for (int i = 0; i < 3000 && atomic_load(&a.expires) == 0; i++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   ck_assert_int_eq(atomic_load(&a.expires), 1);
-  ck_assert_int_eq(atomic_load(&blocker.runs), 0); /* still blocked */
-  latch_add(&c.gate, 1);
-  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  ck_assert_int_eq(atomic_load(&r.blocker.runs), 0); /* still blocked */
+  latch_add(&r.c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(r.p, -1), ATTN_OK);
   ck_assert_int_eq(atomic_load(&a.runs), 0);
-  attn_pool_destroy(p);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  rig_stop(&r);
 }
 END_TEST
 
@@ -583,60 +575,45 @@ START_TEST(test_drain_waits) {
 END_TEST
 
 START_TEST(test_drain_timeout) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 1);
-
-  tjob blocker, t[3];
-  tjob_init(&blocker, &c, -1, true);
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
+  rig r;
+  rig_start(&r, 8, 1);
+  tjob t[3];
   for (int i = 0; i < 3; i++) {
-    tjob_init(&t[i], &c, i, false);
-    ck_assert_int_eq(attn_queue_push(q, &t[i].job), ATTN_OK);
+    tjob_init(&t[i], &r.c, i, false);
+    ck_assert_int_eq(attn_queue_push(r.q, &t[i].job), ATTN_OK);
   }
-  latch_wait_ge(&c.started, 1);
 
-  ck_assert_int_eq(attn_pool_drain(p, 0), ATTN_ETIMEDOUT);
-  ck_assert_int_eq(attn_pool_drain(p, 20), ATTN_ETIMEDOUT);
-  ck_assert(attn_queue_is_closed(q));
-  ck_assert_uint_eq(attn_pool_busy(p), 1);
+  ck_assert_int_eq(attn_pool_drain(r.p, 0), ATTN_ETIMEDOUT);
+  ck_assert_int_eq(attn_pool_drain(r.p, 20), ATTN_ETIMEDOUT);
+  ck_assert(attn_queue_is_closed(r.q));
+  ck_assert_uint_eq(attn_pool_busy(r.p), 1);
   for (int i = 0; i < 3; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 0);
 
-  latch_add(&c.gate, 1);
-  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  latch_add(&r.c.gate, 1);
+  ck_assert_int_eq(attn_pool_drain(r.p, -1), ATTN_OK);
   for (int i = 0; i < 3; i++) ck_assert_int_eq(atomic_load(&t[i].runs), 1);
-  ck_assert_int_eq(attn_pool_drain(p, 0), ATTN_OK); /* idempotent */
-  attn_pool_destroy(p);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  ck_assert_int_eq(attn_pool_drain(r.p, 0), ATTN_OK); /* idempotent */
+  rig_stop(&r);
 }
 END_TEST
 
 /* Timed-out drain, then destroy: destroy waits for the held job. */
 START_TEST(test_drain_timeout_then_destroy) {
-  tctx c;
-  tctx_init(&c);
-  attn_queue *q;
-  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
-  attn_pool *p = start_pool(q, 2);
-  tjob blocker, after;
-  tjob_init(&blocker, &c, -1, true);
-  tjob_init(&after, &c, 1, false);
-  ck_assert_int_eq(attn_queue_push(q, &blocker.job), ATTN_OK);
-  latch_wait_ge(&c.started, 1);
-  ck_assert_int_eq(attn_queue_push(q, &after.job), ATTN_OK);
-  ck_assert_int_eq(attn_pool_drain(p, 10), ATTN_ETIMEDOUT);
+  rig r;
+  rig_start(&r, 4, 2);
+  tjob after;
+  tjob_init(&after, &r.c, 1, false);
+  ck_assert_int_eq(attn_queue_push(r.q, &after.job), ATTN_OK);
+  ck_assert_int_eq(attn_pool_drain(r.p, 10), ATTN_ETIMEDOUT);
 
   pthread_t rel;
-  ck_assert_int_eq(pthread_create(&rel, NULL, release_later, &c.gate), 0);
-  attn_pool_destroy(p);
-  ck_assert_int_eq(atomic_load(&blocker.runs), 1);
+  ck_assert_int_eq(pthread_create(&rel, NULL, release_later, &r.c.gate), 0);
+  attn_pool_destroy(r.p);
+  r.p = NULL;
+  ck_assert_int_eq(atomic_load(&r.blocker.runs), 1);
   ck_assert_int_eq(atomic_load(&after.runs), 1);
   pthread_join(rel, NULL);
-  attn_queue_destroy(q);
-  tctx_fini(&c);
+  rig_stop(&r);
 }
 END_TEST
 
