@@ -227,7 +227,8 @@ INLINE __m512i rop(__m512i a, __m512i b, __m512i h, __m512i h32) {
  * instructions, twice what the out-of-order window of a core holds, so one
  * block at a time leaves the vector units idle much of the time; with the
  * blocks' statements interleaved, the chains of 2 and 4 blocks overlap
- * (bench_f32fmt: ~1.25x and ~1.35x the speed of one block at a time). */
+ * (the small v1 answer: ~1.2x with 2 blocks, ~1.45x with 4; bench_f32fmt
+ * lists ~1.48x). */
 #define UMAX 4
 #define EACH _Pragma("GCC unroll 4") for (int u = 0; u < U; u++)
 
