@@ -736,7 +736,8 @@ END_TEST
 
 /* gemm.c's AVX-512 products against cblas_sgemm on every edge: rows 1..14
  * and 25 (blocks of 12), columns across 16- and 32-wide blocks, inner
- * sizes 1..65, strides wider than the data, both accumulate modes.  Error
+ * sizes 1..65, strides wider than the data, both accumulate modes; the
+ * unpacked NT path for up to 16 keys against the packed one, bit for bit.  Error
  * bound: 1e-6 * sum |a_i b_i| per output (two fp32 summation orders). */
 static int gemm_close(const float *got, const float *want, const float *a,
                       int64_t lda, const float *b, int64_t bs_row,
@@ -787,11 +788,22 @@ START_TEST(test_gemm_kernels) {
         memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
         attn__pack_nt(n, k, b, ldb, pan);
         attn__gemm_nt_packed(m, n, k, 0.3f, a, lda, pan, c1, ldc);
+        ck_assert(attn__set_gemm("blas"));
         attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c2, ldc);
+        ck_assert(attn__set_gemm("avx512"));
         bad += gemm_close(c1, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
                           "nt");
         for (int64_t i = 0; i < m; i++)
           bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        /* unpacked NT with AVX-512: up to 16 keys its own transposed panel
+         * (the packed path's bits exactly), else cblas_sgemm (c2 above) */
+        memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+        attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c2, ldc);
+        for (int64_t i = 0; i < m; i++) {
+          if (n <= 16)
+            bad += memcmp(c1 + i * ldc, c2 + i * ldc, (size_t)n * 4) != 0;
+          bad += memcmp(c2 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        }
         /* NN, overwrite and accumulate */
         for (int acc = 0; acc <= 1; acc++) {
           memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);

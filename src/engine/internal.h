@@ -60,7 +60,9 @@ int attn__gemm_packs(void);
 void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *panels,
                           float *c, int64_t ldc);
-/* c[m, n] = alpha * a[m, k] b[n, k]^T by cblas_sgemm. */
+/* c[m, n] = alpha * a[m, k] b[n, k]^T: with the AVX-512 kernels in use and
+ * n <= 16, k <= 256 by their tile (the packed path's bits), else by
+ * cblas_sgemm. */
 void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb,
                    float *c, int64_t ldc);
