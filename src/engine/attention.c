@@ -70,7 +70,8 @@
  * rows 703, 48 rows 821. */
 #define MAT_ROWS 24
 /* Query rows per head from which the keys are packed for the AVX-512 NT
- * kernel (below, cblas_sgemm computes the scores unpacked). */
+ * kernel (below, attn__gemm_nt computes the scores unpacked: its own
+ * 16-key tile up to 16 keys, else cblas_sgemm). */
 #define PACK_MIN_ROWS 32
 #define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
 #define MAX_THREADS 64     /* upper bound on threads of one call */
