@@ -75,25 +75,30 @@ static AVX512 inline __mmask16 lane_mask(int64_t n) {
                  : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
-/* C[mr, 32] = alpha * A[mr, k] P^T for one panel P [k][32]. */
-AVX512 INLINE void tile_nt(const int mr, int64_t k, const float *a,
-                           int64_t lda, const float *p, float alpha, float *c,
-                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+/* C[mr, w] = alpha * A[mr, k] P^T for one panel P [k][w], w = 32 (NR, the
+ * packed panels) or 16 (nt_small's): one FMA chain per element over k in
+ * order, then alpha, so a column's bits do not depend on w. */
+AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k,
+                           const float *a, int64_t lda, const float *p,
+                           float alpha, float *c, int64_t ldc, __mmask16 m0,
+                           __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk++) {
-    __m512 b0 = _mm512_load_ps(p + kk * NR), b1 = _mm512_load_ps(p + kk * NR + 16);
+    __m512 b0 = _mm512_load_ps(p + kk * w);
+    __m512 b1 = w > 16 ? _mm512_load_ps(p + kk * w + 16) : b0;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
       __m512 x = _mm512_set1_ps(a[r * lda + kk]);
       c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      if (w > 16) c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
     }
   }
   __m512 al = _mm512_set1_ps(alpha);
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
     _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
-    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+    if (w > 16)
+      _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
   }
 }
 
@@ -125,47 +130,22 @@ AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a,
   }
 }
 
-/* C[mr, <=16] = alpha * A[mr, k] P^T for a panel P [k][16] of at most 16
- * keys: tile_nt's arithmetic on one column half (one FMA chain per element
- * over k in order, then alpha), so its results are the packed path's, bit
- * for bit. */
-AVX512 INLINE void tile_nt16(const int mr, int64_t k, const float *a,
-                             int64_t lda, const float *p, float alpha,
-                             float *c, int64_t ldc, __mmask16 m0) {
-  __m512 c0[MR];
-  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] =
-      _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk++) {
-    __m512 b0 = _mm512_load_ps(p + kk * 16);
-    _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] =
-        _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + kk]), b0, c0[r]);
-  }
-  __m512 al = _mm512_set1_ps(alpha);
-  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++)
-      _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
-}
-
 /* One function per row count, so each keeps its tile in registers. */
 #define ROW_CASES(X) \
   X(12) X(11) X(10) X(9) X(8) X(7) X(6) X(5) X(4) X(3) X(2) X(1)
 
-static AVX512 void block_nt(int mr, int64_t k, const float *a, int64_t lda,
-                            const float *p, float alpha, float *c,
+/* narrow: a 16-wide panel (m1 unused), else a 32-wide one. */
+static AVX512 void block_nt(int mr, int narrow, int64_t k, const float *a,
+                            int64_t lda, const float *p, float alpha, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n) \
-  case n: tile_nt(n, k, a, lda, p, alpha, c, ldc, m0, m1); break;
-    ROW_CASES(X)
-#undef X
-  }
-}
-
-static AVX512 void block_nt16(int mr, int64_t k, const float *a, int64_t lda,
-                              const float *p, float alpha, float *c,
-                              int64_t ldc, __mmask16 m0) {
-  switch (mr) {
-#define X(n) \
-  case n: tile_nt16(n, k, a, lda, p, alpha, c, ldc, m0); break;
+#define X(n)                                                \
+  case n:                                                   \
+    if (narrow)                                             \
+      tile_nt(n, 16, k, a, lda, p, alpha, c, ldc, m0, m1);  \
+    else                                                    \
+      tile_nt(n, NR, k, a, lda, p, alpha, c, ldc, m0, m1);  \
+    break;
     ROW_CASES(X)
 #undef X
   }
@@ -189,7 +169,7 @@ static AVX512 void nt_avx512(int64_t m, int64_t n, int64_t k, float alpha,
     const float *p = panels + (j0 / NR) * k * NR;
     __mmask16 m0 = lane_mask(n - j0), m1 = lane_mask(n - j0 - 16);
     for (int64_t i0 = 0; i0 < m; i0 += MR)
-      block_nt(m - i0 < MR ? (int)(m - i0) : MR, k, a + i0 * lda, lda, p,
+      block_nt(m - i0 < MR ? (int)(m - i0) : MR, 0, k, a + i0 * lda, lda, p,
                alpha, c + i0 * ldc + j0, ldc, m0, m1);
   }
 }
@@ -227,7 +207,7 @@ AVX512 INLINE void transpose16(__m512 r[16]) {
 }
 
 /* NT for at most 16 keys (b's n <= 16 rows) and k <= NT_SMALL_K: the keys
- * transposed into one 16-wide panel on the stack, then tile_nt16.  A small
+ * transposed into one 16-wide panel on the stack, then the narrow tile.  A small
  * request's scores (16 queries, 16 keys, Dk 64) took OpenBLAS ~0.55 us,
  * most of it packing and call overhead for 16K multiply-adds; packing
  * them into the 32-wide panels instead computed twice the columns. */
@@ -248,8 +228,8 @@ static AVX512 void nt_small_avx512(int64_t m, int64_t n, int64_t k,
   }
   __mmask16 m0 = lane_mask(n);
   for (int64_t i0 = 0; i0 < m; i0 += MR)
-    block_nt16(m - i0 < MR ? (int)(m - i0) : MR, k, a + i0 * lda, lda, p,
-               alpha, c + i0 * ldc, ldc, m0);
+    block_nt(m - i0 < MR ? (int)(m - i0) : MR, 1, k, a + i0 * lda, lda, p,
+             alpha, c + i0 * ldc, ldc, m0, 0);
 }
 
 static AVX512 void nn_avx512(int64_t m, int64_t n, int64_t k, const float *a,
