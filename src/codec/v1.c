@@ -751,7 +751,8 @@ static attn_status usable(const attn_infer_output *o, attn_diag *d) {
 
 /* [B,H,Lq,Dv] -> [B,Lq,H*Dv] in a new buffer, so that each row of the
  * answer is one list (a list per head and row printed 3x slower for
- * Dv = 8); NULL when out of memory.  The sizes are those of a tensor that
+ * Dv = 8); NULL when out of memory (one byte more, so an empty tensor
+ * never asks malloc for 0).  The sizes are those of a tensor that
  * exists, so they do not overflow. */
 static float *gather_heads(const float *src, int64_t B, int64_t H, int64_t Lq,
                            int64_t Dv) {
