@@ -43,12 +43,16 @@
  *   mu (pool) and the queue's mutex never nest: drain closes the queue before
  *   taking mu, workers pop without holding mu.  No callback runs under mu.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include "attn/queue.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -229,6 +233,16 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
                                                       : reaper_main,
                                w);
     if (err != 0) break;
+#ifdef __linux__
+    /* for top -H, ps -L and perf: attn-worker-N, attn-reaper (at most 15
+     * bytes; a failure only leaves the inherited name) */
+    char name[16];
+    if (nstarted < p->nworkers)
+      snprintf(name, sizeof name, "attn-worker-%u", (unsigned)nstarted % 1000u);
+    else
+      snprintf(name, sizeof name, "attn-reaper");
+    pthread_setname_np(w->tid, name);
+#endif
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 
