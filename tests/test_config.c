@@ -116,6 +116,7 @@ static void non_default(attn_config *c) {
   c->max_connections = 12;
   c->connection_timeout_s = 13;
   snprintf(c->models_dir, sizeof c->models_dir, "/srv/models");
+  c->cpu_scheduling_policy = ATTN_SCHED_OTHER;
   c->log_level = ATTN_LOG_ERROR;
   c->log_format = ATTN_LOG_TEXT;
   c->access_log = false;
@@ -150,6 +151,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.log_level, ATTN_LOG_INFO);
   ck_assert_int_eq(c.log_format, ATTN_LOG_JSON);
   ck_assert(c.access_log);
+  ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_BATCH);
 }
 END_TEST
 
@@ -159,6 +161,7 @@ START_TEST(test_key_names) {
                                      "workers",
                                      "blas_threads_per_worker",
                                      "http_threads",
+                                     "cpu_scheduling_policy",
                                      "queue_capacity",
                                      "queue_timeout_ms",
                                      "drain_timeout_ms",
@@ -180,7 +183,10 @@ START_TEST(test_key_names) {
   ck_assert_ptr_null(attn_config_key_name((size_t)-1));
   ck_assert_str_eq(attn_log_level_name(ATTN_LOG_WARN), "warn");
   ck_assert_str_eq(attn_log_format_name(ATTN_LOG_TEXT), "text");
+  ck_assert_str_eq(attn_sched_policy_name(ATTN_SCHED_BATCH), "batch");
+  ck_assert_str_eq(attn_sched_policy_name(ATTN_SCHED_OTHER), "other");
   ck_assert_ptr_null(attn_log_level_name((attn_log_level)7));
+  ck_assert_ptr_null(attn_sched_policy_name((attn_sched_policy)2));
 }
 END_TEST
 
@@ -210,6 +216,12 @@ START_TEST(test_set_each_type) {
   ck_assert_int_eq(c.log_level, ATTN_LOG_ERROR);
   ck_assert_int_eq(attn_config_set(&c, "log_format", "text", &d), ATTN_OK);
   ck_assert_int_eq(c.log_format, ATTN_LOG_TEXT);
+  ck_assert_int_eq(
+      attn_config_set(&c, "cpu_scheduling_policy", "other", &d), ATTN_OK);
+  ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_OTHER);
+  ck_assert_int_eq(
+      attn_config_set(&c, "cpu_scheduling_policy", "batch", &d), ATTN_OK);
+  ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_BATCH);
   ck_assert_int_eq(attn_config_set(&c, "models_dir", "/a b/c", &d), ATTN_OK);
   ck_assert_str_eq(c.models_dir, "/a b/c");
 }

@@ -37,6 +37,10 @@ typedef enum {
 
 typedef enum { ATTN_LOG_JSON, ATTN_LOG_TEXT } attn_log_format;
 
+/* Linux scheduling policy of attnd's threads (systemd's CPUSchedulingPolicy
+ * names): SCHED_BATCH, or the default SCHED_OTHER. */
+typedef enum { ATTN_SCHED_BATCH, ATTN_SCHED_OTHER } attn_sched_policy;
+
 /* The effective configuration.  Field names are the key names; units are in
  * the names or the comments.  Ranges are enforced when a value is set, so a
  * filled struct is always within them. */
@@ -46,6 +50,7 @@ typedef struct attn_config {
   int workers;                      /* worker threads running requests */
   int blas_threads_per_worker;      /* threads one request may use; 0 auto */
   int http_threads;                 /* libmicrohttpd I/O threads */
+  attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
   int queue_capacity;               /* queued requests beyond which: 503 */
   int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */
   int64_t drain_timeout_ms;         /* grace after SIGTERM */
@@ -129,5 +134,6 @@ const char *attn_config_key_name(size_t i);
 /* Text names of the enums ("info", "json"); NULL for foreign values. */
 const char *attn_log_level_name(attn_log_level l);
 const char *attn_log_format_name(attn_log_format f);
+const char *attn_sched_policy_name(attn_sched_policy p);
 
 #endif /* ATTN_CONFIG_H */

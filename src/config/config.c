@@ -55,15 +55,19 @@ typedef struct cfg_key {
 static const char *const log_level_names[] = {"debug", "info", "warn", "error",
                                               NULL};
 static const char *const log_format_names[] = {"json", "text", NULL};
+static const char *const sched_policy_names[] = {"batch", "other", NULL};
 
 _Static_assert(ATTN_LOG_DEBUG == 0 && ATTN_LOG_INFO == 1 &&
                    ATTN_LOG_WARN == 2 && ATTN_LOG_ERROR == 3,
                "log_level_names[] is indexed by attn_log_level");
 _Static_assert(ATTN_LOG_JSON == 0 && ATTN_LOG_TEXT == 1,
                "log_format_names[] is indexed by attn_log_format");
+_Static_assert(ATTN_SCHED_BATCH == 0 && ATTN_SCHED_OTHER == 1,
+               "sched_policy_names[] is indexed by attn_sched_policy");
 /* Enum fields are stored through memcpy of an int. */
 _Static_assert(sizeof(attn_log_level) == sizeof(int) &&
-                   sizeof(attn_log_format) == sizeof(int),
+                   sizeof(attn_log_format) == sizeof(int) &&
+                   sizeof(attn_sched_policy) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
                    ATTN_MAX_BLAS_THREADS <= INT_MAX &&
@@ -107,6 +111,11 @@ static const cfg_key keys[] = {
           "cores other workers are not using)"),
     K_INT(http_threads, "ATTND_HTTP_THREADS", 2, 1, ATTN_MAX_HTTP_THREADS,
           "threads", "libmicrohttpd I/O threads (parse, route, send)"),
+    K_ENUM(cpu_scheduling_policy, "ATTND_CPU_SCHEDULING_POLICY",
+           attn_sched_policy, ATTN_SCHED_BATCH, sched_policy_names,
+           "Linux scheduling policy of every attnd thread: batch "
+           "(SCHED_BATCH: a thread that wakes up does not preempt a running "
+           "one) or other (SCHED_OTHER, the system default)"),
     K_INT(queue_capacity, "ATTND_QUEUE_CAPACITY", 64, 1,
           ATTN_MAX_QUEUE_CAPACITY, "requests",
           "requests that may wait for a worker; beyond that: 503"),
@@ -463,6 +472,10 @@ const char *attn_log_level_name(attn_log_level l) {
 
 const char *attn_log_format_name(attn_log_format f) {
   return (unsigned)f < 2 ? log_format_names[f] : NULL;
+}
+
+const char *attn_sched_policy_name(attn_sched_policy p) {
+  return (unsigned)p < 2 ? sched_policy_names[p] : NULL;
 }
 
 /* ---- Public: file ------------------------------------------------------- */

@@ -3154,6 +3154,45 @@ def access_log_line():
                   "%s %r" % (f, line[f]))
 
 
+def _thread_policies(pid):
+    """{thread name: set of scheduling policies} of process pid."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                name = f.read().strip()
+            policy = os.sched_getscheduler(int(tid))
+        except (OSError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+        out.setdefault(re.sub(r"-\d+$", "-N", name), set()).add(policy)
+    return out
+
+
+@test
+def cpu_scheduling_policy():
+    """cpu_scheduling_policy: the main thread, the HTTP threads, the workers
+    and the reaper run SCHED_BATCH by default and SCHED_OTHER with "other";
+    the start-up line says which.  (OpenBLAS's own idle threads start
+    before main and keep the default.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    want_threads = ("MHD-worker", "attn-worker-N", "attn-reaper")
+    for flags, policy, name in (((), os.SCHED_BATCH, "batch"),
+                                (("--cpu-scheduling-policy", "other"),
+                                 os.SCHED_OTHER, "other")):
+        with Server("--workers", "3", *flags, name="sched-" + name) as s:
+            got = _thread_policies(s.proc.pid)
+            check(os.sched_getscheduler(s.proc.pid) == policy,
+                  "%s: main thread policy %d" %
+                  (name, os.sched_getscheduler(s.proc.pid)))
+            for t in want_threads:
+                check(got.get(t) == {policy},
+                      "%s: threads %r have policies %r (want %d); all: %r" %
+                      (name, t, got.get(t), policy, got))
+            check("cpu_scheduling_policy=%s" % name in s.log_text(),
+                  "%s: start-up line: %s" % (name, s.log_tail()))
+
+
 def shared_server_exits_cleanly():
     """Run last: the shared server never died and exits 0 on SIGTERM."""
     global _shared
