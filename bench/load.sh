@@ -9,11 +9,14 @@
 #       a 16x64 query (self-attention) and POST /v2/models/sdpa/infer with
 #       query = key = value [16,64] (KServe v2 JSON).  attnd runs with each
 #       http_threads x workers in CONFIGS (access_log false), then the default
-#       config with access_log true.  bench/echo.c is the ceiling: same
-#       request bodies, an answer of the same size as attnd's, MHD thread
-#       pool of 2 and of 1.  The echo with --handoff 2 (suspend, FIFO, two
-#       workers, resume, as attnd does, but no decoding or computing) shows
-#       what that architecture alone leaves of the ceiling; with
+#       config twice more: with cpu_scheduling_policy other (the other rows
+#       run the default, batch) and with access_log true.  bench/echo.c is
+#       the ceiling: same request bodies, an answer of the same size as
+#       attnd's, MHD thread pool of 2 and of 1, and of 2 under SCHED_BATCH
+#       (chrt -b).  The echo with --handoff 2 (suspend, FIFO, two workers,
+#       resume, as attnd does, but no decoding or computing) shows what that
+#       architecture alone leaves of the ceiling (also under SCHED_BATCH:
+#       t2-handoff2-batch); with
 #       --work-sweep "U1 U2 ..." that echo also runs on the v1 body with
 #       each worker burning U us of its CPU per request (--work-us U): what
 #       a server whose decoding, computing and encoding cost U us would get.
@@ -242,6 +245,16 @@ if [ "$DO_SMALL" = 1 ]; then
         "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
       stop_server
     done
+    # The echo under SCHED_BATCH, as attnd runs by default
+    # (cpu_scheduling_policy): it counts for the ceiling too.
+    start_server "$WORK/echo.log" chrt -b 0 "$ECHO" --port 0 --threads 2 --reply-bytes "$V1_OUT"
+    wrk_run small echo "t2-batch" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+      "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
+    start_server "$WORK/echo.log" chrt -b 0 "$ECHO" --port 0 --threads 2 --reply-bytes "$V2_OUT"
+    wrk_run small echo "t2-batch" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
+      "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
     start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --reply-bytes 300
     wrk_run small echo "t2-300B" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
       "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
@@ -254,6 +267,10 @@ if [ "$DO_SMALL" = 1 ]; then
     start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --handoff 2 --reply-bytes "$V2_OUT"
     wrk_run small echo "t2-handoff2" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
       "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
+    start_server "$WORK/echo.log" chrt -b 0 "$ECHO" --port 0 --threads 2 --handoff 2 --reply-bytes "$V1_OUT"
+    wrk_run small echo "t2-handoff2-batch" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+      "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
     stop_server
     for us in $WORK_SWEEP; do
       start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --handoff 2 \
@@ -273,6 +290,15 @@ if [ "$DO_SMALL" = 1 ]; then
         "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
       stop_server
     done
+
+    # Default config with the system's default scheduling policy.
+    start_server "$WORK/attnd.log" "$ATTND" "${ATTND_COMMON[@]}" \
+      --access-log false --cpu-scheduling-policy other
+    wrk_run small attnd "h2-w2-other" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+      "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+    wrk_run small attnd "h2-w2-other" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
+      "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
+    stop_server
 
     # Default config (http_threads 2, workers 2) with the access log on,
     # written to a file.
