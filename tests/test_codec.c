@@ -2259,6 +2259,58 @@ static const char *const packed_docs[] = {
 /* Long packed arrays (the chunked fast path of json_fast.c takes 64 bytes
  * at a time once 80 remain) with one odd token put at every position:
  * packed and plain parses must agree on status, message and values. */
+/* Runs around the sizes where pack_run changes course (json_fast.c): a
+ * run of 4 KiB (512 numbers) or more joins the arena as its own block and
+ * the next array starts a new one, a shorter one is copied and its block
+ * reused; the block doubles when 64 numbers short of full (2048 numbers
+ * first).  Arrays of those lengths one after another, nested, and ended by
+ * a value that turns the run back into nodes, must read as the plain parse
+ * does. */
+START_TEST(json_packed_run_blocks) {
+  if (!use_json_impl(_i)) return;
+  static const int lens[] = {1, 63, 64, 511, 512, 513, 1983, 1984, 1985,
+                             2048, 4100};
+  enum { N_LENS = sizeof lens / sizeof *lens };
+  size_t cap = 1 << 20, k;
+  char *doc = malloc(cap), ctx[96];
+  ck_assert_ptr_nonnull(doc);
+  uint64_t rng = 0x51ab;
+  for (int form = 0; form < 3; form++) {
+    for (int a = 0; a < N_LENS; a++) {
+      /* form 0: {"k":[A],"k2":[B],"k":[A]}; 1: {"k":[[A],[B],[A]]};
+       * 2: {"k":[A numbers, then "x"]} (the run becomes nodes) */
+      int b = (a * 7 + 3) % N_LENS;
+      const int seq[3] = {lens[a], lens[b], lens[a]};
+      k = (size_t)snprintf(doc, cap, form == 1 ? "{\"k\":[" : "{");
+      for (int j = 0; j < (form == 2 ? 1 : 3); j++) {
+        if (j) doc[k++] = ',';
+        if (form == 0)
+          k += (size_t)snprintf(doc + k, cap - k, "\"%s\":",
+                                j == 1 ? "k2" : "k");
+        if (form == 2) k += (size_t)snprintf(doc + k, cap - k, "\"k\":");
+        doc[k++] = '[';
+        for (int i = 0; i < seq[j]; i++) {
+          uint64_t r = xs64(&rng);
+          k += (size_t)snprintf(doc + k, cap - k, "%s%s%u.%06u",
+                                i ? "," : "", r & 1 ? "-" : "",
+                                (unsigned)(r >> 8) % 10,
+                                (unsigned)(r >> 32) % 1000000);
+        }
+        if (form == 2) k += (size_t)snprintf(doc + k, cap - k, ",\"x\"");
+        doc[k++] = ']';
+      }
+      k += (size_t)snprintf(doc + k, cap - k, form == 1 ? "]}" : "}");
+      ck_assert_uint_lt(k, cap);
+      snprintf(ctx, sizeof ctx, "%s: form %d, %d / %d numbers", json_impls[_i],
+               form, lens[a], lens[b]);
+      check_packed_like_plain(doc, k, ATTN_JSON_MAX_NODES, ctx);
+    }
+  }
+  free(doc);
+  use_default_json_impl();
+}
+END_TEST
+
 START_TEST(json_packed_long_runs) {
   if (!use_json_impl(_i)) return;
   static const char *const odd[] = {
@@ -2579,6 +2631,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, json_same_as_cjson);
   tcase_add_loop_test(tc, json_packed_like_plain, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_long_runs, 0, N_OF(json_impls));
+  tcase_add_loop_test(tc, json_packed_run_blocks, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_random_windows, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_every_byte, 0, N_OF(json_impls));
   tcase_add_test(tc, json_impl_default);

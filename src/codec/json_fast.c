@@ -51,9 +51,14 @@
  *    tensors, i.e. arrays of numbers under a few known member names, and a
  *    64-byte node per number costs more than parsing the number.  An array
  *    opened under a listed key, or inside such an array (through arrays
- *    only), that starts with a number is read by pack_run into a reusable
- *    run of doubles; at its ']' the run is copied into the arena and the
- *    array node points at it (ATTN_JSON_PACKED, count in valuedouble).
+ *    only), that starts with a number is read by pack_run into a run of
+ *    doubles, a malloc'd block with room for a jblock header in front.  At
+ *    its ']' a short run (under JSON_RUN_DONATE bytes, such as a row of a
+ *    nested matrix) is copied into the arena and its block reused for the
+ *    next array; a longer one is trimmed with realloc and its block joins
+ *    the arena as it is, so a tensor's numbers are never copied.  Either
+ *    way the array node points at them (ATTN_JSON_PACKED, count in
+ *    valuedouble).
  *    If a value other than a number turns up, the run becomes ordinary
  *    nodes and the generic loop carries on, so packing changes the shape of
  *    the tree, never the values, the errors or the byte they name.  While
@@ -109,11 +114,9 @@ typedef struct {
   size_t next_size; /* size of the next block */
 } jarena;
 
-/* Link a new block of `size` bytes (header included) after block 1.
- * Returns NULL when out of memory; the arena is unchanged then. */
-static jblock *arena_block(jarena *a, size_t size) {
-  jblock *b = malloc(size);
-  if (!b) return NULL;
+/* Make the malloc'd block b part of the arena: block 1 when it is the
+ * first, else linked in right after block 1. */
+static void arena_link(jarena *a, jblock *b) {
   b->magic = JSON_MAGIC;
   if (!a->first) {
     b->next = NULL;
@@ -122,6 +125,14 @@ static jblock *arena_block(jarena *a, size_t size) {
     b->next = a->first->next;
     a->first->next = b;
   }
+}
+
+/* Link a new block of `size` bytes (header included) after block 1.
+ * Returns NULL when out of memory; the arena is unchanged then. */
+static jblock *arena_block(jarena *a, size_t size) {
+  jblock *b = malloc(size);
+  if (!b) return NULL;
+  arena_link(a, b);
   return b;
 }
 
@@ -197,8 +208,9 @@ typedef struct {
   cJSON *root; /* the first node, set when it is allocated */
   attn_diag *d;
   const char *const *pack_keys; /* NULL: pack nothing */
-  double *run;                  /* numbers of the array being packed */
-  size_t run_cap;
+  jblock *run_block; /* the run's malloc'd block, not yet in the arena */
+  double *run;       /* numbers of the array being packed: run_block + 1 */
+  size_t run_cap;    /* numbers the block holds */
 } jparser;
 
 #if defined(__GNUC__)
@@ -829,6 +841,9 @@ static int pack_chunk(jparser *ps, size_t *n) {
 #endif
 
 /* See pack_run. */
+#define JSON_RUN_FIRST 2048              /* numbers; doubled as it fills */
+#define JSON_RUN_DONATE ((size_t)4 << 10) /* bytes: a run this long is not
+                                             copied into the arena */
 #define JSON_WINDOW_BACKOFF 7
 #define JSON_WINDOW_BACKOFF_MAX 1024
 
@@ -891,10 +906,13 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
 #endif
   for (;;) {
     if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
-      size_t cap = ps->run_cap ? ps->run_cap * 2 : 1024;
-      double *r = realloc(ps->run, cap * sizeof *r);
-      if (!r) return out_of_memory(ps);
-      ps->run = r;
+      size_t cap = ps->run_cap ? ps->run_cap * 2 : JSON_RUN_FIRST;
+      if (cap > (SIZE_MAX - sizeof(jblock)) / sizeof(double))
+        return out_of_memory(ps);
+      jblock *b = realloc(ps->run_block, sizeof(jblock) + cap * sizeof(double));
+      if (!b) return out_of_memory(ps);
+      ps->run_block = b;
+      ps->run = (double *)(void *)(b + 1);
       ps->run_cap = cap;
     }
 #if ATTN__JSON_HAVE_AVX512
@@ -957,9 +975,22 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
     *closed = false;
     return ATTN_OK;
   }
-  double *v = arena_words(&ps->a, n * sizeof *v);
-  if (!v) return out_of_memory(ps);
-  memcpy(v, ps->run, n * sizeof *v);
+  double *v;
+  if (n * sizeof *v >= JSON_RUN_DONATE) {
+    /* the run's block joins the arena as it is (trimmed to its numbers);
+     * the next array gets a new one */
+    jblock *b = realloc(ps->run_block, sizeof(jblock) + n * sizeof *v);
+    if (!b) b = ps->run_block; /* could not shrink: keep it whole */
+    arena_link(&ps->a, b);
+    v = (double *)(void *)(b + 1);
+    ps->run_block = NULL;
+    ps->run = NULL;
+    ps->run_cap = 0;
+  } else {
+    v = arena_words(&ps->a, n * sizeof *v);
+    if (!v) return out_of_memory(ps);
+    memcpy(v, ps->run, n * sizeof *v);
+  }
   arr->type = cJSON_Array | ATTN_JSON_PACKED;
   arr->valuestring = (char *)(void *)v;
   arr->valuedouble = (double)n; /* exact: n <= max_nodes < 2^53 */
@@ -1072,12 +1103,13 @@ attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
   ps.a.first = NULL;
   ps.a.next_size = JSON_BLOCK_FIRST;
   ps.pack_keys = pack_keys;
+  ps.run_block = NULL;
   ps.run = NULL;
   ps.run_cap = 0;
   if (!arena_grow(&ps.a)) return out_of_memory(&ps);
   s = parse_root(&ps, &root);
   if (ps.frames != ps.inline_frames) free(ps.frames);
-  free(ps.run);
+  free(ps.run_block);
   if (s == ATTN_OK) {
     assert(root == (cJSON *)(void *)(ps.a.first + 1));
     const char *q = skip_ws(ps.p, ps.end);
