@@ -35,8 +35,9 @@ static const char *env(const char *name) { return getenv(name); }
  * cpu_scheduling_policy.  Under SCHED_BATCH a thread that wakes up waits
  * for the running one's slice instead of preempting it: the HTTP thread
  * that queues a request, and the worker that resumes its connection, go on
- * with their next request instead of switching at once.  That took
- * 8-12% more small requests per second on 2 cores (docs/performance.md).
+ * with their next request instead of switching at once: half the
+ * context switches, and on 2 cores 6-11% more small requests per second
+ * on average (docs/performance.md, "The scheduling policy").
  * Not fatal when refused: attnd then runs with the default policy.
  * Returns the policy in effect. */
 static attn_sched_policy set_sched_policy(attn_sched_policy p) {
