@@ -50,7 +50,6 @@ typedef struct attn_config {
   int workers;                      /* worker threads running requests */
   int blas_threads_per_worker;      /* threads one request may use; 0 auto */
   int http_threads;                 /* libmicrohttpd I/O threads */
-  attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
   int queue_capacity;               /* queued requests beyond which: 503 */
   int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */
   int64_t drain_timeout_ms;         /* grace after SIGTERM */
@@ -63,7 +62,8 @@ typedef struct attn_config {
   char models_dir[ATTN_MAX_PATH_LEN + 1]; /* model definitions */
   attn_log_level log_level;
   attn_log_format log_format;
-  bool access_log; /* one log line per request */
+  bool access_log;                         /* one log line per request */
+  attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
 } attn_config;
 
 /* Fill *c with the built-in defaults.  Never fails. */
