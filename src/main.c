@@ -36,7 +36,7 @@ static const char *env(const char *name) { return getenv(name); }
  * for the running one's slice instead of preempting it: the HTTP thread
  * that queues a request, and the worker that resumes its connection, go on
  * with their next request instead of switching at once: half the
- * context switches, and on 2 cores 6-11% more small requests per second
+ * context switches, and on 2 cores 7-10% more small requests per second
  * on average (docs/performance.md, "The scheduling policy").
  * Not fatal when refused: attnd then runs with the default policy.
  * Returns the policy in effect. */
