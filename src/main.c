@@ -30,31 +30,56 @@
 
 static const char *env(const char *name) { return getenv(name); }
 
+#ifdef SCHED_BATCH
+/* The name of a kernel scheduling policy, as the start-up line shows it. */
+static const char *policy_name(int policy) {
+  switch (policy) {
+    case SCHED_OTHER: return "other";
+    case SCHED_BATCH: return "batch";
+    case SCHED_IDLE: return "idle";
+    case SCHED_FIFO: return "fifo";
+    case SCHED_RR: return "rr";
+    default: return "unknown";
+  }
+}
+#endif
+
 /* Give this thread, and so every thread started after it (clone copies
  * the policy; glibc's pthread_create inherits it by default), the policy of
  * cpu_scheduling_policy.  Under SCHED_BATCH a thread that wakes up waits
  * for the running one's slice instead of preempting it: the HTTP thread
  * that queues a request, and the worker that resumes its connection, go on
- * with their next request instead of switching at once: half the
- * context switches, and on 2 cores 7-10% more small requests per second
- * on average (docs/performance.md, "The scheduling policy").
- * Not fatal when refused: attnd then runs with the default policy.
- * Returns the policy in effect. */
-static attn_sched_policy set_sched_policy(attn_sched_policy p) {
-  if (p == ATTN_SCHED_OTHER) return p; /* what the process already has */
+ * with their next request instead of switching at once: fewer than half
+ * the involuntary context switches, and on 2 cores 7-10% more small
+ * requests per second on average (docs/performance.md, "The scheduling
+ * policy").  Only the default policy is replaced: a policy the operator
+ * started attnd with (chrt, systemd's CPUSchedulingPolicy=) is kept.  Not
+ * fatal when refused: attnd then runs on.  Returns the name of the policy
+ * in effect, for the start-up line. */
+static const char *set_sched_policy(attn_sched_policy p) {
 #ifdef SCHED_BATCH
-  struct sched_param sp = {.sched_priority = 0};
-  if (sched_setscheduler(0, SCHED_BATCH, &sp) == 0) return p;
-  attn_log(ATTN_LOG_WARN,
-           "cpu_scheduling_policy=batch refused (%s); using the default "
-           "policy",
-           strerror(errno));
+  int cur = sched_getscheduler(0);
+  if (p == ATTN_SCHED_BATCH && cur == SCHED_OTHER) {
+    struct sched_param sp = {.sched_priority = 0};
+    if (sched_setscheduler(0, SCHED_BATCH, &sp) == 0) return "batch";
+    attn_log(ATTN_LOG_WARN,
+             "cpu_scheduling_policy=batch refused (%s); running with the "
+             "default policy",
+             strerror(errno));
+  } else if (p == ATTN_SCHED_BATCH && cur != SCHED_BATCH) {
+    attn_log(ATTN_LOG_INFO,
+             "cpu_scheduling_policy=batch: keeping the policy attnd was "
+             "started with (%s)",
+             policy_name(cur));
+  }
+  return policy_name(cur);
 #else
-  attn_log(ATTN_LOG_WARN,
-           "cpu_scheduling_policy=batch is Linux only; using the default "
-           "policy");
+  if (p == ATTN_SCHED_BATCH)
+    attn_log(ATTN_LOG_WARN,
+             "cpu_scheduling_policy=batch is Linux only; running with the "
+             "default policy");
+  return "other";
 #endif
-  return ATTN_SCHED_OTHER;
 }
 
 int main(int argc, char **argv) {
@@ -103,7 +128,7 @@ int main(int argc, char **argv) {
 
   attn_log_init(cfg.log_level, cfg.log_format);
   /* before any thread starts */
-  attn_sched_policy policy = set_sched_policy(cfg.cpu_scheduling_policy);
+  const char *policy = set_sched_policy(cfg.cpu_scheduling_policy);
   attn_engine_set_blas_threads(1); /* the engine owns parallelism */
 
   attn_registry *models = NULL;
@@ -139,8 +164,7 @@ int main(int argc, char **argv) {
            "cpu_scheduling_policy=%s, models=%zu, kernel=%s)",
            ATTN_VERSION, cfg.host, attn_server_port(server), cfg.workers,
            cfg.blas_threads_per_worker, cfg.http_threads, cfg.queue_capacity,
-           attn_sched_policy_name(policy),
-           attn_registry_count(models), attn_engine_kernel_name());
+           policy, attn_registry_count(models), attn_engine_kernel_name());
 
   int sig = 0;
   while (sigwait(&sigs, &sig) != 0) {

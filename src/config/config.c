@@ -115,7 +115,8 @@ static const cfg_key keys[] = {
            attn_sched_policy, ATTN_SCHED_BATCH, sched_policy_names,
            "Linux scheduling policy of every attnd thread: batch "
            "(SCHED_BATCH: a thread that wakes up does not preempt a running "
-           "one) or other (SCHED_OTHER, the system default)"),
+           "one; replaces only the default policy) or other (the policy "
+           "attnd was started with, SCHED_OTHER by default)"),
     K_INT(queue_capacity, "ATTND_QUEUE_CAPACITY", 64, 1,
           ATTN_MAX_QUEUE_CAPACITY, "requests",
           "requests that may wait for a worker; beyond that: 503"),

@@ -98,16 +98,16 @@ class Server:
     """One attnd process.  Extra flags come after the defaults set here, so
     they win (attnd reads flags left to right)."""
 
-    def __init__(self, *flags, name="attnd"):
+    def __init__(self, *flags, name="attnd", wrap=()):
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
                                              suffix=".log")
         self._log = os.fdopen(fd, "wb")
         # read through our own handle: works even if the file is unlinked
         self._log_r = open(self.log_path, "rb")
-        cmd = [ATTND, "--host", HOST, "--port", "0",
-               "--models-dir", MODELS_DIR, "--log-format", "json",
-               "--access-log", "true"] + list(flags)
+        cmd = list(wrap) + [ATTND, "--host", HOST, "--port", "0",
+                            "--models-dir", MODELS_DIR, "--log-format",
+                            "json", "--access-log", "true"] + list(flags)
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
@@ -3172,15 +3172,23 @@ def _thread_policies(pid):
 def cpu_scheduling_policy():
     """cpu_scheduling_policy: the main thread, the HTTP threads, the workers
     and the reaper run SCHED_BATCH by default and SCHED_OTHER with "other";
-    the start-up line says which.  (OpenBLAS's own idle threads start
-    before main and keep the default.)"""
+    a policy attnd was started with (here SCHED_IDLE, which needs no
+    privilege) is kept; the start-up line says which.  (OpenBLAS's own
+    idle threads start before main and keep the policy attnd started
+    with.)"""
     if not sys.platform.startswith("linux"):
         return
     want_threads = ("MHD-worker", "attn-worker-N", "attn-reaper")
-    for flags, policy, name in (((), os.SCHED_BATCH, "batch"),
-                                (("--cpu-scheduling-policy", "other"),
-                                 os.SCHED_OTHER, "other")):
-        with Server("--workers", "3", *flags, name="sched-" + name) as s:
+    idle = (sys.executable, "-c", "import os, sys; os.sched_setscheduler(0, "
+            "os.SCHED_IDLE, os.sched_param(0)); os.execv(sys.argv[1], "
+            "sys.argv[1:])")
+    for flags, wrap, policy, name in (
+            ((), (), os.SCHED_BATCH, "batch"),
+            (("--cpu-scheduling-policy", "other"), (), os.SCHED_OTHER,
+             "other"),
+            ((), idle, os.SCHED_IDLE, "idle")):
+        with Server("--workers", "3", *flags, name="sched-" + name,
+                    wrap=wrap) as s:
             got = _thread_policies(s.proc.pid)
             check(os.sched_getscheduler(s.proc.pid) == policy,
                   "%s: main thread policy %d" %
@@ -3191,6 +3199,10 @@ def cpu_scheduling_policy():
                       (name, t, got.get(t), policy, got))
             check("cpu_scheduling_policy=%s" % name in s.log_text(),
                   "%s: start-up line: %s" % (name, s.log_tail()))
+            if name == "idle":
+                check("keeping the policy attnd was started with (idle)" in
+                      s.log_text(), "idle: no note that the policy was "
+                      "kept: %s" % s.log_tail())
 
 
 def shared_server_exits_cleanly():
