@@ -38,7 +38,8 @@ typedef enum {
 typedef enum { ATTN_LOG_JSON, ATTN_LOG_TEXT } attn_log_format;
 
 /* Linux scheduling policy of attnd's threads (systemd's CPUSchedulingPolicy
- * names): SCHED_BATCH, or the default SCHED_OTHER. */
+ * names): SCHED_BATCH in place of the default SCHED_OTHER, or the policy
+ * attnd was started with (SCHED_OTHER unless chosen otherwise). */
 typedef enum { ATTN_SCHED_BATCH, ATTN_SCHED_OTHER } attn_sched_policy;
 
 /* The effective configuration.  Field names are the key names; units are in
