@@ -235,26 +235,20 @@ if [ "$DO_SMALL" = 1 ]; then
   echo "# small bodies: v1 $(stat -c %s "$V1") B in, $V1_OUT B out; v2 $(stat -c %s "$V2") B in, $V2_OUT B out" >>"$WORK/meta.txt"
 
   for rep in $(seq "$REPEATS"); do
-    for et in 2 1; do
-      start_server "$WORK/echo.log" "$ECHO" --port 0 --threads "$et" --reply-bytes "$V1_OUT"
-      wrk_run small echo "t$et" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+    # t2-batch: under SCHED_BATCH, as attnd runs by default
+    # (cpu_scheduling_policy); it counts for the ceiling too.
+    for ec in t2 t1 t2-batch; do
+      et=${ec#t} pre=()
+      if [ "$ec" = t2-batch ]; then et=2 pre=(chrt -b 0); fi
+      start_server "$WORK/echo.log" "${pre[@]}" "$ECHO" --port 0 --threads "$et" --reply-bytes "$V1_OUT"
+      wrk_run small echo "$ec" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
         "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
       stop_server
-      start_server "$WORK/echo.log" "$ECHO" --port 0 --threads "$et" --reply-bytes "$V2_OUT"
-      wrk_run small echo "t$et" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
+      start_server "$WORK/echo.log" "${pre[@]}" "$ECHO" --port 0 --threads "$et" --reply-bytes "$V2_OUT"
+      wrk_run small echo "$ec" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
         "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
       stop_server
     done
-    # The echo under SCHED_BATCH, as attnd runs by default
-    # (cpu_scheduling_policy): it counts for the ceiling too.
-    start_server "$WORK/echo.log" chrt -b 0 "$ECHO" --port 0 --threads 2 --reply-bytes "$V1_OUT"
-    wrk_run small echo "t2-batch" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
-      "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
-    stop_server
-    start_server "$WORK/echo.log" chrt -b 0 "$ECHO" --port 0 --threads 2 --reply-bytes "$V2_OUT"
-    wrk_run small echo "t2-batch" v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
-      "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
-    stop_server
     start_server "$WORK/echo.log" "$ECHO" --port 0 --threads 2 --reply-bytes 300
     wrk_run small echo "t2-300B" v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
       "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
