@@ -20,6 +20,12 @@
 #       --work-sweep "U1 U2 ..." that echo also runs on the v1 body with
 #       each worker burning U us of its CPU per request (--work-us U): what
 #       a server whose decoding, computing and encoding cost U us would get.
+#       Each row also splits the server's CPU per request between its
+#       libmicrohttpd threads and its workers (/proc/PID/task/*/stat by
+#       thread name), and bench_pipeline (build/bench/bench_pipeline, if
+#       built) times the workers' part alone on the same bodies: decode,
+#       model and encode in one thread, no HTTP.  Together they show where a
+#       small request's CPU goes (the report's last small-request table).
 #   (b) Large: POST /v2/models/mha/infer, n=2048, d_model=512, h=8, binary
 #       FP32 inputs with biases, need_weights false, attn_output as binary;
 #       wrk -t1 -c1 (sequential) for LARGE_D seconds; workers=1 with
@@ -104,6 +110,25 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 CLK_TCK=$(getconf CLK_TCK)
 # cpu_ticks PID: user + system clock ticks of the whole process so far.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# class_ticks PID: "HTTP WORKER" clock ticks so far of the process's
+# libmicrohttpd threads (MHD-worker in a pool, MHD-single alone) and of
+# its worker threads
+# (attn-worker-N, echo's echo-worker).  A thread that has exited is no
+# longer counted, so only compare two calls around a run in which no
+# thread exits.  (comm may hold spaces: the fields are counted from the
+# ')' that ends it.)
+class_ticks() {
+  local t http=0 work=0 comm ticks
+  for t in /proc/"$1"/task/*; do
+    comm=$(cat "$t/comm" 2>/dev/null) || continue
+    ticks=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ print $12 + $13 }') || continue
+    case $comm in
+      MHD-*) http=$((http + ticks)) ;;
+      *worker-*|echo-worker) work=$((work + ticks)) ;;
+    esac
+  done
+  echo "$http $work"
+}
 
 # start_server LOGFILE CMD...: start CMD in the background with stderr to
 # LOGFILE; sets SERVER_PID and PORT once "listening on 127.0.0.1:PORT" is
@@ -158,9 +183,10 @@ check() {
 # Runs wrk with post.lua and appends one row to $TSV.
 wrk_run() {
   local sec=$1 target=$2 cfg=$3 ep=$4 rep=$5 url=$6 body=$7 ctype=$8
-  local t=$9 c=${10} d=${11} hl=${12:-} ld res c0 c1 n
+  local t=$9 c=${10} d=${11} hl=${12:-} ld res c0 c1 n k0 k1
   ld=$(load1)
   c0=$(cpu_ticks "$SERVER_PID")
+  k0=$(class_ticks "$SERVER_PID")
   res=$(BODY_FILE=$body CONTENT_TYPE=$ctype HEADER_LEN=$hl \
         timeout $((d + 60)) wrk -t"$t" -c"$c" -d"${d}s" --timeout 30s \
         --latency -s "$LUA" "$url" | tee -a "$WORK/wrk.log" | grep '^RESULT') || {
@@ -168,10 +194,14 @@ wrk_run() {
   # Server CPU time per request (all its threads, user + system): less
   # sensitive to the machine's other load than req/s.
   c1=$(cpu_ticks "$SERVER_PID")
+  k1=$(class_ticks "$SERVER_PID")
   n=${res#*requests=}
   n=${n%% *}
-  res="$res server_cpu_us=$(awk -v a="$c0" -v b="$c1" -v n="$n" -v hz="$CLK_TCK" \
-        'BEGIN { printf "%.1f", (n > 0 ? (b - a) * 1e6 / hz / n : 0) }')"
+  res="$res $(awk -v a="$c0" -v b="$c1" -v k0="$k0" -v k1="$k1" -v n="$n" \
+        -v hz="$CLK_TCK" 'BEGIN {
+          split(k0, x, " "); split(k1, y, " "); u = n > 0 ? 1e6 / hz / n : 0
+          printf "server_cpu_us=%.1f http_cpu_us=%.1f worker_cpu_us=%.1f",
+                 (b - a) * u, (y[1] - x[1]) * u, (y[2] - x[2]) * u }')"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sec" "$target" "$cfg" "$ep" "$rep" \
     "$ld" "${res#RESULT }" >>"$TSV"
   log "$sec $target $cfg $ep rep $rep load $ld: ${res#RESULT }"
@@ -215,6 +245,7 @@ if [ -z "$ECHO" ]; then
   fi
 fi
 
+PIPELINE=$ROOT/build/bench/bench_pipeline   # optional: no row without it
 ATTND_COMMON=(--host 127.0.0.1 --port 0 --drain-timeout-ms 5000
               --queue-capacity 1024)
 {
@@ -304,6 +335,23 @@ if [ "$DO_SMALL" = 1 ]; then
       "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
     stop_server
     rm -f "$WORK/attnd-log.log"
+
+    # The worker's work alone: the same bodies through decode, model and
+    # encode in one thread, no HTTP (bench/bench_pipeline.c).
+    if [ -x "$PIPELINE" ]; then
+      ld=$(load1)
+      timeout 120 "$PIPELINE" --emit-json --v1 "$V1" --v2 sdpa "$V2" |
+        python3 -c 'import json, sys
+for l in sys.stdin:
+    o = json.loads(l)
+    print("%s %s" % (o["protocol"], " ".join("%s=%.3f" % (k, o[k])
+          for k in ("decode_us", "infer_us", "encode_us", "all_us"))))' |
+        while read -r ep kv; do
+          printf 'pipeline\tbench_pipeline\tnone\t%s\t%s\t%s\t%s\n' \
+            "$ep" "$rep" "$ld" "$kv" >>"$TSV"
+          log "pipeline $ep rep $rep load $ld: $kv"
+        done
+    fi
   done
 fi
 

@@ -9,6 +9,7 @@ bench/lua/post.lua, the server's access-log medians, or bench_attention's
 ms).  Nothing is asserted; ratios are printed next to the targets.
 """
 import collections
+import re
 import statistics
 import sys
 
@@ -50,7 +51,7 @@ def mean(rs, key):
     return statistics.mean(v) if v else float("nan")
 
 
-def small_tables(rows):
+def small_tables(rows, ncpu):
     g = group(rows, "small")
     if not g:
         return
@@ -67,9 +68,13 @@ def small_tables(rows):
           "ceiling left by attnd's suspend/queue/worker/resume path alone "
           "(`-workU`: with each worker also burning U us of CPU per "
           "request, `--work-us`).\n")
+    print("`server CPU` is all the server's threads; `HTTP + workers` splits "
+          "out its libmicrohttpd threads and its worker threads (the rest "
+          "is start-up and idle threads).\n")
     print("| server | config | endpoint | req/s | p50 ms | p99 ms | "
-          "server CPU us/req | load (1 min) | non-2xx | ratio |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "server CPU us/req | HTTP + workers us/req | load (1 min) | "
+          "non-2xx | ratio |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     best = {}
     for (t, c, ep), rs in g.items():
         m = mean(rs, "rps")
@@ -80,16 +85,58 @@ def small_tables(rows):
             ratio = "%.2f" % (m / ceiling[ep])
             if m > best.get(ep, ("", 0.0))[1]:
                 best[ep] = (c, m)
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |" % (
+        split = " / ".join("%.1f + %.1f" % (r["http_cpu_us"],
+                                              r["worker_cpu_us"])
+                           for r in rs if "http_cpu_us" in r)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |" % (
             t, c, ep, runs(rs, "rps", "%.0f"), runs(rs, "p50_ms", "%.2f"),
             runs(rs, "p99_ms", "%.2f"), runs(rs, "server_cpu_us", "%.0f"),
-            runs(rs, "load", "%.2f"),
+            split, runs(rs, "load", "%.2f"),
             sum(int(r.get("non2xx", 0)) for r in rs), ratio))
     print()
     for ep, (c, m) in best.items():
         print("- best attnd config for %s: %s, %.0f req/s mean = %.0f%% of "
               "echo (%.0f req/s)" % (ep, c, m, 100 * m / ceiling[ep],
                                       ceiling[ep]))
+    print()
+    budget_table(rows, g, ncpu)
+
+
+def budget_table(rows, g, ncpu):
+    """Where a small request's CPU goes: the echo, the hand-off echo, attnd's
+    default config and bench_pipeline side by side (means over runs)."""
+    pipe = group(rows, "pipeline")
+    eps = [ep for ep in ("v1", "v2")
+           if ("attnd", "h2-w2", ep) in g and ("echo", "t2", ep) in g]
+    if not eps:
+        return
+    print("### Where a small request's CPU goes (us per request, mean of "
+          "runs)\n")
+    print("`the rest` = the %d CPUs' time per request (%d s / req/s) minus the "
+          "server's CPU: the client (wrk), softirqs charged elsewhere, and "
+          "idle time.  `bench_pipeline` is the worker's work without HTTP "
+          "(decode, model, encode in one thread, best of 3).\n" % (ncpu, ncpu))
+    print("| endpoint | server | HTTP threads | workers | server | the rest |")
+    print("|---|---|---:|---:|---:|---:|")
+    for ep in eps:
+        for key, label in ((("echo", "t2", ep), "echo t2"),
+                           (("echo", "t2-batch", ep), "echo t2-batch"),
+                           (("echo", "t2-handoff2", ep), "echo t2-handoff2"),
+                           (("attnd", "h2-w2", ep), "attnd h2-w2")):
+            rs = g.get(key)
+            if not rs or "http_cpu_us" not in rs[0]:
+                continue
+            rest = mean(rs, "rps")
+            rest = ncpu * 1e6 / rest - mean(rs, "server_cpu_us") if rest else 0
+            print("| %s | %s | %.1f | %.1f | %.1f | %.1f |" % (
+                ep, label, mean(rs, "http_cpu_us"), mean(rs, "worker_cpu_us"),
+                mean(rs, "server_cpu_us"), rest))
+        pr = pipe.get(("bench_pipeline", "none", ep))
+        if pr:
+            print("| %s | bench_pipeline | - | %.1f (decode %.1f, infer %.1f, "
+                  "encode %.1f) | - | - |" % (
+                      ep, mean(pr, "all_us"), mean(pr, "decode_us"),
+                      mean(pr, "infer_us"), mean(pr, "encode_us")))
     print()
 
 
@@ -165,7 +212,9 @@ def main():
     for m in meta:
         print("- " + m)
     print()
-    small_tables(rows)
+    cpus = [int(m.group(1)) for m in map(re.compile(r"(\d+) CPUs").search,
+                                         meta) if m]
+    small_tables(rows, cpus[0] if cpus else 2)
     large_table(rows)
 
 
