@@ -12,11 +12,11 @@
  *  differences between them, so no clock is read inside an iteration
  *  (CLOCK_THREAD_CPUTIME_ID is a system call here, ~0.3 us).  Each loop
  *  runs for at least --secs seconds (default 0.5) of thread CPU time, not
- *  skewed by other processes on the cores; the best of --runs runs
- *  (default 3) is printed.  Limits and the engine's threads (1) are what
- *  attnd's defaults give a small request.
- *  Nothing is asserted; a failing request is printed and ends the run.
- *  Output: one line per body, or with --emit-json one JSON object per line.
+ *  skewed by other processes on the cores; the three alternate, --runs
+ *  times (default 3), and each stage's best run is printed.  Limits and the
+ * engine's threads (1) are what attnd's defaults give a small request. Nothing
+ * is asserted; a failing request is printed and ends the run. Output: one line
+ * per body, or with --emit-json one JSON object per line.
  *
  *  Threads.  Single thread.
  *
@@ -118,21 +118,16 @@ static size_t one(ctx *c, const body *b, stage upto) {
   return len;
 }
 
-/* Thread CPU seconds per request of `upto`, best of `runs`. */
-static double time_stage(ctx *c, const body *b, stage upto, double secs,
-                         int runs) {
-  double best = 1e30;
-  for (int r = 0; r < runs; r++) {
-    long n = 0, batch = 16;
-    double t0 = cpu_now(), t;
-    do {
-      for (long i = 0; i < batch; i++) c->out_bytes = one(c, b, upto);
-      n += batch;
-      batch *= 2;
-    } while ((t = cpu_now() - t0) < secs);
-    if (t / (double)n < best) best = t / (double)n;
-  }
-  return best;
+/* Thread CPU seconds per request of `upto`: one run of at least `secs`. */
+static double time_stage(ctx *c, const body *b, stage upto, double secs) {
+  long n = 0, batch = 16;
+  double t0 = cpu_now(), t;
+  do {
+    for (long i = 0; i < batch; i++) c->out_bytes = one(c, b, upto);
+    n += batch;
+    batch *= 2;
+  } while ((t = cpu_now() - t0) < secs);
+  return t / (double)n;
 }
 
 static void usage(const char *argv0) {
@@ -193,9 +188,15 @@ int main(int argc, char **argv) {
     body *b = &bodies[i];
     load(b);
     one(&c, b, STAGE_ALL); /* warm up; dies on a bad body */
-    double td = time_stage(&c, b, STAGE_DECODE, secs, runs);
-    double ti = time_stage(&c, b, STAGE_INFER, secs, runs);
-    double ta = time_stage(&c, b, STAGE_ALL, secs, runs);
+    /* the three loops alternate, so that a slower stretch of the machine
+     * falls on all of them; each keeps its best run */
+    double td = 1e30, ti = 1e30, ta = 1e30;
+    for (int r = 0; r < runs; r++) {
+      double t = time_stage(&c, b, STAGE_DECODE, secs);
+      if (t < td) td = t;
+      if ((t = time_stage(&c, b, STAGE_INFER, secs)) < ti) ti = t;
+      if ((t = time_stage(&c, b, STAGE_ALL, secs)) < ta) ta = t;
+    }
     const char *name =
         strrchr(b->path, '/') ? strrchr(b->path, '/') + 1 : b->path;
     if (json)
