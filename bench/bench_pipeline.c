@@ -10,13 +10,14 @@
  *  Stages.  Three loops over the same body: decode + free; decode + infer +
  *  free; decode + infer + encode + free.  Infer and encode are the
  *  differences between them, so no clock is read inside an iteration
- *  (CLOCK_THREAD_CPUTIME_ID is a system call here, ~0.3 us).  Each loop
- *  runs for at least --secs seconds (default 0.5) of thread CPU time, not
- *  skewed by other processes on the cores; the three alternate, --runs
- *  times (default 3), and each stage's best run is printed.  Limits and the
- * engine's threads (1) are what attnd's defaults give a small request. Nothing
- * is asserted; a failing request is printed and ends the run. Output: one line
- * per body, or with --emit-json one JSON object per line.
+ *  (a CLOCK_THREAD_CPUTIME_ID read is a system call, 0.45-0.49 us here).
+ *  Each loop runs for at least --secs seconds (default 0.5) of thread CPU
+ *  time, not skewed by other processes on the cores; the three alternate,
+ *  --runs times (default 3), and each stage's best run is printed.  Limits
+ *  and the engine's threads (1) are what attnd's defaults give a small
+ *  request.
+ *  Nothing is asserted; a failing request is printed and ends the run.
+ *  Output: one line per body, or with --emit-json one JSON object per line.
  *
  *  Threads.  Single thread.
  *
