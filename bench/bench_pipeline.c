@@ -66,6 +66,8 @@ static void die(const char *what, const char *detail) {
   exit(1);
 }
 
+/* Read b->path into b->text (64-byte aligned, as http.c's body buffers
+ * are) and b->len; exits on failure. */
 static void load(body *b) {
   FILE *f = fopen(b->path, "rb");
   if (!f) die("cannot open", b->path);
@@ -73,7 +75,6 @@ static void load(body *b) {
   long n = ftell(f);
   if (n < 0) die("cannot size", b->path);
   rewind(f);
-  /* 64 spare bytes, as http.c's body buffer has room after the body */
   b->text = aligned_alloc(64, ((size_t)n + 64 + 63) / 64 * 64);
   if (!b->text) die("out of memory", NULL);
   if (fread(b->text, 1, (size_t)n, f) != (size_t)n) die("cannot read", b->path);
