@@ -111,12 +111,11 @@ CLK_TCK=$(getconf CLK_TCK)
 # cpu_ticks PID: user + system clock ticks of the whole process so far.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # class_ticks PID: "HTTP WORKER" clock ticks so far of the process's
-# libmicrohttpd threads (MHD-worker in a pool, MHD-single alone) and of
-# its worker threads
-# (attn-worker-N, echo's echo-worker).  A thread that has exited is no
-# longer counted, so only compare two calls around a run in which no
-# thread exits.  (comm may hold spaces: the fields are counted from the
-# ')' that ends it.)
+# libmicrohttpd threads (MHD-worker in a pool, MHD-single alone) and of its
+# worker threads (attn-worker-N, echo's echo-worker).  A thread that has
+# exited is no longer counted, so only compare two calls around a run in
+# which no thread exits.  (comm may hold spaces: the fields are counted
+# from the ')' that ends it.)
 class_ticks() {
   local t http=0 work=0 comm ticks
   for t in /proc/"$1"/task/*; do

@@ -126,8 +126,8 @@ def budget_table(rows, g, ncpu):
             rs = g.get(key)
             if not rs or "http_cpu_us" not in rs[0]:
                 continue
-            rest = mean(rs, "rps")
-            rest = ncpu * 1e6 / rest - mean(rs, "server_cpu_us") if rest else 0
+            rps = mean(rs, "rps")
+            rest = ncpu * 1e6 / rps - mean(rs, "server_cpu_us") if rps else 0
             print("| %s | %s | %.1f | %.1f | %.1f | %.1f |" % (
                 ep, label, mean(rs, "http_cpu_us"), mean(rs, "worker_cpu_us"),
                 mean(rs, "server_cpu_us"), rest))
