@@ -173,8 +173,8 @@ static const v2_case v2_cases[] = {
      "x:BOOL[1,3]=1,0,1", 0, 0},
     {IN1("INT32", "[2]", "[-2147483648,2147483647]"), NULL, 0, 0, -1, ATTN_OK,
      NULL, "x:INT32[2]=-2147483648,2147483647", 0, 0},
-    {IN1("INT64", "[2]", "[9007199254740992,-5]"), NULL, 0, 0, -1, ATTN_OK,
-     NULL, "x:INT64[2]=9007199254740992,-5", 0, 0},
+    {IN1("INT64", "[2]", "[9007199254740991,-9007199254740991]"), NULL, 0, 0,
+     -1, ATTN_OK, NULL, "x:INT64[2]=9007199254740991,-9007199254740991", 0, 0},
     {IN1("FP32", "[]", "[5]"), NULL, 0, 0, -1, ATTN_OK, NULL, "x:FP32[]=5", 0,
      0},
     {IN1("FP32", "[0,3]", "[]"), NULL, 0, 0, -1, ATTN_OK, NULL,
@@ -282,14 +282,14 @@ static const v2_case v2_cases[] = {
      "shape[0] must be a non-negative integer, got 1.5 (not an integer)", NULL,
      0, 0},
     {IN1("FP32", "[4611686018427387904,4]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
-     "shape[0] must be a non-negative integer, got 4.6116860184273879e+18 (above "
-     "2^53, the largest integer JSON carries exactly)",
+     "shape[0] must be a non-negative integer, got 4.6116860184273879e+18 "
+     "(above 2^53 - 1, the largest integer JSON carries exactly)",
      NULL, 0, 0},
     {"{'inputs':[{'name':'k','datatype':'FP32','shape':[1],"
      "'parameters':{'binary_data_size':4611686018427387904}}]}",
      NULL, 0, 4, -1, ATTN_EINVAL,
      "inputs[0] 'k': binary_data_size must be a non-negative integer (above "
-     "2^53",
+     "2^53 - 1",
      NULL, 0, 0},
     {IN1("FP32", "[1,1,1,1,1,1,1,1,1]", "[1]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "shape has rank 9, at most 8", NULL, 0, 0},
@@ -316,6 +316,14 @@ static const v2_case v2_cases[] = {
      "outside the INT32 range", NULL, 0, 0},
     {IN1("INT64", "[1]", "[9007199254740994]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "outside the INT64 range JSON can carry exactly", NULL, 0, 0},
+    /* 2^53 + 1 reads as 2^53: neither is known to be what was sent */
+    {IN1("INT64", "[2]", "[1,9007199254740993]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "data[1] = 9007199254740992 is outside the INT64 range JSON can carry "
+     "exactly "
+     "(+-(2^53 - 1)); send it as binary data",
+     NULL, 0, 0},
+    {IN1("INT64", "[1]", "[-9007199254740992]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "outside the INT64 range JSON can carry exactly", NULL, 0, 0},
     {IN1("BOOL", "[2]", "[true,1]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "data[1] is a number, expected true or false (BOOL)", NULL, 0, 0},
     {IN1("FP32", "[2]", "[1,'2']"), NULL, 0, 0, -1, ATTN_EINVAL,
@@ -326,8 +334,7 @@ static const v2_case v2_cases[] = {
      "data[0][0] = -1e+300 is outside the FP32 range", NULL, 0, 0},
     /* past the first block of 8 that attn__f64_to_f32 checks at once */
     {IN1("FP32", "[10]", "[0,1,2,3,4,5,6,7,8,-4e38]"), NULL, 0, 0, -1,
-     ATTN_ENONFINITE, "data[9] = -4e+38 is outside the FP32 range", NULL, 0,
-     0},
+     ATTN_ENONFINITE, "data[9] = -4e+38 is outside the FP32 range", NULL, 0, 0},
     {IN1("FP16", "[1]", "[1]"), NULL, 0, 0, -1, ATTN_EUNSUPPORTED,
      "FP16 data cannot be sent as JSON numbers; use the binary tensor data "
      "extension",

@@ -40,7 +40,10 @@
 
 #include "attn/codec.h"
 
-#define TWO_POW_53 9007199254740992.0 /* largest range of exact integers */
+/* The largest integer a JSON number carries exactly, 2^53 - 1: above it
+ * two texts can read as one double (9007199254740993 reads as 2^53, so
+ * 2^53 itself is not known to be what was sent). */
+#define JSON_INT_MAX 9007199254740991.0
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -51,7 +54,7 @@ static char *dupstr(const char *s) {
   return p;
 }
 
-/* An integral JSON number within [lo, hi] (|hi|, |lo| <= 2^53). */
+/* An integral JSON number within [lo, hi] (|hi|, |lo| <= JSON_INT_MAX). */
 static bool json_int(const cJSON *it, double lo, double hi, int64_t *v) {
   if (!cJSON_IsNumber(it)) return false;
   double x = it->valuedouble;
@@ -60,14 +63,14 @@ static bool json_int(const cJSON *it, double lo, double hi, int64_t *v) {
   return true;
 }
 
-/* Why a JSON value is not an integer in [0, 2^53] (json_int failed): for
- * the messages below. */
+/* Why a JSON value is not an integer in [0, JSON_INT_MAX] (json_int failed):
+ * for the messages below. */
 static const char *why_not_count(const cJSON *it) {
   if (!cJSON_IsNumber(it)) return attn__json_kind(it);
   double x = it->valuedouble;
   if (x < 0) return "negative";
   if (x != floor(x)) return "not an integer";
-  return "above 2^53, the largest integer JSON carries exactly";
+  return "above 2^53 - 1, the largest integer JSON carries exactly";
 }
 
 /* Known KServe datatypes that attnd does not take. */
@@ -182,7 +185,7 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
       continue;
     }
     if (strcmp(k, "priority") == 0 || strcmp(k, "timeout") == 0) {
-      if (!json_int(c, 0, TWO_POW_53, &v))
+      if (!json_int(c, 0, JSON_INT_MAX, &v))
         return attn_diag_set(
             d, ATTN_EINVAL,
             "parameters: '%s' must be a non-negative integer%s (%s)", k,
@@ -203,7 +206,7 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
         return attn_diag_set(d, ATTN_EINVAL,
                              "parameters: '%.64s' is not a finite number", k);
       p->d = x;
-      if (json_int(c, -TWO_POW_53, TWO_POW_53, &v)) {
+      if (json_int(c, -JSON_INT_MAX, JSON_INT_MAX, &v)) {
         p->type = ATTN_PARAM_INT;
         p->i = v;
       } else {
@@ -369,7 +372,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "shape has rank %d, at most %d is supported",
                        cJSON_GetArraySize(shape), ATTN_MAX_RANK);
-    if (!json_int(c, 0, TWO_POW_53, &o->shape[o->rank])) {
+    if (!json_int(c, 0, JSON_INT_MAX, &o->shape[o->rank])) {
       if (cJSON_IsNumber(c))
         return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                          "shape[%d] must be a non-negative integer, got %.17g "
@@ -417,7 +420,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                      attn_shape_format(sh, sizeof sh, o->rank, o->shape));
   if (bds) {
     int64_t n;
-    if (!json_int(bds, 0, TWO_POW_53, &n))
+    if (!json_int(bds, 0, JSON_INT_MAX, &n))
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "binary_data_size must be a non-negative integer "
                        "(%s)",
@@ -507,7 +510,7 @@ static attn_status put_num(fill_ctx *c, double x, int depth) {
     return ATTN_OK;
   }
   bool i32 = c->in->dt == ATTN_DT_INT32;
-  double lim = i32 ? 2147483647.0 : TWO_POW_53;
+  double lim = i32 ? 2147483647.0 : JSON_INT_MAX;
   if (x >= (i32 ? -lim - 1 : -lim) && x <= lim && x == floor(x)) {
     if (i32)
       ((int32_t *)c->dst)[c->pos++] = (int32_t)x;
@@ -519,10 +522,13 @@ static attn_status put_num(fill_ctx *c, double x, int depth) {
   if (isfinite(x) && x != floor(x))
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
                      "%s = %g is not an integer (%s)", p, x, dn);
+  /* integers of up to 18 digits in full (2^53 + 1 shows as the 2^53 it
+   * reads as, next to the limit), larger ones as %g */
   return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                   "%s = %g is outside the %s range%s", p, x, dn,
+                   "%s = %.*g is outside the %s range%s", p,
+                   fabs(x) < 1e18 ? 18 : 6, x, dn,
                    i32 ? ""
-                       : " JSON can carry exactly (+-2^53); send it as "
+                       : " JSON can carry exactly (+-(2^53 - 1)); send it as "
                          "binary data");
 }
 
