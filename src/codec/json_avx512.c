@@ -316,10 +316,12 @@ static inline TARGET __attribute__((always_inline)) size_t window(
 }
 
 /* Windows one after another while each takes something.  The loop lives
- * here, with the position in a register: called once per window from
- * json_fast.c, each window's end went through memory twice (*adv, then
- * the parser's position) on the chain that decides where the next window
- * starts. */
+ * here: called once per window from json_fast.c, each window's end went
+ * through memory twice (*adv, then the parser's position) on the chain
+ * that decides where the next window starts.  GCC 12 still keeps the
+ * position in a stack slot here (one add to memory and one load a window:
+ * the window's masks take the general registers; 31 stack references in
+ * the loop), so once through memory is what is left. */
 TARGET size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
                                         double *out, size_t *adv, int *closed) {
   size_t n = 0, at = 0;
