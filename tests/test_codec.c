@@ -319,8 +319,7 @@ static const v2_case v2_cases[] = {
     /* 2^53 + 1 reads as 2^53: neither is known to be what was sent */
     {IN1("INT64", "[2]", "[1,9007199254740993]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "data[1] = 9007199254740992 is outside the INT64 range JSON can carry "
-     "exactly "
-     "(+-(2^53 - 1)); send it as binary data",
+     "exactly (+-(2^53 - 1)); send it as binary data",
      NULL, 0, 0},
     {IN1("INT64", "[1]", "[-9007199254740992]"), NULL, 0, 0, -1, ATTN_EINVAL,
      "outside the INT64 range JSON can carry exactly", NULL, 0, 0},
