@@ -17,6 +17,8 @@
  *  (default 0.5) of thread CPU time (CLOCK_THREAD_CPUTIME_ID: not skewed by
  *  other processes on the cores); the best of three runs is printed.
  *  Nothing is asserted; a parse failure is printed and ends the run.
+ *  --impl NAME reads packed arrays with that path (avx512, sse2, scalar:
+ *  attn__json_set_impl) instead of the fastest one the CPU has.
  *
  *  Linked against the codec library, so building it against an older
  *  src/codec gives the "before" numbers for attn and decode.
@@ -34,6 +36,7 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/infer.h"
+#include "../src/codec/json_impl.h"
 
 static double secs_min = 0.5;
 
@@ -164,8 +167,15 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--secs") == 0 && i + 1 < argc) {
       secs_min = strtod(argv[++i], NULL);
+    } else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc) {
+      if (!attn__json_set_impl(argv[++i])) {
+        fprintf(stderr, "%s: no packed-array path '%s' on this CPU\n", argv[0],
+                argv[i]);
+        return 2;
+      }
     } else {
-      fprintf(stderr, "usage: %s [--secs S]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--secs S] [--impl avx512|sse2|scalar]\n",
+              argv[0]);
       return 2;
     }
   }
