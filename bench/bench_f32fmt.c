@@ -9,9 +9,9 @@
  *    search     snprintf("%.6g".."%.9g") until strtof gives the float back.
  *  Then attn_f32_shortest_list (include/attn/f32fmt.h) with each
  *  implementation this CPU has ("portable": the per-element loop;
- *  "avx512": src/codec/f32fmt_avx512.c), called on lists of 1280 floats as
- *  the server prints a response row; its "x" columns are its cpu rates
- *  over attn_f32_shortest's.
+ *  "avx512": src/codec/f32fmt_avx512.c; "avx2": src/codec/f32fmt_avx2.c),
+ *  called on lists of 1280 floats as the server prints a response row;
+ *  its "x" columns are its cpu rates over attn_f32_shortest's.
  *  Two input sets of 2^20 floats from a fixed-seed xorshift: random bit
  *  patterns (finite only, so mostly huge or tiny magnitudes) and uniform
  *  values in [-1, 1] (what attention outputs look like).  Each method runs
@@ -54,7 +54,8 @@
  *    "exhaustive: N checked, M failures"; exit status 1 on any failure.
  *
  *  --exhaustive-batch [threads] [every] [impl]
- *    Compares attn_f32_shortest_list (the default implementation, or impl)
+ *    Compares attn_f32_shortest_list (the default implementation, or impl:
+ *    "avx512", "avx2" or "portable")
  *    with attn_f32_shortest per element joined by ',' on all 2^32 bit
  *    patterns (or the same 1/every slice), in lists of 4000..4095 floats,
  *    and checks that nothing is stored past ATTN_F32_LIST_MAX_CHARS(n).
@@ -264,7 +265,7 @@ static int run_bench(double secs) {
    * LIST_N, then the /v1 answer's rows both ways; the "x" columns are cpu
    * rates over attn_f32_shortest's. */
   const char *was = attn__f32fmt_impl_name();
-  static const char *impls[] = {"portable", "avx512"};
+  static const char *impls[] = {"portable", "avx512", "avx2"};
   static const char *layouts[] = {"list", "v1 row lists", "v1 rows"};
   for (int rows = 0; rows < 3; rows++)
     for (size_t j = 0; j < sizeof impls / sizeof impls[0]; j++) {

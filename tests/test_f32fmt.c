@@ -18,15 +18,18 @@
  *   - the portable formatter gives the same bytes as the fast one;
  *   - the power-of-ten table and the log helpers, recomputed exactly;
  *   - attn_f32_shortest_list, with each implementation this CPU has
- *     ("avx512", "portable", switched with the attn__f32fmt_set_impl hook),
+ *     ("avx512", "avx2", "portable", switched with the attn__f32fmt_set_impl
+ *     hook; each one the CPU has must be selectable, and the default is
+ *     the first of them),
  *     against attn_f32_shortest per element joined by ',': on 2^22 random
  *     bit patterns (NaN and Inf included), 2^20 values in [-1, 1], special
  *     values scattered over every lane position, every length 0..70 at
  *     every alignment mod 16; nothing stored past ATTN_F32_LIST_MAX_CHARS;
  *     attn__json_f32_list (contiguous and strided) against attn__json_f32;
  *   - attn_f32_shortest_rows with each implementation against "[" + the
- *     per-element join + "]" per row (every tail, padded strides, nothing
- *     stored past ATTN_F32_ROWS_MAX_CHARS), and attn__json_f32_rows against
+ *     per-element join + "]" per row (every tail, every width 1..70 with
+ *     1..9 rows, padded strides, nothing stored past
+ *     ATTN_F32_ROWS_MAX_CHARS), and attn__json_f32_rows against
  *     attn__json_f32_list per row (chunks of short rows, long rows).
  *
  * The portable build of the formatter comes from including the source
@@ -568,7 +571,7 @@ static int list_ok(list_fn fn, const float *v, size_t n) {
 
 /* List implementations; the tests below run with each one the CPU has,
  * selected with the hook, and the fixture restores the default. */
-static const char *const impl_names[] = {"avx512", "portable"};
+static const char *const impl_names[] = {"avx512", "avx2", "portable"};
 
 static const char *default_impl;
 
@@ -883,6 +886,90 @@ START_TEST(rows_match_lists) {
 }
 END_TEST
 
+/* attn_f32_shortest_rows, each implementation against "[" + the
+ * per-element join + "]" per row: every width 1..70 (the AVX2 path groups
+ * rows of up to 8 floats, the AVX-512 one rows of up to 16; wider rows go
+ * block by block with a tail), 1..9 rows (groups of 4, 2, 1), row stride
+ * cols or cols + 3, random bits with NaN, Inf, zeros and subnormals
+ * mixed in, and [-1, 1] values. */
+/* Random bits, with NaN, Inf, zeros and subnormals much more frequent. */
+static float mixed_bits(uint32_t r) {
+  if (r % 29 == 0) return NAN;
+  if (r % 31 == 0) return INFINITY;
+  if (r % 37 == 0) return r & 64 ? -0.0f : 0.0f;
+  if (r % 41 == 0) return from_bits(r & 0x807fffffu); /* subnormal */
+  return from_bits(r);
+}
+
+START_TEST(rows_every_width) {
+  static float v[9 * 73];
+  static char want[ATTN_F32_ROWS_MAX_CHARS(9, 70)];
+  static char got[ATTN_F32_ROWS_MAX_CHARS(9, 70) + GUARD];
+  for (size_t k = 0; k < N_OF(impl_names); k++) {
+    const char *impl = impl_names[k];
+    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    rng = 0x6a09e667f3bcc908u;
+    for (size_t cols = 1; cols <= 70; cols++)
+      for (int kind = 0; kind < 2; kind++) {
+        for (size_t i = 0; i < N_OF(v); i++)
+          v[i] = kind ? (float)((double)(int32_t)rnd32() / 2147483648.0)
+                      : mixed_bits(rnd32());
+        for (size_t rows = 1; rows <= 9; rows++)
+          for (size_t ld = cols; ld <= cols + 3; ld += 3) {
+            size_t lw = 0;
+            for (size_t r = 0; r < rows; r++) {
+              if (r) want[lw++] = ',';
+              want[lw++] = '[';
+              lw += join_scalar(v + r * ld, cols, want + lw);
+              want[lw++] = ']';
+            }
+            size_t room = ATTN_F32_ROWS_MAX_CHARS(rows, cols);
+            memset(got, '#', room + GUARD);
+            size_t lg = attn_f32_shortest_rows(v, rows, cols, ld, got);
+            for (size_t i = room; i < room + GUARD; i++)
+              ck_assert_msg(got[i] == '#',
+                            "%s rows=%zu cols=%zu: byte %zu past the room",
+                            impl, rows, cols, i - room);
+            size_t d = 0; /* first differing byte, for the message */
+            while (d < lw && d < lg && got[d] == want[d]) d++;
+            ck_assert_msg(lg == lw && d == lw,
+                          "%s rows=%zu cols=%zu ld=%zu kind=%d: at byte %zu "
+                          "got \"%.24s\" want \"%.24s\"",
+                          impl, rows, cols, ld, kind, d, got + d, want + d);
+          }
+      }
+  }
+}
+END_TEST
+
+/* Each list implementation the CPU can run is selectable (so the tests
+ * above did not skip it), and the default is the first of avx512, avx2,
+ * portable that the CPU has. */
+START_TEST(impl_available) {
+  int avx512 = 0, avx2 = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  avx512 = __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx512vbmi");
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+#endif
+  const char *want = avx512 ? "avx512" : avx2 ? "avx2" : "portable";
+  ck_assert_str_eq(default_impl, want);
+  ck_assert_int_eq(attn__f32fmt_set_impl("avx512"), avx512);
+  ck_assert_int_eq(attn__f32fmt_set_impl("avx2"), avx2);
+  if (avx2) ck_assert_str_eq(attn__f32fmt_impl_name(), "avx2");
+  ck_assert_int_eq(attn__f32fmt_set_impl("portable"), 1);
+  ck_assert_str_eq(attn__f32fmt_impl_name(), "portable");
+  ck_assert_int_eq(attn__f32fmt_set_impl("avx3"), 0);
+  ck_assert_str_eq(attn__f32fmt_impl_name(), "portable");
+}
+END_TEST
+
 /* attn__json_f32_rows against "[" attn__json_f32_list "]" per row: short
  * rows in chunks, rows that make several chunks, rows longer than a chunk,
  * padded row strides. */
@@ -984,6 +1071,8 @@ Suite *f32fmt_suite(void) {
   tcase_add_test(tc, list_portable_copy);
   tcase_add_test(tc, json_f32_list_paths);
   tcase_add_test(tc, rows_match_lists);
+  tcase_add_test(tc, rows_every_width);
+  tcase_add_test(tc, impl_available);
   tcase_add_test(tc, json_f32_rows_paths);
   suite_add_tcase(s, tc);
   return s;

@@ -45,9 +45,9 @@ size_t attn_f32_shortest(float v, char *out);
  * or after the last, to out (no NUL) and returns the length: the same bytes
  * as calling attn_f32_shortest() per element.  0 for n == 0.  out must have
  * room for ATTN_F32_LIST_MAX_CHARS(n) bytes; bytes past the returned length
- * are left unspecified.  Never fails.  Uses AVX-512 where the CPU has it
- * (chosen once at start-up), several times faster than the per-element
- * loop. */
+ * are left unspecified.  Never fails.  Uses AVX-512 or AVX2 where the CPU
+ * has it (chosen once at start-up), several times faster than the
+ * per-element loop. */
 size_t attn_f32_shortest_list(const float *v, size_t n, char *out);
 
 /* Room attn_f32_shortest_rows() needs: each row's list plus '[', ']' and

@@ -44,9 +44,12 @@
  * Lists.  attn_f32_shortest_list prints v[0..n) joined by ','.  Its
  * portable version (list_portable, below) is the per-element loop and the
  * reference.  f32fmt_avx512.c does the same conversion 16 floats at a time
- * (same bytes, 3.2-3.6x the throughput); a constructor picks it when the CPU
- * has the AVX-512 subsets it needs.  attn__f32fmt_set_impl
- * (f32fmt_impl.h) lets tests and the bench force either.
+ * (same bytes, 3.2-3.6x the throughput on Zen 4), f32fmt_avx2.c 8 at a
+ * time for CPUs without AVX-512 (same bytes, ~3-4.5x on Zen 3); a
+ * constructor picks the first the CPU can run: avx512 (F/BW/DQ/VL/CD/VBMI),
+ * then avx2 (AVX2, BMI1, BMI2, POPCNT), then the portable loop.
+ * attn__f32fmt_set_impl (f32fmt_impl.h) lets tests and the bench force any
+ * of them.
  * attn_f32_shortest_rows prints a matrix as "[..],[..]" in one call per
  * implementation (rows_portable is its reference): responses nest rows of
  * 16 or 64 floats, and a call per row cost ~40-70 ns of set-up and buffer
@@ -119,7 +122,7 @@ static const uint64_t G[K_MAX - K_MIN + 1] = {
     0x9e74d1b791e07e49u, 0xfd87b5f28300ca0eu, 0xcad2f7f5359a3b3fu,
     0xa2425ff75e14fc32u, 0x81ceb32c4b43fcf5u,
 };
-const uint64_t *const attn__f32_g = G; /* for f32fmt_avx512.c */
+const uint64_t *const attn__f32_g = G; /* for f32fmt_avx512.c, _avx2.c */
 
 /* floor(q * log10(2)) for -160 <= q < 130 (checked by the table generator;
  * the unit test rechecks the q binary32 uses exactly); >> of a negative
@@ -402,6 +405,9 @@ static const list_impl list_impls[] = {
 #if ATTN__F32_HAVE_AVX512
     {"avx512", attn__f32_list_avx512, attn__f32_rows_avx512},
 #endif
+#if ATTN__F32_HAVE_AVX2
+    {"avx2", attn__f32_list_avx2, attn__f32_rows_avx2},
+#endif
     {"portable", list_portable, rows_portable},
 };
 #define N_LIST_IMPLS (sizeof list_impls / sizeof list_impls[0])
@@ -421,10 +427,17 @@ static int list_supported(const list_impl *m) {
            __builtin_cpu_supports("avx512vbmi");
   }
 #endif
+#if ATTN__F32_HAVE_AVX2
+  if (strcmp(m->name, "avx2") == 0) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  }
+#endif
   return strcmp(m->name, "portable") == 0;
 }
 
-#if ATTN__F32_HAVE_AVX512
+#if ATTN__F32_HAVE_AVX512 || ATTN__F32_HAVE_AVX2
 __attribute__((constructor)) static void list_pick(void) {
   for (size_t i = 0; i < N_LIST_IMPLS; i++)
     if (list_supported(&list_impls[i])) {
