@@ -1909,7 +1909,8 @@ static const char *const pack_k[] = {"k", "k2", NULL};
 /* The paths packed arrays can be read with (src/codec/json_impl.h); the
  * packed tests run once per path (loop index), each against the plain
  * parse.  A path this CPU lacks is skipped; "scalar" always runs. */
-static const char *const json_impls[] = {"avx512", "sse2", "scalar"};
+static const char *const json_impls[] = {"avx512", "avx2", "sse2", "scalar"};
+#define N_JSON_IMPLS ((int)(sizeof json_impls / sizeof *json_impls))
 
 /* Make packed arrays use path i for this test; false when the CPU lacks
  * it.  Check forks per test, so the choice dies with the test (and
@@ -1919,7 +1920,7 @@ static bool use_json_impl(int i) {
 }
 
 static void use_default_json_impl(void) {
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < N_JSON_IMPLS; i++)
     if (attn__json_set_impl(json_impls[i])) return;
 }
 
@@ -1952,7 +1953,7 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
   memcpy(w, "{\"k\":", 5);
   memcpy(w + 5, doc, k);
   w[k + 5] = '}';
-  for (int impl = 0; impl < 3; impl++) {
+  for (int impl = 0; impl < N_JSON_IMPLS; impl++) {
     if (!use_json_impl(impl)) continue;
     ck_assert_msg(attn__json_parse_ex(w, k + 6, 8, ATTN_JSON_MAX_NODES, pack_k,
                                       "", &t, &d) == ATTN_OK,
@@ -2543,14 +2544,86 @@ START_TEST(json_packed_every_byte) {
 }
 END_TEST
 
+/* Numbers at the edges of what the 64-byte windows take (15 digits, a
+ * token of 15 bytes or 16, '-0', a fraction of leading zeros) and forms
+ * they leave to the one-number parser ("01" must fail at the same byte),
+ * at every offset into a window, with several separators, and the ']' at
+ * every distance from the end of the body (json_avx2.c reads its last
+ * windows from a padded copy), against the plain parse, every path. */
+START_TEST(json_packed_window_edges) {
+  if (!use_json_impl(_i)) return;
+  static const char *const edge[] = {"999999999999999",
+                                     "-99999999999999",
+                                     "100000000000001",
+                                     "9.9999999999999",
+                                     "-9.999999999999",
+                                     "0.0000000000001",
+                                     "-0.00000000000001",
+                                     "99999999999999.9",
+                                     "1234567890123456",
+                                     "-0",
+                                     "-0.0",
+                                     "0",
+                                     "-9",
+                                     "0.5",
+                                     "-1.25",
+                                     "01",
+                                     "-01",
+                                     "1.",
+                                     ".5",
+                                     "1e5",
+                                     "-",
+                                     "00",
+                                     "0.1.2",
+                                     "1,,2",
+                                     "9999999999999999"};
+  static const char *const sep[] = {",", ", ", "\n,\n", " ,\t"};
+  char doc[512], ctx[96];
+  for (size_t t = 0; t < sizeof edge / sizeof *edge; t++)
+    for (int off = 0; off < 70; off += 3)
+      for (size_t si = 0; si < sizeof sep / sizeof *sep; si++) {
+        size_t k = (size_t)snprintf(doc, 16, "{\"k\":[");
+        /* off bytes of fillers "7," (and one "7" more when off is odd) */
+        for (int i = 0; i + 1 < off; i += 2)
+          k += (size_t)snprintf(doc + k, 4, "7,");
+        if (off & 1) k += (size_t)snprintf(doc + k, 4, "70,");
+        for (int rep = 0; rep < 6; rep++)
+          k += (size_t)snprintf(doc + k, 64, "%s%s", rep ? sep[si] : "",
+                                edge[t]);
+        k += (size_t)snprintf(doc + k, 64, "%s-0.482913,0.5]", sep[si]);
+        for (int tail = 0; tail < 90; tail += 7) {
+          /* tail bytes of a string member after the array */
+          size_t n = k;
+          if (tail) {
+            n += (size_t)snprintf(doc + n, 8, ",\"z\":\"");
+            memset(doc + n, 'x', (size_t)tail);
+            n += (size_t)tail;
+            doc[n++] = '"';
+          }
+          doc[n++] = '}';
+          snprintf(ctx, sizeof ctx, "%s: '%s' x6 at %d, sep %zu, tail %d",
+                   json_impls[_i], edge[t], off, si, tail);
+          check_packed_like_plain(doc, n, ATTN_JSON_MAX_NODES, ctx);
+          if (tail == 0) /* the node limit inside the run */
+            for (size_t cap = 2; cap < 40; cap += 5)
+              check_packed_like_plain(doc, n, cap, ctx);
+        }
+      }
+  use_default_json_impl();
+}
+END_TEST
+
 /* The constructor picks the AVX-512 window on a CPU that has what it
- * needs, else SSE2 (every x86-64 has it), and the hook refuses unknown
- * names. */
+ * needs, else the AVX2 one, else SSE2 (every x86-64 has it), and the hook
+ * refuses unknown names. */
 START_TEST(json_impl_default) {
   const char *want = "scalar";
 #if defined(__x86_64__)
   want = "sse2";
   __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
+    want = "avx2";
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vbmi") &&
@@ -2640,6 +2713,7 @@ Suite *codec_suite(void) {
   tcase_add_loop_test(tc, json_packed_run_blocks, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_random_windows, 0, N_OF(json_impls));
   tcase_add_loop_test(tc, json_packed_every_byte, 0, N_OF(json_impls));
+  tcase_add_loop_test(tc, json_packed_window_edges, 0, N_OF(json_impls));
   tcase_add_test(tc, json_impl_default);
   suite_add_tcase(s, tc);
   return s;

@@ -68,8 +68,11 @@
  *    each other; anything else goes through parse_number one at a time.
  *    On CPUs with AVX-512 VBMI2 json_avx512.c reads the windows instead
  *    (64 bytes each, up to 32 numbers converted together, as many windows
- *    per call as take something); which of the two (or
- *    neither: "scalar") is used is set before main and by the test hook
+ *    per call as take something), and on CPUs with AVX2, BMI1/2 and POPCNT
+ *    but not those (AMD Zen 2 and 3, Intel cores before Ice Lake)
+ *    json_avx2.c does (same windows and contract, four numbers per
+ *    division).  Which one (or neither: "sse2", "scalar") is used is set
+ *    before main, the fastest the CPU has, and by the test hook
  *    attn__json_set_impl (json_impl.h).
  *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
  *    checked before each node is allocated; string bytes are bounded by the
@@ -849,12 +852,20 @@ static int pack_chunk(jparser *ps, size_t *n) {
 
 /* How packed arrays are read (json_impl.h): written before main by the
  * constructor and by the test hook only. */
-enum { JSON_IMPL_SCALAR, JSON_IMPL_SSE2, JSON_IMPL_AVX512 };
-static const char *const json_impl_names[] = {"scalar", "sse2", "avx512"};
+enum { JSON_IMPL_SCALAR, JSON_IMPL_SSE2, JSON_IMPL_AVX2, JSON_IMPL_AVX512 };
+static const char *const json_impl_names[] = {"scalar", "sse2", "avx2",
+                                              "avx512"};
 static int json_impl = JSON_CHUNKS ? JSON_IMPL_SSE2 : JSON_IMPL_SCALAR;
 
 static bool json_impl_supported(int impl) {
   if (impl == JSON_IMPL_SSE2) return JSON_CHUNKS;
+#if ATTN__JSON_HAVE_AVX2
+  if (impl == JSON_IMPL_AVX2) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  }
+#endif
 #if ATTN__JSON_HAVE_AVX512
   if (impl == JSON_IMPL_AVX512) {
     __builtin_cpu_init();
@@ -871,14 +882,36 @@ static bool json_impl_supported(int impl) {
   return impl == JSON_IMPL_SCALAR;
 }
 
-#if ATTN__JSON_HAVE_AVX512
+#if ATTN__JSON_HAVE_AVX512 || ATTN__JSON_HAVE_AVX2
+#define JSON_WINDOWS 1
+/* The fastest window the CPU has, before main. */
 __attribute__((constructor)) static void json_impl_pick(void) {
-  if (json_impl_supported(JSON_IMPL_AVX512)) json_impl = JSON_IMPL_AVX512;
+  if (json_impl_supported(JSON_IMPL_AVX512))
+    json_impl = JSON_IMPL_AVX512;
+  else if (json_impl_supported(JSON_IMPL_AVX2))
+    json_impl = JSON_IMPL_AVX2;
 }
+
+/* attn__json_windows_avx512 or _avx2 (json_impl.h), as json_impl says. */
+static size_t json_windows(const char *p, size_t len, size_t room, double *out,
+                           size_t *adv, int *closed) {
+#if ATTN__JSON_HAVE_AVX2
+  if (json_impl == JSON_IMPL_AVX2)
+    return attn__json_windows_avx2(p, len, room, out, adv, closed);
+#endif
+#if ATTN__JSON_HAVE_AVX512
+  if (json_impl == JSON_IMPL_AVX512)
+    return attn__json_windows_avx512(p, len, room, out, adv, closed);
+#endif
+  return 0;
+}
+#else
+#define JSON_WINDOWS 0
 #endif
 
 int attn__json_set_impl(const char *name) {
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < (int)(sizeof json_impl_names / sizeof *json_impl_names);
+       i++)
     if (strcmp(json_impl_names[i], name) == 0 && json_impl_supported(i)) {
       json_impl = i;
       return 1;
@@ -900,7 +933,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   size_t n = 0;
   attn_status s;
   const char *p;
-#if ATTN__JSON_HAVE_AVX512
+#if JSON_WINDOWS
   unsigned alone = 0; /* numbers to read one at a time before the next window */
   unsigned backoff = JSON_WINDOW_BACKOFF; /* alone after the next failure */
 #endif
@@ -915,7 +948,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
       ps->run = (double *)(void *)(b + 1);
       ps->run_cap = cap;
     }
-#if ATTN__JSON_HAVE_AVX512
+#if JSON_WINDOWS
     /* A window that takes nothing (mostly: numbers of 16 bytes or more,
      * such as Python's 17-digit reprs) is tried again only after
      * JSON_WINDOW_BACKOFF numbers read one at a time, twice as many after
@@ -924,15 +957,14 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
      * array of 1,024 such numbers tries 8 windows, not 128. */
     if (alone) {
       alone--;
-    } else if (json_impl == JSON_IMPL_AVX512 &&
+    } else if ((json_impl == JSON_IMPL_AVX512 || json_impl == JSON_IMPL_AVX2) &&
                ps->end - ps->p >= ATTN__JSON_WINDOW) {
       size_t room = ps->max_nodes - ps->nodes, adv = 0;
       int shut = 0;
       if (room > ps->run_cap - n) room = ps->run_cap - n;
-      size_t got =
-          room ? attn__json_windows_avx512(ps->p, (size_t)(ps->end - ps->p),
-                                           room, ps->run + n, &adv, &shut)
-               : 0;
+      size_t got = room ? json_windows(ps->p, (size_t)(ps->end - ps->p), room,
+                                       ps->run + n, &adv, &shut)
+                        : 0;
       if (got) {
         n += got;
         ps->nodes += got;

@@ -1,13 +1,15 @@
-/* json_impl.h - internals shared by json_fast.c and json_avx512.c, and the
- * test hook that picks how packed arrays of numbers are read.  Not a public
- * header: only src/codec/, tests/ and bench/ include it. */
+/* json_impl.h - internals shared by json_fast.c, json_avx512.c and
+ * json_avx2.c, and the test hook that picks how packed arrays of numbers
+ * are read.  Not a public header: only src/codec/, tests/ and bench/
+ * include it. */
 #ifndef ATTN_JSON_IMPL_H
 #define ATTN_JSON_IMPL_H
 
 #include <stddef.h>
 
-/* Bytes that must be readable from a window's start (json_avx512.c loads
- * 64 at once; json_fast.c's SSE2 window reads up to 16 past its 64). */
+/* Bytes that must be readable from a window's start (json_avx512.c and
+ * json_avx2.c load 64 at once; json_fast.c's SSE2 window reads up to 16
+ * past its 64). */
 #define ATTN__JSON_WINDOW 64
 
 /* The AVX-512 window exists on x86-64 with GCC-compatible compilers
@@ -39,12 +41,26 @@ size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
 #define ATTN__JSON_HAVE_AVX512 0
 #endif
 
+/* The AVX2 window: the same conditions. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
+#define ATTN__JSON_HAVE_AVX2 1
+/* attn__json_windows_avx512's contract exactly, on AVX2, BMI1, BMI2 and
+ * POPCNT (the caller has checked the CPU), with one addition: numbers past
+ * the return value may be overwritten with scratch, inside out[0 .. room)
+ * (out must have room for `room` numbers, as the caller's run always has).
+ * It reads only p[0 .. len), like the AVX-512 one. */
+size_t attn__json_windows_avx2(const char *p, size_t len, size_t room,
+                               double *out, size_t *adv, int *closed);
+#else
+#define ATTN__JSON_HAVE_AVX2 0
+#endif
+
 /* Test and benchmark hook: read packed arrays with the named path,
- * "avx512" (json_avx512.c), "sse2" (json_fast.c's 64-byte window) or
- * "scalar" (one number at a time, the reference).  Returns 0 (and changes
- * nothing) when the name is unknown or the CPU lacks it.  Call it while no
- * other thread parses.  The default, set before main by a constructor, is
- * the fastest one the CPU supports. */
+ * "avx512" (json_avx512.c), "avx2" (json_avx2.c), "sse2" (json_fast.c's
+ * 64-byte window) or "scalar" (one number at a time, the reference).
+ * Returns 0 (and changes nothing) when the name is unknown or the CPU lacks
+ * it.  Call it while no other thread parses.  The default, set before main
+ * by a constructor, is the fastest one the CPU supports. */
 int attn__json_set_impl(const char *name);
 
 /* Name of the path packed arrays are read with now. */

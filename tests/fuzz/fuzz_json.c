@@ -1,9 +1,9 @@
 /* fuzz_json.c - libFuzzer target: the request-body JSON parser
- * (src/codec/json_fast.c, json_avx512.c), differentially.
+ * (src/codec/json_fast.c, json_avx512.c, json_avx2.c), differentially.
  *
  * Each input is parsed plainly and with packed arrays under every path the
- * CPU has ("avx512", "sse2", "scalar"); all must agree on the status, the
- * error message and every value (packed arrays against the plain tree's
+ * CPU has ("avx512", "avx2", "sse2", "scalar"); all must agree on the status,
+ * the error message and every value (packed arrays against the plain tree's
  * numbers, bit for bit).  The first input byte picks the framing: the bytes
  * as they are, or wrapped as {"k":[ ... ]} so that most inputs reach the
  * packed paths.  Any disagreement aborts (a crash for libFuzzer), as does
@@ -56,7 +56,7 @@ static void same_tree(const cJSON *a, const cJSON *b) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char *const impls[] = {"avx512", "sse2", "scalar"};
+  static const char *const impls[] = {"avx512", "avx2", "sse2", "scalar"};
   if (size == 0) return 0;
   size_t n = size - 1;
   char *doc = malloc(n + 16);
@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cJSON *plain = NULL;
   attn_diag dp = {{0}};
   attn_status sp = attn__json_parse_capped(body, k, 8, nodes, "", &plain, &dp);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < (int)(sizeof impls / sizeof *impls); i++) {
     if (!attn__json_set_impl(impls[i])) continue;
     cJSON *t = NULL;
     attn_diag d = {{0}};

@@ -19,6 +19,7 @@ CFLAGS="-g -O1 -std=c11 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
 case $TARGET in
   json)
     SRC="tests/fuzz/fuzz_json.c src/codec/json_fast.c src/codec/json_avx512.c
+      src/codec/json_avx2.c
       src/common/status.c"
     LIBS="$(pkg-config --cflags --libs libcjson) -lm"
     MAXLEN=4096 ;;
