@@ -296,24 +296,11 @@ INLINE size_t window(const char *p, size_t room, double *out, size_t *adv,
            com = eq64(w0, w1, K_COM), clo = eq64(w0, w1, K_CLO),
            zero = eq64(w0, w1, K_ZERO);
   uint64_t ws = ~(tok | com | clo);
-  unsigned c = clo ? (unsigned)__builtin_ctzll(clo) : 64;
-  uint64_t region = clo ? (1ull << c) - 1 : ~0ull;
-  uint64_t s = tok & ~(tok << 1) & region;
-  uint64_t e = ~tok & (tok << 1);
-
-  /* 2. flags (json_avx512.c step 2) */
-  uint64_t f = tok & ~(dig | dot | min);
-  f |= (min & ~s) | ((min << 1) & ~dig);
-  f |= dot & ~((dig << 1) & (dig >> 1));
-  f |= ((s & ~min) | ((s & min) << 1)) & zero & (dig >> 1);
-  f |= dot & ~((tok + dot) ^ tok); /* the second dot of a token */
-  f |= (ws + (e & ws)) & s;
-  uint64_t r = tok & (tok >> 1); /* r: bit i when tok[i .. i + 15] */
-  r &= r >> 2;
-  r &= r >> 4;
-  r &= r >> 8;
-  f |= r << 15;               /* 16 bytes or more: maybe over 15 digits */
-  f &= region | (clo & -clo); /* "-]" is flagged at the ']' */
+  /* 2. flags (json_impl.h) */
+  attn__json_marks mk =
+      attn__json_window_marks(tok, dig, dot, min, clo, ws, zero);
+  uint64_t s = mk.s, e = mk.e, f = mk.f;
+  unsigned c = mk.c;
 
   /* 3. how many (json_avx512.c step 3) */
   unsigned k, end;

@@ -204,24 +204,11 @@ static inline TARGET __attribute__((always_inline)) size_t window(
       _mm_setr_epi8(' ', 0, 0, 0, 0, 0, 0, 0, 0, '\t', '\n', 0, 0, '\r', 0, 0));
   uint64_t ws = gpr(_mm512_cmpeq_epi8_mask(_mm512_shuffle_epi8(wst, w), w));
   uint64_t tok = ~(com | clo | ws);
-  unsigned c = clo ? (unsigned)__builtin_ctzll(clo) : 64;
-  uint64_t region = clo ? (1ull << c) - 1 : ~0ull;
-  uint64_t s = tok & ~(tok << 1) & region;
-  uint64_t e = ~tok & (tok << 1);
-
-  /* 2. flags */
-  uint64_t f = tok & ~(dig | dot | min);
-  f |= (min & ~s) | ((min << 1) & ~dig);
-  f |= dot & ~((dig << 1) & (dig >> 1));
-  f |= ((s & ~min) | ((s & min) << 1)) & zero & (dig >> 1);
-  f |= dot & ~((tok + dot) ^ tok); /* the second dot of a token */
-  f |= (ws + (e & ws)) & s;
-  uint64_t r = tok & (tok >> 1); /* r: bit i when tok[i .. i + 15] */
-  r &= r >> 2;
-  r &= r >> 4;
-  r &= r >> 8;
-  f |= r << 15; /* 16 bytes or more: maybe over 15 digits */
-  f &= region | (clo & -clo); /* "-]" is flagged at the ']' */
+  /* 2. flags (json_impl.h) */
+  attn__json_marks mk =
+      attn__json_window_marks(tok, dig, dot, min, clo, ws, zero);
+  uint64_t s = mk.s, e = mk.e, f = mk.f;
+  unsigned c = mk.c;
 
   /* 3. how many.  The common window (no ']', no flag) has a short
    * dependency chain to the next window's start, its last token. */

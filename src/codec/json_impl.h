@@ -6,11 +6,49 @@
 #define ATTN_JSON_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Bytes that must be readable from a window's start (json_avx512.c and
  * json_avx2.c load 64 at once; json_fast.c's SSE2 window reads up to 16
  * past its 64). */
 #define ATTN__JSON_WINDOW 64
+
+/* Steps 1 (what follows from the byte classes) and 2 of json_avx512.c's
+ * DESIGN, shared by the AVX-512 and AVX2 windows: pure 64-bit mask
+ * arithmetic on the classes of a 64-byte window (bit i is byte i).  tok:
+ * token bytes; dig, dot, min, clo, zero: '0'..'9', '.', '-', ']', '0';
+ * ws: JSON whitespace. */
+typedef struct {
+  uint64_t s; /* token starts before the first ']' */
+  uint64_t e; /* the delimiter just after each token */
+  uint64_t f; /* flags: bytes that make their token or gap not taken */
+  unsigned c; /* the first ']', 64 if none */
+} attn__json_marks;
+
+static inline __attribute__((always_inline)) attn__json_marks
+attn__json_window_marks(uint64_t tok, uint64_t dig, uint64_t dot, uint64_t min,
+                        uint64_t clo, uint64_t ws, uint64_t zero) {
+  attn__json_marks m;
+  m.c = clo ? (unsigned)__builtin_ctzll(clo) : 64;
+  uint64_t region = clo ? (1ull << m.c) - 1 : ~0ull;
+  uint64_t s = tok & ~(tok << 1) & region, e = ~tok & (tok << 1);
+  uint64_t f = tok & ~(dig | dot | min);
+  f |= (min & ~s) | ((min << 1) & ~dig);
+  f |= dot & ~((dig << 1) & (dig >> 1));
+  f |= ((s & ~min) | ((s & min) << 1)) & zero & (dig >> 1);
+  f |= dot & ~((tok + dot) ^ tok); /* the second dot of a token */
+  f |= (ws + (e & ws)) & s;
+  uint64_t r = tok & (tok >> 1); /* r: bit i when tok[i .. i + 15] */
+  r &= r >> 2;
+  r &= r >> 4;
+  r &= r >> 8;
+  f |= r << 15;               /* 16 bytes or more: maybe over 15 digits */
+  f &= region | (clo & -clo); /* "-]" is flagged at the ']' */
+  m.s = s;
+  m.e = e;
+  m.f = f;
+  return m;
+}
 
 /* The AVX-512 window exists on x86-64 with GCC-compatible compilers
  * (per-function target attributes); elsewhere only the SSE2 and scalar
