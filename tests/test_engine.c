@@ -668,6 +668,43 @@ START_TEST(test_expf) {
   ck_assert_float_eq(attn__expf(-INFINITY), 0.0f);
   ck_assert_float_eq(attn__expf(-100.0f), 0.0f);
   ck_assert_float_eq(attn__expf(0.0f), 1.0f);
+  ck_assert(isnan(attn__expf(NAN))); /* and no undefined conversion */
+}
+END_TEST
+
+/* Finite inputs whose scores overflow float32 (3e20 * 3e20 = inf) give NaN
+ * rows, as in PyTorch, on every row length (the SIMD kernels' scalar tails
+ * included: a fuzzer found (int32_t)NaN there), and a row whose scores are
+ * finite stays exact. */
+START_TEST(test_sdpa_score_overflow) {
+  for (int64_t t = 0; t < 2 * 19; t++) {
+    int need = (int)(t / 19);
+    int64_t lk = 1 + t % 19;
+    float q[2 * 2] = {3e20f, 3e20f, 0.5f, 0.25f}, k[19 * 2], v[19], out[2],
+                w[2 * 19];
+    for (int64_t j = 0; j < lk; j++) {
+      k[2 * j] = j % 2 ? -3e20f : 3e20f; /* row 0: +inf and -inf scores */
+      k[2 * j + 1] = 1e-30f;
+      v[j] = 1.0f;
+    }
+    attn_sdpa_problem p = {.B = 1,
+                           .H = 1,
+                           .Hkv = 1,
+                           .Lq = 2,
+                           .Lk = lk,
+                           .Dk = 2,
+                           .Dv = 1,
+                           .q = {q, 4, 4, 2},
+                           .k = {k, 2 * lk, 2 * lk, 2},
+                           .v = {v, lk, lk, 1}};
+    p.o.weights = need ? ATTN_WEIGHTS_PER_HEAD : ATTN_WEIGHTS_NONE;
+    ck_assert_int_eq(
+        attn_sdpa(&p, NULL, (attn_mview){out, 2, 2, 1}, need ? w : NULL, NULL),
+        ATTN_OK);
+    ck_assert_msg(isnan(out[0]), "need_weights=%d Lk=%lld: %g", need,
+                  (long long)lk, out[0]);
+    ck_assert_float_eq_tol(out[1], 1.0f, 1e-6); /* all values are 1 */
+  }
 }
 END_TEST
 
@@ -851,6 +888,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);
   tcase_add_test(tc, test_expf);
+  tcase_add_test(tc, test_sdpa_score_overflow);
   tcase_add_test(tc, test_row_kernels_agree);
   tcase_add_test(tc, test_sdpa_scalar_kernels);
   tcase_add_test(tc, test_gemm_kernels);

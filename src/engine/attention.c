@@ -511,7 +511,8 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   }
   for (int64_t r = 0; r < m; r++) {
     float *dst = op + r * c->out.ld;
-    if (lrun[r] > 0.0) {
+    if (lrun[r] != 0.0) { /* 0: no key attended; NaN (overflowed
+                             scores) stays NaN, as in materialised_unit */
       float inv = (float)(1.0 / lrun[r]);
       for (int64_t j = 0; j < Dv; j++) dst[j] = O[r * Dv + j] * inv;
     } else {

@@ -53,7 +53,9 @@ static inline float expf_poly(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
+  /* n is NaN when x is (inf - inf: scores that overflowed float32); the
+   * result is NaN then, and (int32_t)NaN would be undefined. */
+  int32_t bits = ((n == n ? (int32_t)n : 0) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return x < EXP_LO ? 0.0f : p * scale;
@@ -101,7 +103,7 @@ __attribute__((target("avx512f"))) static float max_avx512(const float *s,
 __attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(EXP_LO);
   __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 xc = _mm512_max_ps(x, lo);
+  __m512 xc = _mm512_max_ps(lo, x); /* NaN stays NaN (max takes its 2nd) */
   __m512 n = _mm512_roundscale_ps(
       _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -167,7 +169,7 @@ __attribute__((target("avx2,fma"))) static float max_avx2(const float *s,
 __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(EXP_LO);
   __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 xc = _mm256_max_ps(x, lo);
+  __m256 xc = _mm256_max_ps(lo, x); /* NaN stays NaN (max takes its 2nd) */
   __m256 n = _mm256_round_ps(
       _mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
