@@ -17,7 +17,7 @@
  *  (default 0.5) of thread CPU time (CLOCK_THREAD_CPUTIME_ID: not skewed by
  *  other processes on the cores); the best of three runs is printed.
  *  Nothing is asserted; a parse failure is printed and ends the run.
- *  --impl NAME reads packed arrays with that path (avx512, sse2, scalar:
+ *  --impl NAME reads packed arrays with that path (avx512, avx2, sse2, scalar:
  *  attn__json_set_impl) instead of the fastest one the CPU has.
  *
  *  Linked against the codec library, so building it against an older
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: %s [--secs S] [--impl avx512|sse2|scalar]\n",
+      fprintf(stderr, "usage: %s [--secs S] [--impl avx512|avx2|sse2|scalar]\n",
               argv[0]);
       return 2;
     }
