@@ -13,9 +13,10 @@
  *  equivalents with the tensors as nested arrays.  Numbers are the shortest
  *  texts of floats uniform in [-1, 1] from a fixed-seed xorshift, as
  *  attention inputs look; the two "py" bodies write the same floats as
- *  Python's json.dumps does after numpy's tolist() (16-17 digits).  Each method runs for at least --secs seconds
- *  (default 0.5) of thread CPU time (CLOCK_THREAD_CPUTIME_ID: not skewed by
- *  other processes on the cores); the best of three runs is printed.
+ *  Python's json.dumps does after numpy's tolist() (16-17 digits).  Each
+ *  method runs for at least --secs seconds (default 0.5) of thread CPU
+ *  time (CLOCK_THREAD_CPUTIME_ID: not skewed by other processes on the
+ *  cores); the best of three runs is printed.
  *  Nothing is asserted; a parse failure is printed and ends the run.
  *  --impl NAME reads packed arrays with that path (avx512, avx2, sse2, scalar:
  *  attn__json_set_impl) instead of the fastest one the CPU has.
