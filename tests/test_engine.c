@@ -797,17 +797,15 @@ static int gemm_close(const float *got, const float *want, const float *a,
   return 0;
 }
 
-START_TEST(test_gemm_kernels) {
-  static const int ms[] = {1, 2, 5, 11, 12, 13, 14, 25};
-  static const int ns[] = {1, 7, 16, 17, 31, 32, 33, 64, 70};
+/* One kernel set (kern, in use on entry) against cblas_sgemm on every
+ * shape of the table: close to it, columns past n untouched, the unpacked
+ * small NT path equal to the packed one where the kernel packs.  Returns
+ * the failures; *runs counts the shapes. */
+static int gemm_kernel_check(const char *kern, int *runs) {
+  static const int ms[] = {1, 2, 5, 6, 7, 11, 12, 13, 14, 25};
+  static const int ns[] = {1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 70};
   static const int ks[] = {1, 3, 16, 64, 65};
-  const char *was = attn__gemm_name();
-  if (!attn__set_gemm("avx512")) {
-    fprintf(stderr, "gemm kernels: no AVX-512F on this CPU, blas only\n");
-    return;
-  }
-  int bad = 0, runs = 0;
-  rng_seed(11);
+  int bad = 0;
   for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
       for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
@@ -820,27 +818,36 @@ START_TEST(test_gemm_kernels) {
         size_t pf = attn__pack_floats(n, k);
         float *pan = aligned_alloc(64, (pf * sizeof(float) + 63) / 64 * 64);
         ck_assert_ptr_nonnull(pan);
-        /* NT: c = 0.3 a b^T; columns past n must stay untouched */
+        /* NT: c = 0.3 a b^T; columns past n must stay untouched.  c2:
+         * cblas_sgemm's, the reference */
+        int packs = attn__gemm_packs();
         memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
         memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
-        attn__pack_nt(n, k, b, ldb, pan);
-        attn__gemm_nt_packed(m, n, k, 0.3f, a, lda, pan, c1, ldc);
         ck_assert(attn__set_gemm("blas"));
         attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c2, ldc);
-        ck_assert(attn__set_gemm("avx512"));
-        bad += gemm_close(c1, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
-                          "nt");
-        for (int64_t i = 0; i < m; i++)
-          bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
-        /* unpacked NT with AVX-512: up to 16 keys its own transposed panel
-         * (the packed path's bits exactly), else cblas_sgemm (c2 above) */
-        memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
-        attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c2, ldc);
-        for (int64_t i = 0; i < m; i++) {
-          if (n <= 16)
-            bad += memcmp(c1 + i * ldc, c2 + i * ldc, (size_t)n * 4) != 0;
-          bad += memcmp(c2 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        ck_assert(attn__set_gemm(kern));
+        if (packs) { /* c1: the packed panels */
+          attn__pack_nt(n, k, b, ldb, pan);
+          attn__gemm_nt_packed(m, n, k, 0.3f, a, lda, pan, c1, ldc);
+          bad += gemm_close(c1, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
+                            "nt");
+          for (int64_t i = 0; i < m; i++)
+            bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
         }
+        /* unpacked NT: up to 16 keys the kernel's own transposed panel
+         * (the packed path's bits exactly, where there is one), else
+         * cblas_sgemm */
+        float *c3 = malloc((size_t)(m * ldc) * sizeof *c3);
+        memcpy(c3, c0, (size_t)(m * ldc) * sizeof *c3);
+        attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c3, ldc);
+        bad += gemm_close(c3, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
+                          "nt unpacked");
+        for (int64_t i = 0; i < m; i++) {
+          if (packs && n <= 16)
+            bad += memcmp(c1 + i * ldc, c3 + i * ldc, (size_t)n * 4) != 0;
+          bad += memcmp(c3 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+        }
+        free(c3);
         /* NN, overwrite and accumulate */
         for (int acc = 0; acc <= 1; acc++) {
           memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
@@ -848,17 +855,86 @@ START_TEST(test_gemm_kernels) {
           attn__gemm_nn(m, n, k, a, lda, v, ldv, acc, c1, ldc);
           ck_assert(attn__set_gemm("blas"));
           attn__gemm_nn(m, n, k, a, lda, v, ldv, acc, c2, ldc);
-          ck_assert(attn__set_gemm("avx512"));
+          ck_assert(attn__set_gemm(kern));
           bad += gemm_close(c1, c2, a, lda, v, 1, ldv, m, n, k, ldc, 1.0f,
                             acc ? c0 : NULL, acc ? "nn+=" : "nn");
           for (int64_t i = 0; i < m; i++)
             bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
         }
-        runs++;
+        (*runs)++;
         free(a); free(b); free(v); free(c0); free(c1); free(c2); free(pan);
       }
+  return bad;
+}
+
+START_TEST(test_gemm_kernels) {
+  static const char *const kerns[] = {"avx512", "avx2"};
+  const char *was = attn__gemm_name();
+  int tried = 0;
+  for (size_t i = 0; i < sizeof kerns / sizeof *kerns; i++) {
+    if (!attn__set_gemm(kerns[i])) {
+      fprintf(stderr, "gemm kernels: no %s on this CPU\n", kerns[i]);
+      continue;
+    }
+    int runs = 0;
+    rng_seed(11);
+    int bad = gemm_kernel_check(kerns[i], &runs);
+    if (bad) fprintf(stderr, "gemm kernels %s: %d failures\n", kerns[i], bad);
+    ck_assert_int_eq(runs, 10 * 11 * 5);
+    ck_assert_int_eq(bad, 0);
+    tried++;
+  }
   ck_assert(attn__set_gemm(was));
-  ck_assert_int_eq(runs, 8 * 9 * 5);
+  if (!tried) fprintf(stderr, "gemm kernels: cblas_sgemm only here\n");
+}
+END_TEST
+
+/* Where a CPU has both, the AVX2 and AVX-512 kernels give the same bits
+ * (the same FMA chain per output): small NT (up to 16 keys; more go to
+ * cblas_sgemm in both), NN with and without accumulation, on shapes that
+ * cross both tiles' edges. */
+START_TEST(test_gemm_avx2_equals_avx512) {
+  const char *was = attn__gemm_name();
+  if (!attn__set_gemm("avx512") || !attn__set_gemm("avx2")) {
+    fprintf(stderr, "gemm avx2 = avx512: this CPU lacks one of them\n");
+    return;
+  }
+  /* every m * n * k below ATTN__GEMM_AVX2_MAX_WORK: all AVX2 calls */
+  static const int ms[] = {1, 6, 7, 12, 13, 25};
+  static const int ns[] = {1, 9, 16, 17, 33, 70};
+  static const int ks[] = {1, 16, 65};
+  int bad = 0;
+  rng_seed(12);
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+        int64_t m = ms[mi], n = ns[ni], k = ks[ki], ldc = n + 3;
+        float *a = rnd_buf((size_t)(m * k)), *b = rnd_buf((size_t)(n * k));
+        float *v = rnd_buf((size_t)(k * n)), *c0 = rnd_buf((size_t)(m * ldc));
+        size_t cbytes = (size_t)(m * ldc) * sizeof(float);
+        float *c[2][3];
+        ck_assert((double)m * n * k <= ATTN__GEMM_AVX2_MAX_WORK);
+        for (int kern = 0; kern < 2; kern++) {
+          ck_assert(attn__set_gemm(kern ? "avx2" : "avx512"));
+          for (int t = 0; t < 3; t++) {
+            c[kern][t] = malloc(cbytes);
+            memcpy(c[kern][t], c0, cbytes);
+          }
+          attn__gemm_nt(m, n, k, 0.7f, a, k, b, k, c[kern][0], ldc);
+          attn__gemm_nn(m, n, k, a, k, v, n, 0, c[kern][1], ldc);
+          attn__gemm_nn(m, n, k, a, k, v, n, 1, c[kern][2], ldc);
+        }
+        for (int t = 0; t < 3; t++) {
+          bad += memcmp(c[0][t], c[1][t], cbytes) != 0;
+          free(c[0][t]);
+          free(c[1][t]);
+        }
+        free(a);
+        free(b);
+        free(v);
+        free(c0);
+      }
+  ck_assert(attn__set_gemm(was));
   ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -892,6 +968,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_row_kernels_agree);
   tcase_add_test(tc, test_sdpa_scalar_kernels);
   tcase_add_test(tc, test_gemm_kernels);
+  tcase_add_test(tc, test_gemm_avx2_equals_avx512);
   tcase_add_test(tc, test_tables_blas_gemm);
   suite_add_tcase(s, tc);
   return s;

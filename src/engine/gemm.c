@@ -1,4 +1,5 @@
-/* gemm.c - the attention core's two matrix products with AVX-512 kernels.
+/* gemm.c - the attention core's two matrix products with AVX-512 kernels
+ * (and AVX2 ones for small calls).
  *
  * DESIGN
  * Attention spends two thirds of its FLOPs in S = Q K^T (inner dimension
@@ -27,8 +28,11 @@
  * bits are the same from run to run.  They differ from OpenBLAS's in the
  * last bits (different summation order); tests compare both with the
  * double reference and each other.
+ * On CPUs with AVX2 and FMA but no AVX-512F the same tiles run at 8 lanes
+ * (below), for small calls only: a small request's products, where
+ * OpenBLAS's call overhead and packing cost more than the arithmetic.
  * cblas_sgemm remains beside these kernels as the reference and the
- * fallback: it is used on CPUs without AVX-512F, when attn__set_gemm
+ * fallback: it is used on CPUs without either, when attn__set_gemm
  * chooses "blas", and for calls these kernels do not take.
  * Stateless but for the choice, written once at start-up (a constructor)
  * or by tests and benchmarks before engine calls.
@@ -242,40 +246,241 @@ static AVX512 void nn_avx512(int64_t m, int64_t n, int64_t k, const float *a,
                ldb, acc, c + i0 * ldc + j0, ldc, m0, m1);
   }
 }
+
+/* ---- AVX2 + FMA: the same products, 8 lanes ------------------------------
+ * The AVX-512 kernels' arithmetic on CPUs without AVX-512 (Zen 2 and 3,
+ * Intel client parts): a register tile of 6 rows x 16 columns (12 ymm
+ * accumulators; two loads of B and six broadcasts of A feed 12 FMAs per
+ * step).  Each output is the same FMA chain over the inner dimension in
+ * order, then alpha, as in the AVX-512 tiles, so the two kernels give the
+ * same bits (tests/test_engine.c checks it where a CPU has both).  Edge
+ * columns: masked loads and stores (vmaskmovps) only in the block that
+ * needs them (the masked store is slow on Zen).
+ * Only small calls come here: NT with at most 16 keys (the keys transposed
+ * into a 16-wide panel on the stack, as nt_small_avx512) and NN of at most
+ * ATTN__GEMM_AVX2_MAX_WORK multiply-adds.  On Zen 3 (2026-12-02) a small
+ * request's attn_sdpa ([16,64] self-attention with weights) took 1.6-2.3
+ * us against 2.6-3.4 with OpenBLAS; used for every product, with panels
+ * packed as for AVX-512, the large request (n = 2048, d_model = 512)
+ * was 10-25% slower than with OpenBLAS, which blocks for the caches and
+ * these tiles do not. */
+#define AVX2 __attribute__((target("avx2,fma")))
+#define MR2 6
+
+/* -1 in lanes below n (0..8), 0 above. */
+static AVX2 inline __m256i lanes8(int64_t n) {
+  static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                   0,  0,  0,  0,  0,  0,  0,  0};
+  int64_t k = n < 0 ? 0 : n > 8 ? 8 : n;
+  return _mm256_loadu_si256((const __m256i *)(const void *)(ones + 8 - k));
+}
+
+/* c[0 .. 16) of one row: at the right edge (edge) by the lane masks k0
+ * and k1 of the two halves. */
+AVX2 INLINE void store16(float *c, __m256 x0, __m256 x1, int edge, __m256i k0,
+                         __m256i k1) {
+  if (edge) {
+    _mm256_maskstore_ps(c, k0, x0);
+    _mm256_maskstore_ps(c + 8, k1, x1);
+  } else {
+    _mm256_storeu_ps(c, x0);
+    _mm256_storeu_ps(c + 8, x1);
+  }
+}
+
+/* C[mr, 16] = alpha * A[mr, k] P^T for a panel P stored [k][16], zeros
+ * past the last key. */
+AVX2 INLINE void tile2_nt(const int mr, int64_t k, const float *a, int64_t lda,
+                          const float *p, float alpha, float *c, int64_t ldc,
+                          int edge, __m256i k0, __m256i k1) {
+  __m256 c0[MR2], c1[MR2];
+  _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
+      _mm256_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk++) {
+    __m256 b0 = _mm256_load_ps(p + kk * 16),
+           b1 = _mm256_load_ps(p + kk * 16 + 8);
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
+      __m256 x = _mm256_broadcast_ss(a + r * lda + kk);
+      c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  __m256 al = _mm256_set1_ps(alpha);
+  _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++)
+      store16(c + r * ldc, _mm256_mul_ps(c0[r], al), _mm256_mul_ps(c1[r], al),
+              edge, k0, k1);
+}
+
+/* C[mr, 16] = A[mr, k] B[k, 16] (+ C when acc); at the edge B's and C's
+ * columns by mask. */
+AVX2 INLINE void tile2_nn(const int mr, int64_t k, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, int acc, float *c,
+                          int64_t ldc, int edge, __m256i k0, __m256i k1) {
+  __m256 c0[MR2], c1[MR2];
+  _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
+      _mm256_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk++) {
+    __m256 b0, b1;
+    if (edge) {
+      b0 = _mm256_maskload_ps(b, k0);
+      b1 = _mm256_maskload_ps(b + 8, k1);
+    } else {
+      b0 = _mm256_loadu_ps(b);
+      b1 = _mm256_loadu_ps(b + 8);
+    }
+    b += ldb;
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
+      __m256 x = _mm256_broadcast_ss(a + r * lda + kk);
+      c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
+    if (acc) {
+      float *cr = c + r * ldc;
+      c0[r] = _mm256_add_ps(
+          c0[r], edge ? _mm256_maskload_ps(cr, k0) : _mm256_loadu_ps(cr));
+      c1[r] = _mm256_add_ps(c1[r], edge ? _mm256_maskload_ps(cr + 8, k1)
+                                        : _mm256_loadu_ps(cr + 8));
+    }
+    store16(c + r * ldc, c0[r], c1[r], edge, k0, k1);
+  }
+}
+
+#define ROW_CASES2(X) X(6) X(5) X(4) X(3) X(2) X(1)
+
+static AVX2 void block2_nt(int mr, int64_t k, const float *a, int64_t lda,
+                           const float *p, float alpha, float *c, int64_t ldc,
+                           int edge, __m256i k0, __m256i k1) {
+  switch (mr) {
+#define X(n)                                                \
+  case n:                                                   \
+    tile2_nt(n, k, a, lda, p, alpha, c, ldc, edge, k0, k1); \
+    break;
+    ROW_CASES2(X)
+#undef X
+  }
+}
+
+static AVX2 void block2_nn(int mr, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, int acc, float *c,
+                           int64_t ldc, int edge, __m256i k0, __m256i k1) {
+  switch (mr) {
+#define X(n)                                                   \
+  case n:                                                      \
+    tile2_nn(n, k, a, lda, b, ldb, acc, c, ldc, edge, k0, k1); \
+    break;
+    ROW_CASES2(X)
+#undef X
+  }
+}
+
+/* Columns [0, cols) (at most 16) of an NT product over a 16-wide panel p. */
+static AVX2 void nt2_columns(int64_t m, int64_t cols, int64_t k, float alpha,
+                             const float *a, int64_t lda, const float *p,
+                             float *c, int64_t ldc) {
+  int edge = cols < 16;
+  __m256i k0 = lanes8(cols), k1 = lanes8(cols - 8);
+  for (int64_t i0 = 0; i0 < m; i0 += MR2)
+    block2_nt(m - i0 < MR2 ? (int)(m - i0) : MR2, k, a + i0 * lda, lda, p,
+              alpha, c + i0 * ldc, ldc, edge, k0, k1);
+}
+
+/* r[t][j] <- r[j][t]: 8 x 8 floats (unpack pairs of rows, then pairs of
+ * those, then swap 128-bit halves). */
+AVX2 INLINE void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+/* NT for at most 16 keys and k <= NT_SMALL_K, as nt_small_avx512: the
+ * keys transposed into one 16-wide panel on the stack (zeros past n), by
+ * 8 x 8 blocks.  A scalar transposition cost as much as the products. */
+static AVX2 void nt_small_avx2(int64_t m, int64_t n, int64_t k, float alpha,
+                               const float *a, int64_t lda, const float *b,
+                               int64_t ldb, float *c, int64_t ldc) {
+  float p[NT_SMALL_K * 16] __attribute__((aligned(32)));
+  for (int64_t k0 = 0; k0 < k; k0 += 8) {
+    int64_t kw = k - k0 < 8 ? k - k0 : 8;
+    __m256i km = lanes8(kw);
+    for (int h = 0; h < 2; h++) {
+      __m256 r[8];
+      _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) r[j] =
+          8 * h + j < n ? _mm256_maskload_ps(b + (8 * h + j) * ldb + k0, km)
+                        : _mm256_setzero_ps();
+      transpose8(r);
+      for (int64_t t = 0; t < kw; t++)
+        _mm256_store_ps(p + (k0 + t) * 16 + 8 * h, r[t]);
+    }
+  }
+  nt2_columns(m, n, k, alpha, a, lda, p, c, ldc);
+}
+
+static AVX2 void nn_avx2(int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, int acc,
+                         float *c, int64_t ldc) {
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    int edge = n - j0 < 16;
+    __m256i k0 = lanes8(n - j0), k1 = lanes8(n - j0 - 8);
+    for (int64_t i0 = 0; i0 < m; i0 += MR2)
+      block2_nn(m - i0 < MR2 ? (int)(m - i0) : MR2, k, a + i0 * lda, lda,
+                b + j0, ldb, acc, c + i0 * ldc + j0, ldc, edge, k0, k1);
+  }
+}
 #endif /* ATTN_GEMM_X86 */
 
 /* ---- the choice ---------------------------------------------------------- */
 
-static int use_avx512; /* 0: cblas_sgemm */
+enum { GEMM_BLAS, GEMM_AVX512, GEMM_AVX2 };
+static int use_kernel; /* GEMM_BLAS: cblas_sgemm only */
 
-static int have_avx512(void) {
+static int have(int kernel) {
 #ifdef ATTN_GEMM_X86
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-#else
-  return 0;
+  if (kernel == GEMM_AVX512) return __builtin_cpu_supports("avx512f");
+  if (kernel == GEMM_AVX2)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+  return kernel == GEMM_BLAS;
 }
 
+static const char *const gemm_names[] = {"blas", "avx512", "avx2"};
+
 __attribute__((constructor)) static void pick_gemm(void) {
-  use_avx512 = have_avx512();
+  use_kernel = have(GEMM_AVX512) ? GEMM_AVX512
+               : have(GEMM_AVX2) ? GEMM_AVX2
+                                 : GEMM_BLAS;
 }
 
 int attn__set_gemm(const char *name) {
-  if (strcmp(name, "blas") == 0) {
-    use_avx512 = 0;
-    return 1;
-  }
-  if (strcmp(name, "avx512") == 0 && have_avx512()) {
-    use_avx512 = 1;
-    return 1;
-  }
+  for (int i = 0; i < (int)(sizeof gemm_names / sizeof *gemm_names); i++)
+    if (strcmp(name, gemm_names[i]) == 0 && have(i)) {
+      use_kernel = i;
+      return 1;
+    }
   return 0;
 }
 
-const char *attn__gemm_name(void) { return use_avx512 ? "avx512" : "blas"; }
+const char *attn__gemm_name(void) {
+  return gemm_names[use_kernel];
+}
 
-int attn__gemm_packs(void) { return use_avx512; }
+int attn__gemm_packs(void) {
+  return use_kernel == GEMM_AVX512;
+}
 
 /* ---- entry points -------------------------------------------------------- */
 
@@ -294,8 +499,11 @@ void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb,
                    float *c, int64_t ldc) {
 #ifdef ATTN_GEMM_X86
-  if (use_avx512 && n <= 16 && k <= NT_SMALL_K) {
-    nt_small_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+  if (use_kernel != GEMM_BLAS && n <= 16 && k <= NT_SMALL_K) {
+    if (use_kernel == GEMM_AVX2)
+      nt_small_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+    else
+      nt_small_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
     return;
   }
 #endif
@@ -307,7 +515,12 @@ void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, int acc, float *c,
                    int64_t ldc) {
 #ifdef ATTN_GEMM_X86
-  if (use_avx512) {
+  if (use_kernel == GEMM_AVX2 &&
+      (double)m * (double)n * (double)k <= ATTN__GEMM_AVX2_MAX_WORK) {
+    nn_avx2(m, n, k, a, lda, b, ldb, acc, c, ldc);
+    return;
+  }
+  if (use_kernel == GEMM_AVX512) {
     nn_avx512(m, n, k, a, lda, b, ldb, acc, c, ldc);
     return;
   }

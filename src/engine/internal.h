@@ -39,10 +39,13 @@ const char *attn__kernel_name(void);
  * engine calls, never during one. */
 int attn__set_kernel(const char *name);
 
-/* ---- gemm.c: the attention core's products (AVX-512 kernels, cblas_sgemm
- * beside them as reference and fallback) ----------------------------------- */
+/* ---- gemm.c: the attention core's products (AVX-512 kernels, AVX2 ones
+ * for small calls, cblas_sgemm beside them as reference and fallback) ---- */
 
 #define ATTN__PANEL 32 /* keys per packed panel */
+/* The AVX2 kernels take an NN call of at most this many multiply-adds
+ * (m * n * k; OpenBLAS is faster above, see gemm.c). */
+#define ATTN__GEMM_AVX2_MAX_WORK 131072.0
 
 /* Floats that attn__pack_nt writes for n rows of k values. */
 size_t attn__pack_floats(int64_t n, int64_t k);
@@ -60,19 +63,22 @@ int attn__gemm_packs(void);
 void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *panels,
                           float *c, int64_t ldc);
-/* c[m, n] = alpha * a[m, k] b[n, k]^T: with the AVX-512 kernels in use and
- * n <= 16, k <= 256 by their tile (the packed path's bits), else by
+/* c[m, n] = alpha * a[m, k] b[n, k]^T: with the AVX-512 or AVX2 kernels in
+ * use and n <= 16, k <= 256 by their tile (the packed path's bits), else by
  * cblas_sgemm. */
 void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb,
                    float *c, int64_t ldc);
-/* c[m, n] = a[m, k] b[k, n], plus c's old value when acc.  All > 0. */
+/* c[m, n] = a[m, k] b[k, n], plus c's old value when acc.  All > 0.  By
+ * the AVX-512 kernels when in use, the AVX2 ones when in use and m * n * k
+ * <= ATTN__GEMM_AVX2_MAX_WORK, else cblas_sgemm. */
 void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, int acc, float *c,
                    int64_t ldc);
-/* "avx512" or "blas". */
+/* "avx512", "avx2" or "blas". */
 const char *attn__gemm_name(void);
-/* Use "avx512" (returns 0 when the CPU lacks AVX-512F) or "blas".  For
+/* Use "avx512" (returns 0 when the CPU lacks AVX-512F), "avx2" (0 without
+ * AVX2 and FMA) or "blas".  The default is the first the CPU has.  For
  * tests and benchmarks: before engine calls, never during one. */
 int attn__set_gemm(const char *name);
 
