@@ -797,9 +797,32 @@ static int gemm_close(const float *got, const float *want, const float *a,
   return 0;
 }
 
+/* The kernels' arithmetic, one element at a time: c = fmaf chain over k in
+ * order (from 0, or from nothing and then + c0 when acc), times alpha for
+ * NT.  b[j * bs_row + t * bs_k].  Returns how many elements of got (rows
+ * of m, stride ldc, n columns) differ in any bit. */
+static int gemm_chain_diff(const float *got, const float *a, int64_t lda,
+                           const float *b, int64_t bs_row, int64_t bs_k,
+                           int64_t m, int64_t n, int64_t k, int64_t ldc,
+                           float alpha, int nt, const float *c0) {
+  int diff = 0;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < k; t++)
+        acc = fmaf(a[i * lda + t], b[j * bs_row + t * bs_k], acc);
+      if (nt) acc *= alpha;
+      if (c0) acc += c0[i * ldc + j];
+      diff += memcmp(&acc, got + i * ldc + j, sizeof acc) != 0;
+    }
+  return diff;
+}
+
 /* One kernel set (kern, in use on entry) against cblas_sgemm on every
  * shape of the table: close to it, columns past n untouched, the unpacked
- * small NT path equal to the packed one where the kernel packs.  Returns
+ * small NT path equal to the packed one where the kernel packs, and every
+ * call the kernel takes bit-identical to the scalar FMA chain (so the
+ * AVX2 and AVX-512 kernels agree even where no CPU runs both).  Returns
  * the failures; *runs counts the shapes. */
 static int gemm_kernel_check(const char *kern, int *runs) {
   static const int ms[] = {1, 2, 5, 6, 7, 11, 12, 13, 14, 25};
@@ -842,6 +865,13 @@ static int gemm_kernel_check(const char *kern, int *runs) {
         attn__gemm_nt(m, n, k, 0.3f, a, lda, b, ldb, c3, ldc);
         bad += gemm_close(c3, c2, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, NULL,
                           "nt unpacked");
+        /* the kernels' own calls: the FMA chain's bits exactly */
+        if (n <= 16)
+          bad += gemm_chain_diff(c3, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, 1,
+                                 NULL);
+        if (packs)
+          bad += gemm_chain_diff(c1, a, lda, b, ldb, 1, m, n, k, ldc, 0.3f, 1,
+                                 NULL);
         for (int64_t i = 0; i < m; i++) {
           if (packs && n <= 16)
             bad += memcmp(c1 + i * ldc, c3 + i * ldc, (size_t)n * 4) != 0;
@@ -858,6 +888,9 @@ static int gemm_kernel_check(const char *kern, int *runs) {
           ck_assert(attn__set_gemm(kern));
           bad += gemm_close(c1, c2, a, lda, v, 1, ldv, m, n, k, ldc, 1.0f,
                             acc ? c0 : NULL, acc ? "nn+=" : "nn");
+          if (packs || (double)m * n * k <= ATTN__GEMM_AVX2_MAX_WORK)
+            bad += gemm_chain_diff(c1, a, lda, v, 1, ldv, m, n, k, ldc, 1.0f, 0,
+                                   acc ? c0 : NULL);
           for (int64_t i = 0; i < m; i++)
             bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
         }
