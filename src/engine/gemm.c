@@ -253,17 +253,19 @@ static AVX512 void nn_avx512(int64_t m, int64_t n, int64_t k, const float *a,
  * accumulators; two loads of B and six broadcasts of A feed 12 FMAs per
  * step).  Each output is the same FMA chain over the inner dimension in
  * order, then alpha, as in the AVX-512 tiles, so the two kernels give the
- * same bits (tests/test_engine.c checks it where a CPU has both).  Edge
+ * same bits (tests/test_engine.c checks each against that chain in scalar
+ * fmaf, and the two against each other where a CPU has both).  Edge
  * columns: masked loads and stores (vmaskmovps) only in the block that
  * needs them (the masked store is slow on Zen).
  * Only small calls come here: NT with at most 16 keys (the keys transposed
  * into a 16-wide panel on the stack, as nt_small_avx512) and NN of at most
  * ATTN__GEMM_AVX2_MAX_WORK multiply-adds.  On Zen 3 (2026-12-02) a small
  * request's attn_sdpa ([16,64] self-attention with weights) took 1.6-2.3
- * us against 2.6-3.4 with OpenBLAS; used for every product, with panels
+ * us against 2.6-3.8 with OpenBLAS; used for every product, with panels
  * packed as for AVX-512, the large request (n = 2048, d_model = 512)
- * was 10-25% slower than with OpenBLAS, which blocks for the caches and
- * these tiles do not. */
+ * was 10-25% slower than with OpenBLAS, and the attention core alone
+ * 20-30% (docs/performance.md): OpenBLAS blocks for the caches, these
+ * tiles do not. */
 #define AVX2 __attribute__((target("avx2,fma")))
 #define MR2 6
 
