@@ -92,7 +92,8 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     snprintf(num, sizeof num, "%zu", resp->header_len);
     MHD_add_response_header(r, "Inference-Header-Content-Length", num);
   }
-  if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+  if (resp->allow)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
   if (resp->retry_after_s > 0) {
     snprintf(num, sizeof num, "%d", resp->retry_after_s);
     MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, num);
@@ -304,11 +305,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   (void)conn;
   if (!cx) return;
   if (s->ctx.cfg->access_log) {
+    int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
     attn_access a = {.method = cx->method,
                      .path = cx->path,
                      .request_id = cx->request_id,
-                     .status = cx->status ? cx->status
-                                          : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                     .status = cx->status ? cx->status : ok ? 200 : 499,
                      .bytes_in = cx->received,
                      .bytes_out = cx->bytes_out,
                      .queue_ms = cx->resp.queue_ms,
@@ -370,7 +371,8 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+      MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+      (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->daemon) {
     free(s);

@@ -44,7 +44,8 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
   resp.queue_ms = (double)waited_ns / 1e6;
   attn__resp_error(&resp, 503,
                    "request waited %.0f ms in the queue, longer than "
-                   "queue_timeout_ms=%lld; the server is overloaded, retry later",
+                   "queue_timeout_ms=%lld; the server is overloaded, "
+                   "retry later",
                    resp.queue_ms, (long long)job->srv->cfg->queue_timeout_ms);
   finish(job, &resp);
 }

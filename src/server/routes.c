@@ -126,7 +126,8 @@ static void live(attn_srv_ctx *s, attn_http_resp *resp) {
 
 static void ready(attn_srv_ctx *s, attn_http_resp *resp) {
   if (atomic_load(&s->draining)) {
-    resp_static(resp, 503, "{\"ready\":false,\"error\":\"server is draining\"}");
+    resp_static(resp, 503,
+                "{\"ready\":false,\"error\":\"server is draining\"}");
     resp->retry_after_s = 1;
   } else {
     resp_static(resp, 200, "{\"ready\":true}");
@@ -210,7 +211,8 @@ static void index_page(attn_http_resp *resp) {
   attn_buf_printf(&b,
                   "{\"name\":\"attnd\",\"version\":\"%s\",\"endpoints\":["
                   "\"POST /v1/attention\",\"GET /v1/models\","
-                  "\"GET /v2\",\"GET /v2/health/live\",\"GET /v2/health/ready\","
+                  "\"GET /v2\",\"GET /v2/health/live\","
+                  "\"GET /v2/health/ready\","
                   "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
                   "\"POST /v2/models/{model}/infer\"]}",
                   ATTN_VERSION);
