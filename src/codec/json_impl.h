@@ -50,11 +50,12 @@ attn__json_window_marks(uint64_t tok, uint64_t dig, uint64_t dot, uint64_t min,
   return m;
 }
 
-/* The AVX-512 window exists on x86-64 with GCC-compatible compilers
- * (per-function target attributes); elsewhere only the SSE2 and scalar
- * paths of json_fast.c. */
+/* The AVX-512 and AVX2 windows exist on x86-64 with GCC-compatible
+ * compilers (per-function target attributes); elsewhere only the SSE2 and
+ * scalar paths of json_fast.c. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
 #define ATTN__JSON_HAVE_AVX512 1
+#define ATTN__JSON_HAVE_AVX2 1
 /* Numbers of a packed array, 64-byte windows one after another, on
  * AVX-512 F/BW/DQ/VL/VBMI/VBMI2 (the caller has checked the CPU).
  *
@@ -75,13 +76,6 @@ attn__json_window_marks(uint64_t tok, uint64_t dig, uint64_t dot, uint64_t min,
  * calls again. */
 size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
                                  double *out, size_t *adv, int *closed);
-#else
-#define ATTN__JSON_HAVE_AVX512 0
-#endif
-
-/* The AVX2 window: the same conditions. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
-#define ATTN__JSON_HAVE_AVX2 1
 /* attn__json_windows_avx512's contract exactly, on AVX2, BMI1, BMI2 and
  * POPCNT (the caller has checked the CPU), with one addition: numbers past
  * the return value may be overwritten with scratch, inside out[0 .. room)
@@ -90,6 +84,7 @@ size_t attn__json_windows_avx512(const char *p, size_t len, size_t room,
 size_t attn__json_windows_avx2(const char *p, size_t len, size_t room,
                                double *out, size_t *adv, int *closed);
 #else
+#define ATTN__JSON_HAVE_AVX512 0
 #define ATTN__JSON_HAVE_AVX2 0
 #endif
 
