@@ -1173,7 +1173,7 @@ START_TEST(param_errors) {
   m.params[0].type = ATTN_PARAM_DOUBLE;
   m.params[0].d = 1.5;
   expect_err(reg, "mha", &m, NULL, ATTN_EINVAL,
-             "parameter 'num_heads' must be an integer, got a number");
+             "parameter 'num_heads' must be an integer, got 1.5");
   attn_infer_request_free(&m);
   attn_registry_destroy(reg);
 }

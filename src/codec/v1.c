@@ -447,10 +447,16 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
   /* cheap checks first */
   if (f[K_NUM_HEADS]) {
     double x = cJSON_IsNumber(f[K_NUM_HEADS]) ? f[K_NUM_HEADS]->valuedouble : 0;
-    if (!(x >= 1 && x <= 65536) || x != floor(x))
+    if (!(x >= 1 && x <= 65536) || x != floor(x)) {
+      if (cJSON_IsNumber(f[K_NUM_HEADS]))
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "'num_heads' must be an integer in 1..65536, "
+                             "got %.15g",
+                             x);
       return attn_diag_set(d, ATTN_EINVAL,
                            "'num_heads' must be an integer in 1..65536, got %s",
                            attn__json_kind(f[K_NUM_HEADS]));
+    }
   }
   if ((s = check_bool(f[K_CAUSAL], "causal", d)) ||
       (s = check_bool(f[K_NEED_WEIGHTS], "need_weights", d)) ||

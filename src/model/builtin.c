@@ -221,6 +221,10 @@ static attn_status want_count(const attn_param *p, int64_t *v, attn_diag *d) {
   } else if (p->type == ATTN_PARAM_DOUBLE && p->d == floor(p->d) &&
              fabs(p->d) < 9.0e15) {
     x = (int64_t)p->d;
+  } else if (p->type == ATTN_PARAM_DOUBLE) {
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter '%s' must be an integer, got %.15g",
+                         p->name, p->d);
   } else {
     return attn_diag_set(d, ATTN_EINVAL,
                          "parameter '%s' must be an integer, got %s",
