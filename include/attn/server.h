@@ -36,8 +36,10 @@ int attn_server_port(const attn_server *s);
  * health, metadata and requests already accepted carry on.  Any thread. */
 void attn_server_begin_drain(attn_server *s);
 
-/* Wait until no request is in flight (accepted but not yet answered), up to
- * timeout_ms.  Returns ATTN_OK or ATTN_ETIMEDOUT.  Main thread. */
+/* Wait until no request is in flight (its body received, its answer not yet
+ * sent), up to timeout_ms.  A request whose body is still arriving is not
+ * waited for: attn_server_destroy closes its connection.  Returns ATTN_OK or
+ * ATTN_ETIMEDOUT.  Main thread. */
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
 
 /* Stop listening and free.  Every suspended request must have been resumed

@@ -16,7 +16,10 @@
  * MHD_resume_connection (a release point for libmicrohttpd's ITC).
  * Invariants: a context lives from the first callback to on_completed; it is
  * never freed while its connection is suspended, so the borrowed body stays
- * valid for the job.  `inflight` counts live contexts for draining.
+ * valid for the job.  `inflight` counts the requests being answered (routed,
+ * queued, running or being sent: see answering()) for draining; a request
+ * whose body is still arriving is not waited for, so a client that stops
+ * sending mid-body cannot hold a shutdown for drain_timeout_ms.
  */
 #include <microhttpd.h>
 
@@ -55,6 +58,7 @@ typedef struct conn_ctx {
   size_t drained; /* bytes discarded since too_big */
   size_t received; /* body bytes read, kept or not (the access log's) */
   int suspended;
+  int answering; /* counted in inflight (see answering()) */
   atomic_int done; /* a worker stored resp */
   attn_http_resp resp;
   uint64_t start_ns;
@@ -67,10 +71,19 @@ static const char *header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
+/* From here on the request is answered: count it in inflight (once), so
+ * that draining waits for its answer to be sent.  MHD thread. */
+static void answering(conn_ctx *cx) {
+  if (cx->answering) return;
+  cx->answering = 1;
+  atomic_fetch_add(&cx->srv->inflight, 1);
+}
+
 /* Queue resp on the connection; takes resp->body.  MHD thread. */
 static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
   struct MHD_Response *r;
   char num[32];
+  answering(cx);
   if (!resp->body) { /* encoding failed for lack of memory */
     static const char oom[] = "{\"error\":\"out of memory\"}";
     resp->status = 503;
@@ -175,6 +188,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .start_ns = cx->start_ns};
   attn_http_resp resp = {0};
   attn_infer_job *job = NULL;
+  answering(cx);
   if (attn__route(&s->ctx, &req, &resp, &job) == ATTN_ROUTE_DONE)
     return send_resp(cx, &resp);
   job->complete = complete;
@@ -200,7 +214,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (!cx) { /* first call: headers only */
     cx = calloc(1, sizeof *cx);
     if (!cx) return MHD_NO;
-    atomic_fetch_add(&s->inflight, 1);
     *con_cls = cx;
     cx->srv = s;
     cx->conn = conn;
@@ -319,9 +332,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   }
   free(cx->resp.body);
   free(cx->mem);
+  if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
   free(cx);
   *con_cls = NULL;
-  atomic_fetch_sub(&s->inflight, 1);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {

@@ -2502,6 +2502,69 @@ def error_400_bad_json():
                  what="/v1 number outside FP32")
 
 
+def _closed_without_answer(port, data, timeout=10.0):
+    """Send data, then read until the server closes: what it sent back."""
+    s = socket.create_connection((HOST, port), timeout=timeout)
+    try:
+        s.sendall(data)
+        got = b""
+        deadline = time.monotonic() + timeout
+        while len(got) < 65536:
+            check(time.monotonic() < deadline,
+                  "the server kept the connection open: %r" % data[:60])
+            part = s.recv(65536)
+            if not part:
+                return got
+            got += part
+        return got
+    finally:
+        s.close()
+
+
+@test
+def malformed_http_framing():
+    """Broken HTTP framing, answered by libmicrohttpd before a handler runs
+    (docs/api.md, status codes) or by attnd, never takes the server down:
+    after each case a good request still works, on a new connection."""
+    p = shared().port
+    post = b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+    cases = [
+        ("Content-Length not a number", 400,
+         [post + b"Content-Length: abc\r\n\r\n"]),
+        ("chunk size not hex", 400,
+         [post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"]),
+        ("HTTP/2.0 request line", 505,
+         [b"GET /v2/health/live HTTP/2.0\r\nHost: t\r\n\r\n"]),
+        ("40,000-byte header", 431,
+         [b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\nX-Big: " +
+          b"a" * 40000 + b"\r\n\r\n"]),
+        ("40,000-byte URL", 414,
+         [b"GET /v2/models/" + b"a" * 40000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"]),
+    ]
+    for what, status, chunks in cases:
+        expect_status(raw_exchange(p, chunks), status, what)
+        expect_status(request(p, "GET", "/v2/health/live"), 200,
+                      "live after: " + what)
+    # Answered by attnd itself, in JSON.
+    r = request(p, "GET", "/v2/models/" + "a" * 3000)
+    expect_error(r, 414, "URL", what="3,000-byte URL")
+    body = b'{"query": [[1, 0]]}\x00junk'
+    expect_error(v1(p, body), 400, "unexpected bytes after the JSON value",
+                 what="NUL and bytes after the JSON")
+    # Not HTTP at all: closed without a response.
+    got = _closed_without_answer(p, b"GARBAGE\r\n\r\n")
+    check(got == b"" or got.startswith(b"HTTP/1.1 400"),
+          "garbage request line answered with %r" % got[:200])
+    # A body cut short by the client: the server gives up on it.
+    s = socket.create_connection((HOST, p), timeout=HTTP_TIMEOUT_S)
+    s.sendall(post + b"Content-Type: application/json\r\n"
+              b"Content-Length: 1000\r\n\r\n" + b'{"query": [[1')
+    s.close()
+    r = v1(p, {"query": [[1, 0], [0, 1]]})
+    expect_status(r, 200, "v1 after a body cut short")
+    check(len(r.json()["output"]) == 2, "v1 after a body cut short: %r" % r)
+
+
 @test
 def error_400_shape_mismatch():
     p = shared().port
@@ -2977,6 +3040,48 @@ def sigterm_drains():
         for x in (slow, queued):
             if x is not None:
                 x.close()
+        s.cleanup()
+
+
+@test
+def sigterm_does_not_wait_for_unfinished_bodies():
+    """A request whose body is still arriving at SIGTERM is neither queued
+    nor running: the drain does not wait for it (up to drain_timeout_ms)
+    but closes it at exit, logged as 499.  One client keeps its connection
+    open, the other closed it right after its last byte (libmicrohttpd
+    0.9.75 may not notice that close before connection_timeout_s)."""
+    s = Server("--drain-timeout-ms", "3000", name="unfinished-bodies")
+    socks = []
+    try:
+        head = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n")
+        for i in range(2):
+            c = socket.create_connection((HOST, s.port), timeout=5)
+            c.sendall(head + b'{"query": [[1')
+            socks.append(c)
+        socks.pop().close()
+        r = v1(s.port, {"query": [[1, 0]]})  # the server got this far
+        expect_status(r, 200, "v1 beside the unfinished bodies")
+        time.sleep(0.2)
+        s.signal(signal.SIGTERM)
+        rc = s.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "exit code %d after SIGTERM: %s" % (rc, s.log_tail()))
+        rep = s.sanitizer_report()
+        check(rep is None, "sanitizer report: %s" % rep)
+        log = s.log_json()
+        waited = [e["msg"] for e in log if e.get("level") == "warn" and
+                  ("still" in e.get("msg", "") or
+                   "drain_timeout_ms" in e.get("msg", ""))]
+        check(not waited, "the drain waited for unfinished bodies: %r" %
+              waited)
+        cut = [e for e in log if e.get("type") == "access" and
+               e.get("path") == "/v1/attention" and e.get("status") == 499]
+        check(len(cut) == 2, "access lines with 499 for the two unfinished "
+              "bodies: %r" % cut)
+    finally:
+        for c in socks:
+            c.close()
         s.cleanup()
 
 
