@@ -28,7 +28,69 @@
 #include "attn/server.h"
 #include "attn_version.h"
 
-static const char *env(const char *name) { return getenv(name); }
+extern char **environ;
+
+/* A Kubernetes service link: a Service named attnd gives every pod of its
+ * namespace ATTND_PORT=tcp://10.0.0.1:8080, ATTND_SERVICE_HOST and more
+ * (unless the pod sets enableServiceLinks: false). */
+static int k8s_link_value(const char *v) {
+  return strncmp(v, "tcp://", 6) == 0 || strncmp(v, "udp://", 6) == 0 ||
+         strncmp(v, "sctp://", 7) == 0;
+}
+
+static int k8s_link_name(const char *name, size_t len) {
+  return (len > 14 && strncmp(name, "ATTND_SERVICE_", 14) == 0) ||
+         (len > 11 && strncmp(name, "ATTND_PORT_", 11) == 0 &&
+          name[11] >= '0' && name[11] <= '9');
+}
+
+/* The environment as the config sees it: ATTND_PORT holding a service link
+ * is not a port, and is left out (env_warnings says so). */
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  if (v && strcmp(name, "ATTND_PORT") == 0 && k8s_link_value(v)) return NULL;
+  return v;
+}
+
+/* Say which ATTND_* variables were not used: typos (with the closest
+ * variable attnd reads) and an ATTND_PORT that is a service link.  Service
+ * links' other names are not mentioned.  emit gets one message each. */
+static void env_warnings(void (*emit)(const char *msg)) {
+  char msg[320];
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    char name[96];
+    if (len < 6 || strncmp(*e, "ATTND_", 6) != 0 || k8s_link_name(*e, len))
+      continue;
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, *e, len);
+    name[len] = '\0';
+    if (eq && strcmp(name, "ATTND_PORT") == 0 && k8s_link_value(eq + 1)) {
+      snprintf(msg, sizeof msg,
+               "ATTND_PORT=%.64s is a Kubernetes service link (a Service "
+               "named attnd), not a port: ignored (set enableServiceLinks: "
+               "false in the pod, or name the Service otherwise)",
+               eq + 1);
+      emit(msg);
+      continue;
+    }
+    const char *near = attn_config_env_unknown(name);
+    if (!near) continue;
+    snprintf(msg, sizeof msg,
+             "environment variable %s is not a setting of attnd: ignored%s%s%s",
+             name, *near ? " (did you mean " : "", near, *near ? "?)" : "");
+    emit(msg);
+  }
+}
+
+static void warn_stderr(const char *msg) {
+  fprintf(stderr, "attnd: warning: %s\n", msg);
+}
+
+static void warn_log(const char *msg) {
+  attn_log(ATTN_LOG_WARN, "%s", msg);
+}
 
 #ifdef SCHED_BATCH
 /* The name of a kernel scheduling policy, as the start-up line shows it. */
@@ -102,6 +164,7 @@ int main(int argc, char **argv) {
              attn_engine_kernel_name());
       return 0;
     case ATTN_CLI_CHECK:
+      env_warnings(warn_stderr);
       return attn_config_write_json(&cfg, stdout) == ATTN_OK ? 0 : 1;
     case ATTN_CLI_RUN:
       break;
@@ -127,6 +190,7 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
   attn_log_init(cfg.log_level, cfg.log_format);
+  env_warnings(warn_log);
   /* before any thread starts */
   const char *policy = set_sched_policy(cfg.cpu_scheduling_policy);
   attn_engine_set_blas_threads(1); /* the engine owns parallelism */

@@ -711,6 +711,28 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
 }
 END_TEST
 
+START_TEST(test_env_unknown) {
+  /* every variable attnd reads is known */
+  for (size_t i = 0; i < n_keys(); i++) {
+    char env_name[96];
+    env_of(attn_config_key_name(i), env_name, sizeof env_name);
+    ck_assert_msg(attn_config_env_unknown(env_name) == NULL, "%s", env_name);
+  }
+  ck_assert_ptr_null(attn_config_env_unknown("ATTND_CONFIG"));
+  ck_assert_ptr_null(attn_config_env_unknown("HOME"));
+  ck_assert_ptr_null(attn_config_env_unknown("ATTN_WORKERS"));
+  ck_assert_ptr_null(attn_config_env_unknown(NULL));
+  /* typos get the nearest variable; the key part is compared */
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_WORKRS"), "ATTND_WORKERS");
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_workers"), "ATTND_WORKERS");
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_CONFG"), "ATTND_CONFIG");
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_MAX_BODY_BYTE"),
+                   "ATTND_MAX_BODY_BYTES");
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_ZZZ"), "");
+  ck_assert_str_eq(attn_config_env_unknown("ATTND_"), "");
+}
+END_TEST
+
 START_TEST(test_cli_flag_forms) {
   attn_config c;
   attn_cli_action a;
@@ -983,6 +1005,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_layers_precedence);
   tcase_add_test(t, test_cli_config_flag_beats_env);
   tcase_add_test(t, test_cli_every_key_has_env_and_flag);
+  tcase_add_test(t, test_env_unknown);
   tcase_add_test(t, test_cli_flag_forms);
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);

@@ -128,6 +128,14 @@ void attn_config_usage(FILE *f, const char *prog);
  * file accepts back.  Returns ATTN_OK or ATTN_EIO when writing failed. */
 attn_status attn_config_write_json(const attn_config *c, FILE *f);
 
+/* For a variable of the environment that looks like attnd's but is not
+ * read (a typo such as ATTND_WORKRS): name begins with "ATTND_" and is
+ * neither ATTND_CONFIG nor ATTND_<KEY> of a key.  Returns NULL when attnd
+ * reads name or name does not begin with "ATTND_"; otherwise the closest
+ * variable attnd reads (within edit distance 2 of the key part), or "" when
+ * none is that close. */
+const char *attn_config_env_unknown(const char *name);
+
 /* Name of the i-th key in table order ("host", "port", ...), or NULL when i
  * is past the last key.  For documentation checks and tests. */
 const char *attn_config_key_name(size_t i);

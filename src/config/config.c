@@ -467,6 +467,26 @@ const char *attn_config_key_name(size_t i) {
   return i < N_KEYS ? keys[i].key : NULL;
 }
 
+const char *attn_config_env_unknown(const char *name) {
+  static const char *const extra[] = {"config", NULL};
+  char key[KEY_NAME_MAX + 1];
+  size_t n = 0;
+  if (!name || strncmp(name, "ATTND_", 6) != 0) return NULL;
+  if (strcmp(name, "ATTND_CONFIG") == 0) return NULL;
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (strcmp(name, keys[i].env) == 0) return NULL;
+  /* ATTND_WORKRS -> "workrs", compared with the key names */
+  for (const char *p = name + 6; *p && n < KEY_NAME_MAX; p++)
+    key[n++] = *p >= 'A' && *p <= 'Z' ? (char)(*p - 'A' + 'a') : *p;
+  key[n] = '\0';
+  const char *best = closest(key, extra);
+  if (!best) return "";
+  if (best == extra[0]) return "ATTND_CONFIG";
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (best == keys[i].key) return keys[i].env;
+  return "";
+}
+
 const char *attn_log_level_name(attn_log_level l) {
   return (unsigned)l < 4 ? log_level_names[l] : NULL;
 }

@@ -98,7 +98,7 @@ class Server:
     """One attnd process.  Extra flags come after the defaults set here, so
     they win (attnd reads flags left to right)."""
 
-    def __init__(self, *flags, name="attnd", wrap=()):
+    def __init__(self, *flags, name="attnd", wrap=(), env=None):
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
                                              suffix=".log")
@@ -111,7 +111,9 @@ class Server:
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
-                                     stderr=self._log, close_fds=True)
+                                     stderr=self._log, close_fds=True,
+                                     env=dict(os.environ, **env) if env
+                                     else None)
         with _SERVERS_LOCK:
             _SERVERS.append(self)
         self.port = None
@@ -3083,6 +3085,40 @@ def sigterm_does_not_wait_for_unfinished_bodies():
         for c in socks:
             c.close()
         s.cleanup()
+
+
+@test
+def unknown_environment_variables_warned():
+    """An ATTND_* variable attnd does not read is not silently ignored: a
+    typo gets a warning naming the nearest variable.  A Kubernetes service
+    link (a Service named attnd: ATTND_PORT=tcp://..., ATTND_SERVICE_HOST,
+    ATTND_PORT_8080_TCP_ADDR) does not stop attnd: ATTND_PORT is ignored
+    with a warning, the link's other variables without one."""
+    links = {"ATTND_PORT": "tcp://10.0.0.1:8080",
+             "ATTND_SERVICE_HOST": "10.0.0.1",
+             "ATTND_PORT_8080_TCP_ADDR": "10.0.0.1"}
+    env = dict(links, ATTND_WORKRS="3")
+    with Server(name="env-warnings", env=env) as s:
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready with the service link set")
+        warns = [e.get("msg", "") for e in s.log_json()
+                 if e.get("level") == "warn"]
+        typo = [w for w in warns if "ATTND_WORKRS" in w]
+        check(len(typo) == 1 and "did you mean ATTND_WORKERS" in typo[0],
+              "warning for ATTND_WORKRS: %r" % warns)
+        link = [w for w in warns if "ATTND_PORT=tcp://10.0.0.1:8080" in w]
+        check(len(link) == 1 and "service link" in link[0],
+              "warning for ATTND_PORT: %r" % warns)
+        check(not [w for w in warns if "ATTND_SERVICE_HOST" in w or
+                   "ATTND_PORT_8080" in w],
+              "warned about the link's other variables: %r" % warns)
+    # --check-config: the port stays the default, the warning on stderr
+    p = subprocess.run([ATTND, "--check-config"], capture_output=True,
+                       timeout=30, env=dict(os.environ, **links))
+    check(p.returncode == 0, "--check-config rc %d: %r" %
+          (p.returncode, p.stderr[-300:]))
+    check(json.loads(p.stdout)["port"] == 8080, "port: %r" % p.stdout[:200])
+    check(b"service link" in p.stderr, "stderr: %r" % p.stderr[-300:])
 
 
 @test
