@@ -966,6 +966,24 @@ START_TEST(test_access_line) {
             "\"compute_ms\":%.3f,\"total_ms\":%.3f,\"request_id\":\"\"}\n",
             &b);
   check_access_line(ATTN_LOG_JSON, &b, want);
+  /* a request cut short says why, after total_ms */
+  attn_access c = {.method = "POST",
+                   .path = "/v1/attention",
+                   .status = 499,
+                   .request_id = "r",
+                   .closed = "timeout"};
+  want_line(want, sizeof want,
+            "\"type\":\"access\",\"method\":\"POST\",\"path\":"
+            "\"/v1/attention\",\"status\":%d,\"bytes_in\":%llu,"
+            "\"bytes_out\":%llu,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
+            "\"total_ms\":%.3f,\"closed\":\"timeout\",\"request_id\":\"r\"}\n",
+            &c);
+  check_access_line(ATTN_LOG_JSON, &c, want);
+  want_line(want, sizeof want,
+            "access POST /v1/attention %d in=%llu out=%llu queue_ms=%.3f "
+            "compute_ms=%.3f total_ms=%.3f closed=timeout id=r\n",
+            &c);
+  check_access_line(ATTN_LOG_TEXT, &c, want);
 }
 END_TEST
 

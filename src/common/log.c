@@ -126,6 +126,13 @@ void attn_log_access(const attn_access *a) {
   attn_buf_fixed3(&b, a->compute_ms);
   key(&b, "total_ms", "total_ms");
   attn_buf_fixed3(&b, a->total_ms);
+  if (a->closed) {
+    key(&b, "closed", "closed");
+    if (json)
+      attn_buf_json_string(&b, a->closed);
+    else
+      attn_buf_puts(&b, a->closed);
+  }
   key(&b, "request_id", "id");
   const char *id = a->request_id ? a->request_id : "";
   if (json) {

@@ -311,6 +311,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   return dispatch(cx);
 }
 
+/* Why libmicrohttpd ended a request before its answer was sent, for the
+ * access log; NULL when it was sent. */
+static const char *closed_reason(enum MHD_RequestTerminationCode toe) {
+  switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+      return NULL;
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+      return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+      return "shutdown";
+    case MHD_REQUEST_TERMINATED_READ_ERROR:
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+      return "client";
+    default:
+      return "error";
+  }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **con_cls, enum MHD_RequestTerminationCode toe) {
   attn_server *s = cls;
@@ -322,12 +340,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     attn_access a = {.method = cx->method,
                      .path = cx->path,
                      .request_id = cx->request_id,
-                     .status = cx->status ? cx->status : ok ? 200 : 499,
+                     .status = cx->status ? cx->status
+                               : ok       ? 200
+                                          : 499,
                      .bytes_in = cx->received,
                      .bytes_out = cx->bytes_out,
                      .queue_ms = cx->resp.queue_ms,
                      .compute_ms = cx->resp.compute_ms,
-                     .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6};
+                     .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6,
+                     .closed = closed_reason(toe)};
     attn_log_access(&a);
   }
   free(cx->resp.body);

@@ -356,6 +356,17 @@ def raw_exchange(port, chunks, timeout=10.0):
         s.close()
 
 
+def half_body(port, request_id):
+    """A /v1/attention POST whose body stops after 13 of its 1000 bytes:
+    the open socket (the caller closes it)."""
+    s = socket.create_connection((HOST, port), timeout=5)
+    s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+              b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
+              b"X-Request-Id: " + request_id.encode() + b"\r\n\r\n"
+              b'{"query": [[1')
+    return s
+
+
 def expect_status(r, status, what=""):
     check(r.status == status, "%s: expected HTTP %d, got %r" %
           (what or "request", status, r))
@@ -2558,10 +2569,7 @@ def malformed_http_framing():
     check(got == b"" or got.startswith(b"HTTP/1.1 400"),
           "garbage request line answered with %r" % got[:200])
     # A body cut short by the client: the server gives up on it.
-    s = socket.create_connection((HOST, p), timeout=HTTP_TIMEOUT_S)
-    s.sendall(post + b"Content-Type: application/json\r\n"
-              b"Content-Length: 1000\r\n\r\n" + b'{"query": [[1')
-    s.close()
+    half_body(p, "cut-short").close()
     r = v1(p, {"query": [[1, 0], [0, 1]]})
     expect_status(r, 200, "v1 after a body cut short")
     check(len(r.json()["output"]) == 2, "v1 after a body cut short: %r" % r)
@@ -3055,13 +3063,7 @@ def sigterm_does_not_wait_for_unfinished_bodies():
     s = Server("--drain-timeout-ms", "3000", name="unfinished-bodies")
     socks = []
     try:
-        head = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
-                b"Content-Type: application/json\r\n"
-                b"Content-Length: 1000\r\n\r\n")
-        for i in range(2):
-            c = socket.create_connection((HOST, s.port), timeout=5)
-            c.sendall(head + b'{"query": [[1')
-            socks.append(c)
+        socks = [half_body(s.port, rid) for rid in ("open", "closed")]
         socks.pop().close()
         r = v1(s.port, {"query": [[1, 0]]})  # the server got this far
         expect_status(r, 200, "v1 beside the unfinished bodies")
@@ -3079,8 +3081,10 @@ def sigterm_does_not_wait_for_unfinished_bodies():
               waited)
         cut = [e for e in log if e.get("type") == "access" and
                e.get("path") == "/v1/attention" and e.get("status") == 499]
-        check(len(cut) == 2, "access lines with 499 for the two unfinished "
-              "bodies: %r" % cut)
+        check(len(cut) == 2 and
+              all(e.get("closed") == "shutdown" for e in cut),
+              "access lines with 499, closed at shutdown, for the two "
+              "unfinished bodies: %r" % cut)
     finally:
         for c in socks:
             c.close()
@@ -3293,6 +3297,44 @@ def access_log_line():
         for f in ("queue_ms", "compute_ms"):
             check(isinstance(line[f], (int, float)) and line[f] >= 0,
                   "%s %r" % (f, line[f]))
+
+
+@test
+def access_log_says_why_a_request_was_cut():
+    """A request that ends before its answer is logged with status 499 and
+    `closed`: "client" when the client closed the connection, "timeout"
+    when it sent nothing for connection_timeout_s.  Answered requests have
+    no `closed`."""
+    s = Server("--connection-timeout-s", "1", name="access-closed")
+    socks = []
+    try:
+        want = {"cut-timeout": "timeout", "cut-client": "client"}
+        socks = [half_body(s.port, rid) for rid in want]
+        r = v1(s.port, {"query": [[1, 0]]},
+               headers={"X-Request-Id": "answered"})
+        expect_status(r, 200, "answered request")
+        time.sleep(0.2)  # let the server read the client's half body first
+        socks.pop().close()  # cut-client; cut-timeout stays open and idle
+        found = {}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(found) < 3:
+            found = {e["request_id"]: e for e in s.log_json()
+                     if e.get("type") == "access"}
+            time.sleep(0.05)
+        for rid, why in want.items():
+            e = found.get(rid)
+            check(e is not None and e.get("status") == 499 and
+                  e.get("closed") == why,
+                  "%s: access line %r, expected 499 closed %r" %
+                  (rid, e, why))
+        e = found.get("answered")
+        check(e is not None and e.get("status") == 200 and "closed" not in e,
+              "answered request's access line: %r" % e)
+        s.stop_checked()
+    finally:
+        for c in socks:
+            c.close()
+        s.cleanup()
 
 
 def _thread_policies(pid):
