@@ -3068,11 +3068,7 @@ def sigterm_does_not_wait_for_unfinished_bodies():
         r = v1(s.port, {"query": [[1, 0]]})  # the server got this far
         expect_status(r, 200, "v1 beside the unfinished bodies")
         time.sleep(0.2)
-        s.signal(signal.SIGTERM)
-        rc = s.wait(STOP_TIMEOUT_S)
-        check(rc == 0, "exit code %d after SIGTERM: %s" % (rc, s.log_tail()))
-        rep = s.sanitizer_report()
-        check(rep is None, "sanitizer report: %s" % rep)
+        s.stop_checked()
         log = s.log_json()
         waited = [e["msg"] for e in log if e.get("level") == "warn" and
                   ("still" in e.get("msg", "") or
