@@ -3075,12 +3075,15 @@ def sigterm_does_not_wait_for_unfinished_bodies():
                    "drain_timeout_ms" in e.get("msg", ""))]
         check(not waited, "the drain waited for unfinished bodies: %r" %
               waited)
-        cut = [e for e in log if e.get("type") == "access" and
-               e.get("path") == "/v1/attention" and e.get("status") == 499]
-        check(len(cut) == 2 and
-              all(e.get("closed") == "shutdown" for e in cut),
-              "access lines with 499, closed at shutdown, for the two "
-              "unfinished bodies: %r" % cut)
+        cut = {e.get("request_id"): e.get("closed") for e in log
+               if e.get("type") == "access" and
+               e.get("path") == "/v1/attention" and e.get("status") == 499}
+        # The client's own close is seen or missed depending on whether its
+        # FIN arrived with the data: "client" or "shutdown", both right.
+        check(len(cut) == 2 and cut.get("open") == "shutdown" and
+              cut.get("closed") in ("client", "shutdown"),
+              "access lines with 499 for the two unfinished bodies (open: "
+              "closed at shutdown): %r" % cut)
     finally:
         for c in socks:
             c.close()
