@@ -217,7 +217,11 @@ int main(int argc, char **argv) {
     attn_log(ATTN_LOG_ERROR, "cannot start %d workers", cfg.workers);
     goto out;
   }
-  attn_server_deps deps = {&cfg, models, queue, pool};
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t memory = attn_memory_limit(
+      "", pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0);
+  int64_t budget = attn_config_body_budget(&cfg, memory);
+  attn_server_deps deps = {&cfg, models, queue, pool, budget};
   if (attn_server_create(&deps, &server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     goto out;
@@ -225,10 +229,12 @@ int main(int argc, char **argv) {
   attn_log(ATTN_LOG_INFO,
            "attnd %s listening on %s:%d (workers=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
-           "cpu_scheduling_policy=%s, models=%zu, kernel=%s)",
+           "cpu_scheduling_policy=%s, max_total_body_bytes=%lld%s, "
+           "models=%zu, kernel=%s)",
            ATTN_VERSION, cfg.host, attn_server_port(server), cfg.workers,
            cfg.blas_threads_per_worker, cfg.http_threads, cfg.queue_capacity,
-           policy, attn_registry_count(models), attn_engine_kernel_name());
+           policy, (long long)budget, cfg.max_total_body_bytes ? "" : " (auto)",
+           attn_registry_count(models), attn_engine_kernel_name());
 
   int sig = 0;
   while (sigwait(&sigs, &sig) != 0) {

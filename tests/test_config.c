@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +111,7 @@ static void non_default(attn_config *c) {
   c->queue_timeout_ms = 6;
   c->drain_timeout_ms = 7;
   c->max_body_bytes = 8000;
+  c->max_total_body_bytes = 16000;
   c->max_seq_len = 9;
   c->max_tensor_elements = 10;
   c->max_weights_elements = 11;
@@ -142,6 +144,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.queue_timeout_ms, 10000);
   ck_assert_int_eq(c.drain_timeout_ms, 30000);
   ck_assert_int_eq(c.max_body_bytes, 256LL * 1024 * 1024);
+  ck_assert_int_eq(c.max_total_body_bytes, 0);
   ck_assert_int_eq(c.max_seq_len, 16384);
   ck_assert_int_eq(c.max_tensor_elements, 64LL * 1024 * 1024);
   ck_assert_int_eq(c.max_weights_elements, 16LL * 1024 * 1024);
@@ -166,6 +169,7 @@ START_TEST(test_key_names) {
                                      "queue_timeout_ms",
                                      "drain_timeout_ms",
                                      "max_body_bytes",
+                                     "max_total_body_bytes",
                                      "max_seq_len",
                                      "max_tensor_elements",
                                      "max_weights_elements",
@@ -791,6 +795,9 @@ START_TEST(test_cli_errors_change_nothing) {
        "option '--check-config' takes no value"},
       {{"attnd", "--access-log", "maybe"},
        "--access-log: 'maybe' is not a boolean"},
+      /* each in range, but not together */
+      {{"attnd", "--max-total-body-bytes", "1000000"},
+       "max_total_body_bytes=1000000 is less than max_body_bytes=268435456"},
   };
   const char *env[] = {"ATTND_WORKERS", "5", NULL};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -987,6 +994,119 @@ START_TEST(test_access_line) {
 }
 END_TEST
 
+/* ---- memory: the budget and the limit it is derived from ---------------- */
+
+START_TEST(test_body_budget) {
+  attn_config c;
+  attn_config_defaults(&c);
+  const int64_t mib = 1024 * 1024;
+  /* auto: half the memory, never below max_body_bytes, at most 2^40 */
+  ck_assert_int_eq(attn_config_body_budget(&c, 24000 * (uint64_t)mib),
+                   12000 * mib);
+  ck_assert_int_eq(attn_config_body_budget(&c, 300 * (uint64_t)mib), 256 * mib);
+  ck_assert_int_eq(attn_config_body_budget(&c, UINT64_MAX), 1LL << 40);
+  /* set: taken as it is */
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_set(&c, "max_total_body_bytes", "536870912", &d),
+                   ATTN_OK);
+  ck_assert_int_eq(attn_config_body_budget(&c, 64 * (uint64_t)mib), 512 * mib);
+  /* equal to max_body_bytes is allowed: one body at a time */
+  attn_cli_action a;
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--max-body-bytes", "4096",
+                       "--max-total-body-bytes", "4096"),
+                   ATTN_OK);
+  ck_assert_int_eq(c.max_total_body_bytes, 4096);
+}
+END_TEST
+
+/* A fake root for attn_memory_limit: files at root/rel, directories made as
+ * needed and all removed by fake_root_remove. */
+static char fake_root[64];
+static char fake_made[16][160];
+static int fake_n;
+
+static void fake_file(const char *rel, const char *text) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s", fake_root, rel);
+  for (char *p = path + strlen(fake_root) + 1; (p = strchr(p, '/')); p++) {
+    *p = '\0';
+    if (mkdir(path, 0700) == 0) {
+      ck_assert_int_lt(fake_n, 16);
+      snprintf(fake_made[fake_n++], sizeof fake_made[0], "%s", path);
+    }
+    *p = '/';
+  }
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  ck_assert_int_eq(fclose(f), 0);
+  ck_assert_int_lt(fake_n, 16);
+  snprintf(fake_made[fake_n++], sizeof fake_made[0], "%s", path);
+}
+
+static void fake_root_make(void) {
+  snprintf(fake_root, sizeof fake_root, "/tmp/attn_test_mem_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(fake_root));
+  fake_n = 0;
+}
+
+static void fake_root_remove(void) {
+  while (fake_n > 0) ck_assert_int_eq(remove(fake_made[--fake_n]), 0);
+  ck_assert_int_eq(rmdir(fake_root), 0);
+}
+
+START_TEST(test_memory_limit) {
+  const uint64_t gib = 1024 * 1024 * 1024, phys = 24 * gib;
+  /* nothing readable: the RAM (or no limit at all) */
+  ck_assert_uint_eq(attn_memory_limit("/nonexistent", phys), phys);
+  ck_assert_uint_eq(attn_memory_limit("/nonexistent", 0), UINT64_MAX);
+
+  /* cgroup v2, a pod's limit on the parent of the container's cgroup
+   * ("max" on the container itself) */
+  fake_root_make();
+  fake_file("proc/self/cgroup", "0::/kubepods/pod1/ctr\n");
+  fake_file("sys/fs/cgroup/kubepods/pod1/ctr/memory.max", "max\n");
+  fake_file("sys/fs/cgroup/kubepods/pod1/memory.max", "2147483648\n");
+  fake_file("sys/fs/cgroup/kubepods/memory.max", "8589934592\n");
+  ck_assert_uint_eq(attn_memory_limit(fake_root, phys), 2 * gib);
+  ck_assert_uint_eq(attn_memory_limit(fake_root, gib), gib); /* RAM smaller */
+  fake_root_remove();
+
+  /* cgroup v2 inside a container's namespace: "0::/", the mount's top */
+  fake_root_make();
+  fake_file("proc/self/cgroup", "0::/\n");
+  fake_file("sys/fs/cgroup/memory.max", "1073741824\n");
+  ck_assert_uint_eq(attn_memory_limit(fake_root, phys), gib);
+  fake_root_remove();
+
+  /* cgroup v1 (Docker --memory): /proc/self/cgroup names the host's path,
+   * the mount shows the container's own cgroup at its top; v1's "no limit"
+   * is a number near 2^63; memory may share a line with other controllers */
+  fake_root_make();
+  fake_file("proc/self/cgroup",
+            "5:cpu,cpuacct:/docker/abc\n"
+            "4:blkio,memory:/docker/abc\n"
+            "0::/\n");
+  fake_file("sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912\n");
+  fake_file("sys/fs/cgroup/cpu/memory.limit_in_bytes", "1024\n"); /* not it */
+  ck_assert_uint_eq(attn_memory_limit(fake_root, phys), gib / 2);
+  fake_root_remove();
+
+  fake_root_make();
+  fake_file("proc/self/cgroup", "4:memory:/user.slice\n");
+  fake_file("sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "9223372036854771712\n");
+  fake_file("sys/fs/cgroup/memory/user.slice/memory.limit_in_bytes",
+            "3221225472\n");
+  ck_assert_uint_eq(attn_memory_limit(fake_root, phys), 3 * gib);
+  /* garbage and empty files are skipped */
+  fake_file("sys/fs/cgroup/memory/user.slice/memory.limit_in_bytes", "12x\n");
+  fake_n--; /* the same path twice: remove it once */
+  ck_assert_uint_eq(attn_memory_limit(fake_root, phys), phys);
+  fake_root_remove();
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *t = tcase_create("table");
@@ -1028,6 +1148,11 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);
   tcase_add_test(t, test_usage_lists_every_key);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("memory");
+  tcase_add_test(t, test_body_budget);
+  tcase_add_test(t, test_memory_limit);
   suite_add_tcase(s, t);
   return s;
 }

@@ -55,6 +55,7 @@ typedef struct attn_config {
   int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */
   int64_t drain_timeout_ms;         /* grace after SIGTERM */
   int64_t max_body_bytes;           /* request body, bytes */
+  int64_t max_total_body_bytes;     /* all bodies held at once; 0 = auto */
   int64_t max_seq_len;              /* tokens per sequence */
   int64_t max_tensor_elements;      /* elements of any one tensor */
   int64_t max_weights_elements;     /* attention weights returned in JSON */
@@ -113,11 +114,26 @@ typedef enum {
  * with "--" (that is taken as a missing value).  getenv_fn may be NULL (no
  * environment) and is called only with names beginning "ATTND_".
  * Returns ATTN_OK with *c and *action set, or ATTN_EINVAL (unknown flag,
- * missing value, bad value; the diagnostic names the flag or variable) or any
- * error of attn_config_load_file.  On failure *c and *action are unchanged. */
+ * missing value, bad value; the diagnostic names the flag or variable; two
+ * keys that cannot work together, such as max_total_body_bytes below
+ * max_body_bytes) or any error of attn_config_load_file.  On failure *c and
+ * *action are unchanged. */
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d);
+
+/* The budget for request bodies held at once, in bytes: max_total_body_bytes,
+ * or when that is 0 (auto) half of memory_limit (see attn_memory_limit), but
+ * never less than max_body_bytes. */
+int64_t attn_config_body_budget(const attn_config *c, uint64_t memory_limit);
+
+/* Bytes of memory this process may use: the smallest of phys (the machine's
+ * RAM) and the memory limits of its cgroup and each ancestor, cgroup v2
+ * (memory.max) and v1 (memory.limit_in_bytes), as /proc/self/cgroup names
+ * them and as a container sees its own (the mount's top).  Files are read
+ * under root: "" for the real ones, a directory of fakes in tests.  Limits
+ * that are absent, unreadable or "max" are skipped. */
+uint64_t attn_memory_limit(const char *root, uint64_t phys);
 
 /* Print usage: every flag with its meaning, default, range and environment
  * variable, generated from the key table.  prog is argv[0] (may be NULL). */

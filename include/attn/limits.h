@@ -98,6 +98,11 @@
  * and size_t arithmetic on it must not come near overflow on 64-bit hosts. */
 #define ATTN_MAX_BODY_BYTES (8LL * 1024 * 1024 * 1024)
 
+/* `max_total_body_bytes`: 1 TiB.  A budget for all bodies held at once, so
+ * above any machine attnd runs on, yet far from size_t overflow when
+ * bodies are added to it. */
+#define ATTN_MAX_TOTAL_BODY_BYTES (1LL << 40)
+
 /* `max_seq_len`: 2^20 tokens.  Dense attention scores are seq x seq floats
  * per head; at 2^20 one row block is already 4 MiB, and beyond that an exact
  * (non-flash) kernel is not the right tool. */

@@ -21,6 +21,10 @@ typedef struct attn_server_deps {
   const attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
+  /* Bytes of request bodies the server may hold at once, all connections
+   * together (attn_config_body_budget); a body that would pass it is
+   * answered 503. */
+  int64_t body_budget;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it

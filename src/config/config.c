@@ -128,6 +128,11 @@ static const cfg_key keys[] = {
           "on SIGTERM, how long queued and running requests may take to finish"),
     K_I64(max_body_bytes, "ATTND_MAX_BODY_BYTES", 256LL * 1024 * 1024, 1024,
           ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
+    K_I64(max_total_body_bytes, "ATTND_MAX_TOTAL_BODY_BYTES", 0, 0,
+          ATTN_MAX_TOTAL_BODY_BYTES, "bytes",
+          "request bodies held at once, all connections together (arriving, "
+          "queued, computing); beyond that: 503; 0 = auto (half the memory "
+          "attnd may use, at least max_body_bytes)"),
     K_I64(max_seq_len, "ATTND_MAX_SEQ_LEN", 16384, 1, ATTN_MAX_SEQ_LEN,
           "tokens", "longest query or key sequence in a request"),
     K_I64(max_tensor_elements, "ATTND_MAX_TENSOR_ELEMENTS", 64LL * 1024 * 1024,
@@ -721,9 +726,26 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
       return st;
   }
 
+  /* Across keys: settings that are each in range but cannot work together. */
+  if (tmp.max_total_body_bytes && tmp.max_total_body_bytes < tmp.max_body_bytes)
+    return attn_diag_set(
+        d, ATTN_EINVAL,
+        "max_total_body_bytes=%lld is less than max_body_bytes=%lld: a body "
+        "of max_body_bytes could never be accepted (raise it, or set 0 for "
+        "auto)",
+        (long long)tmp.max_total_body_bytes, (long long)tmp.max_body_bytes);
+
   *c = tmp;
   *action = act;
   return ATTN_OK;
+}
+
+int64_t attn_config_body_budget(const attn_config *c, uint64_t memory_limit) {
+  if (c->max_total_body_bytes) return c->max_total_body_bytes;
+  uint64_t half = memory_limit / 2;
+  if (half > (uint64_t)ATTN_MAX_TOTAL_BODY_BYTES)
+    half = (uint64_t)ATTN_MAX_TOTAL_BODY_BYTES;
+  return (int64_t)half > c->max_body_bytes ? (int64_t)half : c->max_body_bytes;
 }
 
 /* ---- Public: output ----------------------------------------------------- */

@@ -3,23 +3,27 @@
  * DESIGN
  * libmicrohttpd runs its own I/O threads (a pool of http_threads, epoll).
  * On those threads we only gather the body (refusing more than
- * max_body_bytes with 413, from Content-Length before reading it when the
- * client sends one), build a plain attn_http_req and ask routes.c.  An
- * immediate answer is queued at once; an inference job is queued after the
- * connection is suspended (MHD_suspend_connection), so a worker can never
- * resume a connection that is not yet suspended.  The worker's completion
- * stores the response in the connection's context and resumes it; the
- * access handler runs again and queues that response.  A full queue is
- * answered with 503 right away.
+ * max_body_bytes with 413, and a body that would take all bodies held past
+ * the budget, max_total_body_bytes, with 503; from Content-Length before
+ * reading it when the client sends one), build a plain attn_http_req and
+ * ask routes.c.  An immediate answer is queued at once; an inference job
+ * is queued after the connection is suspended (MHD_suspend_connection), so
+ * a worker can never resume a connection that is not yet suspended.  The
+ * worker's completion stores the response in the connection's context and
+ * resumes it; the access handler runs again and queues that response.  A
+ * full queue is answered with 503 right away.
  * Threads: on_request and on_completed run on MHD threads; complete() runs
  * on a worker and touches only its own connection's context before
  * MHD_resume_connection (a release point for libmicrohttpd's ITC).
  * Invariants: a context lives from the first callback to on_completed; it is
  * never freed while its connection is suspended, so the borrowed body stays
- * valid for the job.  `inflight` counts the requests being answered (routed,
- * queued, running or being sent: see answering()) for draining; a request
- * whose body is still arriving is not waited for, so a client that stops
- * sending mid-body cannot hold a shutdown for drain_timeout_ms.
+ * valid for the job.  `body_held` is the sum of every context's
+ * `reserved` (its buffer's size, or the Content-Length before it exists);
+ * a context gives its share back when it stops keeping its body or ends.
+ * `inflight` counts the requests being answered (routed, queued, running or
+ * being sent: see answering()) for draining; a request whose body is still
+ * arriving is not waited for, so a client that stops sending mid-body
+ * cannot hold a shutdown for drain_timeout_ms.
  */
 #include <microhttpd.h>
 
@@ -43,7 +47,12 @@ struct attn_server {
   struct MHD_Daemon *daemon;
   int port;
   atomic_int inflight;
+  size_t body_budget;      /* deps->body_budget */
+  atomic_size_t body_held; /* bytes reserved by all contexts (reserve()) */
 };
+
+/* Why a body is being discarded instead of kept. */
+typedef enum { KEEP, TOO_BIG, OVER_BUDGET } body_fate;
 
 typedef struct conn_ctx {
   attn_server *srv;
@@ -54,8 +63,9 @@ typedef struct conn_ctx {
   char *body; /* NULL until the first byte */
   size_t pad; /* puts the binary blobs on a 64-byte boundary (see below) */
   size_t len, cap;
-  int too_big;
-  size_t drained; /* bytes discarded since too_big */
+  size_t reserved; /* bytes of body_held that are this request's */
+  body_fate fate;  /* KEEP, or why the rest of the body is discarded */
+  size_t drained;  /* bytes discarded since fate != KEEP */
   size_t received; /* body bytes read, kept or not (the access log's) */
   int suspended;
   int answering; /* counted in inflight (see answering()) */
@@ -66,6 +76,22 @@ typedef struct conn_ctx {
   size_t bytes_out;
   char request_id[72];
 } conn_ctx;
+
+/* Make this request's share of body_held `want` bytes: 1, or 0 when that
+ * would take body_held past body_budget (nothing changes then).  Any MHD
+ * thread; the budget is shared by all. */
+static int reserve(conn_ctx *cx, size_t want) {
+  attn_server *s = cx->srv;
+  if (want == cx->reserved) return 1; /* no body: no shared write */
+  size_t held = atomic_load(&s->body_held);
+  for (;;) {
+    size_t next = held - cx->reserved + want;
+    if (want > cx->reserved && next > s->body_budget) return 0;
+    if (atomic_compare_exchange_weak(&s->body_held, &held, next)) break;
+  }
+  cx->reserved = want;
+  return 1;
+}
 
 static const char *header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
@@ -125,6 +151,33 @@ static enum MHD_Result send_error(conn_ctx *cx, int status, const char *msg) {
   attn_http_resp resp = {0};
   attn__resp_error(&resp, status, "%s", msg);
   return send_resp(cx, &resp);
+}
+
+/* 503 for a body of n bytes that the budget has no room for.  The body
+ * still arriving is not counted as held (held is read after this request's
+ * share is given back). */
+static enum MHD_Result send_over_budget(conn_ctx *cx, uint64_t n) {
+  char msg[256];
+  reserve(cx, 0);
+  snprintf(msg, sizeof msg,
+           "server busy: the request bodies it holds (%zu bytes) and this "
+           "one (%llu bytes) would pass max_total_body_bytes=%zu; retry "
+           "after a moment",
+           atomic_load(&cx->srv->body_held), (unsigned long long)n,
+           cx->srv->body_budget);
+  return send_error(cx, 503, msg);
+}
+
+/* Stop keeping a body that arrives in pieces (n bytes just now): free what
+ * was kept, count the rest as drained, and answer when it ends. */
+static enum MHD_Result discard(conn_ctx *cx, body_fate why, size_t n) {
+  cx->fate = why;
+  cx->drained = n;
+  free(cx->mem);
+  cx->mem = cx->body = NULL;
+  cx->len = 0;
+  reserve(cx, 0);
+  return MHD_YES;
 }
 
 /* Copy a request id for headers and logs: control characters (which would
@@ -241,6 +294,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return send_error(cx, 413, msg);
       }
       cx->cap = (size_t)cl;
+      if (!reserve(cx, (size_t)cl)) return send_over_budget(cx, cl);
     }
     /* Binary tensor data starts right after the JSON header: start the
      * body pad bytes into a 64-byte aligned block so that the first blob
@@ -263,24 +317,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     size_t n = *upload_size;
     *upload_size = 0;
     cx->received += n;
-    /* A chunked body (no Content-Length) can only be found too large while
-     * it arrives, and libmicrohttpd 0.9.75 takes no response before the
-     * upload ends: discard the rest and answer 413 then, but read at most
-     * max_body_bytes more; past that close the connection (a body without
-     * end must not hold it forever). */
-    if (cx->too_big) {
+    /* A chunked body (no Content-Length) can only be found too large, or
+     * past the budget, while it arrives, and libmicrohttpd 0.9.75 takes no
+     * response before the upload ends: discard the rest and answer 413 or
+     * 503 then, but read at most max_body_bytes more; past that close the
+     * connection (a body without end must not hold it forever). */
+    if (cx->fate != KEEP) {
       cx->drained += n;
       return cx->drained > (size_t)s->ctx.cfg->max_body_bytes ? MHD_NO
                                                               : MHD_YES;
     }
-    if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes) {
-      cx->too_big = 1;
-      cx->drained = n;
-      free(cx->mem);
-      cx->mem = cx->body = NULL;
-      cx->len = 0;
-      return MHD_YES; /* discard the rest, answer 413 at the end */
-    }
+    if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes)
+      return discard(cx, TOO_BIG, n);
     if (cx->len + n > cx->cap || !cx->body) {
       /* the Content-Length when it was sent, else BODY_INITIAL, doubled
        * as a chunked body grows */
@@ -288,6 +336,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
       while (cap < cx->len + n) cap *= 2;
       if (cap > (size_t)s->ctx.cfg->max_body_bytes)
         cap = (size_t)s->ctx.cfg->max_body_bytes;
+      if (!reserve(cx, cap)) return discard(cx, OVER_BUDGET, n);
       /* pad + cap <= 63 + max_body_bytes: no overflow */
       char *nb = aligned_alloc(64, (cx->pad + cap + 63) / 64 * 64);
       if (!nb) return MHD_NO;
@@ -302,12 +351,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return MHD_YES;
   }
   if (cx->suspended) return MHD_YES; /* spurious call while queued */
-  if (cx->too_big) {
+  if (cx->fate == TOO_BIG) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body exceeds max_body_bytes=%lld",
              (long long)s->ctx.cfg->max_body_bytes);
     return send_error(cx, 413, msg);
   }
+  if (cx->fate == OVER_BUDGET) return send_over_budget(cx, cx->received);
   return dispatch(cx);
 }
 
@@ -353,6 +403,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   }
   free(cx->resp.body);
   free(cx->mem);
+  reserve(cx, 0);
   if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
   free(cx);
   *con_cls = NULL;
@@ -384,6 +435,8 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
+  atomic_init(&s->body_held, 0);
 
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

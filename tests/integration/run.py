@@ -2793,6 +2793,89 @@ def error_413_body_too_large():
 
 
 @test
+def total_body_budget():
+    """max_total_body_bytes bounds the bodies held at once, all connections
+    together: a body that would pass it is a 503 with Retry-After, from its
+    Content-Length before it is read, or at its end when chunked; smaller
+    ones still fit, and room comes back when a held body is released."""
+    limit, budget = 65536, 163840  # two 64 KiB bodies fit, a third does not
+    # --check-config refuses a budget below max_body_bytes, naming both
+    r = subprocess.run([ATTND, "--check-config", "--max-total-body-bytes",
+                        "2048"], capture_output=True, timeout=10)
+    check(r.returncode == 2 and b"max_total_body_bytes=2048" in r.stderr and
+          b"max_body_bytes=268435456" in r.stderr,
+          "--check-config with a budget below max_body_bytes: rc %d %r" %
+          (r.returncode, r.stderr[-300:]))
+
+    def padded(n):  # a valid /v1 body of exactly n bytes
+        b = b'{"query": [[1, 0], [0, 1]]}'
+        return b + b" " * (n - len(b))
+
+    with Server("--max-body-bytes", str(limit), "--max-total-body-bytes",
+                str(budget), name="budget") as s:
+        p = s.port
+        check("max_total_body_bytes=%d," % budget in s.log_text(),
+              "start-up line: %s" % s.log_tail(5))
+        head = ("POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/json\r\n"
+                "Content-Length: %d\r\n\r\n" % limit).encode()
+        full = padded(limit)
+        holders = []
+        try:
+            for i in range(2):  # 2 x 64 KiB held, their bodies unfinished
+                h = socket.create_connection((HOST, p), timeout=10)
+                holders.append(h)
+                h.sendall(head + full[:1000])
+            time.sleep(0.3)  # both bodies have reached attnd
+            r = v1(p, full)
+            expect_error(r, 503, "max_total_body_bytes=%d" % budget,
+                         "retry", what="third 64 KiB body")
+            check(r.headers.get("retry-after") == "1",
+                  "503 Retry-After: %r" % r.headers)
+            # the refusal comes from the header alone: no body sent
+            r = raw_exchange(p, [head], timeout=10)
+            check(r.status == 503, "head-only 64 KiB request: %r" % r)
+            # a small body still fits beside the two held ones
+            v1_ok(v1(p, padded(100)), "small body beside the held ones")
+            # chunked: counted as its buffer grows (64 KiB at once), so
+            # refused at its end
+            chunk = b"400\r\n" + b" " * 1024 + b"\r\n"
+            r = raw_exchange(p, [("POST /v1/attention HTTP/1.1\r\nHost: x\r"
+                                  "\nContent-Type: application/json\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n")
+                                 .encode(), chunk, chunk, b"0\r\n\r\n"])
+            check(r.status == 503 and b"max_total_body_bytes" in r.body,
+                  "chunked body past the budget: %r" % r)
+            # a held request finishes normally: nothing of it was lost
+            holders[1].sendall(full[1000:])
+            holders[1].settimeout(10)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                part = holders[1].recv(65536)
+                check(part, "held request: closed without an answer")
+                got += part
+            check(got.startswith(b"HTTP/1.1 200"), "held request answered "
+                  "%r" % got[:200])
+            holders[1].close()
+            # ... and its room comes back (the close is seen by attnd and
+            # the context freed: poll, bounded)
+            deadline = time.monotonic() + 10
+            while True:
+                r = v1(p, full)
+                if r.status != 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            v1_ok(r, "64 KiB body once a held one is done")
+        finally:
+            for h in holders:
+                h.close()
+        access = [l for l in s.log_json() if l.get("type") == "access"]
+        refused = [l for l in access if l["status"] == 503]
+        check(len(refused) >= 3 and refused[0]["bytes_in"] == 0,
+              "access lines of the 503s: %r" % refused[:3])
+
+
+@test
 def error_limits_seq_len_and_elements():
     with Server("--max-seq-len", "8", "--max-tensor-elements", "1000",
                 name="limits") as s:
