@@ -383,16 +383,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **con_cls, enum MHD_RequestTerminationCode toe) {
   attn_server *s = cls;
   conn_ctx *cx = *con_cls;
-  (void)conn;
   if (!cx) return;
   if (s->ctx.cfg->access_log) {
     int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    int status = cx->status;
+    if (!status) { /* an answer libmicrohttpd queued itself (a bad chunk) */
+      const union MHD_ConnectionInfo *ci =
+          MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+      status = ci && ci->http_status ? (int)ci->http_status : ok ? 200 : 499;
+    }
     attn_access a = {.method = cx->method,
                      .path = cx->path,
                      .request_id = cx->request_id,
-                     .status = cx->status ? cx->status
-                               : ok       ? 200
-                                          : 499,
+                     .status = status,
                      .bytes_in = cx->received,
                      .bytes_out = cx->bytes_out,
                      .queue_ms = cx->resp.queue_ms,

@@ -2545,7 +2545,8 @@ def malformed_http_framing():
         ("Content-Length not a number", 400,
          [post + b"Content-Length: abc\r\n\r\n"]),
         ("chunk size not hex", 400,
-         [post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"]),
+         [post + b"X-Request-Id: bad-chunk\r\n"
+          b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"]),
         ("HTTP/2.0 request line", 505,
          [b"GET /v2/health/live HTTP/2.0\r\nHost: t\r\n\r\n"]),
         ("40,000-byte header", 431,
@@ -2558,6 +2559,18 @@ def malformed_http_framing():
         expect_status(raw_exchange(p, chunks), status, what)
         expect_status(request(p, "GET", "/v2/health/live"), 200,
                       "live after: " + what)
+    # The bad chunk's request had started: its access line has the status
+    # libmicrohttpd answered and says the connection ended in an error.
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [l for l in shared().log_json()
+                 if l.get("request_id") == "bad-chunk"]
+        if lines or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    check(len(lines) == 1 and lines[0]["status"] == 400 and
+          lines[0].get("closed") == "error",
+          "access line of the bad chunk: %r" % lines)
     # Answered by attnd itself, in JSON.
     r = request(p, "GET", "/v2/models/" + "a" * 3000)
     expect_error(r, 414, "URL", what="3,000-byte URL")
