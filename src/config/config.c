@@ -130,9 +130,10 @@ static const cfg_key keys[] = {
           ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
     K_I64(max_total_body_bytes, "ATTND_MAX_TOTAL_BODY_BYTES", 0, 0,
           ATTN_MAX_TOTAL_BODY_BYTES, "bytes",
-          "request bodies held at once, all connections together (arriving, "
-          "queued, computing); beyond that: 503; 0 = auto (half the memory "
-          "attnd may use, at least max_body_bytes)"),
+          "request and response bodies held at once, all connections "
+          "together (arriving, queued, computing, being sent); beyond that: "
+          "503; 0 = auto (half the memory attnd may use, at least "
+          "max_body_bytes)"),
     K_I64(max_seq_len, "ATTND_MAX_SEQ_LEN", 16384, 1, ATTN_MAX_SEQ_LEN,
           "tokens", "longest query or key sequence in a request"),
     K_I64(max_tensor_elements, "ATTND_MAX_TENSOR_ELEMENTS", 64LL * 1024 * 1024,

@@ -18,8 +18,10 @@
  * Invariants: a context lives from the first callback to on_completed; it is
  * never freed while its connection is suspended, so the borrowed body stays
  * valid for the job.  `body_held` is the sum of every context's
- * `reserved` (its buffer's size, or the Content-Length before it exists);
- * a context gives its share back when it stops keeping its body or ends.
+ * `reserved`: its body buffer's size (or the Content-Length before the
+ * buffer exists) until a worker has answered, then the answer's length
+ * (hold_answer frees the body then); a context gives its share back when
+ * it stops keeping its body or ends.
  * `inflight` counts the requests being answered (routed, queued, running or
  * being sent: see answering()) for draining; a request whose body is still
  * arriving is not waited for, so a client that stops sending mid-body
@@ -203,9 +205,42 @@ static void number_id(conn_ctx *cx, uint64_t n) {
   cx->request_id[4 + (t + sizeof t - p)] = '\0';
 }
 
+/* The answer's share of the budget, on the worker that made it (the
+ * connection is suspended, so its context is the worker's).  The request
+ * body is no longer needed: its memory goes back and its share becomes the
+ * answer's.  An answer that does not fit is dropped for a small error (not
+ * counted), 400 when it would never fit, 503 when it does not fit now. */
+static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
+  attn_server *s = cx->srv;
+  free(cx->mem);
+  cx->mem = cx->body = NULL;
+  /* one exchange: the body's share becomes the answer's */
+  if (reserve(cx, resp->body ? resp->len : 0)) return;
+  reserve(cx, 0);
+  attn_http_resp e = {.queue_ms = resp->queue_ms,
+                      .compute_ms = resp->compute_ms};
+  memcpy(e.request_id, resp->request_id, sizeof e.request_id);
+  if (resp->len > s->body_budget)
+    attn__resp_error(&e, 400,
+                     "the answer would be %zu bytes, more than "
+                     "max_total_body_bytes=%zu (what the server may hold of "
+                     "request and response bodies at once); ask for fewer "
+                     "outputs (leave out attn_weights)",
+                     resp->len, s->body_budget);
+  else
+    attn__resp_error(&e, 503,
+                     "server busy: the answer (%zu bytes) and the bodies it "
+                     "holds (%zu bytes) would pass max_total_body_bytes=%zu; "
+                     "retry after a moment",
+                     resp->len, atomic_load(&s->body_held), s->body_budget);
+  free(resp->body);
+  *resp = e;
+}
+
 /* Worker thread: hand the response over and wake the connection. */
 static void complete(void *arg, attn_http_resp *resp) {
   conn_ctx *cx = arg;
+  hold_answer(cx, resp);
   cx->resp = *resp;
   if (resp->request_id[0]) set_request_id(cx, resp->request_id);
   atomic_store(&cx->done, 1);

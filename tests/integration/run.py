@@ -2888,6 +2888,94 @@ def total_body_budget():
               "access lines of the 503s: %r" % refused[:3])
 
 
+def _weights_request(L, rng):
+    """v2 sdpa on [L, 1] query, key and value asking for attn_weights
+    ([L, L] FP32) as binary: a small body, an answer of 4 L^2 bytes."""
+    x = {"datatype": "FP32", "shape": [L, 1]}
+    ins = [dict(x, name=n, values=rand_f32(rng, L))
+           for n in ("query", "key", "value")]
+    return v2_binary(ins, outputs=[{"name": "attn_weights",
+                                    "parameters": {"binary_data": True}}])
+
+
+def _send_unread(port, body, headers):
+    """Send a POST on a socket with a tiny receive buffer and read nothing:
+    its answer stays in the server (past the kernel's buffers) until read."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(30)
+    s.connect((HOST, port))
+    head = "POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+    for k, v in headers.items():
+        head += "%s: %s\r\n" % (k, v)
+    s.sendall(head.encode() + b"Content-Length: %d\r\n\r\n" % len(body)
+              + body)
+    return s
+
+
+@test
+def total_body_budget_counts_answers():
+    """Answers waiting to be sent count in max_total_body_bytes too (a small
+    request can ask for a large attn_weights): one that does not fit now is
+    a 503, one that could never fit a 400 that says what to leave out; room
+    comes back once an answer has been read."""
+    rng = random.Random(7)
+    budget = 40 << 20  # two 16 MiB answers fit, a third does not
+    body, headers = _weights_request(2048, rng)
+    with Server("--max-body-bytes", str(1 << 20), "--max-total-body-bytes",
+                str(budget), name="budget-answers") as s:
+        p = s.port
+        big, big_h = _weights_request(4096, rng)  # a 64 MiB answer
+        expect_error(request(p, "POST", "/v2/models/sdpa/infer", big,
+                             headers=big_h, ctype=None), 400,
+                     "answer would be", "max_total_body_bytes=%d" % budget,
+                     "attn_weights", what="answer larger than the budget")
+        unread = []
+        try:
+            # one at a time, each answer started (a 200 head) and so held:
+            # 16 MiB do not fit in the kernel's socket buffers
+            for _ in range(2):
+                unread.append(_send_unread(p, body, headers))
+                got = b""
+                while len(got) < 12:
+                    got = unread[-1].recv(12, socket.MSG_PEEK)
+                    check(got, "unread request: closed without an answer")
+                check(got == b"HTTP/1.1 200", "unread request: %r" % got)
+            r = request(p, "POST", "/v2/models/sdpa/infer", body,
+                        headers=headers, ctype=None)
+            expect_error(r, 503, "the answer", "max_total_body_bytes=%d" %
+                         budget, what="third 16 MiB answer")
+            check(r.headers.get("retry-after") == "1", "503 Retry-After: %r"
+                  % r.headers)
+            # reading one held answer (all of it) gives its room back
+            f = unread[0].makefile("rb")
+            line = f.readline()
+            check(line.startswith(b"HTTP/1.1 200"), "held answer: %r" % line)
+            n = 0
+            while True:
+                h = f.readline()
+                if h in (b"\r\n", b""):
+                    break
+                if h.lower().startswith(b"content-length:"):
+                    n = int(h.split(b":")[1])
+            check(n > 4 * 2048 * 2048, "held answer's length %d" % n)
+            check(len(f.read(n)) == n, "held answer cut short")
+            f.close()
+            deadline = time.monotonic() + 10
+            while True:
+                r = request(p, "POST", "/v2/models/sdpa/infer", body,
+                            headers=headers, ctype=None)
+                if r.status != 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            expect_status(r, 200, "16 MiB answer once a held one was read")
+            check(len(r.body) > 4 * 2048 * 2048, "answer length %d" %
+                  len(r.body))
+        finally:
+            for u in unread:
+                u.close()
+
+
 @test
 def error_limits_seq_len_and_elements():
     with Server("--max-seq-len", "8", "--max-tensor-elements", "1000",
