@@ -36,7 +36,7 @@ typedef struct attn_http_req {
   const char *content_encoding; /* NULL when absent */
   const char *header_len;       /* Inference-Header-Content-Length */
   const char *request_id;       /* X-Request-Id */
-  const char *body;             /* borrowed; lives until the response is sent */
+  const char *body;             /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
 } attn_http_req;
@@ -83,7 +83,7 @@ typedef struct attn_infer_job {
   attn_srv_ctx *srv;
   attn_job_proto proto;
   char *model, *version; /* v2: from the URL */
-  const char *body;      /* borrowed from the connection */
+  const char *body;      /* borrowed from the connection; freed by complete */
   size_t body_len;
   attn_encoding encoding; /* of body; the worker inflates it first */
   size_t header_len;     /* v2 binary: Inference-Header-Content-Length (of
