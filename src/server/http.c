@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +70,9 @@ typedef struct conn_ctx {
   body_fate fate;  /* KEEP, or why the rest of the body is discarded */
   size_t drained;  /* bytes discarded since fate != KEEP */
   size_t received; /* body bytes read, kept or not (the access log's) */
+  size_t expect;   /* the Content-Length; SIZE_MAX when chunked */
+  int fd;          /* the client's socket, for peer_gone(); -1 unknown */
+  int peer_closed; /* peer_gone() saw the client leave */
   int suspended;
   int answering; /* counted in inflight (see answering()) */
   atomic_int done; /* a worker stored resp */
@@ -92,6 +96,25 @@ static int reserve(conn_ctx *cx, size_t want) {
     if (atomic_compare_exchange_weak(&s->body_held, &held, next)) break;
   }
   cx->reserved = want;
+  return 1;
+}
+
+/* Has the client closed (or reset) its side?  Asked when a body is still
+ * incomplete after the bytes just read.  libmicrohttpd 0.9.75 (epoll) can
+ * miss a FIN that arrives together with a client's last bytes and would
+ * keep such a connection, its body and its share of the budget until
+ * connection_timeout_s.  A body the client will send no more of can never
+ * be completed, so the connection may be closed at once.  Peeks one byte,
+ * reads nothing; a body arriving in one piece (every small request) never
+ * asks. */
+static int peer_gone(conn_ctx *cx) {
+  char c;
+  if (cx->fd < 0) return 0;
+  ssize_t r = recv(cx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0 ||
+      (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+    return 0;
+  cx->peer_closed = 1;
   return 1;
 }
 
@@ -306,6 +329,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     cx->srv = s;
     cx->conn = conn;
     cx->start_ns = attn_now_ns();
+    cx->expect = SIZE_MAX;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    cx->fd = ci ? (int)ci->connect_fd : -1;
     attn__copy_str(cx->method, sizeof cx->method, method);
     const char *rid = header(conn, "X-Request-Id");
     if (rid && *rid)
@@ -328,7 +355,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                  (long long)s->ctx.cfg->max_body_bytes);
         return send_error(cx, 413, msg);
       }
-      cx->cap = (size_t)cl;
+      cx->cap = cx->expect = (size_t)cl;
       if (!reserve(cx, (size_t)cl)) return send_over_budget(cx, cl);
     }
     /* Binary tensor data starts right after the JSON header: start the
@@ -359,8 +386,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
      * connection (a body without end must not hold it forever). */
     if (cx->fate != KEEP) {
       cx->drained += n;
-      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes ? MHD_NO
-                                                              : MHD_YES;
+      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes || peer_gone(cx)
+                 ? MHD_NO
+                 : MHD_YES;
     }
     if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes)
       return discard(cx, TOO_BIG, n);
@@ -383,7 +411,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     }
     memcpy(cx->body + cx->len, upload, n);
     cx->len += n;
-    return MHD_YES;
+    return cx->received < cx->expect && peer_gone(cx) ? MHD_NO : MHD_YES;
   }
   if (cx->suspended) return MHD_YES; /* spurious call while queued */
   if (cx->fate == TOO_BIG) {
@@ -436,7 +464,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                      .queue_ms = cx->resp.queue_ms,
                      .compute_ms = cx->resp.compute_ms,
                      .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6,
-                     .closed = closed_reason(toe)};
+                     .closed = cx->peer_closed ? "client" : closed_reason(toe)};
     attn_log_access(&a);
   }
   free(cx->resp.body);
