@@ -367,6 +367,18 @@ def half_body(port, request_id):
     return s
 
 
+def until_not_503(send, secs):
+    """send() again, for at most secs, while it answers 503: room in
+    max_total_body_bytes comes back once attnd has let go of a body or an
+    answer, which a client cannot see.  Returns the last Resp."""
+    deadline = time.monotonic() + secs
+    while True:
+        r = send()
+        if r.status != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
+
+
 def expect_status(r, status, what=""):
     check(r.status == status, "%s: expected HTTP %d, got %r" %
           (what or "request", status, r))
@@ -2872,12 +2884,7 @@ def total_body_budget():
             holders[1].close()
             # ... and its room comes back (the close is seen by attnd and
             # the context freed: poll, bounded)
-            deadline = time.monotonic() + 10
-            while True:
-                r = v1(p, full)
-                if r.status != 503 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+            r = until_not_503(lambda: v1(p, full), 10)
             v1_ok(r, "64 KiB body once a held one is done")
         finally:
             for h in holders:
@@ -2961,13 +2968,9 @@ def total_body_budget_counts_answers():
             check(n > 4 * 2048 * 2048, "held answer's length %d" % n)
             check(len(f.read(n)) == n, "held answer cut short")
             f.close()
-            deadline = time.monotonic() + 10
-            while True:
-                r = request(p, "POST", "/v2/models/sdpa/infer", body,
-                            headers=headers, ctype=None)
-                if r.status != 503 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+            r = until_not_503(lambda: request(
+                p, "POST", "/v2/models/sdpa/infer", body, headers=headers,
+                ctype=None), 10)
             expect_status(r, 200, "16 MiB answer once a held one was read")
             check(len(r.body) > 4 * 2048 * 2048, "answer length %d" %
                   len(r.body))
@@ -3009,12 +3012,7 @@ def client_gone_mid_body_seen_at_once():
                    "Content-Type: application/json\r\nContent-Length: %d"
                    "\r\n\r\n" % limit).encode() + full[:1000])
         h.close()
-        deadline = time.monotonic() + 5
-        while True:
-            r = v1(p, full)
-            if r.status != 503 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        r = until_not_503(lambda: v1(p, full), 5)
         v1_ok(r, "64 KiB body after a client left with its body half sent")
         # a slow client, its body in three pieces with pauses, is answered
         sock = socket.create_connection((HOST, p), timeout=10)
