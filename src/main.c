@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -82,6 +83,45 @@ static void env_warnings(void (*emit)(const char *msg)) {
              name, *near ? " (did you mean " : "", near, *near ? "?)" : "");
     emit(msg);
   }
+}
+
+/* File descriptors attnd needs beside its client connections: stdio, the
+ * listening socket, each HTTP thread's epoll and wake-up descriptors, model
+ * files while they load; with room to spare. */
+#define FDS_BESIDE_CONNECTIONS 64
+
+/* Make the open-files limit fit max_connections.  Each connection is a
+ * descriptor, and past the limit libmicrohttpd cannot accept (systemd's
+ * default soft limit is 1024, the same as max_connections' default).  Like
+ * Redis and nginx, raise the soft limit toward the hard one; say so, or
+ * warn when even the hard limit is short. */
+static void fit_open_files(int max_connections) {
+  struct rlimit rl;
+  rlim_t need = (rlim_t)max_connections + FDS_BESIDE_CONNECTIONS;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+      rl.rlim_cur >= need)
+    return;
+  rlim_t was = rl.rlim_cur;
+  rlim_t want =
+      rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need ? rl.rlim_max : need;
+  struct rlimit nr = {want, rl.rlim_max};
+  if (want > was && setrlimit(RLIMIT_NOFILE, &nr) == 0) {
+    rl.rlim_cur = want;
+    attn_log(ATTN_LOG_INFO,
+             "raised the open-files limit from %llu to %llu for "
+             "max_connections=%d",
+             (unsigned long long)was, (unsigned long long)want,
+             max_connections);
+  }
+  if (rl.rlim_cur < need)
+    attn_log(ATTN_LOG_WARN,
+             "the open-files limit is %llu (hard limit %llu), less than "
+             "max_connections=%d + %d: once the descriptors run out, new "
+             "connections are not accepted (they wait, unanswered); raise "
+             "the limit (ulimit -n, systemd LimitNOFILE=, docker --ulimit "
+             "nofile=) or lower max_connections",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+             max_connections, FDS_BESIDE_CONNECTIONS);
 }
 
 static void warn_stderr(const char *msg) {
@@ -191,6 +231,7 @@ int main(int argc, char **argv) {
 
   attn_log_init(cfg.log_level, cfg.log_format);
   env_warnings(warn_log);
+  fit_open_files(cfg.max_connections);
   /* before any thread starts */
   const char *policy = set_sched_policy(cfg.cpu_scheduling_policy);
   attn_engine_set_blas_threads(1); /* the engine owns parallelism */

@@ -3325,6 +3325,42 @@ def sigterm_does_not_wait_for_unfinished_bodies():
         s.cleanup()
 
 
+def _nofile(pid):
+    """(soft, hard) open-files limit of a process."""
+    for line in open("/proc/%d/limits" % pid):
+        if line.startswith("Max open files"):
+            f = line.split()
+            return int(f[3]), int(f[4])
+    raise Failure("no open-files line in /proc/%d/limits" % pid)
+
+
+@test
+def open_files_limit_fitted():
+    """Each connection is a descriptor: attnd raises its soft open-files
+    limit to max_connections + 64 when the hard limit allows (systemd's
+    default soft limit is 1024), and warns when it does not."""
+    nofile = lambda lim: ("prlimit", "--nofile=" + lim, "--")
+    with Server(name="nofile-raised", wrap=nofile("256:4096")) as s:
+        check(_nofile(s.proc.pid) == (1024 + 64, 4096),
+              "limits after start: %r" % (_nofile(s.proc.pid),))
+        check("raised the open-files limit from 256 to 1088 for "
+              "max_connections=1024" in s.log_text(), s.log_tail(3))
+    with Server(name="nofile-short", wrap=nofile("256:256")) as s:
+        warn = [l["msg"] for l in s.log_json() if l.get("level") == "warn"
+                and "open-files" in l.get("msg", "")]
+        check(len(warn) == 1 and "limit is 256 (hard limit 256)" in warn[0]
+              and "max_connections=1024" in warn[0],
+              "warning for a hard limit too low: %r" % warn)
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready with a short open-files limit")
+    with Server("--max-connections", "100", name="nofile-fits",
+                wrap=nofile("256:256")) as s:
+        check("open-files" not in s.log_text(),
+              "limit 256 fits max_connections=100: %s" % s.log_tail(3))
+        check(_nofile(s.proc.pid) == (256, 256), "limits unchanged: %r" %
+              (_nofile(s.proc.pid),))
+
+
 @test
 def unknown_environment_variables_warned():
     """An ATTND_* variable attnd does not read is not silently ignored: a
