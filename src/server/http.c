@@ -70,7 +70,7 @@ typedef struct conn_ctx {
   body_fate fate;  /* KEEP, or why the rest of the body is discarded */
   size_t drained;  /* bytes discarded since fate != KEEP */
   size_t received; /* body bytes read, kept or not (the access log's) */
-  size_t expect;   /* the Content-Length; SIZE_MAX when chunked */
+  size_t expect;   /* the Content-Length; SIZE_MAX when chunked (or none) */
   int fd;          /* the client's socket, for peer_gone(); -1 unknown */
   int peer_closed; /* peer_gone() saw the client leave */
   int suspended;
@@ -99,14 +99,19 @@ static int reserve(conn_ctx *cx, size_t want) {
   return 1;
 }
 
-/* Has the client closed (or reset) its side?  Asked when a body is still
- * incomplete after the bytes just read.  libmicrohttpd 0.9.75 (epoll) can
- * miss a FIN that arrives together with a client's last bytes and would
- * keep such a connection, its body and its share of the budget until
- * connection_timeout_s.  A body the client will send no more of can never
- * be completed, so the connection may be closed at once.  Peeks one byte,
- * reads nothing; a body arriving in one piece (every small request) never
- * asks. */
+/* Has the client closed (or reset) its side?  Asked when a body with a
+ * Content-Length is still incomplete after the bytes just read.
+ * libmicrohttpd 0.9.75 (epoll) can miss a FIN that arrives together with a
+ * client's last bytes and would keep such a connection, its body and its
+ * share of the budget until connection_timeout_s.  libmicrohttpd hands
+ * over every body byte it has read at once, so when the socket is at its
+ * end the rest of the body will never come, and the connection may be
+ * closed.  Not so for a chunked body, handed over one chunk at a time: its
+ * later chunks may wait in libmicrohttpd's buffer while the socket is at
+ * its end already (a client that half-closes after sending), so chunked
+ * bodies are not asked about.  Nor would a TLS connection be, whose
+ * library buffers bytes of its own.  Peeks one byte, reads nothing; a body
+ * arriving in one piece (every small request) never asks. */
 static int peer_gone(conn_ctx *cx) {
   char c;
   if (cx->fd < 0) return 0;
@@ -386,9 +391,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
      * connection (a body without end must not hold it forever). */
     if (cx->fate != KEEP) {
       cx->drained += n;
-      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes || peer_gone(cx)
-                 ? MHD_NO
-                 : MHD_YES;
+      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes ? MHD_NO
+                                                              : MHD_YES;
     }
     if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes)
       return discard(cx, TOO_BIG, n);
@@ -411,7 +415,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     }
     memcpy(cx->body + cx->len, upload, n);
     cx->len += n;
-    return cx->received < cx->expect && peer_gone(cx) ? MHD_NO : MHD_YES;
+    return cx->expect != SIZE_MAX && cx->received < cx->expect && peer_gone(cx)
+               ? MHD_NO
+               : MHD_YES;
   }
   if (cx->suspended) return MHD_YES; /* spurious call while queued */
   if (cx->fate == TOO_BIG) {

@@ -2985,7 +2985,8 @@ def client_gone_mid_body_seen_at_once():
     when its FIN comes with its last bytes (which libmicrohttpd 0.9.75 can
     miss, keeping the connection until connection_timeout_s): 499
     "closed":"client", and its share of max_total_body_bytes comes back.
-    Slow clients that are still there are not cut."""
+    Slow clients that are still there, and clients that half-close after
+    sending a whole body, are not cut."""
     limit = 65536
     with Server("--max-body-bytes", str(limit), "--max-total-body-bytes",
                 str(limit), name="gone") as s:
@@ -3014,6 +3015,30 @@ def client_gone_mid_body_seen_at_once():
         h.close()
         r = until_not_503(lambda: v1(p, full), 5)
         v1_ok(r, "64 KiB body after a client left with its body half sent")
+        # a client that half-closes after sending a whole body (shutdown of
+        # its writing side) is answered: with a Content-Length (also one
+        # larger than a read), and chunked, whose last chunks may still sit
+        # in libmicrohttpd's buffer when the socket is at its end
+        parts = [b[i:i + 3] for i in range(0, len(b), 3)]
+        chunked = b"".join(b"%x\r\n%s\r\n" % (len(x), x) for x in parts)
+        big = b + b" " * (limit - 1000 - len(b))
+        for what, framing, data in (
+                ("Content-Length", b"Content-Length: %d" % len(b), b),
+                ("a large Content-Length", b"Content-Length: %d" % len(big),
+                 big),
+                ("chunked", b"Transfer-Encoding: chunked",
+                 chunked + b"0\r\n\r\n")):
+            h = socket.create_connection((HOST, p), timeout=10)
+            try:
+                h.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\n" + framing +
+                          b"\r\n\r\n" + data)
+                h.shutdown(socket.SHUT_WR)
+                got = h.recv(65536)
+                check(got.startswith(b"HTTP/1.1 200"), "half-closed after a "
+                      "whole body (%s): %r" % (what, got[:200]))
+            finally:
+                h.close()
         # a slow client, its body in three pieces with pauses, is answered
         sock = socket.create_connection((HOST, p), timeout=10)
         try:
