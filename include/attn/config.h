@@ -122,9 +122,9 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d);
 
-/* The budget for request bodies held at once, in bytes: max_total_body_bytes,
- * or when that is 0 (auto) half of memory_limit (see attn_memory_limit), but
- * never less than max_body_bytes. */
+/* The budget for request and response bodies held at once, in bytes:
+ * max_total_body_bytes, or when that is 0 (auto) half of memory_limit (see
+ * attn_memory_limit), but never less than max_body_bytes. */
 int64_t attn_config_body_budget(const attn_config *c, uint64_t memory_limit);
 
 /* Bytes of memory this process may use: the smallest of phys (the machine's

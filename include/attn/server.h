@@ -21,9 +21,9 @@ typedef struct attn_server_deps {
   const attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
-  /* Bytes of request bodies the server may hold at once, all connections
-   * together (attn_config_body_budget); a body that would pass it is
-   * answered 503. */
+  /* Bytes of request and response bodies the server may hold at once, all
+   * connections together (attn_config_body_budget); a request or an answer
+   * that would pass it is answered 503. */
   int64_t body_budget;
 } attn_server_deps;
 

@@ -198,14 +198,20 @@ static enum MHD_Result send_over_budget(conn_ctx *cx, uint64_t n) {
   return send_error(cx, 503, msg);
 }
 
+/* Free the body buffer; its share of body_held is the caller's to give
+ * back or to turn into the answer's. */
+static void free_body(conn_ctx *cx) {
+  free(cx->mem);
+  cx->mem = cx->body = NULL;
+  cx->len = 0;
+}
+
 /* Stop keeping a body that arrives in pieces (n bytes just now): free what
  * was kept, count the rest as drained, and answer when it ends. */
 static enum MHD_Result discard(conn_ctx *cx, body_fate why, size_t n) {
   cx->fate = why;
   cx->drained = n;
-  free(cx->mem);
-  cx->mem = cx->body = NULL;
-  cx->len = 0;
+  free_body(cx);
   reserve(cx, 0);
   return MHD_YES;
 }
@@ -240,8 +246,7 @@ static void number_id(conn_ctx *cx, uint64_t n) {
  * counted), 400 when it would never fit, 503 when it does not fit now. */
 static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
   attn_server *s = cx->srv;
-  free(cx->mem);
-  cx->mem = cx->body = NULL;
+  free_body(cx);
   /* one exchange: the body's share becomes the answer's */
   if (reserve(cx, resp->body ? resp->len : 0)) return;
   reserve(cx, 0);
@@ -474,7 +479,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     attn_log_access(&a);
   }
   free(cx->resp.body);
-  free(cx->mem);
+  free_body(cx);
   reserve(cx, 0);
   if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
   free(cx);
