@@ -259,8 +259,13 @@ int main(int argc, char **argv) {
     goto out;
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t memory = attn_memory_limit(
-      "", pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0);
+  /* only the auto budget needs the memory limit (cgroup files are read) */
+  uint64_t memory =
+      cfg.max_total_body_bytes
+          ? 0
+          : attn_memory_limit("", pages > 0 && page > 0
+                                      ? (uint64_t)pages * (uint64_t)page
+                                      : 0);
   int64_t budget = attn_config_body_budget(&cfg, memory);
   attn_server_deps deps = {&cfg, models, queue, pool, budget};
   if (attn_server_create(&deps, &server, &d) != ATTN_OK) {

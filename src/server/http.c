@@ -183,15 +183,16 @@ static enum MHD_Result send_error(conn_ctx *cx, int status, const char *msg) {
   return send_resp(cx, &resp);
 }
 
-/* 503 for a body of n bytes that the budget has no room for.  The body
- * still arriving is not counted as held (held is read after this request's
- * share is given back). */
+/* 503 for a body of n bytes that the budget has no room for.  Held counts
+ * request bodies and answers waiting to be sent, but not the body still
+ * arriving (held is read after this request's share is given back). */
 static enum MHD_Result send_over_budget(conn_ctx *cx, uint64_t n) {
   char msg[256];
   reserve(cx, 0);
   snprintf(msg, sizeof msg,
-           "server busy: the request bodies it holds (%zu bytes) and this "
-           "one (%llu bytes) would pass max_total_body_bytes=%zu; retry "
+           "server busy: the request and response bodies it holds (%zu "
+           "bytes) and this request's (%llu bytes) would pass "
+           "max_total_body_bytes=%zu; retry "
            "after a moment",
            atomic_load(&cx->srv->body_held), (unsigned long long)n,
            cx->srv->body_budget);

@@ -2854,7 +2854,8 @@ def total_body_budget():
             time.sleep(0.3)  # both bodies have reached attnd
             r = v1(p, full)
             expect_error(r, 503, "max_total_body_bytes=%d" % budget,
-                         "retry", what="third 64 KiB body")
+                         "request and response bodies it holds (%d bytes)" %
+                         (2 * limit), "retry", what="third 64 KiB body")
             check(r.headers.get("retry-after") == "1",
                   "503 Retry-After: %r" % r.headers)
             # the refusal comes from the header alone: no body sent
