@@ -528,7 +528,7 @@ static const v1_case v1_cases[] = {
     {"{'model':'tiny','query':[[1,2,3]],'num_heads':3}", ATTN_OK, NULL, "tiny",
      "query:FP32[1,3]=1,2,3",
      "num_heads=i3,need_weights=b1,average_attn_weights=b0", 0, 0, 3, 0},
-    {"{'model':'tiny','query':[[1]],'tokens':['a','b'],'key_tokens':[1,[2]]}",
+    {"{'model':'tiny','query':[[1]],'tokens':['a'],'key_tokens':[[2]]}",
      ATTN_OK, NULL, "tiny", "query:FP32[1,1]=1",
      "need_weights=b1,average_attn_weights=b0", 0, 0, 1, 0},
     {"{'query':[[]]}", ATTN_OK, NULL, "sdpa",
@@ -589,7 +589,7 @@ static const v1_case v1_cases[] = {
      "key_padding_mask[0]: expected true or false, got a number", NULL, NULL,
      NULL, 0, 0, 0, 0},
 
-    /* 30-47: shapes, types and combinations */
+    /* 30-53: shapes, types, combinations and labels */
     {"{'query':[1,2]}", ATTN_EINVAL,
      "'query' must be [Lq,D] or [B,Lq,D], got shape [2]", NULL, NULL, NULL, 0,
      0, 0, 0},
@@ -641,6 +641,30 @@ static const v1_case v1_cases[] = {
      NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'tokens':'abc'}", ATTN_EINVAL,
      "'tokens' must be an array, got a string", NULL, NULL, NULL, 0, 0, 0, 0},
+    {"{'query':[[1],[2]],'tokens':['a']}", ATTN_EINVAL,
+     "'tokens' has 1 label, but 'query' has 2 positions", NULL, NULL, NULL, 0,
+     0, 0, 0},
+    {"{'query':[[1],[2]],'key':[[1],[2],[3]],'tokens':['a','b'],"
+     "'key_tokens':['a','b']}",
+     ATTN_EINVAL, "'key_tokens' has 2 labels, but 'key' has 3 positions", NULL,
+     NULL, NULL, 0, 0, 0, 0},
+    {"{'query':[[1]],'key_tokens':[]}", ATTN_EINVAL,
+     "'key_tokens' has 0 labels, but 'query' has 1 position", NULL, NULL, NULL,
+     0, 0, 0, 0},
+    {"{'query':[[[1],[2]],[[3],[4]],[[5],[6]]],'tokens':['a','b','c','d']}",
+     ATTN_EINVAL,
+     "'tokens' has 4 entries, but 'query' is 3 batches of 2 positions: give 2 "
+     "labels, or 3 lists of them",
+     NULL, NULL, NULL, 0, 0, 0, 0},
+    {"{'query':[[[1],[2]],[[3],[4]],[[5],[6]]],"
+     "'tokens':[['a','b'],['c'],['d','e']]}",
+     ATTN_EINVAL, "'tokens'[1] has 1 label, but 'query' has 2 positions", NULL,
+     NULL, NULL, 0, 0, 0, 0},
+    {"{'query':[[[1],[2]],[[3],[4]],[[5],[6]]],'tokens':[['a','b'],'c','d']}",
+     ATTN_EINVAL,
+     "'tokens'[1] must be an array of the labels of batch 1 of 'query', got a "
+     "string",
+     NULL, NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'model':''}", ATTN_EINVAL, "'model' must be a model name",
      NULL, NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'weights':[1]}", ATTN_EINVAL,
@@ -915,7 +939,7 @@ END_TEST
 
 START_TEST(v1_echo_tokens) {
   char *json = unquote(
-      "{'query':[[1]],'tokens':['a','b\\u00e9'],"
+      "{'query':[[1],[2]],'tokens':['a','b\\u00e9'],"
       "'key_tokens':[1,[2,null]]}");
   attn_infer_request r;
   attn_diag d;
@@ -1253,13 +1277,14 @@ START_TEST(v1_encode_undoes_slicing) {
   v1_roundtrip(
       "{'query':[[[1,2,3,4],[5,6,7,8],[9,10,11,12]],"
       "[[13,14,15,16],[17,18,19,20],[21,22,23,24]]],'num_heads':2,"
-      "'tokens':[]}",
+      "'tokens':[['a','b','c'],['d','e','f']]}",
       2, true);
   v1_roundtrip("{'query':[[0.1,-2.5],[1e-7,3e38]],'tokens':[[1],{'a':2}]}", 1,
                false);
   /* one head with a batch: each batch's rows printed as whole rows */
-  v1_roundtrip("{'query':[[[0.5,-1],[2,3e-5]],[[7,8],[-9,1e9]]],'tokens':[]}",
-               1, true);
+  v1_roundtrip(
+      "{'query':[[[0.5,-1],[2,3e-5]],[[7,8],[-9,1e9]]],'tokens':['x','y']}", 1,
+      true);
 }
 END_TEST
 

@@ -290,6 +290,52 @@ static attn_status want_rank(const attn_tensor *t, const char *field, int r1,
                        attn_shape_format(sh, sizeof sh, t->rank, t->shape));
 }
 
+static const char *plural(long long n) {
+  return n == 1 ? "" : "s";
+}
+
+/* Labels of the positions of x ([L,D] or [B,L,D], named what): one label
+ * per position, or for a batch, B lists of L labels each (read so when
+ * there are B entries and the first is a list).  A label may be any JSON
+ * value; only the counts are checked. */
+static attn_status check_labels(const cJSON *labels, const char *field,
+                                const attn_tensor *x, const char *what,
+                                attn_diag *d) {
+  if (!labels) return ATTN_OK;
+  long long L = (long long)x->shape[x->rank - 2];
+  long long B = x->rank == 3 ? (long long)x->shape[0] : 0;
+  long long n = cJSON_GetArraySize(labels);
+  if (B > 0 && n == B && cJSON_IsArray(labels->child)) {
+    long long i = 0;
+    for (const cJSON *row = labels->child; row; row = row->next, i++) {
+      long long m = cJSON_IsArray(row) ? cJSON_GetArraySize(row) : -1;
+      if (m < 0)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "'%s'[%lld] must be an array of the labels of "
+                             "batch %lld of '%s', got %s",
+                             field, i, i, what, attn__json_kind(row));
+      if (m != L)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "'%s'[%lld] has %lld label%s, but '%s' has %lld "
+                             "position%s",
+                             field, i, m, plural(m), what, L, plural(L));
+    }
+    return ATTN_OK;
+  }
+  if (n == L) return ATTN_OK;
+  if (B)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'%s' has %lld entr%s, but '%s' is %lld batch%s of "
+                         "%lld position%s: give %lld label%s, or %lld "
+                         "list%s of them",
+                         field, n, n == 1 ? "y" : "ies", what, B,
+                         B == 1 ? "" : "es", L, plural(L), L, plural(L), B,
+                         plural(B));
+  return attn_diag_set(d, ATTN_EINVAL,
+                       "'%s' has %lld label%s, but '%s' has %lld position%s",
+                       field, n, plural(n), what, L, plural(L));
+}
+
 /* [.., L, H*D] -> [.., H, L, D]; consumes *src (zeroed on return). */
 static attn_status split_heads(attn_tensor *src, int64_t H, const char *field,
                                attn_tensor *dst, attn_diag *d) {
@@ -551,6 +597,12 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
                        i < 4 ? "[in,out]" : "[out]", d)))
       return s;
   }
+  /* self-attention: the keys are the query's positions */
+  const attn_tensor *keys = f[K_KEY] ? &t->k : &t->q;
+  if ((s = check_labels(f[K_TOKENS], "tokens", &t->q, "query", d)) ||
+      (s = check_labels(f[K_KEY_TOKENS], "key_tokens", keys,
+                        f[K_KEY] ? "key" : "query", d)))
+    return s;
   return ATTN_OK;
 }
 

@@ -2142,6 +2142,22 @@ def v1_tokens_echoed():
           "tokens present although none were sent")
     expect_error(v1(p, {"query": [[1, 0]], "tokens": "abc"}), 400, "tokens",
                  what="tokens not an array")
+    # one label per position: a miscount is the client's mistake
+    expect_error(v1(p, dict(body, tokens=toks[:3])), 400,
+                 "'tokens' has 3 labels, but 'query' has 4 positions",
+                 what="one token short")
+    expect_error(v1(p, dict(body, key_tokens=ktoks + ["b"])), 400,
+                 "'key_tokens' has 4 labels, but 'key' has 3 positions",
+                 what="one key token too many")
+    # a batch: one list for all, or one list per batch
+    batch = {"query": [[[1, 0], [0, 1]], [[1, 1], [0, 0]]]}
+    for t in (["x", "y"], [["a", "b"], ["c", "d"]]):
+        j = v1_ok(v1(p, dict(batch, tokens=t)), "batched tokens %r" % (t,))
+        check(j.get("tokens") == t, "batched tokens echoed as %r" %
+              j.get("tokens"))
+    expect_error(v1(p, dict(batch, tokens=[["a", "b"], ["c"]])), 400,
+                 "'tokens'[1] has 1 label, but 'query' has 2 positions",
+                 what="a short list in a batch")
 
 
 @test
