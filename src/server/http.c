@@ -52,6 +52,7 @@ struct attn_server {
   atomic_int inflight;
   size_t body_budget;      /* deps->body_budget */
   atomic_size_t body_held; /* bytes reserved by all contexts (reserve()) */
+  unsigned timeout_s;      /* connection_timeout_s, the daemon's */
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -316,6 +317,15 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
   job->complete = complete;
   job->complete_arg = cx;
   attn__copy_str(job->request_id, sizeof job->request_id, cx->request_id);
+  /* A timeout other than the daemon's puts the connection on the list of
+   * connections that libmicrohttpd 0.9.75 visits on every turn of its
+   * loop, so that once resumed it is offered its answer before its socket
+   * is read.  On the other list only the oldest connection is visited, and
+   * a resumed one that is not the oldest is read first: if its client has
+   * half-closed (sent its request, then FIN), that read ends the connection
+   * with the answer unsent.  on_request() restores the timeout. */
+  MHD_set_connection_option(cx->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                            s->timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
   if (!attn__infer_submit(job, &resp)) { /* 503: answer now */
@@ -384,6 +394,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              s->timeout_s); /* see dispatch() */
     return send_resp(cx, &cx->resp);
   }
   if (*upload_size > 0) {
@@ -514,6 +526,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
+  s->timeout_s = (unsigned)cfg->connection_timeout_s;
   atomic_init(&s->body_held, 0);
 
   hints.ai_family = AF_UNSPEC;

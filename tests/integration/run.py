@@ -3072,6 +3072,57 @@ def client_gone_mid_body_seen_at_once():
             sock.close()
 
 
+
+@test
+def half_closed_beside_idle_connections():
+    """A client that sends a whole request and half-closes gets its answer
+    also when other connections are open on the same HTTP thread.
+    libmicrohttpd 0.9.75 offers a resumed connection its answer before
+    reading its socket only if it is the oldest one on the thread's timeout
+    list; otherwise it read the FIN first and closed the connection with the
+    answer unsent (5 of 5 requests, logged 499 "closed":"error")."""
+    with Server("--http-threads", "1", name="halfclose") as s:
+        p = s.port
+        idle = socket.create_connection((HOST, p), timeout=10)
+        try:
+            idle.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            check(idle.recv(65536).startswith(b"HTTP/1.1 200"),
+                  "idle connection's first answer")
+            v1b = b'{"query": [[1, 0], [0, 1]]}'
+            v2b = json.dumps({"inputs": [
+                {"name": n, "shape": [2, 2], "datatype": "FP32",
+                 "data": [1, 0, 0, 1]} for n in ("query", "key", "value")]})
+            cases = (("/v1/attention", v1b, 200),
+                     ("/v2/models/sdpa/infer", v2b.encode(), 200),
+                     ("/v2/models/sdpa/infer", b"{}", 400))
+            for i in range(3):
+                for path, body, status in cases:
+                    h = socket.create_connection((HOST, p), timeout=10)
+                    try:
+                        h.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n"
+                                  b"Content-Type: application/json\r\n"
+                                  b"X-Request-Id: half-%d\r\n"
+                                  b"Content-Length: %d\r\n\r\n%s" %
+                                  (path.encode(), i, len(body), body))
+                        h.shutdown(socket.SHUT_WR)
+                        got = h.recv(65536)
+                        check(got.startswith(b"HTTP/1.1 %d" % status),
+                              "half-closed %s beside an idle connection "
+                              "(round %d): %r" % (path, i, got[:200]))
+                    finally:
+                        h.close()
+            # the idle connection is still served
+            idle.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            check(idle.recv(65536).startswith(b"HTTP/1.1 200"),
+                  "idle connection's second answer")
+        finally:
+            idle.close()
+        lines = [l for l in s.log_json()
+                 if str(l.get("request_id", "")).startswith("half-")]
+        check(len(lines) == 9 and all(l["status"] in (200, 400)
+                                      for l in lines),
+              "access lines of the half-closed requests: %r" % lines)
+
 @test
 def error_limits_seq_len_and_elements():
     with Server("--max-seq-len", "8", "--max-tensor-elements", "1000",
