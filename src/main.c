@@ -2,7 +2,9 @@
  *
  * The only file that reads argv, the environment and signals.  SIGTERM and
  * SIGINT are blocked in every thread (threads inherit the mask) and taken
- * synchronously here with sigwait, so no handler runs in a random thread.
+ * synchronously here with sigwait, so no handler does real work in a random
+ * thread; the threads OpenBLAS started before main only forward them here
+ * (forward_to_main).  A second signal during the drain is ignored.
  * Shutdown: readiness turns 503 and new requests are refused; queued and
  * running requests finish within drain_timeout_ms; the answers are sent;
  * then everything is destroyed in reverse order of creation and attnd exits
@@ -13,6 +15,7 @@
 #endif
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -124,6 +127,20 @@ static void fit_open_files(int max_connections) {
              max_connections, FDS_BESIDE_CONNECTIONS);
 }
 
+static pthread_t main_thread;
+
+/* OpenBLAS starts its threads when the library loads, before main() can
+ * block SIGTERM and SIGINT for them.  A signal sent to the process while
+ * main is not in sigwait (just before it, or while draining) went to such a
+ * thread and, with no handler, killed attnd.  Only those threads run this
+ * handler (every other thread blocks both signals): it passes the signal
+ * on to main, where it waits for sigwait. */
+static void forward_to_main(int sig) {
+  int saved = errno;
+  pthread_kill(main_thread, sig); /* async-signal-safe */
+  errno = saved;
+}
+
 static void warn_stderr(const char *msg) {
   fprintf(stderr, "attnd: warning: %s\n", msg);
 }
@@ -228,6 +245,11 @@ int main(int argc, char **argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  main_thread = pthread_self();
+  struct sigaction sa = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
 
   attn_log_init(cfg.log_level, cfg.log_format);
   env_warnings(warn_log);

@@ -3328,6 +3328,75 @@ def health_while_workers_busy():
 
 
 @test
+def second_signal_during_drain():
+    """A second SIGTERM or SIGINT while draining is ignored: the running
+    request is still answered and attnd exits 0.  OpenBLAS starts its
+    threads before main() blocks the signals for them; such a signal used
+    to land in one of them and kill attnd (exit -15) with the request
+    unanswered."""
+    for second in (signal.SIGTERM, signal.SIGINT):
+        s = Server("--workers", "1", name="twice")
+        slow = None
+        try:
+            body, hdrs, shape = slow_request(s.port)
+            slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+            time.sleep(0.15)
+            check(not slow.answered(), "the slow request finished before "
+                  "SIGTERM")
+            s.signal(signal.SIGTERM)
+            time.sleep(0.1)
+            s.signal(second)
+            check_slow_answer(slow.response(), shape,
+                              "running request after a second signal")
+            rc = s.wait(STOP_TIMEOUT_S)
+            check(rc == 0, "exit code %d after SIGTERM and %s: %s" %
+                  (rc, second.name, s.log_tail()))
+            check(s.log_text().count("draining") == 1,
+                  "one drain logged: %s" % s.log_tail())
+            rep = s.sanitizer_report()
+            check(rep is None, "sanitizer report: %s" % rep)
+        finally:
+            if slow:
+                slow.close()
+            s.kill()
+            s.cleanup()
+
+
+@test
+def sigterm_right_after_start():
+    """SIGTERM sent the moment the start-up line appears, before main()
+    reaches sigwait, is still a clean drain and exit 0.  It used to land in
+    an OpenBLAS thread and kill attnd (11 of 40 starts on a 2-CPU machine,
+    exit -15)."""
+    for i in range(12):
+        p = subprocess.Popen([ATTND, "--host", HOST, "--port", "0",
+                              "--models-dir", MODELS_DIR],
+                             stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        try:
+            err = b""
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while b"listening on" not in err and time.monotonic() < deadline:
+                line = p.stderr.readline()
+                if not line:
+                    break
+                err += line
+            check(b"listening on" in err, "start %d: %r" % (i, err[-300:]))
+            p.send_signal(signal.SIGTERM)
+            err += p.stderr.read()
+            rc = p.wait(STOP_TIMEOUT_S)
+            check(rc == 0 and b"bye" in err,
+                  "start %d: exit code %d after an early SIGTERM: %r" %
+                  (i, rc, err[-300:]))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+
+
+@test
 def sigterm_drains():
     s = Server("--workers", "1", name="drain")
     slow = queued = None
