@@ -52,7 +52,6 @@ struct attn_server {
   atomic_int inflight;
   size_t body_budget;      /* deps->body_budget */
   atomic_size_t body_held; /* bytes reserved by all contexts (reserve()) */
-  unsigned timeout_s;      /* connection_timeout_s, the daemon's */
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -193,8 +192,7 @@ static enum MHD_Result send_over_budget(conn_ctx *cx, uint64_t n) {
   snprintf(msg, sizeof msg,
            "server busy: the request and response bodies it holds (%zu "
            "bytes) and this request's (%llu bytes) would pass "
-           "max_total_body_bytes=%zu; retry "
-           "after a moment",
+           "max_total_body_bytes=%zu; retry after a moment",
            atomic_load(&cx->srv->body_held), (unsigned long long)n,
            cx->srv->body_budget);
   return send_error(cx, 503, msg);
@@ -325,7 +323,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
    * half-closed (sent its request, then FIN), that read ends the connection
    * with the answer unsent.  on_request() restores the timeout. */
   MHD_set_connection_option(cx->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                            s->timeout_s + 1);
+                            (unsigned)s->ctx.cfg->connection_timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
   if (!attn__infer_submit(job, &resp)) { /* 503: answer now */
@@ -394,8 +392,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;
+    /* the daemon's timeout again (see dispatch()) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                              s->timeout_s); /* see dispatch() */
+                              (unsigned)s->ctx.cfg->connection_timeout_s);
     return send_resp(cx, &cx->resp);
   }
   if (*upload_size > 0) {
@@ -526,7 +525,6 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
-  s->timeout_s = (unsigned)cfg->connection_timeout_s;
   atomic_init(&s->body_held, 0);
 
   hints.ai_family = AF_UNSPEC;

@@ -323,13 +323,16 @@ class Pending:
         self.conn.close()
 
 
-def raw_exchange(port, chunks, timeout=10.0):
-    """Send raw bytes (a list of chunks) and read one HTTP/1.1 response
-    with a Content-Length.  Returns Resp.  Bounded in bytes and time."""
+def raw_exchange(port, chunks, timeout=10.0, half_close=False):
+    """Send raw bytes (a list of chunks), with half_close then shut down
+    the sending side, and read one HTTP/1.1 response with a
+    Content-Length.  Returns Resp.  Bounded in bytes and time."""
     s = socket.create_connection((HOST, port), timeout=timeout)
     try:
         for c in chunks:
             s.sendall(c)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         buf = b""
         deadline = time.monotonic() + timeout
         while b"\r\n\r\n" not in buf:
@@ -3045,17 +3048,12 @@ def client_gone_mid_body_seen_at_once():
                  big),
                 ("chunked", b"Transfer-Encoding: chunked",
                  chunked + b"0\r\n\r\n")):
-            h = socket.create_connection((HOST, p), timeout=10)
-            try:
-                h.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
-                          b"Content-Type: application/json\r\n" + framing +
-                          b"\r\n\r\n" + data)
-                h.shutdown(socket.SHUT_WR)
-                got = h.recv(65536)
-                check(got.startswith(b"HTTP/1.1 200"), "half-closed after a "
-                      "whole body (%s): %r" % (what, got[:200]))
-            finally:
-                h.close()
+            r = raw_exchange(p, [b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                                 b"Content-Type: application/json\r\n" +
+                                 framing + b"\r\n\r\n" + data],
+                             half_close=True)
+            check(r.status == 200, "half-closed after a whole body (%s): %r" %
+                  (what, r))
         # a slow client, its body in three pieces with pauses, is answered
         sock = socket.create_connection((HOST, p), timeout=10)
         try:
@@ -3097,20 +3095,14 @@ def half_closed_beside_idle_connections():
                      ("/v2/models/sdpa/infer", b"{}", 400))
             for i in range(3):
                 for path, body, status in cases:
-                    h = socket.create_connection((HOST, p), timeout=10)
-                    try:
-                        h.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n"
-                                  b"Content-Type: application/json\r\n"
-                                  b"X-Request-Id: half-%d\r\n"
-                                  b"Content-Length: %d\r\n\r\n%s" %
-                                  (path.encode(), i, len(body), body))
-                        h.shutdown(socket.SHUT_WR)
-                        got = h.recv(65536)
-                        check(got.startswith(b"HTTP/1.1 %d" % status),
-                              "half-closed %s beside an idle connection "
-                              "(round %d): %r" % (path, i, got[:200]))
-                    finally:
-                        h.close()
+                    r = raw_exchange(p, [b"POST %s HTTP/1.1\r\nHost: x\r\n"
+                                         b"Content-Type: application/json\r\n"
+                                         b"X-Request-Id: half-%d\r\n"
+                                         b"Content-Length: %d\r\n\r\n%s" %
+                                         (path.encode(), i, len(body), body)],
+                                     half_close=True)
+                    check(r.status == status, "half-closed %s beside an idle "
+                          "connection (round %d): %r" % (path, i, r))
             # the idle connection is still served
             idle.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
             check(idle.recv(65536).startswith(b"HTTP/1.1 200"),
