@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +76,7 @@ typedef struct conn_ctx {
   int peer_closed; /* peer_gone() saw the client leave */
   int suspended;
   int answering; /* counted in inflight (see answering()) */
+  int must_close;  /* answer with Connection: close (see check_framing()) */
   atomic_int done; /* a worker stored resp */
   attn_http_resp resp;
   uint64_t start_ns;
@@ -169,6 +171,8 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
   }
   if (cx->request_id[0])
     MHD_add_response_header(r, "X-Request-Id", cx->request_id);
+  if (cx->must_close)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   cx->status = resp->status;
   cx->bytes_out = resp->len;
   enum MHD_Result ret =
@@ -295,6 +299,79 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 1;
 }
 
+/* What check_framing() saw of the Content-Length and Transfer-Encoding
+ * headers, every one of them. */
+typedef struct framing {
+  int n_cl, cl_differ, n_te;
+  const char *cl;   /* the first Content-Length */
+  int last_chunked; /* the last transfer coding named is chunked */
+  char te[96];      /* the Transfer-Encoding values, joined (truncated) */
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
+                                      const char *key, const char *value) {
+  framing *f = cls;
+  (void)kind;
+  if (!value) return MHD_YES;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (f->n_cl++ == 0)
+      f->cl = value;
+    else if (strcmp(value, f->cl))
+      f->cl_differ = 1;
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    size_t n = strlen(f->te);
+    snprintf(f->te + n, sizeof f->te - n, "%s%s", f->n_te++ ? ", " : "", value);
+    /* the last non-empty element of the comma-separated list */
+    const char *end = value + strlen(value);
+    while (end > value && strchr(" \t,", end[-1])) end--;
+    const char *beg = end;
+    while (beg > value && !strchr(" \t,", beg[-1])) beg--;
+    if (end > beg)
+      f->last_chunked = end - beg == 7 && !strncasecmp(beg, "chunked", 7);
+  }
+  return MHD_YES;
+}
+
+/* Refuse framing that libmicrohttpd 0.9.75 would read wrongly (RFC 9112,
+ * 6.1 and 6.3).  It takes the first Content-Length and the first
+ * Transfer-Encoding only, and reads a body whose Transfer-Encoding is
+ * anything but exactly "chunked" until the client closes (a request then
+ * hung until connection_timeout_s).  Conflicting Content-Lengths, or a
+ * Transfer-Encoding whose last coding is not chunked, leave the body's
+ * length unknown: 400; other transfer codings before chunked: 501.  The
+ * connection is closed after such an answer, and after any request that
+ * sends both headers (the RFC's MUST against request smuggling).  Returns
+ * 0, or the status with msg filled in. */
+static int check_framing(conn_ctx *cx, char *msg, size_t cap) {
+  framing f = {0};
+  MHD_get_connection_values(cx->conn, MHD_HEADER_KIND, framing_header, &f);
+  if (f.n_te && f.n_cl) cx->must_close = 1;
+  if (f.cl_differ) {
+    cx->must_close = 1;
+    snprintf(msg, cap,
+             "the request has Content-Length headers that differ "
+             "(the first is '%.32s'); send one",
+             f.cl);
+    return 400;
+  }
+  if (!f.n_te || (f.n_te == 1 && !strcasecmp(f.te, "chunked"))) return 0;
+  cx->must_close = 1;
+  if (!f.last_chunked) {
+    snprintf(msg, cap,
+             "Transfer-Encoding '%s' does not end in 'chunked', so "
+             "the body's length is unknown; send Content-Length "
+             "or Transfer-Encoding: chunked",
+             f.te);
+    return 400;
+  }
+  snprintf(msg, cap,
+           "Transfer-Encoding '%s' is not supported: only "
+           "'chunked' is (a compressed body is sent with "
+           "Content-Encoding)",
+           f.te);
+  return 501;
+}
+
 static enum MHD_Result dispatch(conn_ctx *cx) {
   attn_server *s = cx->srv;
   attn_http_req req = {
@@ -363,9 +440,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
       return send_error(cx, 414, "request URL is too long");
     }
     attn__copy_str(cx->path, sizeof cx->path, url);
+    char fmsg[256];
+    int fstatus = check_framing(cx, fmsg, sizeof fmsg);
+    if (fstatus) return send_error(cx, fstatus, fmsg);
     uint64_t cl;
     const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cls_h && parse_u64(cls_h, &cl)) {
+    /* with Transfer-Encoding (chunked), the Content-Length is ignored */
+    if (cls_h && !header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+        parse_u64(cls_h, &cl)) {
       if (cl > (uint64_t)s->ctx.cfg->max_body_bytes) {
         char msg[160];
         snprintf(msg, sizeof msg,
