@@ -302,8 +302,9 @@ static int parse_u64(const char *s, uint64_t *out) {
 /* What check_framing() saw of the Content-Length and Transfer-Encoding
  * headers, every one of them. */
 typedef struct framing {
-  int n_cl, cl_differ, n_te;
+  int n_cl, cl_differ, n_te, n_ihcl, ihcl_differ;
   const char *cl;   /* the first Content-Length */
+  const char *ihcl; /* the first Inference-Header-Content-Length */
   int last_chunked; /* the last transfer coding named is chunked */
   char te[96];      /* the Transfer-Encoding values, joined (truncated) */
 } framing;
@@ -318,6 +319,11 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
       f->cl = value;
     else if (strcmp(value, f->cl))
       f->cl_differ = 1;
+  } else if (!strcasecmp(key, "Inference-Header-Content-Length")) {
+    if (f->n_ihcl++ == 0)
+      f->ihcl = value;
+    else if (strcmp(value, f->ihcl))
+      f->ihcl_differ = 1;
   } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
     size_t n = strlen(f->te);
     snprintf(f->te + n, sizeof f->te - n, "%s%s", f->n_te++ ? ", " : "", value);
@@ -338,7 +344,8 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * anything but exactly "chunked" until the client closes (a request then
  * hung until connection_timeout_s).  Conflicting Content-Lengths, or a
  * Transfer-Encoding whose last coding is not chunked, leave the body's
- * length unknown: 400; other transfer codings before chunked: 501.  The
+ * length unknown: 400 (so do Inference-Header-Content-Lengths that
+ * differ); other transfer codings before chunked: 501.  The
  * connection is closed after such an answer, and after any request that
  * sends both headers (the RFC's MUST against request smuggling).  Returns
  * 0, or the status with msg filled in. */
@@ -352,6 +359,15 @@ static int check_framing(conn_ctx *cx, char *msg, size_t cap) {
              "the request has Content-Length headers that differ "
              "(the first is '%.32s'); send one",
              f.cl);
+    return 400;
+  }
+  if (f.ihcl_differ) { /* which part is JSON cannot be known either */
+    cx->must_close = 1;
+    snprintf(msg, cap,
+             "the request has Inference-Header-Content-Length "
+             "headers that differ (the first is '%.32s'); send "
+             "one",
+             f.ihcl);
     return 400;
   }
   if (!f.n_te || (f.n_te == 1 && !strcasecmp(f.te, "chunked"))) return 0;

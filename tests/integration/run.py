@@ -2641,10 +2641,11 @@ def transfer_encoding_and_content_length_checked():
     """libmicrohttpd 0.9.75 reads a body whose Transfer-Encoding is not
     exactly "chunked" until the client closes (such a request used to hang
     for connection_timeout_s), and takes only the first of several
-    Content-Length or Transfer-Encoding headers.  attnd answers such
-    framing at once, as RFC 9112 (6.1, 6.3) says, and closes the
-    connection after it; so it does after a request that sends both
-    headers."""
+    Content-Length or Transfer-Encoding headers (attnd, the first
+    Inference-Header-Content-Length).  attnd answers such framing at once,
+    as RFC 9112 (6.1, 6.3) says, and closes the connection after it; so it
+    does after a request that sends both Content-Length and
+    Transfer-Encoding."""
     p = shared().port
     q = b'{"query": [[1, 0], [0, 1]]}'
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(q), q)
@@ -2672,6 +2673,11 @@ def transfer_encoding_and_content_length_checked():
         ("Content-Lengths 0 and 27", post + b"Content-Length: 0\r\n"
          b"Content-Length: %d\r\n\r\n" % len(q) + q, 400,
          ["Content-Length headers that differ", "'0'"]),
+        ("Inference-Header-Content-Lengths 27 and 5", post +
+         b"Inference-Header-Content-Length: %d\r\n"
+         b"Inference-Header-Content-Length: 5\r\n"
+         b"Content-Length: %d\r\n\r\n" % (len(q), len(q)) + q, 400,
+         ["Inference-Header-Content-Length headers that differ", "'27'"]),
     ]
     for what, data, status, needles in refused:
         r = _parse_closed(_closed_without_answer(p, data, timeout=5.0), what)
