@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attn/config.h"
@@ -149,6 +150,23 @@ static void warn_log(const char *msg) {
   attn_log(ATTN_LOG_WARN, "%s", msg);
 }
 
+/* The resident models of models_dir.  A directory that does not exist is
+ * no error (the default, relative to the working directory, may not), but
+ * it is warned about: a misspelt path would otherwise go unseen. */
+static attn_status load_models(const attn_config *cfg, attn_registry **out,
+                               attn_diag *d, void (*warn)(const char *msg)) {
+  struct stat st;
+  if (stat(cfg->models_dir, &st) != 0 && errno == ENOENT) {
+    char msg[1100];
+    snprintf(msg, sizeof msg,
+             "models_dir '%s' does not exist: only the built-in models are "
+             "served",
+             cfg->models_dir);
+    warn(msg);
+  }
+  return attn_registry_create(cfg->models_dir, out, d);
+}
+
 #ifdef SCHED_BATCH
 /* The name of a kernel scheduling policy, as the start-up line shows it. */
 static const char *policy_name(int policy) {
@@ -220,9 +238,17 @@ int main(int argc, char **argv) {
       printf("attnd %s (engine kernel: %s)\n", ATTN_VERSION,
              attn_engine_kernel_name());
       return 0;
-    case ATTN_CLI_CHECK:
+    case ATTN_CLI_CHECK: {
+      /* the models too: a model that would not load stops the start */
+      attn_registry *models = NULL;
       env_warnings(warn_stderr);
+      if (load_models(&cfg, &models, &d, warn_stderr) != ATTN_OK) {
+        fprintf(stderr, "attnd: models: %s\n", d.msg);
+        return 1;
+      }
+      attn_registry_destroy(models);
       return attn_config_write_json(&cfg, stdout) == ATTN_OK ? 0 : 1;
+    }
     case ATTN_CLI_RUN:
       break;
   }
@@ -264,7 +290,7 @@ int main(int argc, char **argv) {
   attn_server *server = NULL;
   int rc = 1;
 
-  if (attn_registry_create(cfg.models_dir, &models, &d) != ATTN_OK) {
+  if (load_models(&cfg, &models, &d, warn_log) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "models: %s", d.msg);
     goto out;
   }

@@ -3609,6 +3609,51 @@ def open_files_limit_fitted():
 
 
 @test
+def check_config_loads_models():
+    """--check-config loads models_dir as a start would: a model that
+    would stop the start fails the check, naming the file and the reason.
+    A models_dir that does not exist is warned about, at a start too."""
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(MODELS_DIR, "demo.json")) as f:
+            demo = f.read()
+        with open(os.path.join(d, "demo.json"), "w") as f:
+            f.write(demo.replace('"demo.safetensors"', '"%s"' % os.path.join(
+                MODELS_DIR, "demo.safetensors")))
+        r = subprocess.run([ATTND, "--check-config", "--models-dir", d],
+                           capture_output=True, timeout=30)
+        check(r.returncode == 0 and
+              json.loads(r.stdout)["models_dir"] == d and not r.stderr,
+              "--check-config with the demo model: rc %d %r" %
+              (r.returncode, r.stderr[-300:]))
+        bad = os.path.join(d, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"name": "sdpa", "embed_dim": 4, "num_heads": 1, '
+                    '"seed": 1}')
+        r = subprocess.run([ATTND, "--check-config", "--models-dir", d],
+                           capture_output=True, timeout=30)
+        check(r.returncode == 1 and r.stdout == b"" and
+              ("%s: model name 'sdpa' is a built-in model" % bad).encode()
+              in r.stderr,
+              "--check-config with a model named sdpa: rc %d %r" %
+              (r.returncode, r.stderr[-300:]))
+        missing = os.path.join(d, "no-such-dir")
+        r = subprocess.run([ATTND, "--check-config", "--models-dir", missing],
+                           capture_output=True, timeout=30)
+        check(r.returncode == 0 and
+              ("models_dir '%s' does not exist" % missing).encode()
+              in r.stderr,
+              "--check-config with a missing models_dir: rc %d %r" %
+              (r.returncode, r.stderr[-300:]))
+        with Server("--models-dir", missing, name="no-models") as s:
+            expect_status(request(s.port, "GET", "/v2/models/demo"), 404,
+                          "demo without its models_dir")
+            check("models_dir '%s' does not exist: only the built-in "
+                  "models are served" % missing in s.log_text(),
+                  "start-up log with a missing models_dir: %r" %
+                  s.log_text()[-400:])
+
+
+@test
 def unknown_environment_variables_warned():
     """An ATTND_* variable attnd does not read is not silently ignored: a
     typo gets a warning naming the nearest variable.  A Kubernetes service
