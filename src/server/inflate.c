@@ -6,10 +6,11 @@
  * it runs on the worker, never on a libmicrohttpd thread: routes.c only
  * reads the header (attn__encoding_parse) and infer.c inflates before the
  * codecs see the body.
- *  - gzip: one RFC 1952 member (what gzip.compress and curl --compressed
- *    send).  deflate: the zlib format of RFC 1950, as HTTP defines it; a
- *    raw RFC 1951 stream (what some clients send under that name) is
- *    accepted too, recognised by a zlib header that does not check.
+ *  - gzip: RFC 1952 members, one (what gzip.compress sends) or more in a
+ *    row (what `cat a.gz b.gz` makes), read as one body.  deflate: the zlib
+ * format of RFC 1950, as HTTP defines it; a raw RFC 1951 stream (what some
+ * clients send under that name) is accepted too, recognised by a zlib header
+ * that does not check.
  *  - Limit: the inflated body may not exceed max_body_bytes, the same limit
  *    as an uncompressed one (413).  The size is unknown until the stream
  *    ends, so the output grows by doubling from 4x the input (64 KiB at
@@ -95,6 +96,7 @@ retry:;
     return fail(&z, NULL, attn_diag_set(d, ATTN_ENOMEM,
                                         "out of memory inflating the body"));
   size_t have = 0, fed = 0;
+  size_t base = 0; /* input bytes of the gzip members before this one */
   for (;;) {
     if (z.avail_in == 0 && fed < n) { /* zlib counts in uInt */
       size_t chunk = n - fed < (size_t)UINT32_MAX ? n - fed : UINT32_MAX;
@@ -132,7 +134,19 @@ retry:;
                                        "max_body_bytes=%zu bytes",
                                        name, max));
     if (!probing) have += produced;
-    if (r == Z_STREAM_END) break;
+    if (r == Z_STREAM_END) {
+      /* another gzip member follows (its magic bytes): go on with it */
+      size_t at = fed - z.avail_in;
+      if (e != ATTN_ENC_GZIP || n - at < 2 || (unsigned char)in[at] != 0x1f ||
+          (unsigned char)in[at + 1] != 0x8b)
+        break;
+      base = at;
+      if (inflateReset(&z) != Z_OK)
+        return fail(
+            &z, m,
+            attn_diag_set(d, ATTN_ENOMEM, "out of memory inflating the body"));
+      continue;
+    }
     if (r == Z_OK) continue;
     if (r == Z_BUF_ERROR && z.avail_out == 0) continue; /* needs room */
     if (r == Z_BUF_ERROR && z.avail_in == 0 && fed >= n)
@@ -151,13 +165,14 @@ retry:;
       raw = 1;
       goto retry;
     }
-    return fail(&z, m, attn_diag_set(d, ATTN_EPARSE,
-                                     "Content-Encoding %s: corrupt data near "
-                                     "byte %lu of the body (%s)",
-                                     name, (unsigned long)z.total_in,
-                                     z.msg ? z.msg : "invalid stream"));
+    return fail(&z, m,
+                attn_diag_set(d, ATTN_EPARSE,
+                              "Content-Encoding %s: corrupt data near "
+                              "byte %lu of the body (%s)",
+                              name, (unsigned long)(base + z.total_in),
+                              z.msg ? z.msg : "invalid stream"));
   }
-  size_t used = (size_t)z.total_in;
+  size_t used = fed - z.avail_in;
   inflateEnd(&z);
   if (used != n) {
     free(m);

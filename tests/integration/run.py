@@ -2770,8 +2770,8 @@ def error_405_with_allow():
 
 @test
 def compressed_request_bodies():
-    """Content-Encoding gzip and deflate (zlib, or raw deflate) are undone
-    on the worker: the answers equal the uncompressed request's, byte for
+    """Content-Encoding gzip (one member or several) and deflate (zlib, or
+    raw deflate) are undone on the worker: the answers equal the uncompressed request's, byte for
     byte (timing aside); an inflated body over max_body_bytes is a 413;
     truncated, corrupt or trailing data is a 400 naming the encoding."""
     limit = 60000
@@ -2785,7 +2785,9 @@ def compressed_request_bodies():
         for enc, data in (("gzip", gzip.compress(body)),
                           ("x-gzip", gzip.compress(body)),
                           ("deflate", zlib.compress(body)),
-                          ("deflate", raw_body), ("GZIP ", gzip.compress(body))):
+                          ("deflate", raw_body), ("GZIP ", gzip.compress(body)),
+                          ("gzip", gzip.compress(body[:9]) +
+                           gzip.compress(body[9:]))):  # two members
             j = v1_ok(request(p, "POST", "/v1/attention", data,
                               headers={"Content-Encoding": enc}), enc)
             check(j["output"] == plain["output"] and
