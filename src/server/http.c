@@ -74,6 +74,7 @@ typedef struct conn_ctx {
   size_t expect;   /* the Content-Length; SIZE_MAX when chunked (or none) */
   int fd;          /* the client's socket, for peer_gone(); -1 unknown */
   int peer_closed; /* peer_gone() saw the client leave */
+  int peer_eof;    /* a chunked body's socket is at its end (see below) */
   int suspended;
   int answering; /* counted in inflight (see answering()) */
   int must_close;  /* answer with Connection: close (see check_framing()) */
@@ -110,8 +111,8 @@ static int reserve(conn_ctx *cx, size_t want) {
  * end the rest of the body will never come, and the connection may be
  * closed.  Not so for a chunked body, handed over one chunk at a time: its
  * later chunks may wait in libmicrohttpd's buffer while the socket is at
- * its end already (a client that half-closes after sending), so chunked
- * bodies are not asked about.  Nor would a TLS connection be, whose
+ * its end already (a client that half-closes after sending), so a chunked
+ * body is not cut: see chunked_peer_check().  Nor would a TLS one be, whose
  * library buffers bytes of its own.  Peeks one byte, reads nothing; a body
  * arriving in one piece (every small request) never asks. */
 static int peer_gone(conn_ctx *cx) {
@@ -338,6 +339,23 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
   return MHD_YES;
 }
 
+/* A chunked body whose socket is at its end: the rest of the body is
+ * either in libmicrohttpd's buffer already (a client that half-closed
+ * after sending it all, to be answered) or will never come, and
+ * libmicrohttpd may not see the close until connection_timeout_s (60 s
+ * by default: enough such clients would hold every connection of
+ * max_connections).  The connection gets a 1-second timeout instead,
+ * which a buffered rest beats at once; the daemon's comes back when the
+ * body is whole (on_request).  A syscall per chunk callback, for chunked
+ * bodies only. */
+static void chunked_peer_check(conn_ctx *cx) {
+  char c;
+  if (cx->peer_eof || cx->fd < 0) return;
+  if (recv(cx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0) return;
+  cx->peer_eof = 1;
+  MHD_set_connection_option(cx->conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+}
+
 /* Refuse framing that libmicrohttpd 0.9.75 would read wrongly (RFC 9112,
  * 6.1 and 6.3).  It takes the first Content-Length and the first
  * Transfer-Encoding only, and reads a body whose Transfer-Encoding is
@@ -499,6 +517,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     size_t n = *upload_size;
     *upload_size = 0;
     cx->received += n;
+    if (cx->expect == SIZE_MAX) chunked_peer_check(cx);
     /* A chunked body (no Content-Length) can only be found too large, or
      * past the budget, while it arrives, and libmicrohttpd 0.9.75 takes no
      * response before the upload ends: discard the rest and answer 413 or
@@ -535,6 +554,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                : MHD_YES;
   }
   if (cx->suspended) return MHD_YES; /* spurious call while queued */
+  if (cx->peer_eof) /* the body is whole: the daemon's timeout again */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned)s->ctx.cfg->connection_timeout_s);
   if (cx->fate == TOO_BIG) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body exceeds max_body_bytes=%lld",
@@ -576,16 +598,21 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
           MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
       status = ci && ci->http_status ? (int)ci->http_status : ok ? 200 : 499;
     }
-    attn_access a = {.method = cx->method,
-                     .path = cx->path,
-                     .request_id = cx->request_id,
-                     .status = status,
-                     .bytes_in = cx->received,
-                     .bytes_out = cx->bytes_out,
-                     .queue_ms = cx->resp.queue_ms,
-                     .compute_ms = cx->resp.compute_ms,
-                     .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6,
-                     .closed = cx->peer_closed ? "client" : closed_reason(toe)};
+    attn_access a = {
+        .method = cx->method,
+        .path = cx->path,
+        .request_id = cx->request_id,
+        .status = status,
+        .bytes_in = cx->received,
+        .bytes_out = cx->bytes_out,
+        .queue_ms = cx->resp.queue_ms,
+        .compute_ms = cx->resp.compute_ms,
+        .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6,
+        .closed =
+            cx->peer_closed || (cx->peer_eof &&
+                                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+                ? "client"
+                : closed_reason(toe)};
     attn_log_access(&a);
   }
   free(cx->resp.body);

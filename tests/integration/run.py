@@ -359,14 +359,17 @@ def raw_exchange(port, chunks, timeout=10.0, half_close=False):
         s.close()
 
 
-def half_body(port, request_id):
-    """A /v1/attention POST whose body stops after 13 of its 1000 bytes:
-    the open socket (the caller closes it)."""
+def half_body(port, request_id, chunked=False):
+    """A /v1/attention POST whose body stops after 13 of its 1000 bytes
+    (chunked: after a first chunk of 13): the open socket (the caller
+    closes it)."""
     s = socket.create_connection((HOST, port), timeout=5)
+    framing = (b"Transfer-Encoding: chunked\r\n\r\nd\r\n" if chunked else
+               b"Content-Length: 1000\r\n\r\n")
     s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
-              b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
-              b"X-Request-Id: " + request_id.encode() + b"\r\n\r\n"
-              b'{"query": [[1')
+              b"Content-Type: application/json\r\n"
+              b"X-Request-Id: " + request_id.encode() + b"\r\n" + framing +
+              b'{"query": [[1' + (b"\r\n" if chunked else b""))
     return s
 
 
@@ -3092,10 +3095,11 @@ def total_body_budget_counts_answers():
 
 @test
 def client_gone_mid_body_seen_at_once():
-    """A client that sends part of a body and closes is seen at once, even
-    when its FIN comes with its last bytes (which libmicrohttpd 0.9.75 can
-    miss, keeping the connection until connection_timeout_s): 499
-    "closed":"client", and its share of max_total_body_bytes comes back.
+    """A client that sends part of a body and closes is seen at once (a
+    chunked one within about a second), even when its FIN comes with its
+    last bytes (which libmicrohttpd 0.9.75 can miss, keeping the
+    connection until connection_timeout_s): 499 "closed":"client", and its
+    share of max_total_body_bytes comes back.
     Slow clients that are still there, and clients that half-close after
     sending a whole body, are not cut."""
     limit = 65536
@@ -3104,17 +3108,23 @@ def client_gone_mid_body_seen_at_once():
         p = s.port
         for i in range(5):  # bytes and FIN in quick succession
             half_body(p, "gone-%d" % i).close()
-        deadline = time.monotonic() + 5
+        # chunked, 40 of them (more than the few a test could wait 60 s
+        # for): seen within about a second, not at connection_timeout_s
+        for i in range(40):
+            half_body(p, "gone-chunked-%d" % i, chunked=True).close()
+        deadline = time.monotonic() + 10
         while True:
             gone = [l for l in s.log_json()
                     if str(l.get("request_id", "")).startswith("gone-")]
-            if len(gone) == 5 or time.monotonic() > deadline:
+            if len(gone) == 45 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        check(len(gone) == 5 and all(l["status"] == 499 and
-                                     l.get("closed") == "client"
-                                     for l in gone),
-              "access lines of the clients gone mid-body: %r" % gone)
+        check(len(gone) == 45 and all(l["status"] == 499 and
+                                      l.get("closed") == "client"
+                                      for l in gone),
+              "access lines of the clients gone mid-body: %d of 45, %r" %
+              (len(gone), [l for l in gone if l.get("closed") != "client"
+                           or l["status"] != 499][:3]))
         # the budget holds one 64 KiB body: a client that left with its
         # body half sent must not keep it
         b = b'{"query": [[1, 0], [0, 1]]}'
@@ -3149,20 +3159,27 @@ def client_gone_mid_body_seen_at_once():
                 lambda: raw_exchange(p, [req], half_close=True), 5)
             check(r.status == 200, "half-closed after a whole body (%s): %r" %
                   (what, r))
-        # a slow client, its body in three pieces with pauses, is answered
-        sock = socket.create_connection((HOST, p), timeout=10)
-        try:
-            sock.sendall(("POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
-                          "Content-Type: application/json\r\n"
-                          "Content-Length: %d\r\n\r\n" % len(b)).encode())
-            for piece in (b[:5], b[5:15], b[15:]):
-                time.sleep(0.2)
-                sock.sendall(piece)
-            got = sock.recv(65536)
-            check(got.startswith(b"HTTP/1.1 200"), "slow client: %r" %
-                  got[:200])
-        finally:
-            sock.close()
+        # a slow client, its body in three pieces with pauses, is answered;
+        # chunked, over more than the second a gone client is given
+        for framing, pieces, pause in (
+                (b"Content-Length: %d" % len(b), (b[:5], b[5:15], b[15:]),
+                 0.2),
+                (b"Transfer-Encoding: chunked",
+                 [b"%x\r\n%s\r\n" % (len(x), x)
+                  for x in (b[:5], b[5:15], b[15:])] + [b"0\r\n\r\n"], 0.6)):
+            sock = socket.create_connection((HOST, p), timeout=10)
+            try:
+                sock.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\n" +
+                             framing + b"\r\n\r\n")
+                for piece in pieces:
+                    time.sleep(pause)
+                    sock.sendall(piece)
+                got = sock.recv(65536)
+                check(got.startswith(b"HTTP/1.1 200"), "slow client (%s): %r"
+                      % (framing, got[:200]))
+            finally:
+                sock.close()
 
 
 
