@@ -246,8 +246,10 @@ static const v2_case v2_cases[] = {
     {IN1("FP32", "[1]", "[2]") " x", NULL, 0, 0, -1, ATTN_EPARSE,
      "unexpected bytes after the JSON value", NULL, 0, 0},
     {"[1,2]", NULL, 0, 0, -1, ATTN_EINVAL, "must be a JSON object", NULL, 0, 0},
-    {"{'input':[]}", NULL, 0, 0, -1, ATTN_EINVAL, "unknown key 'input'", NULL,
-     0, 0},
+    {"{'input':[]}", NULL, 0, 0, -1, ATTN_EINVAL,
+     "unknown key 'input' (known: id, inputs, outputs, parameters, "
+     "model_name, model_version)",
+     NULL, 0, 0},
     {"{'id':'a'}", NULL, 0, 0, -1, ATTN_EINVAL, "missing 'inputs'", NULL, 0, 0},
     {"{'id':7,'inputs':[]}", NULL, 0, 0, -1, ATTN_EINVAL,
      "'id' must be a non-empty string", NULL, 0, 0},

@@ -766,7 +766,7 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
     if (!slot)
       return attn_diag_set(d, ATTN_EINVAL,
                            "request: unknown key '%.64s' (known: id, inputs, "
-                           "outputs, parameters)",
+                           "outputs, parameters, model_name, model_version)",
                            k);
     if (*slot)
       return attn_diag_set(d, ATTN_EINVAL, "request: duplicate key '%s'", k);
