@@ -339,10 +339,15 @@ int main(int argc, char **argv) {
   uint64_t t0 = attn_now_ns();
   attn_server_begin_drain(server);
   if (attn_pool_drain(pool, cfg.drain_timeout_ms) != ATTN_OK) {
+    attn_queue_stats st;
+    attn_pool_get_stats(pool, &st);
+    int cut = attn_server_abandon(server);
     attn_log(ATTN_LOG_WARN,
              "drain_timeout_ms=%lld passed with requests still running; "
-             "exiting without them",
-             (long long)cfg.drain_timeout_ms);
+             "exiting without them (%d cut off: %llu queued, %llu running; "
+             "each has an access line with \"closed\":\"shutdown\")",
+             (long long)cfg.drain_timeout_ms, cut,
+             (unsigned long long)st.depth, (unsigned long long)st.running);
     _exit(0);
   }
   int64_t left = cfg.drain_timeout_ms -

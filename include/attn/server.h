@@ -46,6 +46,14 @@ void attn_server_begin_drain(attn_server *s);
  * ATTN_ETIMEDOUT.  Main thread. */
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
 
+/* For an exit before the drain is done (drain_timeout_ms passed): write the
+ * access line of every request still in flight, as attn_server_wait_idle
+ * counts them, with "closed":"shutdown" (status 499 unless a worker had
+ * answered it), and stop the lines the server would write for them later.
+ * Returns how many there were.  The server keeps running; the caller is
+ * about to exit.  Main thread. */
+int attn_server_abandon(attn_server *s);
+
 /* Stop listening and free.  Every suspended request must have been resumed
  * (the pool drained).  NULL is allowed. */
 void attn_server_destroy(attn_server *s);

@@ -25,13 +25,20 @@
  * `inflight` counts the requests being answered (routed, queued, running or
  * being sent: see answering()) for draining; a request whose body is still
  * arriving is not waited for, so a client that stops sending mid-body
- * cannot hold a shutdown for drain_timeout_ms.
+ * cannot hold a shutdown for drain_timeout_ms.  The same requests are on
+ * the `live` list (under `mu`) until on_completed, so that when
+ * drain_timeout_ms passes attn_server_abandon() can write the access line
+ * of each one the exit cuts off; `abandoned` then keeps on_completed from
+ * writing a second one.  Each request's line is written exactly once:
+ * whoever unlinks it (on_completed, or abandon, which unlinks none but
+ * stops every later on_completed from logging) writes it.
  */
 #include <microhttpd.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +60,9 @@ struct attn_server {
   atomic_int inflight;
   size_t body_budget;      /* deps->body_budget */
   atomic_size_t body_held; /* bytes reserved by all contexts (reserve()) */
+  pthread_mutex_t mu;      /* live, abandoned; request_id after answering */
+  struct conn_ctx *live;   /* the contexts counted in inflight */
+  int abandoned;           /* attn_server_abandon() has logged them */
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -79,6 +89,7 @@ typedef struct conn_ctx {
   int answering; /* counted in inflight (see answering()) */
   int must_close;  /* answer with Connection: close (see check_framing()) */
   atomic_int done; /* a worker stored resp */
+  struct conn_ctx *prev, *next; /* on srv->live while answering */
   attn_http_resp resp;
   uint64_t start_ns;
   int status;
@@ -133,9 +144,31 @@ static const char *header(struct MHD_Connection *c, const char *name) {
 /* From here on the request is answered: count it in inflight (once), so
  * that draining waits for its answer to be sent.  MHD thread. */
 static void answering(conn_ctx *cx) {
+  attn_server *s = cx->srv;
   if (cx->answering) return;
   cx->answering = 1;
-  atomic_fetch_add(&cx->srv->inflight, 1);
+  atomic_fetch_add(&s->inflight, 1);
+  pthread_mutex_lock(&s->mu);
+  cx->prev = NULL;
+  cx->next = s->live;
+  if (s->live) s->live->prev = cx;
+  s->live = cx;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Take cx off the live list; 1 when its access line is still to be
+ * written (attn_server_abandon has not written it).  MHD thread. */
+static int unlink_live(conn_ctx *cx) {
+  attn_server *s = cx->srv;
+  pthread_mutex_lock(&s->mu);
+  if (cx->prev)
+    cx->prev->next = cx->next;
+  else
+    s->live = cx->next;
+  if (cx->next) cx->next->prev = cx->prev;
+  int log = !s->abandoned;
+  pthread_mutex_unlock(&s->mu);
+  return log;
 }
 
 /* Queue resp on the connection; takes resp->body.  MHD thread. */
@@ -279,9 +312,11 @@ static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
 static void complete(void *arg, attn_http_resp *resp) {
   conn_ctx *cx = arg;
   hold_answer(cx, resp);
+  pthread_mutex_lock(&cx->srv->mu); /* attn_server_abandon reads these */
   cx->resp = *resp;
   if (resp->request_id[0]) set_request_id(cx, resp->request_id);
   atomic_store(&cx->done, 1);
+  pthread_mutex_unlock(&cx->srv->mu);
   MHD_resume_connection(cx->conn);
 }
 
@@ -590,7 +625,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   attn_server *s = cls;
   conn_ctx *cx = *con_cls;
   if (!cx) return;
-  if (s->ctx.cfg->access_log) {
+  int log = cx->answering ? unlink_live(cx) : 1;
+  if (log && s->ctx.cfg->access_log) {
     int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
     int status = cx->status;
     if (!status) { /* an answer libmicrohttpd queued itself (a bad chunk) */
@@ -649,6 +685,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
   atomic_init(&s->body_held, 0);
 
@@ -658,6 +695,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   snprintf(port, sizeof port, "%d", cfg->port);
   int gai = getaddrinfo(cfg->host, port, &hints, &ai);
   if (gai != 0) {
+    pthread_mutex_destroy(&s->mu);
     free(s);
     return attn_diag_set(d, ATTN_EINVAL, "host '%s': %s", cfg->host,
                          gai_strerror(gai));
@@ -676,6 +714,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->daemon) {
+    pthread_mutex_destroy(&s->mu);
     free(s);
     return attn_diag_set(d, ATTN_EIO,
                          "cannot listen on %s:%d (is the port in use?)",
@@ -705,8 +744,32 @@ attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {
   return ATTN_OK;
 }
 
+int attn_server_abandon(attn_server *s) {
+  int n = 0;
+  uint64_t now = attn_now_ns();
+  pthread_mutex_lock(&s->mu);
+  s->abandoned = 1;
+  for (conn_ctx *cx = s->live; cx; cx = cx->next, n++) {
+    if (!s->ctx.cfg->access_log) continue;
+    int done = atomic_load(&cx->done);
+    attn_access a = {.method = cx->method,
+                     .path = cx->path,
+                     .request_id = cx->request_id,
+                     .status = done ? cx->resp.status : 499,
+                     .bytes_in = cx->received,
+                     .queue_ms = done ? cx->resp.queue_ms : 0,
+                     .compute_ms = done ? cx->resp.compute_ms : 0,
+                     .total_ms = (double)(now - cx->start_ns) / 1e6,
+                     .closed = "shutdown"};
+    attn_log_access(&a);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 void attn_server_destroy(attn_server *s) {
   if (!s) return;
   if (s->daemon) MHD_stop_daemon(s->daemon);
+  pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -3500,20 +3500,31 @@ def sigterm_right_after_start():
             p.stderr.close()
 
 
+def slow_and_queued(s, slow_id=None, queued_id=None):
+    """On a server with one worker: a slow request running and a small one
+    queued behind it (id "queued"), neither answered yet.  Returns the two
+    Pending requests and the slow one's output shape."""
+    body, hdrs, shape = slow_request(s.port)
+    if slow_id:
+        hdrs = dict(hdrs, **{"X-Request-Id": slow_id})
+    slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+    time.sleep(0.15)
+    hdrs = {"Content-Type": "application/json"}
+    if queued_id:
+        hdrs["X-Request-Id"] = queued_id
+    queued = Pending(s.port, "/v2/models/sdpa/infer",
+                     small_v2_body(id_="queued"), hdrs)
+    time.sleep(0.1)
+    check(not slow.answered(), "the slow request finished before SIGTERM")
+    return slow, queued, shape
+
+
 @test
 def sigterm_drains():
     s = Server("--workers", "1", name="drain")
     slow = queued = None
     try:
-        body, hdrs, shape = slow_request(s.port)
-        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
-        time.sleep(0.15)
-        queued = Pending(s.port, "/v2/models/sdpa/infer",
-                         small_v2_body(id_="queued"),
-                         {"Content-Type": "application/json"})
-        time.sleep(0.1)
-        check(not slow.answered(), "the slow request finished before "
-              "SIGTERM")
+        slow, queued, shape = slow_and_queued(s)
         s.signal(signal.SIGTERM)
         time.sleep(0.1)
         # While draining: readiness 503, new work 503 (the slow request
@@ -3588,6 +3599,49 @@ def sigterm_does_not_wait_for_unfinished_bodies():
     finally:
         for c in socks:
             c.close()
+        s.cleanup()
+
+
+@test
+def drain_timeout_logs_what_it_cuts():
+    """When drain_timeout_ms passes before the running and queued requests
+    finish, attnd exits 0 without them, and each still has its access line
+    (499, "closed":"shutdown"); the warning counts them.  Before, they
+    left no access line at all."""
+    s = Server("--workers", "1", "--drain-timeout-ms", "200",
+               name="drain-timeout")
+    slow = queued = None
+    try:
+        slow, queued, _ = slow_and_queued(s, "cut-running", "cut-queued")
+        s.signal(signal.SIGTERM)
+        rc = s.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "exit code %d after the drain timed out: %s" %
+              (rc, s.log_tail()))
+        log = s.log_json()
+        cut = {e.get("request_id"): (e.get("status"), e.get("closed"))
+               for e in log if e.get("type") == "access"}
+        want = {"cut-running": (499, "shutdown"),
+                "cut-queued": (499, "shutdown")}
+        check(all(cut.get(k) == v for k, v in want.items()),
+              "access lines of the requests cut off: %r" % cut)
+        lines = [e for e in log if e.get("type") == "access" and
+                 e.get("request_id", "").startswith("cut-")]
+        check(len(lines) == 2, "one line each: %r" % lines)
+        warn = [e["msg"] for e in log if e.get("level") == "warn" and
+                "drain_timeout_ms=200" in e.get("msg", "")]
+        check(len(warn) == 1 and "2 cut off: 1 queued, 1 running" in warn[0],
+              "the drain-timeout warning: %r" % warn)
+        for p in (slow, queued):
+            try:
+                r = p.response()
+                raise Failure("a request cut off at exit was answered: %r"
+                              % r)
+            except (ConnectionError, http.client.HTTPException, OSError):
+                pass
+    finally:
+        for x in (slow, queued):
+            if x is not None:
+                x.close()
         s.cleanup()
 
 
