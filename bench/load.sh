@@ -247,12 +247,26 @@ fi
 PIPELINE=$ROOT/build/bench/bench_pipeline   # optional: no row without it
 ATTND_COMMON=(--host 127.0.0.1 --port 0 --drain-timeout-ms 5000
               --queue-capacity 1024)
+# attnd restarts itself with OPENBLAS_CORETYPE set when OpenBLAS did not
+# know the CPU (its Prescott kernels): give bench_attention, bench_pipeline
+# and the echo the kernels attnd runs.
+BLAS_CHOSEN=
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  start_server "$WORK/attnd-blas.log" "$ATTND" "${ATTND_COMMON[@]}"
+  stop_server
+  core=$(grep -o 'restarted itself with OPENBLAS_CORETYPE=[A-Za-z0-9]*' \
+         "$WORK/attnd-blas.log" | head -1 | cut -d= -f2) || true
+  if [ -n "$core" ]; then
+    export OPENBLAS_CORETYPE=$core
+    BLAS_CHOSEN=" (set by attnd at start: OpenBLAS did not know this CPU)"
+  fi
+fi
 {
   echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs"
   echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r)"
   echo "# attnd: $ATTND ($("$ATTND" --version 2>&1 | head -1)); echo: $ECHO"
   echo "# wrk: $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2); duration ${DURATION}s, connections $CONNECTIONS, repeats $REPEATS"
-  echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
+  echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}$BLAS_CHOSEN OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
 } >"$WORK/meta.txt"
 
 # ---- (a) small requests ----------------------------------------------------

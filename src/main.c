@@ -9,6 +9,9 @@
  * running requests finish within drain_timeout_ms; the answers are sent;
  * then everything is destroyed in reverse order of creation and attnd exits
  * 0.  If the drain runs out of time attnd exits 0 without waiting further.
+ * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
+ * older than the CPU), attnd executes itself again once with
+ * OPENBLAS_CORETYPE set (fix_blas_core).
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* SCHED_BATCH */
@@ -87,6 +90,45 @@ static void env_warnings(void (*emit)(const char *msg)) {
              name, *near ? " (did you mean " : "", near, *near ? "?)" : "");
     emit(msg);
   }
+}
+
+/* Set for the process fix_blas_core() executes: the kernels OpenBLAS had
+ * chosen before.  main reads and removes it first thing. */
+#define BLAS_BEFORE_VAR "ATTND_BLAS_CORE_BEFORE"
+
+/* OpenBLAS picks its kernels when it loads, from the CPU model, and reads
+ * OPENBLAS_CORETYPE only then.  Before 0.3.25 (Debian 12 has 0.3.21) a
+ * model newer than the library gets the "Prescott" (SSE3) kernels: sgemm
+ * at 18.7 GFLOP/s on one core of an Emerald Rapids Xeon against 110 with
+ * OPENBLAS_CORETYPE=SkylakeX.  So when the engine names a better core and
+ * the operator has not chosen one, execute attnd again with it.  Returns
+ * only if that is not needed or the exec failed (then nothing changed). */
+static void fix_blas_core(char **argv) {
+  const char *better = attn_engine_blas_better_core();
+  if (!better || getenv("OPENBLAS_CORETYPE")) return;
+  if (setenv(BLAS_BEFORE_VAR, attn_engine_blas_core(), 1) == 0 &&
+      setenv("OPENBLAS_CORETYPE", better, 1) == 0)
+    execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(BLAS_BEFORE_VAR);
+}
+
+/* Say what fix_blas_core() did (before: the kernels chosen before it, or
+ * ""), or that the kernels are still far below the CPU. */
+static void report_blas_core(const char *before) {
+  const char *better = attn_engine_blas_better_core();
+  if (*before)
+    attn_log(ATTN_LOG_INFO,
+             "OpenBLAS did not know this CPU and chose its %s kernels: "
+             "attnd restarted itself with OPENBLAS_CORETYPE=%s (set "
+             "OPENBLAS_CORETYPE to choose yourself)",
+             before, attn_engine_blas_core());
+  else if (better)
+    attn_log(ATTN_LOG_WARN,
+             "OpenBLAS runs its %s kernels, far below this CPU: "
+             "OPENBLAS_CORETYPE=%s would make its calls several times "
+             "faster",
+             attn_engine_blas_core(), better);
 }
 
 /* File descriptors attnd needs beside its client connections: stdio, the
@@ -224,7 +266,13 @@ int main(int argc, char **argv) {
   attn_cli_action action;
   attn_diag d = {{0}};
   sigset_t sigs;
+  char blas_before[32] = "";
 
+  const char *b = getenv(BLAS_BEFORE_VAR);
+  if (b) {
+    snprintf(blas_before, sizeof blas_before, "%s", b);
+    unsetenv(BLAS_BEFORE_VAR);
+  }
   attn_config_defaults(&cfg);
   if (attn_config_from_cli(&cfg, argc, argv, env, &action, &d) != ATTN_OK) {
     fprintf(stderr, "attnd: %s\n", d.msg);
@@ -235,8 +283,8 @@ int main(int argc, char **argv) {
       attn_config_usage(stdout, "attnd");
       return 0;
     case ATTN_CLI_VERSION:
-      printf("attnd %s (engine kernel: %s)\n", ATTN_VERSION,
-             attn_engine_kernel_name());
+      printf("attnd %s (engine kernel: %s, OpenBLAS kernels: %s)\n",
+             ATTN_VERSION, attn_engine_kernel_name(), attn_engine_blas_core());
       return 0;
     case ATTN_CLI_CHECK: {
       /* the models too: a model that would not load stops the start */
@@ -252,6 +300,7 @@ int main(int argc, char **argv) {
     case ATTN_CLI_RUN:
       break;
   }
+  if (!*blas_before) fix_blas_core(argv);
 
   /* Keep multi-megabyte request buffers in the heap between requests:
    * otherwise glibc maps and unmaps each one and every large request pays
@@ -278,6 +327,7 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
 
   attn_log_init(cfg.log_level, cfg.log_format);
+  report_blas_core(blas_before);
   env_warnings(warn_log);
   fit_open_files(cfg.max_connections);
   /* before any thread starts */
@@ -324,11 +374,12 @@ int main(int argc, char **argv) {
            "attnd %s listening on %s:%d (workers=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
            "cpu_scheduling_policy=%s, max_total_body_bytes=%lld%s, "
-           "models=%zu, kernel=%s)",
+           "models=%zu, kernel=%s, blas=%s)",
            ATTN_VERSION, cfg.host, attn_server_port(server), cfg.workers,
            cfg.blas_threads_per_worker, cfg.http_threads, cfg.queue_capacity,
            policy, (long long)budget, cfg.max_total_body_bytes ? "" : " (auto)",
-           attn_registry_count(models), attn_engine_kernel_name());
+           attn_registry_count(models), attn_engine_kernel_name(),
+           attn_engine_blas_core());
 
   int sig = 0;
   while (sigwait(&sigs, &sig) != 0) {

@@ -187,6 +187,21 @@ double attn_sdpa_flops(const attn_sdpa_problem *p);
 void attn_engine_set_blas_threads(int n);
 int attn_engine_blas_threads(void);
 
+/* The kernels OpenBLAS chose when it loaded ("Haswell", "SkylakeX",
+ * "Prescott", ...: openblas_get_corename()).  Any thread. */
+const char *attn_engine_blas_core(void);
+
+/* The OPENBLAS_CORETYPE that suits this CPU when OpenBLAS runs kernels far
+ * below it, else NULL.  OpenBLAS before 0.3.25 (Debian 12 has 0.3.21)
+ * falls back to its "Prescott" (SSE3) kernels on x86 CPUs newer than it
+ * (Raptor Lake, Emerald Rapids, Zen 5, ...), about 5x slower.  Returns
+ * "SkylakeX" when the CPU has AVX-512 F, CD, BW, DQ and VL, "Haswell" when
+ * it has AVX2 and FMA, NULL otherwise or when OpenBLAS already runs AVX2 or
+ * AVX-512 kernels.  OpenBLAS reads OPENBLAS_CORETYPE only when it loads:
+ * acting on the answer is the program's (attnd's main re-executes itself).
+ * Any thread. */
+const char *attn_engine_blas_better_core(void);
+
 /* Name of the row max / exp kernels chosen at start-up from the CPU:
  * "avx512", "avx2" or "scalar". */
 const char *attn_engine_kernel_name(void);

@@ -98,7 +98,7 @@ class Server:
     """One attnd process.  Extra flags come after the defaults set here, so
     they win (attnd reads flags left to right)."""
 
-    def __init__(self, *flags, name="attnd", wrap=(), env=None):
+    def __init__(self, *flags, name="attnd", wrap=(), env=None, unset=()):
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
                                              suffix=".log")
@@ -109,11 +109,13 @@ class Server:
                             "--models-dir", MODELS_DIR, "--log-format",
                             "json", "--access-log", "true"] + list(flags)
         self.cmd = cmd
+        environ = dict(os.environ, **(env or {}))
+        for k in unset:
+            environ.pop(k, None)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
                                      stderr=self._log, close_fds=True,
-                                     env=dict(os.environ, **env) if env
-                                     else None)
+                                     env=environ)
         with _SERVERS_LOCK:
             _SERVERS.append(self)
         self.port = None
@@ -3651,6 +3653,66 @@ def drain_timeout_logs_what_it_cuts():
             if x is not None:
                 x.close()
         s.cleanup()
+
+
+def _cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _better_blas_core():
+    """The OPENBLAS_CORETYPE attnd should want on this CPU, or None."""
+    f = _cpu_flags()
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= f:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= f:
+        return "Haswell"
+    return None
+
+
+@test
+def blas_kernels_fit_the_cpu():
+    """OpenBLAS 0.3.21 gives CPUs newer than itself its Prescott (SSE3)
+    kernels; attnd then restarts itself once with OPENBLAS_CORETYPE set
+    (and says so), so that the start-up line never shows kernels below an
+    AVX2 CPU.  An OPENBLAS_CORETYPE the operator set is kept, with a
+    warning when it is far below the CPU."""
+    good = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}
+    better = _better_blas_core()
+    with Server(name="blas-auto", unset=("OPENBLAS_CORETYPE",)) as s:
+        start = [e["msg"] for e in s.log_json() if "listening on" in
+                 e.get("msg", "")]
+        m = re.search(r"blas=(\w+)\)$", start[0] if start else "")
+        check(m, "no blas= in the start-up line: %r" % start)
+        core = m.group(1)
+        if better:
+            check(core in good, "OpenBLAS kernels %s on a CPU for %s" %
+                  (core, better))
+        restarted = [e["msg"] for e in s.log_json() if "restarted itself"
+                     in e.get("msg", "")]
+        if restarted:  # OpenBLAS did not know this CPU
+            check(len(restarted) == 1 and
+                  "OPENBLAS_CORETYPE=%s" % core in restarted[0] and
+                  core == better, "restart line %r, kernels %s" %
+                  (restarted, core))
+        check("not a setting of attnd" not in s.log_text(),
+              "the restart's own variable was warned about: %s" %
+              s.log_tail())
+        expect_status(v1(s.port, {"query": [[1, 0], [0, 1]]}), 200,
+                      "v1 after the kernel check")
+    with Server(name="blas-set", env={"OPENBLAS_CORETYPE": "Prescott"}) as s:
+        log = s.log_json()
+        check(any("blas=Prescott)" in e.get("msg", "") for e in log),
+              "the operator's OPENBLAS_CORETYPE kept: %s" % s.log_tail())
+        warn = [e["msg"] for e in log if e.get("level") == "warn" and
+                "OpenBLAS" in e.get("msg", "")]
+        if better:
+            check(len(warn) == 1 and "OPENBLAS_CORETYPE=%s" % better in
+                  warn[0], "warning for Prescott kernels: %r" % warn)
+        else:
+            check(not warn, "a warning on a CPU without AVX2: %r" % warn)
 
 
 def _nofile(pid):
