@@ -52,6 +52,9 @@
 #include "internal.h"
 
 #define BODY_INITIAL (64 * 1024)
+/* How often peers.c looks at connections between requests (a client that
+ * left is closed after two to three of these). */
+#define PEER_SWEEP_MS 500
 
 struct attn_server {
   attn_srv_ctx ctx;
@@ -63,6 +66,7 @@ struct attn_server {
   pthread_mutex_t mu;      /* live, abandoned; request_id after answering */
   struct conn_ctx *live;   /* the contexts counted in inflight */
   int abandoned;           /* attn_server_abandon() has logged them */
+  attn_peers *peers;       /* every open connection (peers.c) */
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -90,6 +94,7 @@ typedef struct conn_ctx {
   int must_close;  /* answer with Connection: close (see check_framing()) */
   atomic_int done; /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
+  attn_peer *peer;              /* the connection's, in srv->peers */
   attn_http_resp resp;
   uint64_t start_ns;
   int status;
@@ -498,6 +503,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     cx->fd = ci ? (int)ci->connect_fd : -1;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    cx->peer = ci ? ci->socket_context : NULL;
+    attn__peer_begin(cx->peer);
     attn__copy_str(cx->method, sizeof cx->method, method);
     const char *rid = header(conn, "X-Request-Id");
     if (rid && *rid)
@@ -655,8 +663,25 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   free_body(cx);
   reserve(cx, 0);
   if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
+  attn__peer_end(cx->peer);
   free(cx);
   *con_cls = NULL;
+}
+
+/* A connection opens or closes (before its socket is closed): register
+ * it with peers.c, or not any more.  MHD thread. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  attn_server *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context = ci ? attn__peer_open(s->peers, ci->connect_fd) : NULL;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    attn__peer_close(s->peers, *socket_context);
+    *socket_context = NULL;
+  }
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -685,6 +710,11 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  attn_status st = attn__peers_create(PEER_SWEEP_MS, &s->peers, d);
+  if (st != ATTN_OK) {
+    free(s);
+    return st;
+  }
   pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
   atomic_init(&s->body_held, 0);
@@ -695,6 +725,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   snprintf(port, sizeof port, "%d", cfg->port);
   int gai = getaddrinfo(cfg->host, port, &hints, &ai);
   if (gai != 0) {
+    attn__peers_destroy(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return attn_diag_set(d, ATTN_EINVAL, "host '%s': %s", cfg->host,
@@ -710,10 +741,12 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
       (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->daemon) {
+    attn__peers_destroy(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return attn_diag_set(d, ATTN_EIO,
@@ -770,6 +803,7 @@ int attn_server_abandon(attn_server *s) {
 void attn_server_destroy(attn_server *s) {
   if (!s) return;
   if (s->daemon) MHD_stop_daemon(s->daemon);
+  attn__peers_destroy(s->peers);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -130,4 +130,34 @@ attn_status attn__inflate(const char *in, size_t n, attn_encoding e,
 /* HTTP status for an engine/codec/model status. */
 int attn__http_status(attn_status s);
 
+/* peers.c: closes connections whose client left between requests without
+ * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per
+ * server; one attn_peer per open connection. */
+typedef struct attn_peers attn_peers;
+typedef struct attn_peer attn_peer;
+/* A registry, with a sweeper thread that calls attn__peers_sweep every
+ * interval_ms (none when interval_ms <= 0: tests sweep by hand).  On
+ * error *out is NULL and nothing is left.  Main thread. */
+attn_status attn__peers_create(int interval_ms, attn_peers **out,
+                               attn_diag *d);
+/* Stops the sweeper and frees all; NULL is a no-op.  After the daemon
+ * has stopped.  Main thread. */
+void attn__peers_destroy(attn_peers *p);
+/* One look at every peer not handling a request: shuts down the sockets
+ * seen at their end twice in a row with no request begun in between.
+ * Returns how many this call shut down.  Sweeper (or a test). */
+int attn__peers_sweep(attn_peers *p);
+/* Connections shut down by sweeps so far.  Any thread. */
+unsigned long long attn__peers_closed(attn_peers *p);
+/* Register the connection on socket fd; NULL when out of memory (the
+ * connection is then not watched).  MHD thread, when it opens. */
+attn_peer *attn__peer_open(attn_peers *p, int fd);
+/* Unregister (NULL is a no-op), before the socket is closed. */
+void attn__peer_close(attn_peers *p, attn_peer *e);
+/* A request begins (its headers are read) / has ended (completed or cut):
+ * the sweeper leaves a peer alone in between.  NULL is a no-op.  The
+ * connection's MHD thread. */
+void attn__peer_begin(attn_peer *e);
+void attn__peer_end(attn_peer *e);
+
 #endif

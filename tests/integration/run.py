@@ -3193,6 +3193,79 @@ def client_gone_mid_body_seen_at_once():
 
 
 
+def _server_sockets(port):
+    """Counts of the server side's sockets on port by TCP state name
+    (/proc/net/tcp and tcp6; the listening socket left out)."""
+    names = {"01": "established", "08": "close_wait", "06": "time_wait"}
+    out = {}
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(f).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            col = line.split()
+            if int(col[1].rsplit(":", 1)[1], 16) == port and col[3] != "0A":
+                name = names.get(col[3], col[3])
+                out[name] = out.get(name, 0) + 1
+    return out
+
+
+@test
+def clients_gone_between_requests_are_closed():
+    """A client that sends part of its headers (or bytes that are not HTTP)
+    and closes is closed on the server's side within about a second:
+    libmicrohttpd 0.9.75 (epoll) misses a FIN that comes with the last
+    bytes and kept 198 of 200 such connections until connection_timeout_s
+    (85 of 200 with random bytes), one of max_connections each.  Idle
+    keep-alive clients that are still there are left alone."""
+    with Server("--connection-timeout-s", "60", name="gone-idle") as s:
+        p = s.port
+        idle = []
+        try:
+            for _ in range(4):  # keep-alive clients, one request each
+                c = http.client.HTTPConnection(HOST, p, timeout=10)
+                c.request("GET", "/v2/health/live")
+                r = c.getresponse()
+                r.read()
+                expect_status(Resp(r.status, {}, b""), 200, "keep-alive")
+                idle.append(c)
+            t_idle = time.monotonic()
+            rnd = random.Random(7)
+            for i in range(100):
+                c = socket.create_connection((HOST, p), timeout=5)
+                c.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Le" if i % 2 else
+                          bytes(rnd.randrange(256) for _ in range(200)))
+                c.close()
+            deadline = time.monotonic() + 10
+            while True:
+                st = _server_sockets(p)
+                if st.get("close_wait", 0) == 0 or \
+                        time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            check(st.get("close_wait", 0) == 0, "server sockets of the "
+                  "clients gone mid-headers still open: %r" % st)
+            # idle through at least three sweeps (500 ms apart)
+            time.sleep(max(0.0, 1.6 - (time.monotonic() - t_idle)))
+            st = _server_sockets(p)
+            check(st.get("established", 0) >= 4, "the idle keep-alive "
+                  "clients were closed too: %r" % st)
+            for c in idle:  # still served on the same connections
+                c.request("GET", "/v2/health/ready")
+                r = c.getresponse()
+                r.read()
+                check(r.status == 200, "idle keep-alive client: HTTP %d" %
+                      r.status)
+            check("closed " in s.log_text() and "whose client had closed"
+                  in s.log_text(), "no log line for the sweep: %s" %
+                  s.log_tail())
+        finally:
+            for c in idle:
+                c.close()
+
+
 @test
 def half_closed_beside_idle_connections():
     """A client that sends a whole request and half-closes gets its answer
