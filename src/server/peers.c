@@ -8,10 +8,10 @@
  *   kept until connection_timeout_s (forever when that is 0), holding one
  *   of max_connections.  Measured with 200 such clients: 195-198 kept
  *   (partial headers), 68-94 (200 random bytes); none 3 s later with the
- *   sweeps of this file (http.c sweeps every PEER_SWEEP_MS = 500 ms).  While a request is being
- *   handled http.c looks after its socket itself (peer_gone(),
- *   chunked_peer_check()); this file covers the time between requests,
- *   which is where libmicrohttpd reads headers.
+ *   sweeps of this file (http.c sweeps every PEER_SWEEP_MS = 500 ms).
+ *   While a request is being handled http.c looks after its socket itself
+ *   (peer_gone(), chunked_peer_check()); this file covers the time between
+ *   requests, which is where libmicrohttpd reads headers.
  *
  *   Every connection is registered here when it opens (an attn_peer with
  *   its fd) and unregistered before its socket is closed.  A sweeper thread
