@@ -1,6 +1,8 @@
 #!/bin/sh
-# Banned calls (see ../shared/STYLE.md): unbounded or stateful C library
-# functions that have a safer spelling.  Exits non-zero naming each use.
+# Banned calls: C library functions that are unbounded or keep hidden state
+# and have a safer spelling -- sprintf/vsprintf (snprintf), strcpy/strcat
+# (memcpy with a length), strtok (strtok_r or a hand loop), atoi/atol/atof
+# (strtol/strtod with checks), gets (fgets).  Exits non-zero naming each use.
 set -eu
 cd "$(dirname "$0")/.."
 pattern='(^|[^a-z_])(sprintf|vsprintf|strcpy|strcat|strtok|atoi|atol|atof|gets)[[:space:]]*\('
