@@ -256,12 +256,6 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
 attn_status attn__json_f32_rows(attn_buf *b, const float *v, size_t rows,
                                 size_t cols, size_t ld);
 
-/* Most values (nodes) one JSON body may hold.  A node is a 64-byte cJSON
- * struct, so 2^24 of them is ~1 GiB of memory for one request; tensors that
- * large must travel with the binary data extension (4 bytes per FP32
- * instead of ~75 with their JSON text and node). */
-#define ATTN_JSON_MAX_NODES ((size_t)1 << 24)
-
 /* Parse p[0, n) (RFC 8259, strictly; a leading UTF-8 BOM is skipped) as one
  * JSON value followed only by whitespace, refusing nesting deeper than
  * max_depth and more than ATTN_JSON_MAX_NODES values as it goes.

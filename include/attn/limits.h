@@ -1,28 +1,33 @@
 /* limits.h - every compile-time hard limit of attnd, each with its reason.
  *
- * Two kinds live here:
- *  - Request-shape limits (rank, input count, name length, JSON depth, header
- *    length) that decoders enforce whatever the configuration says.  They
- *    bound fixed-size arrays and recursion, so they cannot be runtime knobs.
+ * Three kinds live here:
+ *  - Request-shape limits (rank, input count, name length, JSON depth and
+ *    values, header length) that decoders enforce whatever the configuration
+ *    says.  They bound fixed-size arrays, recursion and memory per request,
+ *    so they cannot be runtime knobs.
  *  - Ceilings of runtime settings: configuration key `max_body_bytes` may be
  *    set anywhere up to ATTN_MAX_BODY_BYTES, and so on.  src/config/config.c
  *    uses these as the `max` column of its key table, so raising a ceiling
  *    here raises what the configuration accepts.
+ *  - Bounds on the model files read at start-up (src/model/): what a model
+ *    description or a safetensors header may say before it is refused.
  *
  * Sizes of names and strings count bytes and exclude the terminating NUL.
  * Changing a value is a recompile; nothing reads these at run time.
- * Every value is an integer constant expression usable in #if and in
- * array bounds.
+ * Every value is an integer constant expression usable in array bounds; those
+ * without a cast are usable in #if too.
  */
 #ifndef ATTN_LIMITS_H
 #define ATTN_LIMITS_H
+
+#include <stddef.h> /* size_t, int64_t: the casts of a few values below */
+#include <stdint.h>
 
 /* ---- Request shape ------------------------------------------------------ */
 
 /* Tensor rank.  Attention needs at most [batch, heads, seq, dim] plus masks
  * with two broadcast dimensions; 8 leaves room and keeps attn_tensor.shape a
- * small inline array.  Same value and spelling as include/attn/tensor.h (an
- * identical redefinition is valid C), so including both is harmless. */
+ * small inline array (include/attn/tensor.h). */
 #define ATTN_MAX_RANK 8
 
 /* Input tensors in one request.  The largest model (mha with masks and
@@ -51,6 +56,12 @@
  * ample, and the limit stops stack exhaustion from "[[[[..." bodies long
  * before cJSON's own CJSON_NESTING_LIMIT (1000). */
 #define ATTN_MAX_JSON_DEPTH 64
+
+/* Most values (nodes) one JSON body may hold.  A node is a 64-byte cJSON
+ * struct, so 2^24 of them is ~1 GiB of memory for one request; tensors that
+ * large must travel with the binary data extension (4 bytes per FP32
+ * instead of ~75 with their JSON text and node). */
+#define ATTN_JSON_MAX_NODES ((size_t)1 << 24)
 
 /* One HTTP request header line, name plus value.  8 KiB is what common
  * proxies (nginx large_client_header_buffers, Apache LimitRequestFieldSize)
@@ -121,8 +132,40 @@
  * not a keep-alive. */
 #define ATTN_MAX_CONNECTION_TIMEOUT_S 86400
 
+/* `attnd --healthcheck`: the whole probe (resolving, connecting, sending,
+ * reading the answer) must end within this, or it fails.  A running attnd
+ * answers health in milliseconds even under load (health never waits
+ * behind the queue), so 3 s without an answer means stuck or gone.  An
+ * exec probe's own timeout (Kubernetes timeoutSeconds, default 1; Docker
+ * HEALTHCHECK --timeout, default 30 s) should be longer, so that the probe
+ * reports its reason instead of being killed. */
+#define ATTN_HEALTHCHECK_TIMEOUT_MS 3000
+
 /* Size of a configuration file.  Every key fits in well under 4 KiB; 1 MiB
  * refuses a wrong path (a model file, /dev/zero) before reading it all. */
 #define ATTN_MAX_CONFIG_FILE_BYTES (1024 * 1024)
+
+/* ---- Model files -------------------------------------------------------- */
+
+/* Upper bound on a resident model's parameter count (embed_dim etc. from a
+ * json file are checked against it before anything is allocated): 2^30 fp32
+ * values are 4 GiB, far above any attention layer this server is for. */
+#define ATTN_MODEL_MAX_PARAMS ((size_t)1 << 30)
+
+/* Any single dimension of a resident model (embed_dim, num_heads, kdim, ...)
+ * above this is a typo, not a model. */
+#define ATTN_MODEL_MAX_DIM ((int64_t)1 << 24)
+
+/* A model description file larger than this is refused unread. */
+#define ATTN_MODEL_MAX_JSON_BYTES ((size_t)1 << 20)
+
+/* Model names: 1..64 of [A-Za-z0-9_.-], not starting with '.' (they appear
+ * in URL paths). */
+#define ATTN_MODEL_MAX_NAME 64
+
+/* Safetensors header JSON larger than this is refused (the reference
+ * implementation uses the same bound): a header is names and shapes, never
+ * megabytes of text. */
+#define ATTN_SAFETENSORS_MAX_HEADER ((size_t)100 << 20)
 
 #endif /* ATTN_LIMITS_H */

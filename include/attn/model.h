@@ -56,18 +56,9 @@
 
 #include "attn/engine.h"
 #include "attn/infer.h"
+#include "attn/limits.h" /* ATTN_MODEL_MAX_*: model files */
 #include "attn/status.h"
 #include "attn/tensor.h"
-
-/* Upper bound on a resident model's parameter count (embed_dim etc. from a
- * json file are checked against it before anything is allocated): 2^30 fp32
- * values are 4 GiB, far above any attention layer this server is for. */
-#define ATTN_MODEL_MAX_PARAMS ((size_t)1 << 30)
-/* A model description file larger than this is refused unread. */
-#define ATTN_MODEL_MAX_JSON_BYTES ((size_t)1 << 20)
-/* Model names: 1..64 of [A-Za-z0-9_.-], not starting with '.' (they appear
- * in URL paths). */
-#define ATTN_MODEL_MAX_NAME 64
 
 typedef struct attn_registry attn_registry;
 typedef struct attn_model attn_model;

@@ -22,12 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/limits.h" /* ATTN_SAFETENSORS_MAX_HEADER */
 #include "attn/status.h"
 #include "attn/tensor.h"
-
-/* Header JSON larger than this is refused (the reference implementation uses
- * the same bound): a header is names and shapes, never megabytes of text. */
-#define ATTN_SAFETENSORS_MAX_HEADER ((size_t)100 << 20)
 
 typedef struct attn_safetensors attn_safetensors;
 

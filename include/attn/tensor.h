@@ -11,9 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/limits.h" /* ATTN_MAX_RANK */
 #include "attn/status.h"
-
-#define ATTN_MAX_RANK 8
 
 /* KServe v2 datatype names are the second column. */
 #define ATTN_DTYPE_MAP(X) \

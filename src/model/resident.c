@@ -30,8 +30,6 @@
 #include "attn/safetensors.h"
 
 #define LL(x) ((long long)(x))
-/* Any single dimension above this is a typo, not a model. */
-#define MAX_DIM ((int64_t)1 << 24)
 #define SEED_MAX 9007199254740991.0 /* 2^53 - 1: exact in a JSON double */
 
 void attn__resident_free(attn__resident *r) {
@@ -81,10 +79,10 @@ static const char *const keys[K_N] = {
 static attn_status json_dim(const cJSON *j, const char *path, const char *key,
                             int64_t *v, attn_diag *d) {
   if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) ||
-      j->valuedouble < 1 || j->valuedouble > (double)MAX_DIM)
+      j->valuedouble < 1 || j->valuedouble > (double)ATTN_MODEL_MAX_DIM)
     return attn_diag_set(d, ATTN_EINVAL,
                          "%s: \"%s\" must be an integer in 1..%lld", path, key,
-                         LL(MAX_DIM));
+                         LL(ATTN_MODEL_MAX_DIM));
   *v = (int64_t)j->valuedouble;
   return ATTN_OK;
 }
