@@ -1,0 +1,138 @@
+#!/bin/bash
+# deploy/compose/test.sh - three attnd replicas behind HAProxy
+# (compose.yaml), under a steady load, lose a replica and are restarted one
+# at a time, and no client request fails.  Run by .ci/run; needs root (it
+# may install and start a Docker engine and docker-compose,
+# scripts/docker-engine.sh, and stops only what it started).
+#
+#  1. Every replica answers through the balancer (HAProxy's X-Served-By).
+#  2. Replica loss: under load, attnd-2 is killed (SIGKILL) and started
+#     again; no request fails, and attnd-2 serves again afterwards.
+#  3. Rolling restart: under load, each replica in turn gets SIGTERM (exit
+#     code 0), is started again and is ready before the next; no request
+#     fails.
+# The load is tests/deploy/client.py: 4 threads of small /v1 and v2
+# requests to 127.0.0.1:8080, bounded in time.  Prints the counts, then
+# "N passed, M failed" last.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+export COMPOSE_PROJECT_NAME=attnd-compose-test
+export COMPOSE_DOCKER_CLI_BUILD=0 DOCKER_BUILDKIT=0
+COMPOSE="docker-compose -f deploy/compose/compose.yaml"
+CLIENT="python3 tests/deploy/client.py"
+LB=8080
+THREADS=4
+passed=0
+failed=0
+work=$(mktemp -d /tmp/attnd-compose.XXXXXX)
+
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+eval "$(scripts/docker-engine.sh start)"
+cleanup() {
+  $COMPOSE logs --no-color >"$work/compose.log" 2>&1 || true
+  if [ "$failed" -gt 0 ] || [ -n "${KEEP_LOGS:-}" ]; then
+    echo "compose logs (last 40 lines of $(wc -l <"$work/compose.log")):"
+    tail -40 "$work/compose.log"
+  fi
+  $COMPOSE down --timeout 5 >/dev/null 2>&1 || true
+  rm -rf "$work"
+  [ -z "${ATTND_DOCKER_STARTED:-}" ] || scripts/docker-engine.sh stop
+}
+trap cleanup EXIT
+
+for p in 8080 8081 8082 8083; do
+  if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $p)) != 0)"; then
+    echo "compose test: port $p is in use (the stack needs 8080-8083)" >&2
+    exit 1
+  fi
+done
+
+scripts/build-image.sh
+$COMPOSE build lb >/dev/null
+$COMPOSE up -d --no-build
+for p in 8081 8082 8083 $LB; do $CLIENT wait-ready $p 60; done
+
+# counts of one load run: "ok failed replicas", the JSON line kept in $work
+load() { # seconds name [--stop FILE]
+  local secs=$1 name=$2
+  shift 2
+  $CLIENT load $LB "$secs" $THREADS "$@" >"$work/$name.json"
+}
+field() { # name python-expression-of-c
+  python3 -c "import json,sys; c=json.load(open('$work/$1.json')); print($2)"
+}
+report() { # name what
+  echo "  $2: $(field "$1" "c['ok']") ok, $(field "$1" "c['failed']") failed, by replica $(field "$1" "c['replica']"), by status $(field "$1" "c['status']")"
+  [ "$(field "$1" "c['failed']")" = 0 ] || field "$1" "'\n'.join(c['failures'])"
+}
+replicas() { field "$1" "' '.join(sorted(k for k in c['replica'] if c['replica'][k] > 0))"; }
+
+# HAProxy marks a replica up after two good checks a second apart
+all3=""
+for _ in $(seq 20); do
+  load 1 warm
+  all3=$(replicas warm)
+  [ "$all3" = "attnd-1 attnd-2 attnd-3" ] && break
+done
+
+# ---- 1. every replica answers ----------------------------------------------
+load 4 every
+report every "steady load, 4 s"
+if [ "$(replicas every)" = "attnd-1 attnd-2 attnd-3" ] && [ "$(field every "c['failed']")" = 0 ]; then
+  ok "every replica answers through the balancer"
+else
+  bad "every replica answers" "replicas '$(replicas every)'"
+fi
+
+# ---- 2. a replica killed, then started again ---------------------------------
+id2=$($COMPOSE ps -q attnd-2)
+load 60 loss --stop "$work/stop-loss" &
+pid=$!
+sleep 3
+docker kill --signal KILL "$id2" >/dev/null
+echo "  attnd-2 killed (SIGKILL)"
+sleep 4
+$COMPOSE start attnd-2 >/dev/null 2>&1
+$CLIENT wait-ready 8082 60
+echo "  attnd-2 started again and ready"
+sleep 4
+touch "$work/stop-loss"
+wait "$pid"
+report loss "load across the kill and the restart"
+[ "$(field loss "c['failed']")" = 0 ] && [ "$(field loss "c['ok']")" -gt 0 ] &&
+  ok "replica loss: no failed request" || bad "replica loss" "requests failed"
+load 4 rejoin
+report rejoin "after the restart, 4 s"
+case " $(replicas rejoin) " in
+  *" attnd-2 "*) ok "attnd-2 rejoined ($(field rejoin "c['replica'].get('attnd-2', 0)") requests)" ;;
+  *) bad "attnd-2 rejoins" "replicas '$(replicas rejoin)'" ;;
+esac
+
+# ---- 3. rolling restart: SIGTERM one at a time ---------------------------------
+load 180 rolling --stop "$work/stop-rolling" &
+pid=$!
+sleep 2
+codes=""
+for r in attnd-1 attnd-2 attnd-3; do
+  id=$($COMPOSE ps -q $r)
+  $COMPOSE stop --timeout 45 $r >/dev/null 2>&1
+  code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
+  codes="$codes $r=$code"
+  $COMPOSE start $r >/dev/null 2>&1
+  $CLIENT wait-ready "808${r#attnd-}" 60
+  sleep 3 # two checks by HAProxy: back in rotation
+  echo "  $r: SIGTERM, exit code $code, started again, ready"
+done
+touch "$work/stop-rolling"
+wait "$pid"
+report rolling "load across the rolling restart"
+[ "$(field rolling "c['failed']")" = 0 ] && [ "$(field rolling "c['ok']")" -gt 0 ] &&
+  ok "rolling restart: no failed request" || bad "rolling restart" "requests failed"
+[ "$codes" = " attnd-1=0 attnd-2=0 attnd-3=0" ] &&
+  ok "rolling restart: every replica exited 0 on SIGTERM" || bad "exit codes" "$codes"
+
+echo "compose test: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
