@@ -279,7 +279,7 @@ sandbox_fit() {
   spid=$!
   port=""
   for _ in $(seq 1 100); do
-    port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1)
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
     [ -n "$port" ] && break
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
