@@ -12,9 +12,11 @@
  * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
  * older than the CPU), attnd executes itself again once with
  * OPENBLAS_CORETYPE set (fix_blas_core).
+ * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
+ * (online, affinity mask, cgroup CPU quota: allowed_cpus).
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* SCHED_BATCH */
+#define _GNU_SOURCE /* SCHED_BATCH, sched_getaffinity */
 #endif
 #include <errno.h>
 #include <malloc.h>
@@ -209,6 +211,19 @@ static attn_status load_models(const attn_config *cfg, attn_registry **out,
   return attn_registry_create(cfg->models_dir, out, d);
 }
 
+/* The CPUs attnd may use (attn_cpus_allowed), what they are made of into
+ * why. */
+static int allowed_cpus(char *why, size_t why_size) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int affinity = 0;
+#ifdef __linux__
+  cpu_set_t set; /* 1024 CPUs; more: EINVAL, the count stays unknown */
+  if (sched_getaffinity(0, sizeof set, &set) == 0) affinity = CPU_COUNT(&set);
+#endif
+  return attn_cpus_allowed(online > 0 ? (int)online : 1, affinity,
+                           attn_cpu_quota(""), why, why_size);
+}
+
 #ifdef SCHED_BATCH
 /* The name of a kernel scheduling policy, as the start-up line shows it. */
 static const char *policy_name(int policy) {
@@ -348,12 +363,19 @@ int main(int argc, char **argv) {
     attn_log(ATTN_LOG_ERROR, "cannot create the queue");
     goto out;
   }
+  char why[160];
+  int cpus = allowed_cpus(why, sizeof why);
+  int workers = cfg.workers;
+  if (!workers) {
+    workers = cpus < ATTN_MAX_WORKERS ? cpus : ATTN_MAX_WORKERS;
+    attn_log(ATTN_LOG_INFO, "workers=%d (auto: %s)", workers, why);
+  }
   attn_pool_opts po;
   attn_pool_default_opts(&po);
-  po.workers = cfg.workers;
+  po.workers = workers;
   po.queue = queue;
   if (attn_pool_create(&po, &pool) != ATTN_OK) {
-    attn_log(ATTN_LOG_ERROR, "cannot start %d workers", cfg.workers);
+    attn_log(ATTN_LOG_ERROR, "cannot start %d workers", workers);
     goto out;
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -365,18 +387,19 @@ int main(int argc, char **argv) {
                                       ? (uint64_t)pages * (uint64_t)page
                                       : 0);
   int64_t budget = attn_config_body_budget(&cfg, memory);
-  attn_server_deps deps = {&cfg, models, queue, pool, budget};
+  attn_server_deps deps = {&cfg, models, queue, pool, budget, cpus};
   if (attn_server_create(&deps, &server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     goto out;
   }
   attn_log(ATTN_LOG_INFO,
-           "attnd %s listening on %s:%d (workers=%d, "
+           "attnd %s listening on %s:%d (workers=%d%s, cpus=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
            "cpu_scheduling_policy=%s, max_total_body_bytes=%lld%s, "
            "models=%zu, kernel=%s, blas=%s)",
-           ATTN_VERSION, cfg.host, attn_server_port(server), cfg.workers,
-           cfg.blas_threads_per_worker, cfg.http_threads, cfg.queue_capacity,
+           ATTN_VERSION, cfg.host, attn_server_port(server), workers,
+           cfg.workers ? "" : " (auto)", cpus, cfg.blas_threads_per_worker,
+           cfg.http_threads, cfg.queue_capacity,
            policy, (long long)budget, cfg.max_total_body_bytes ? "" : " (auto)",
            attn_registry_count(models), attn_engine_kernel_name(),
            attn_engine_blas_core());

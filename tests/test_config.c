@@ -138,7 +138,7 @@ START_TEST(test_defaults) {
   attn_config_defaults(&c);
   ck_assert_str_eq(c.host, "0.0.0.0");
   ck_assert_int_eq(c.port, 8080);
-  ck_assert_int_eq(c.workers, 2);
+  ck_assert_int_eq(c.workers, 0);
   ck_assert_int_eq(c.blas_threads_per_worker, 0);
   ck_assert_int_eq(c.queue_capacity, 64);
   ck_assert_int_eq(c.queue_timeout_ms, 10000);
@@ -253,7 +253,7 @@ START_TEST(test_set_bad_int_text) {
                   "'%s' accepted", bad[i]);
     ASSERT_UNCHANGED(c, before);
     ASSERT_DIAG_HAS(d, "workers");
-    ASSERT_DIAG_HAS(d, "1..256");
+    ASSERT_DIAG_HAS(d, "0..256");
   }
   attn_config c;
   attn_config_defaults(&c);
@@ -274,8 +274,8 @@ START_TEST(test_set_out_of_range) {
   } cases[] = {
       {"port", "65536", "0..65535"},
       {"port", "-1", "0..65535"},
-      {"workers", "0", "1..256"},
-      {"workers", "257", "1..256"},
+      {"workers", "-1", "0..256"},
+      {"workers", "257", "0..256"},
       {"blas_threads_per_worker", "65", "0..64"},
       {"queue_capacity", "1000001", "1..1000000"},
       {"queue_timeout_ms", "3600001", "0..3600000"},
@@ -287,7 +287,7 @@ START_TEST(test_set_out_of_range) {
       {"max_weights_elements", "-1", "0..1099511627776"},
       {"max_connections", "65537", "1..65536"},
       {"connection_timeout_s", "86401", "0..86400"},
-      {"workers", "4294967298", "1..256"}, /* would wrap to 2 as an int */
+      {"workers", "4294967298", "0..256"}, /* would wrap to 2 as an int */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     attn_config c, before;
@@ -473,7 +473,7 @@ START_TEST(test_file_partial_failure_changes_nothing) {
   ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_EINVAL);
   unlink(p);
   ASSERT_UNCHANGED(c, before);
-  ck_assert_int_eq(c.workers, 2);
+  ck_assert_int_eq(c.workers, 0);
 }
 END_TEST
 
@@ -781,8 +781,8 @@ START_TEST(test_cli_errors_change_nothing) {
       {{"attnd", "--port", "12abc"},
        "--port: '12abc' is not an integer (port must be 0..65535)"},
       {{"attnd", "--port="}, "--port: '' is not an integer"},
-      {{"attnd", "--workers", "0"},
-       "--workers: 0 is out of range (workers must be 1..256)"},
+      {{"attnd", "--workers", "-1"},
+       "--workers: -1 is out of range (workers must be 0..256)"},
       {{"attnd", "--wokers", "3"},
        "unknown option '--wokers' (did you mean '--workers'?)"},
       {{"attnd", "--queue_capacity", "3"}, "did you mean '--queue-capacity'?"},
@@ -1107,6 +1107,76 @@ START_TEST(test_memory_limit) {
 }
 END_TEST
 
+/* cgroup CPU quotas, found like memory limits: v2 cpu.max on the path and
+ * its ancestors, v1 cfs quota over period; none is 0. */
+START_TEST(test_cpu_quota) {
+  ck_assert(attn_cpu_quota("/nonexistent") == 0);
+
+  /* v2: a pod's quota on the parent, "max" on the container itself */
+  fake_root_make();
+  fake_file("proc/self/cgroup", "0::/kubepods/pod1/ctr\n");
+  fake_file("sys/fs/cgroup/kubepods/pod1/ctr/cpu.max", "max 100000\n");
+  fake_file("sys/fs/cgroup/kubepods/pod1/cpu.max", "150000 100000\n");
+  fake_file("sys/fs/cgroup/kubepods/cpu.max", "400000 100000\n");
+  ck_assert(attn_cpu_quota(fake_root) == 1.5);
+  fake_root_remove();
+
+  /* v2 in the container's own namespace: the mount's top; no quota */
+  fake_root_make();
+  fake_file("proc/self/cgroup", "0::/\n");
+  fake_file("sys/fs/cgroup/cpu.max", "max 100000\n");
+  ck_assert(attn_cpu_quota(fake_root) == 0);
+  fake_file("sys/fs/cgroup/cpu.max", "200000 100000\n");
+  fake_n--; /* the same path twice: remove it once */
+  ck_assert(attn_cpu_quota(fake_root) == 2.0);
+  fake_root_remove();
+
+  /* v1 (Docker --cpus): the cpu,cpuacct hierarchy, seen at the mount's
+   * top; -1 is no quota; the memory hierarchy's files are not read */
+  fake_root_make();
+  fake_file("proc/self/cgroup",
+            "5:cpu,cpuacct:/docker/abc\n"
+            "4:memory:/docker/abc\n");
+  fake_file("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "50000\n");
+  fake_file("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  fake_file("sys/fs/cgroup/memory/cpu.cfs_quota_us", "1000\n"); /* not it */
+  fake_file("sys/fs/cgroup/memory/cpu.cfs_period_us", "100000\n");
+  ck_assert(attn_cpu_quota(fake_root) == 0.5);
+  fake_root_remove();
+
+  fake_root_make();
+  fake_file("proc/self/cgroup", "3:cpu:/user.slice\n");
+  fake_file("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");
+  fake_file("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+  ck_assert(attn_cpu_quota(fake_root) == 0);
+  fake_file("sys/fs/cgroup/cpu/user.slice/cpu.cfs_quota_us", "300000\n");
+  fake_file("sys/fs/cgroup/cpu/user.slice/cpu.cfs_period_us", "100000\n");
+  ck_assert(attn_cpu_quota(fake_root) == 3.0);
+  fake_root_remove();
+}
+END_TEST
+
+/* The CPUs auto settings count: online, affinity and quota (rounded up),
+ * the smallest, at least 1; and the log's explanation. */
+START_TEST(test_cpus_allowed) {
+  char why[160];
+  ck_assert_int_eq(attn_cpus_allowed(8, 0, 0, NULL, 0), 8);
+  ck_assert_int_eq(attn_cpus_allowed(8, 3, 0, why, sizeof why), 3);
+  ck_assert_str_eq(why, "3 CPUs allowed: no cgroup CPU quota, 3 in the "
+                        "affinity mask, 8 online");
+  ck_assert_int_eq(attn_cpus_allowed(4, 4, 1.5, why, sizeof why), 2);
+  ck_assert_str_eq(why, "2 CPUs allowed: cgroup CPU quota 1.5 CPUs, 4 in the "
+                        "affinity mask, 4 online");
+  ck_assert_int_eq(attn_cpus_allowed(4, 4, 2.0, NULL, 0), 2);
+  ck_assert_int_eq(attn_cpus_allowed(4, 4, 2.0000001, NULL, 0), 2);
+  ck_assert_int_eq(attn_cpus_allowed(4, 2, 3.0, NULL, 0), 2);
+  ck_assert_int_eq(attn_cpus_allowed(4, 0, 16.0, NULL, 0), 4);
+  ck_assert_int_eq(attn_cpus_allowed(4, 0, 0.1, why, sizeof why), 1);
+  ck_assert_str_eq(why, "1 CPU allowed: cgroup CPU quota 0.1 CPUs, 4 online");
+  ck_assert_int_eq(attn_cpus_allowed(0, 0, 0, NULL, 0), 1);
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *t = tcase_create("table");
@@ -1153,6 +1223,8 @@ Suite *config_suite(void) {
   t = tcase_create("memory");
   tcase_add_test(t, test_body_budget);
   tcase_add_test(t, test_memory_limit);
+  tcase_add_test(t, test_cpu_quota);
+  tcase_add_test(t, test_cpus_allowed);
   suite_add_tcase(s, t);
   return s;
 }

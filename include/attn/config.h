@@ -48,7 +48,7 @@ typedef enum { ATTN_SCHED_BATCH, ATTN_SCHED_OTHER } attn_sched_policy;
 typedef struct attn_config {
   char host[ATTN_MAX_HOST_LEN + 1]; /* listen address; "0.0.0.0" = all IPv4 */
   int port;                         /* 0 = ephemeral (kernel picks) */
-  int workers;                      /* worker threads running requests */
+  int workers;                      /* worker threads; 0 = auto (CPUs) */
   int blas_threads_per_worker;      /* threads one request may use; 0 auto */
   int http_threads;                 /* libmicrohttpd I/O threads */
   int queue_capacity;               /* queued requests beyond which: 503 */
@@ -134,6 +134,22 @@ int64_t attn_config_body_budget(const attn_config *c, uint64_t memory_limit);
  * under root: "" for the real ones, a directory of fakes in tests.  Limits
  * that are absent, unreadable or "max" are skipped. */
 uint64_t attn_memory_limit(const char *root, uint64_t phys);
+
+/* The smallest CPU quota of this process's cgroup and its ancestors, in
+ * CPUs: cgroup v2 cpu.max ("150000 100000" is 1.5; "max 100000" is none)
+ * and v1 cpu.cfs_quota_us / cpu.cfs_period_us (-1 is none), found as
+ * attn_memory_limit finds memory limits, under root likewise.  0 when no
+ * quota applies (or none can be read). */
+double attn_cpu_quota(const char *root);
+
+/* CPUs attnd may use, what auto settings (workers = 0,
+ * blas_threads_per_worker = 0) count: the smallest of online (CPUs online),
+ * affinity (CPUs in its affinity mask; 0 when unknown) and quota rounded up
+ * (attn_cpu_quota; 0 = none), at least 1.  why (may be NULL) gets what it
+ * was made of, for the log: "2 CPUs allowed: cgroup CPU quota 1.5 CPUs, 4 in
+ * the affinity mask, 8 online". */
+int attn_cpus_allowed(int online, int affinity, double quota, char *why,
+                      size_t why_size);
 
 /* Print usage: every flag with its meaning, default, range and environment
  * variable, generated from the key table.  prog is argv[0] (may be NULL). */

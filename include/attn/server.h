@@ -25,6 +25,10 @@ typedef struct attn_server_deps {
    * connections together (attn_config_body_budget); a request or an answer
    * that would pass it is answered 503. */
   int64_t body_budget;
+  /* CPUs attnd may use (attn_cpus_allowed): what blas_threads_per_worker
+   * = 0 shares among the requests computing at once; 0 = the CPUs
+   * online. */
+  int cpus;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it

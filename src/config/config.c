@@ -103,8 +103,9 @@ static const cfg_key keys[] = {
           "address to listen on; 0.0.0.0 = all IPv4, :: = all IPv6"),
     K_INT(port, "ATTND_PORT", 8080, 0, 65535, "",
           "TCP port to listen on; 0 = ephemeral (the kernel picks)"),
-    K_INT(workers, "ATTND_WORKERS", 2, 1, ATTN_MAX_WORKERS, "threads",
-          "worker threads running requests"),
+    K_INT(workers, "ATTND_WORKERS", 0, 0, ATTN_MAX_WORKERS, "threads",
+          "worker threads running requests; 0 = auto (the CPUs attnd may "
+          "use: its affinity mask and its cgroup's CPU quota, rounded up)"),
     K_INT(blas_threads_per_worker, "ATTND_BLAS_THREADS_PER_WORKER", 0, 0,
           ATTN_MAX_BLAS_THREADS, "threads",
           "threads one request may use inside the engine; 0 = auto (the "

@@ -705,7 +705,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   s->ctx.models = deps->models;
   s->ctx.queue = deps->queue;
   s->ctx.pool = deps->pool;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = deps->cpus > 0 ? deps->cpus : sysconf(_SC_NPROCESSORS_ONLN);
   s->ctx.ncpu = ncpu > 0 ? (int)ncpu : 1;
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);

@@ -59,7 +59,7 @@ typedef struct attn_srv_ctx {
   const attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
-  int ncpu; /* online CPUs at start-up (auto engine threads) */
+  int ncpu; /* CPUs attnd may use (auto engine threads) */
   atomic_bool draining;
   atomic_uint_fast64_t next_id;
 } attn_srv_ctx;

@@ -3869,6 +3869,78 @@ def check_config_loads_models():
                   s.log_text()[-400:])
 
 
+def _cpu_quota():
+    """The smallest cgroup CPU quota of this process in CPUs, or None:
+    v2 cpu.max and v1 cfs quota/period of our cgroup, its ancestors and
+    the mount's top (as attnd reads them, so a test run in a container with
+    a quota expects what attnd finds)."""
+    best = None
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hid, ctrl, path = line.split(":", 2)
+        if hid == "0" and ctrl == "":
+            base, names = "/sys/fs/cgroup", [("cpu.max", None)]
+        elif "cpu" in ctrl.split(","):
+            base = "/sys/fs/cgroup/cpu"
+            names = [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for i in range(len(parts), -1, -1):
+            dirp = os.path.join(base, *parts[:i])
+            for qf, pf in names:
+                try:
+                    if pf is None:
+                        q, p = open(os.path.join(dirp, qf)).read().split()
+                    else:
+                        q = open(os.path.join(dirp, qf)).read().strip()
+                        p = open(os.path.join(dirp, pf)).read().strip()
+                    if q == "max" or int(q) <= 0 or int(p) <= 0:
+                        continue
+                    v = int(q) / int(p)
+                    best = v if best is None else min(best, v)
+                except (OSError, ValueError):
+                    pass
+    return best
+
+
+@test
+def workers_auto_counts_allowed_cpus():
+    """workers = 0 (the default) starts one worker per CPU attnd may use:
+    the affinity mask and the cgroup CPU quota count, and the log says
+    how many and why.  A number given is used as it is."""
+    allowed = len(os.sched_getaffinity(0))
+    quota = _cpu_quota()
+    if quota:
+        allowed = min(allowed, max(1, int(math.ceil(quota - 1e-6))))
+    with Server(name="workers-auto") as s:
+        auto = [e["msg"] for e in s.log_json()
+                if e.get("msg", "").startswith("workers=")]
+        check(len(auto) == 1 and auto[0].startswith(
+            "workers=%d (auto: %d CPU" % (allowed, allowed)),
+            "auto workers line (expected %d): %r" % (allowed, auto))
+        check("workers=%d (auto), cpus=%d," % (allowed, allowed) in
+              s.log_text(), "start-up line: %s" % s.log_tail(2))
+    # one CPU in the affinity mask: one worker, and the mask is named
+    with Server(name="workers-taskset", wrap=("taskset", "-c", "0")) as s:
+        auto = [e["msg"] for e in s.log_json()
+                if e.get("msg", "").startswith("workers=")]
+        check(len(auto) == 1 and auto[0].startswith(
+            "workers=1 (auto: 1 CPU allowed: ") and
+            "1 in the affinity mask" in auto[0],
+            "auto workers under taskset -c 0: %r" % auto)
+        r = v1(s.port, {"query": [[1, 0]]})
+        expect_status(r, 200, "a request with one auto worker")
+    with Server("--workers", "3", name="workers-3") as s:
+        check("workers=3, cpus=" in s.log_text() and
+              not [e for e in s.log_json()
+                   if e.get("msg", "").startswith("workers=")],
+              "fixed workers: %s" % s.log_tail(2))
+
+
 @test
 def unknown_environment_variables_warned():
     """An ATTND_* variable attnd does not read is not silently ignored: a
