@@ -1,11 +1,11 @@
-/* bench_json.c - request-body JSON parsing: cJSON against attn__json_parse,
+/* bench_json.c - request-body JSON parsing: cJSON against attn_json_parse,
  * and the full v2/v1 decoders on the same bodies.
  *
  * DESIGN
  *  Purpose.  Report, for four request bodies, MB/s of body and ns per JSON
  *  number for
  *    cJSON   cJSON_ParseWithLengthOpts + cJSON_Delete (what the codecs used);
- *    attn    attn__json_parse + attn__json_free (src/codec/json_fast.c);
+ *    attn    attn_json_parse + attn_json_free (src/json/json_parse.c);
  *    decode  attn_v2_decode / attn_v1_decode + attn_infer_request_free
  *            (parse, validate, convert to FP32 tensors, free).
  *  Bodies: a KServe v2 request with query/key/value of 1024 numbers each
@@ -21,8 +21,9 @@
  *  --impl NAME reads packed arrays with that path (avx512, avx2, sse2, scalar:
  *  attn__json_set_impl) instead of the fastest one the CPU has.
  *
- *  Linked against the codec library, so building it against an older
- *  src/codec gives the "before" numbers for attn and decode.
+ *  Linked against the codec and JSON libraries, so building it against an
+ *  older src/json and src/codec gives the "before" numbers for attn and
+ *  decode.
  *
  *  Threads.  Single thread.
  */
@@ -37,7 +38,8 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/infer.h"
-#include "../src/codec/json_impl.h"
+#include "attn/json.h"
+#include "../src/json/internal.h"
 
 static double secs_min = 0.5;
 
@@ -136,10 +138,10 @@ static void run_once(method m, int v1, const char *body, size_t len) {
     cJSON_Delete(t);
   } else if (m == M_ATTN) {
     cJSON *t;
-    if (attn__json_parse(body, len, ATTN_MAX_JSON_DEPTH, NULL, &t, &d) !=
+    if (attn_json_parse(body, len, ATTN_MAX_JSON_DEPTH, NULL, &t, &d) !=
         ATTN_OK)
       die(d.msg);
-    attn__json_free(t);
+    attn_json_free(t);
   } else {
     attn_infer_request r;
     attn_status s = v1 ? attn_v1_decode(body, len, NULL, &r, NULL, &d)

@@ -21,7 +21,8 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/infer.h"
-#include "../src/codec/json_impl.h"
+#include "attn/json.h"
+#include "../src/json/internal.h"
 #include "unit.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -333,7 +334,7 @@ static const v2_case v2_cases[] = {
      "data[1] = 1e+39 is outside the FP32 range", NULL, 0, 0},
     {IN1("FP64", "[1,1]", "[[-1e300]]"), NULL, 0, 0, -1, ATTN_ENONFINITE,
      "data[0][0] = -1e+300 is outside the FP32 range", NULL, 0, 0},
-    /* past the first block of 8 that attn__f64_to_f32 checks at once */
+    /* past the first block of 8 that attn_json_f64_to_f32 checks at once */
     {IN1("FP32", "[10]", "[0,1,2,3,4,5,6,7,8,-4e38]"), NULL, 0, 0, -1,
      ATTN_ENONFINITE, "data[9] = -4e+38 is outside the FP32 range", NULL, 0, 0},
     {IN1("FP16", "[1]", "[1]"), NULL, 0, 0, -1, ATTN_EUNSUPPORTED,
@@ -1476,7 +1477,7 @@ START_TEST(infer_free_partial) {
 }
 END_TEST
 
-/* ---- JSON parser (json_fast.c) ------------------------------------------ */
+/* ---- JSON parser (json_parse.c) ------------------------------------------ */
 
 /* cJSON's own parse of p[0, n) when it is one value plus whitespace. */
 static cJSON *cjson_parse(const char *p, size_t n) {
@@ -1529,12 +1530,12 @@ static void check_same_tree(const cJSON *a, const cJSON *b, const char *ctx) {
   }
 }
 
-/* Parse with attn__json_parse and cJSON; both must accept, print the same
+/* Parse with attn_json_parse and cJSON; both must accept, print the same
  * and hold the same tree. */
 static void check_like_cjson(const char *p, size_t n, const char *ctx) {
   cJSON *t = NULL, *c = cjson_parse(p, n);
   attn_diag d = {{0}};
-  attn_status s = attn__json_parse(p, n, ATTN_MAX_JSON_DEPTH, "", &t, &d);
+  attn_status s = attn_json_parse(p, n, ATTN_MAX_JSON_DEPTH, "", &t, &d);
   ck_assert_msg(s == ATTN_OK, "%s: %s", ctx, d.msg);
   ck_assert_msg(c != NULL, "%s: cJSON rejects it", ctx);
   char *pa = cJSON_PrintUnformatted(t), *pb = cJSON_PrintUnformatted(c);
@@ -1544,7 +1545,7 @@ static void check_like_cjson(const char *p, size_t n, const char *ctx) {
   cJSON_free(pa);
   cJSON_free(pb);
   cJSON_Delete(c);
-  attn__json_free(t);
+  attn_json_free(t);
 }
 
 typedef struct json_case {
@@ -1657,11 +1658,11 @@ START_TEST(json_syntax_table) {
   snprintf(ctx, sizeof ctx, "json case %d", _i);
   cJSON *t = (cJSON *)&t; /* must become NULL on failure */
   attn_diag d = {{0}};
-  attn_status s = attn__json_parse(in, n, 8, " (hint)", &t, &d);
+  attn_status s = attn_json_parse(in, n, 8, " (hint)", &t, &d);
   ck_assert_msg(s == c->st, "%s: status %s (%s), expected %s", ctx,
                 attn_status_name(s), d.msg, attn_status_name(c->st));
   if (s == ATTN_OK) {
-    attn__json_free(t);
+    attn_json_free(t);
     check_like_cjson(in, n, ctx);
   } else {
     ck_assert_ptr_null(t);
@@ -1698,11 +1699,11 @@ START_TEST(json_escapes_table) {
   const char *in = json_escapes[_i].in, *want = json_escapes[_i].out;
   int n = snprintf(doc, sizeof doc, "[\"%s\",{\"%s\":1}]", in, in);
   ck_assert(n > 0 && (size_t)n < sizeof doc);
-  ck_assert_int_eq(attn__json_parse(doc, (size_t)n, 8, NULL, &t, &d), ATTN_OK);
+  ck_assert_int_eq(attn_json_parse(doc, (size_t)n, 8, NULL, &t, &d), ATTN_OK);
   ck_assert_str_eq(t->child->valuestring, want);
   ck_assert_str_eq(t->child->next->child->string, want);
   ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(t->child->next, want));
-  attn__json_free(t);
+  attn_json_free(t);
   check_like_cjson(doc, (size_t)n, in);
 }
 END_TEST
@@ -1710,15 +1711,14 @@ END_TEST
 START_TEST(json_depth_limit) {
   cJSON *t;
   attn_diag d;
-  ck_assert_int_eq(attn__json_parse("[[[1]]]", 7, 3, NULL, &t, &d), ATTN_OK);
-  attn__json_free(t);
-  ck_assert_int_eq(attn__json_parse("[[[[1]]]]", 9, 3, NULL, &t, &d),
+  ck_assert_int_eq(attn_json_parse("[[[1]]]", 7, 3, NULL, &t, &d), ATTN_OK);
+  attn_json_free(t);
+  ck_assert_int_eq(attn_json_parse("[[[[1]]]]", 9, 3, NULL, &t, &d),
                    ATTN_EINVAL);
   ck_assert_str_eq(d.msg, "JSON nested deeper than 3 levels at byte 3");
   ck_assert_ptr_null(t);
   const char *o = "{\"a\":[{\"b\":{}}]}";
-  ck_assert_int_eq(attn__json_parse(o, strlen(o), 3, NULL, &t, &d),
-                   ATTN_EINVAL);
+  ck_assert_int_eq(attn_json_parse(o, strlen(o), 3, NULL, &t, &d), ATTN_EINVAL);
   ck_assert_str_eq(d.msg, "JSON nested deeper than 3 levels at byte 11");
   /* past the on-stack frames: 5000 levels allowed, then one too many */
   size_t lv = 5000;
@@ -1726,16 +1726,16 @@ START_TEST(json_depth_limit) {
   ck_assert_ptr_nonnull(deep);
   memset(deep, '[', lv);
   memset(deep + lv, ']', lv);
-  ck_assert_int_eq(attn__json_parse(deep, 2 * lv, lv, NULL, &t, &d), ATTN_OK);
+  ck_assert_int_eq(attn_json_parse(deep, 2 * lv, lv, NULL, &t, &d), ATTN_OK);
   size_t got = 0;
   for (cJSON *e = t; e; e = e->child) got++;
   ck_assert_uint_eq(got, lv);
-  attn__json_free(t);
-  ck_assert_int_eq(attn__json_parse(deep, 2 * lv, lv - 1, NULL, &t, &d),
+  attn_json_free(t);
+  ck_assert_int_eq(attn_json_parse(deep, 2 * lv, lv - 1, NULL, &t, &d),
                    ATTN_EINVAL);
   ck_assert_ptr_nonnull(strstr(d.msg, "at byte 4999"));
   deep[lv] = '1'; /* truncated inside: freed on the error path */
-  ck_assert_int_eq(attn__json_parse(deep, lv + 1, SIZE_MAX, NULL, &t, &d),
+  ck_assert_int_eq(attn_json_parse(deep, lv + 1, SIZE_MAX, NULL, &t, &d),
                    ATTN_EPARSE);
   free(deep);
 }
@@ -1745,23 +1745,23 @@ START_TEST(json_node_limit) {
   cJSON *t;
   attn_diag d;
   ck_assert_uint_eq(ATTN_JSON_MAX_NODES, (size_t)1 << 24);
-  ck_assert_int_eq(attn__json_parse_capped("[1,2,3]", 7, 8, 4, NULL, &t, &d),
+  ck_assert_int_eq(attn_json_parse_capped("[1,2,3]", 7, 8, 4, NULL, &t, &d),
                    ATTN_OK);
   ck_assert_int_eq(cJSON_GetArraySize(t), 3);
-  attn__json_free(t);
-  ck_assert_int_eq(attn__json_parse_capped("[1,2,3,4]", 9, 8, 4, NULL, &t, &d),
+  attn_json_free(t);
+  ck_assert_int_eq(attn_json_parse_capped("[1,2,3,4]", 9, 8, 4, NULL, &t, &d),
                    ATTN_ETOOBIG);
   ck_assert_str_eq(d.msg,
                    "JSON has more than 4 values; send large tensors with the "
                    "binary extension");
   ck_assert_ptr_null(t);
   const char *o = "{\"a\":[true,null]}";
-  ck_assert_int_eq(attn__json_parse_capped(o, strlen(o), 8, 4, NULL, &t, &d),
+  ck_assert_int_eq(attn_json_parse_capped(o, strlen(o), 8, 4, NULL, &t, &d),
                    ATTN_OK);
-  attn__json_free(t);
-  ck_assert_int_eq(attn__json_parse_capped(o, strlen(o), 8, 3, NULL, &t, &d),
+  attn_json_free(t);
+  ck_assert_int_eq(attn_json_parse_capped(o, strlen(o), 8, 3, NULL, &t, &d),
                    ATTN_ETOOBIG);
-  attn__json_free(NULL);
+  attn_json_free(NULL);
 }
 END_TEST
 
@@ -1792,7 +1792,7 @@ START_TEST(json_large_values) {
   check_like_cjson(doc, k, "large values");
   cJSON *t;
   attn_diag d;
-  ck_assert_int_eq(attn__json_parse(doc, k, 8, NULL, &t, &d), ATTN_OK);
+  ck_assert_int_eq(attn_json_parse(doc, k, 8, NULL, &t, &d), ATTN_OK);
   ck_assert_uint_eq(strlen(t->child->valuestring), 100000);
   size_t tok = 1 + 400 + 5; /* the 406-character number */
   char *num = malloc(tok + 1);
@@ -1801,7 +1801,7 @@ START_TEST(json_large_values) {
   num[tok] = '\0';
   double want = strtod(num, NULL), got = t->child->next->valuedouble;
   ck_assert(memcmp(&want, &got, sizeof got) == 0);
-  attn__json_free(t);
+  attn_json_free(t);
   free(num);
   free(doc);
 }
@@ -1940,7 +1940,7 @@ static size_t put_u128(char *o, unsigned __int128 x) {
 /* Member names whose arrays are packed in the packed-array tests. */
 static const char *const pack_k[] = {"k", "k2", NULL};
 
-/* The paths packed arrays can be read with (src/codec/json_impl.h); the
+/* The paths packed arrays can be read with (src/json/internal.h); the
  * packed tests run once per path (loop index), each against the plain
  * parse.  A path this CPU lacks is skipped; "scalar" always runs. */
 static const char *const json_impls[] = {"avx512", "avx2", "sse2", "scalar"};
@@ -1965,7 +1965,7 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
                                 int count) {
   cJSON *t;
   attn_diag d;
-  ck_assert_msg(attn__json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
+  ck_assert_msg(attn_json_parse(doc, k, 8, NULL, &t, &d) == ATTN_OK, "%s",
                 d.msg);
   double *want = malloc((size_t)count * sizeof *want);
   ck_assert_ptr_nonnull(want);
@@ -1980,7 +1980,7 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
                   doc + off[i], e->valuedouble, want[i]);
   }
   ck_assert_int_eq(i, count);
-  attn__json_free(t);
+  attn_json_free(t);
   /* {"k": doc}: the packed paths */
   char *w = malloc(k + 8);
   ck_assert_ptr_nonnull(w);
@@ -1989,11 +1989,11 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
   w[k + 5] = '}';
   for (int impl = 0; impl < N_JSON_IMPLS; impl++) {
     if (!use_json_impl(impl)) continue;
-    ck_assert_msg(attn__json_parse_ex(w, k + 6, 8, ATTN_JSON_MAX_NODES, pack_k,
-                                      "", &t, &d) == ATTN_OK,
+    ck_assert_msg(attn_json_parse_ex(w, k + 6, 8, ATTN_JSON_MAX_NODES, pack_k,
+                                     "", &t, &d) == ATTN_OK,
                   "%s", d.msg);
     size_t n = 0;
-    const double *v = attn__json_packed(t->child, &n);
+    const double *v = attn_json_packed(t->child, &n);
     ck_assert_ptr_nonnull(v);
     ck_assert_uint_eq(n, (size_t)count);
     for (i = 0; i < count; i++)
@@ -2001,7 +2001,7 @@ static void values_match_strtod(const char *doc, size_t k, const size_t *off,
                     "%s: '%.*s': %a, strtod says %a", json_impls[impl],
                     (int)strcspn(doc + off[i], ",]"), doc + off[i], v[i],
                     want[i]);
-    attn__json_free(t);
+    attn_json_free(t);
   }
   use_default_json_impl();
   free(w);
@@ -2076,7 +2076,7 @@ static size_t number_array(char *doc, size_t *off, int count,
 }
 
 /* Numbers of 1 to 9 digits in all, 8 and 9 (the edge of the AVX-512
- * window's 8-digit lanes, src/codec/json_avx512.c) most often: integers,
+ * window's 8-digit lanes, src/json/json_avx512.c) most often: integers,
  * "0.ddd" and "dd.ddd", either sign.  Within a window every number
  * has 8 digits or fewer (the one-register case) or some have 9. */
 static size_t gen_short_number(char *o, uint64_t *rng) {
@@ -2123,7 +2123,7 @@ START_TEST(json_short_numbers_match_strtod) {
 }
 END_TEST
 
-/* Numbers for the Eisel-Lemire path of json_fast.c (mantissas of 16 to 19
+/* Numbers for the Eisel-Lemire path of json_parse.c (mantissas of 16 to 19
  * digits that are no exact double) and the cases it must leave to strtod:
  * exact ties between two doubles (an odd 54-bit integer t times 2^p, or
  * t * 5^p / 10^p), their neighbours, every decimal exponent of the table
@@ -2202,7 +2202,7 @@ START_TEST(json_same_as_cjson) {
 }
 END_TEST
 
-/* ---- packed arrays (attn__json_parse_ex with pack_keys) ---------------- */
+/* ---- packed arrays (attn_json_parse_ex with pack_keys) ------------------ */
 
 
 static bool pack_key_listed(const char *key) {
@@ -2217,7 +2217,7 @@ static bool pack_key_listed(const char *key) {
 static void check_packed_tree(const cJSON *a, const cJSON *b, bool allowed,
                               const char *ctx) {
   size_t n;
-  const double *v = attn__json_packed(a, &n);
+  const double *v = attn_json_packed(a, &n);
   bool all_num = cJSON_IsArray(b) && b->child;
   for (const cJSON *y = b->child; all_num && y; y = y->next)
     all_num = cJSON_IsNumber(y);
@@ -2229,7 +2229,7 @@ static void check_packed_tree(const cJSON *a, const cJSON *b, bool allowed,
   if (v) {
     ck_assert(cJSON_IsArray(a) && !a->child);
     ck_assert_uint_eq(n, (size_t)cJSON_GetArraySize(b));
-    ck_assert_uint_eq(attn__json_len(a), n);
+    ck_assert_uint_eq(attn_json_len(a), n);
     size_t i = 0;
     for (const cJSON *y = b->child; y; y = y->next, i++)
       ck_assert_msg(memcmp(&v[i], &y->valuedouble, sizeof *v) == 0,
@@ -2240,7 +2240,7 @@ static void check_packed_tree(const cJSON *a, const cJSON *b, bool allowed,
   ck_assert_msg(a->type == b->type, "%s: type %d != %d", ctx, a->type, b->type);
   ck_assert(memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) == 0);
   ck_assert_int_eq(a->valueint, b->valueint);
-  ck_assert_uint_eq(attn__json_len(a), (size_t)cJSON_GetArraySize(b));
+  ck_assert_uint_eq(attn_json_len(a), (size_t)cJSON_GetArraySize(b));
   const cJSON *x = a->child, *y = b->child;
   for (; x && y; x = x->next, y = y->next) {
     bool child_allowed = cJSON_IsObject(b) ? pack_key_listed(y->string)
@@ -2260,8 +2260,8 @@ static void check_packed_like_plain(const char *text, size_t n,
   char *doc = malloc(n ? n : 1);
   ck_assert_ptr_nonnull(doc);
   memcpy(doc, text, n);
-  attn_status sa = attn__json_parse_ex(doc, n, 8, nodes, pack_k, "", &a, &da);
-  attn_status sb = attn__json_parse_capped(doc, n, 8, nodes, "", &b, &db);
+  attn_status sa = attn_json_parse_ex(doc, n, 8, nodes, pack_k, "", &a, &da);
+  attn_status sb = attn_json_parse_capped(doc, n, 8, nodes, "", &b, &db);
   free(doc);
   ck_assert_msg(sa == sb, "%s: status %s, plain %s", ctx, attn_status_name(sa),
                 attn_status_name(sb));
@@ -2272,8 +2272,8 @@ static void check_packed_like_plain(const char *text, size_t n,
     return;
   }
   check_packed_tree(a, b, false, ctx);
-  attn__json_free(a);
-  attn__json_free(b);
+  attn_json_free(a);
+  attn_json_free(b);
 }
 
 static const char *const packed_docs[] = {
@@ -2297,10 +2297,10 @@ static const char *const packed_docs[] = {
     "{'k':[1e999,-1e-999,123456789012345678901234567890,0.000001]}",
 };
 
-/* Long packed arrays (the chunked fast path of json_fast.c takes 64 bytes
+/* Long packed arrays (the chunked fast path of json_parse.c takes 64 bytes
  * at a time once 80 remain) with one odd token put at every position:
  * packed and plain parses must agree on status, message and values. */
-/* Runs around the sizes where pack_run changes course (json_fast.c): a
+/* Runs around the sizes where pack_run changes course (json_parse.c): a
  * run of 4 KiB (512 numbers) or more joins the arena as its own block and
  * the next array starts a new one, a shorter one is copied and its block
  * reused; the block doubles when 64 numbers short of full (2048 numbers
@@ -2487,7 +2487,7 @@ static size_t gen_window_token(char *o, uint64_t *rng, bool allow_bad) {
  * mixed lengths, separators with and without whitespace, now and then an
  * error (malformed number, missing or doubled comma, trailing comma), a
  * node limit or a truncated body, so that each rule of the 64-byte window
- * (src/codec/json_avx512.c, step 2) is met at every offset; a fifth
+ * (src/json/json_avx512.c, step 2) is met at every offset; a fifth
  * are valid arrays with other values among the numbers (the run becomes
  * nodes where one turns up). */
 START_TEST(json_packed_random_windows) {
@@ -2551,7 +2551,7 @@ END_TEST
 
 /* Every byte value next to, between and inside numbers of a packed array,
  * at several offsets into the windows, against the plain parse: the
- * classes of step 1 (src/codec/json_avx512.c), whitespace above all, must
+ * classes of step 1 (src/json/json_avx512.c), whitespace above all, must
  * be exactly JSON's. */
 START_TEST(json_packed_every_byte) {
   if (!use_json_impl(_i)) return;
@@ -2676,7 +2676,7 @@ END_TEST
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* attn__f64_to_f32 against the obvious loop: every length to 40, a value
+/* attn_json_f64_to_f32 against the obvious loop: every length to 40, a value
  * out of range (or NaN) at every position or nowhere, and the floats. */
 START_TEST(f64_to_f32_matches_loop) {
   double v[40];
@@ -2695,7 +2695,7 @@ START_TEST(f64_to_f32_matches_loop) {
       size_t k = 0;
       for (; k < n && fabs(v[k]) <= FLT_MAX; k++) want[k] = (float)v[k];
       memset(got, 0, sizeof got);
-      ck_assert_uint_eq(attn__f64_to_f32(v, n, got), k);
+      ck_assert_uint_eq(attn_json_f64_to_f32(v, n, got), k);
       ck_assert_uint_eq(k, at < n ? at : n);
       ck_assert_int_eq(memcmp(got, want, k * sizeof *got), 0);
     }

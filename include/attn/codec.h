@@ -233,8 +233,6 @@ attn_status attn_error_json(attn_buf *out, const char *msg);
 
 /* ---- Internals shared by src/codec/ (not for other modules) ------------- */
 
-struct cJSON;
-
 /* Effective limits: defaults for NULL, ceilings applied, zeros replaced. */
 void attn__codec_limits_eff(const attn_codec_limits *in,
                             attn_codec_limits *out);
@@ -255,63 +253,5 @@ attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
  * attn__json_f32_list. */
 attn_status attn__json_f32_rows(attn_buf *b, const float *v, size_t rows,
                                 size_t cols, size_t ld);
-
-/* Parse p[0, n) (RFC 8259, strictly; a leading UTF-8 BOM is skipped) as one
- * JSON value followed only by whitespace, refusing nesting deeper than
- * max_depth and more than ATTN_JSON_MAX_NODES values as it goes.
- * trailing_hint (may be NULL) is appended to the message about bytes after the
- * value.  p borrowed, need not be NUL-terminated.  On success *out owns a new
- * tree of cJSON structs living in one arena: read it with cJSON's getters or
- * print it, free it with attn__json_free, never cJSON_Delete, and do not add,
- * detach or replace items.  On failure *out is NULL and nothing is left
- * allocated.  Errors: ATTN_EPARSE ("malformed JSON at byte N", N the first
- * byte that cannot continue a valid text, n when it ends early; trailing
- * bytes), ATTN_EINVAL (depth), ATTN_ETOOBIG (node count), ATTN_ENOMEM. */
-attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
-                             const char *trailing_hint, struct cJSON **out,
-                             attn_diag *d);
-
-/* attn__json_parse with the node limit max_nodes instead of
- * ATTN_JSON_MAX_NODES (tests use a small one). */
-attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
-                                    size_t max_nodes, const char *trailing_hint,
-                                    struct cJSON **out, attn_diag *d);
-
-/* Packed arrays.  attn__json_parse_ex with pack_keys (a NULL-terminated
- * list of member names) stores an array of numbers found under one of those
- * keys, or nested (through arrays only) inside such a member's array, as one
- * node instead of one node per number: cJSON_IsArray is true, child is NULL,
- * type has ATTN_JSON_PACKED set, and the values (as doubles, exactly what a
- * number node would hold) are read with attn__json_packed.  cJSON's own
- * readers see such an array as empty, so only code that reads those keys
- * with attn__json_len / attn__json_packed may ask for packing.  An array
- * that mixes numbers with other values is never packed.  Everything else
- * (grammar, errors, limits: each number counts as a node) is as for
- * attn__json_parse_capped, which is this with pack_keys NULL. */
-#define ATTN_JSON_PACKED (1 << 12)
-attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
-                                size_t max_nodes,
-                                const char *const *pack_keys,
-                                const char *trailing_hint, struct cJSON **out,
-                                attn_diag *d);
-
-/* Elements of an array, packed or not (0 for NULL). */
-size_t attn__json_len(const struct cJSON *a);
-
-/* The values of a packed array (count in *n), or NULL when a is not one. */
-const double *attn__json_packed(const struct cJSON *a, size_t *n);
-
-/* v[0, n) as floats into dst, up to the first value outside the FP32 range
- * (|v| > FLT_MAX, or NaN); returns how many were converted: n when all
- * fit.  What a packed array becomes in an FP32 tensor, without a branch per
- * value. */
-size_t attn__f64_to_f32(const double *v, size_t n, float *dst);
-
-/* Free a tree from attn__json_parse: root must be the *out it returned (not
- * a subtree).  NULL is allowed. */
-void attn__json_free(struct cJSON *root);
-
-/* "a string", "an array", ... for messages. */
-const char *attn__json_kind(const struct cJSON *item);
 
 #endif /* ATTN_CODEC_H */

@@ -1,17 +1,16 @@
 /* error_json.c - the {"error": ...} body and the JSON plumbing that the v2
- * and v1 codecs share: effective limits, float printing, guarded parsing.
+ * and v1 codecs share: effective limits, float printing.
  *
  * Design
  *  - Floats: every float a codec prints goes through attn__json_f32,
  *    attn__json_f32_list or attn__json_f32_rows, which use the shortest
  *    round-trip text of include/attn/f32fmt.h.  Non-finite values become
  *    null: JSON has no NaN or Infinity, and a response must stay parseable.
- *  - Parsing request bodies is json_fast.c (attn__json_parse): a strict
- *    parser building arena-backed cJSON trees, freed by attn__json_free.
+ *  - Request bodies are parsed by src/json/ (include/attn/json.h): a strict
+ *    parser building arena-backed cJSON trees.
  *
  * Threads: stateless and reentrant.
  */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 
@@ -125,17 +124,6 @@ attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape) {
     if (!i || (s = attn_buf_append(b, ",", 1)) == ATTN_OK)
       s = attn_buf_i64(b, shape[i]);
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
-}
-
-const char *attn__json_kind(const cJSON *item) {
-  if (!item) return "nothing";
-  if (cJSON_IsArray(item)) return "an array";
-  if (cJSON_IsObject(item)) return "an object";
-  if (cJSON_IsString(item)) return "a string";
-  if (cJSON_IsNumber(item)) return "a number";
-  if (cJSON_IsBool(item)) return "a boolean";
-  if (cJSON_IsNull(item)) return "null";
-  return "an invalid value";
 }
 
 attn_status attn_error_json(attn_buf *out, const char *msg) {

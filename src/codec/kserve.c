@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "attn/codec.h"
+#include "attn/json.h"
 
 /* The largest integer a JSON number carries exactly, 2^53 - 1: above it
  * two texts can read as one double (9007199254740993 reads as 2^53, so
@@ -66,7 +67,7 @@ static bool json_int(const cJSON *it, double lo, double hi, int64_t *v) {
 /* Why a JSON value is not an integer in [0, JSON_INT_MAX] (json_int failed):
  * for the messages below. */
 static const char *why_not_count(const cJSON *it) {
-  if (!cJSON_IsNumber(it)) return attn__json_kind(it);
+  if (!cJSON_IsNumber(it)) return attn_json_kind(it);
   double x = it->valuedouble;
   if (x < 0) return "negative";
   if (x != floor(x)) return "not an integer";
@@ -139,7 +140,7 @@ static attn_status parse_id(const cJSON *it, const char *key, size_t max,
   if (!cJSON_IsString(it) || !it->valuestring[0])
     return attn_diag_set(d, ATTN_EINVAL,
                          "'%s' must be a non-empty string, got %s", key,
-                         attn__json_kind(it));
+                         attn_json_kind(it));
   if (strlen(it->valuestring) > max)
     return attn_diag_set(d, ATTN_EINVAL, "'%s' is longer than %zu bytes", key,
                          max);
@@ -157,7 +158,7 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
   if (!cJSON_IsObject(obj))
     return attn_diag_set(d, ATTN_EINVAL,
                          "'parameters' must be an object, got %s",
-                         attn__json_kind(obj));
+                         attn_json_kind(obj));
   cJSON_ArrayForEach(c, obj) {
     if (++n > ATTN_MAX_PARAMS)
       return attn_diag_set(d, ATTN_ETOOBIG, "parameters: more than %d entries",
@@ -180,7 +181,7 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
         return attn_diag_set(d, ATTN_EINVAL,
                              "parameters: 'binary_data_output' must be a "
                              "boolean, got %s",
-                             attn__json_kind(c));
+                             attn_json_kind(c));
       out->binary_data_output = cJSON_IsTrue(c) ? 1 : 0;
       continue;
     }
@@ -219,7 +220,7 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
       return attn_diag_set(d, ATTN_EINVAL,
                            "parameters: '%.64s' must be a string, number or "
                            "boolean, got %s",
-                           k, attn__json_kind(c));
+                           k, attn_json_kind(c));
     }
     if (!(p->name = dupstr(k))) return ATTN_ENOMEM; /* freed with p->s */
     out->n_params++;
@@ -233,7 +234,7 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
   size_t n, i = 0;
   if (!cJSON_IsArray(arr))
     return attn_diag_set(d, ATTN_EINVAL, "'outputs' must be an array, got %s",
-                         attn__json_kind(arr));
+                         attn_json_kind(arr));
   n = (size_t)cJSON_GetArraySize(arr);
   if (n > ATTN_MAX_OUTPUTS)
     return attn_diag_set(d, ATTN_ETOOBIG,
@@ -248,7 +249,7 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
     int binary = -1;
     if (!cJSON_IsObject(o))
       return where_err(d, ATTN_EINVAL, "outputs", i, NULL,
-                       "expected an object, got %s", attn__json_kind(o));
+                       "expected an object, got %s", attn_json_kind(o));
     cJSON_ArrayForEach(c, o) {
       const cJSON **slot = strcmp(c->string, "name") == 0         ? &name
                            : strcmp(c->string, "parameters") == 0 ? &params
@@ -277,7 +278,7 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
       if (!cJSON_IsObject(params))
         return where_err(d, ATTN_EINVAL, "outputs", i, nm,
                          "'parameters' must be an object, got %s",
-                         attn__json_kind(params));
+                         attn_json_kind(params));
       cJSON_ArrayForEach(c, params) {
         if (strcmp(c->string, "binary_data") != 0)
           return where_err(d, ATTN_EINVAL, "outputs", i, nm,
@@ -290,7 +291,7 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
         if (!cJSON_IsBool(c))
           return where_err(d, ATTN_EINVAL, "outputs", i, nm,
                            "'binary_data' must be a boolean, got %s",
-                           attn__json_kind(c));
+                           attn_json_kind(c));
         binary = cJSON_IsTrue(c) ? 1 : 0;
       }
     }
@@ -313,7 +314,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
   memset(o, 0, sizeof *o);
   if (!cJSON_IsObject(in))
     return where_err(d, ATTN_EINVAL, "inputs", i, NULL,
-                     "expected an object, got %s", attn__json_kind(in));
+                     "expected an object, got %s", attn_json_kind(in));
   cJSON_ArrayForEach(c, in) {
     const char *k = c->string;
     const cJSON **slot = strcmp(k, "name") == 0         ? &name
@@ -349,7 +350,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
   if (!cJSON_IsString(dtype))
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                      "'datatype' must be a string, got %s",
-                     attn__json_kind(dtype));
+                     attn_json_kind(dtype));
   o->dt = attn_dtype_parse(dtype->valuestring);
   if (o->dt == ATTN_DT_INVALID) {
     bool known = kserve_dtype_known(dtype->valuestring);
@@ -365,8 +366,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'shape'");
   if (!cJSON_IsArray(shape))
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                     "'shape' must be an array, got %s",
-                     attn__json_kind(shape));
+                     "'shape' must be an array, got %s", attn_json_kind(shape));
   cJSON_ArrayForEach(c, shape) {
     if (o->rank == ATTN_MAX_RANK)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
@@ -380,7 +380,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                          o->rank, c->valuedouble, why_not_count(c));
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "shape[%d] must be a non-negative integer, got %s",
-                       o->rank, attn__json_kind(c));
+                       o->rank, attn_json_kind(c));
     }
     o->rank++;
   }
@@ -399,7 +399,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     if (!cJSON_IsObject(params))
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "'parameters' must be an object, got %s",
-                       attn__json_kind(params));
+                       attn_json_kind(params));
     cJSON_ArrayForEach(c, params) {
       if (strcmp(c->string, "binary_data_size") != 0)
         return where_err(d, ATTN_EINVAL, "inputs", i, nm,
@@ -464,7 +464,7 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                      attn_dtype_name(o->dt));
   if (!cJSON_IsArray(data))
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                     "'data' must be an array, got %s", attn__json_kind(data));
+                     "'data' must be an array, got %s", attn_json_kind(data));
   o->data = data;
   return ATTN_OK;
 }
@@ -552,11 +552,11 @@ static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
     return ATTN_OK;
   }
   if (c->in->dt == ATTN_DT_BOOL || !cJSON_IsNumber(e))
-    return bad_elem(c, attn__json_kind(e), depth);
+    return bad_elem(c, attn_json_kind(e), depth);
   return put_num(c, e->valuedouble, depth);
 }
 
-/* The values of a packed array (see attn__json_parse_ex) at index depth-1
+/* The values of a packed array (see attn_json_parse_ex) at index depth-1
  * of the data. */
 static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
                               int depth) {
@@ -567,7 +567,7 @@ static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
   }
   if ((dt == ATTN_DT_FP32 || dt == ATTN_DT_FP64) &&
       n <= c->in->numel - c->pos) { /* the common case, in one loop */
-    size_t k = attn__f64_to_f32(v, n, (float *)c->dst + c->pos);
+    size_t k = attn_json_f64_to_f32(v, n, (float *)c->dst + c->pos);
     c->pos += k;
     if (k == n) return ATTN_OK;
     c->idx[depth - 1] = (int64_t)k;
@@ -584,7 +584,7 @@ static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
 static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
   const in_desc *in = c->in;
   char p[128], sh[160];
-  size_t n = attn__json_len(arr);
+  size_t n = attn_json_len(arr);
   if ((int64_t)n != in->shape[depth]) {
     attn_shape_format(sh, sizeof sh, in->rank, in->shape);
     if (depth == 0)
@@ -596,7 +596,7 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
                      fmt_path(c, depth, p, sizeof p), n, sh,
                      (long long)in->shape[depth], depth);
   }
-  const double *v = attn__json_packed(arr, &n);
+  const double *v = attn_json_packed(arr, &n);
   if (v && depth + 1 < in->rank) {
     c->idx[depth] = 0;
     attn_shape_format(sh, sizeof sh, in->rank, in->shape);
@@ -615,8 +615,8 @@ static attn_status fill_nested(fill_ctx *c, const cJSON *arr, int depth) {
         attn_shape_format(sh, sizeof sh, in->rank, in->shape);
         return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                          "%s is %s, expected an array (shape %s, dim %d)",
-                         fmt_path(c, depth + 1, p, sizeof p),
-                         attn__json_kind(e), sh, depth + 1);
+                         fmt_path(c, depth + 1, p, sizeof p), attn_json_kind(e),
+                         sh, depth + 1);
       }
       s = fill_nested(c, e, depth + 1);
     } else {
@@ -633,14 +633,14 @@ static attn_status fill_json(fill_ctx *c) {
   char sh[160];
   if (in->rank > 0 && data->child && cJSON_IsArray(data->child))
     return fill_nested(c, data, 0);
-  size_t n = attn__json_len(data);
+  size_t n = attn_json_len(data);
   if (n != in->numel) {
     attn_shape_format(sh, sizeof sh, in->rank, in->shape);
     return where_err(c->d, ATTN_EINVAL, "inputs", c->i, in->name,
                      "data has %zu elements, shape %s needs %zu", n, sh,
                      in->numel);
   }
-  const double *v = attn__json_packed(data, &n);
+  const double *v = attn_json_packed(data, &n);
   if (v) return put_packed(c, v, n, 1);
   int64_t k = 0;
   cJSON_ArrayForEach(e, data) {
@@ -753,7 +753,7 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
   if (!cJSON_IsObject(root))
     return attn_diag_set(d, ATTN_EINVAL,
                          "request must be a JSON object, got %s",
-                         attn__json_kind(root));
+                         attn_json_kind(root));
   cJSON_ArrayForEach(c, root) {
     const char *k = c->string;
     const cJSON **slot = strcmp(k, "id") == 0              ? &id
@@ -786,7 +786,7 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
     return attn_diag_set(d, ATTN_EINVAL, "request: missing 'inputs'");
   if (!cJSON_IsArray(inputs))
     return attn_diag_set(d, ATTN_EINVAL, "'inputs' must be an array, got %s",
-                         attn__json_kind(inputs));
+                         attn_json_kind(inputs));
   size_t n = (size_t)cJSON_GetArraySize(inputs), i = 0;
   if (n > lim->max_inputs)
     return attn_diag_set(d, ATTN_ETOOBIG,
@@ -844,19 +844,19 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                          header_len, len);
   attn__codec_limits_eff(lim, &l);
   static const char *const packed_keys[] = {"data", NULL}; /* fill_json */
-  s = attn__json_parse_ex(body, header_len ? header_len : len, l.max_depth,
-                          ATTN_JSON_MAX_NODES, packed_keys,
-                          header_len ? ""
-                                     : " (binary tensor data needs the "
-                                       "Inference-Header-Content-Length "
-                                       "header)",
-                          &root, d);
+  s = attn_json_parse_ex(body, header_len ? header_len : len, l.max_depth,
+                         ATTN_JSON_MAX_NODES, packed_keys,
+                         header_len ? ""
+                                    : " (binary tensor data needs the "
+                                      "Inference-Header-Content-Length "
+                                      "header)",
+                         &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;
   s = v2_decode(root, body, len, header_len, &l, out, d);
   if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
-  attn__json_free(root);
+  attn_json_free(root);
   if (s != ATTN_OK) attn_infer_request_free(out);
   return s;
 }

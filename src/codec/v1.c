@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "attn/codec.h"
+#include "attn/json.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -138,27 +139,27 @@ static attn_status nest_out_of_range(nest_ctx *c, double v, int depth) {
 static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
   char p[128];
   if (c->dt == ATTN_DT_BOOL) {
-    if (!cJSON_IsBool(e)) return nest_not_bool(c, attn__json_kind(e), depth);
+    if (!cJSON_IsBool(e)) return nest_not_bool(c, attn_json_kind(e), depth);
     ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
     return ATTN_OK;
   }
   if (!cJSON_IsNumber(e))
     return attn_diag_set(c->d, ATTN_EINVAL, "%s: expected a number, got %s",
-                         nest_path(c, depth, p, sizeof p), attn__json_kind(e));
+                         nest_path(c, depth, p, sizeof p), attn_json_kind(e));
   if (!(fabs(e->valuedouble) <= FLT_MAX))
     return nest_out_of_range(c, e->valuedouble, depth);
   ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
   return ATTN_OK;
 }
 
-/* A packed row (see attn__json_parse_ex) at the leaf level. */
+/* A packed row (see attn_json_parse_ex) at the leaf level. */
 static attn_status nest_packed(nest_ctx *c, const double *v, size_t n,
                                int depth) {
   if (c->dt == ATTN_DT_BOOL) {
     c->idx[depth] = 0;
     return nest_not_bool(c, "a number", depth + 1);
   }
-  size_t k = attn__f64_to_f32(v, n, (float *)c->dst + c->pos);
+  size_t k = attn_json_f64_to_f32(v, n, (float *)c->dst + c->pos);
   if (k < n) {
     c->idx[depth] = (int64_t)k;
     return nest_out_of_range(c, v[k], depth + 1);
@@ -169,7 +170,7 @@ static attn_status nest_packed(nest_ctx *c, const double *v, size_t n,
 
 static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
   char p[128];
-  size_t n = attn__json_len(arr);
+  size_t n = attn_json_len(arr);
   if ((int64_t)n != c->shape[depth]) {
     if (depth == c->rank - 1)
       return attn_diag_set(c->d, ATTN_EINVAL,
@@ -181,7 +182,7 @@ static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
                          nest_path(c, depth, p, sizeof p), n,
                          (long long)c->shape[depth]);
   }
-  const double *v = attn__json_packed(arr, &n);
+  const double *v = attn_json_packed(arr, &n);
   if (v && depth + 1 < c->rank) {
     c->idx[depth] = 0;
     return attn_diag_set(c->d, ATTN_EINVAL,
@@ -197,10 +198,10 @@ static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
     c->idx[depth] = k++;
     if (depth + 1 < c->rank) {
       if (!cJSON_IsArray(e))
-        return attn_diag_set(
-            c->d, ATTN_EINVAL, "%s: expected an array of %lld, got %s",
-            nest_path(c, depth + 1, p, sizeof p),
-            (long long)c->shape[depth + 1], attn__json_kind(e));
+        return attn_diag_set(c->d, ATTN_EINVAL,
+                             "%s: expected an array of %lld, got %s",
+                             nest_path(c, depth + 1, p, sizeof p),
+                             (long long)c->shape[depth + 1], attn_json_kind(e));
       s = nest_fill(c, e, depth + 1);
     } else {
       s = nest_leaf(c, e, depth + 1);
@@ -224,7 +225,7 @@ static attn_status parse_nested(const cJSON *item, const char *field,
   if (!cJSON_IsArray(item))
     return attn_diag_set(
         d, ATTN_EINVAL, "'%s' must be a nested array of %s, got %s", field,
-        allow & LEAF_NUM ? "numbers" : "booleans", attn__json_kind(item));
+        allow & LEAF_NUM ? "numbers" : "booleans", attn_json_kind(item));
   bool packed = false; /* the first leaf is a number in a packed row */
   while (leaf && cJSON_IsArray(leaf)) {
     size_t nv;
@@ -232,8 +233,8 @@ static attn_status parse_nested(const cJSON *item, const char *field,
       return attn_diag_set(d, ATTN_EINVAL, "%s: nested deeper than %d levels",
                            field, ATTN_MAX_RANK);
     c.idx[c.rank] = 0;
-    c.shape[c.rank++] = (int64_t)attn__json_len(leaf);
-    if (attn__json_packed(leaf, &nv)) {
+    c.shape[c.rank++] = (int64_t)attn_json_len(leaf);
+    if (attn_json_packed(leaf, &nv)) {
       packed = true;
       break;
     }
@@ -256,7 +257,7 @@ static attn_status parse_nested(const cJSON *item, const char *field,
                          allow == LEAF_BOOL  ? "true or false"
                          : allow == LEAF_NUM ? "a number"
                                              : "a number or true/false",
-                         attn__json_kind(leaf));
+                         attn_json_kind(leaf));
   if (!attn_shape_numel(c.rank, c.shape, &numel))
     return attn_diag_set(d, ATTN_ETOOBIG, "%s: shape %s is too large", field,
                          attn_shape_format(sh, sizeof sh, c.rank, c.shape));
@@ -313,7 +314,7 @@ static attn_status check_labels(const cJSON *labels, const char *field,
         return attn_diag_set(d, ATTN_EINVAL,
                              "'%s'[%lld] must be an array of the labels of "
                              "batch %lld of '%s', got %s",
-                             field, i, i, what, attn__json_kind(row));
+                             field, i, i, what, attn_json_kind(row));
       if (m != L)
         return attn_diag_set(d, ATTN_EINVAL,
                              "'%s'[%lld] has %lld label%s, but '%s' has %lld "
@@ -483,7 +484,7 @@ static void v1_tensors_free(v1_tensors *t) {
 static attn_status check_bool(const cJSON *it, const char *name, attn_diag *d) {
   if (!it || cJSON_IsBool(it)) return ATTN_OK;
   return attn_diag_set(d, ATTN_EINVAL, "'%s' must be true or false, got %s",
-                       name, attn__json_kind(it));
+                       name, attn_json_kind(it));
 }
 
 static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
@@ -501,7 +502,7 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
                              x);
       return attn_diag_set(d, ATTN_EINVAL,
                            "'num_heads' must be an integer in 1..65536, got %s",
-                           attn__json_kind(f[K_NUM_HEADS]));
+                           attn_json_kind(f[K_NUM_HEADS]));
     }
   }
   if ((s = check_bool(f[K_CAUSAL], "causal", d)) ||
@@ -512,14 +513,14 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
       (!cJSON_IsNumber(f[K_SCALE]) || !isfinite(f[K_SCALE]->valuedouble)))
     return attn_diag_set(d, ATTN_EINVAL,
                          "'scale' must be a finite number, got %s",
-                         attn__json_kind(f[K_SCALE]));
+                         attn_json_kind(f[K_SCALE]));
   if (f[K_MODEL]) {
     const cJSON *m = f[K_MODEL];
     if (!cJSON_IsString(m) || !m->valuestring[0] ||
         strlen(m->valuestring) > ATTN_MAX_NAME_LEN)
       return attn_diag_set(d, ATTN_EINVAL,
                            "'model' must be a model name (1..%d bytes), got %s",
-                           ATTN_MAX_NAME_LEN, attn__json_kind(m));
+                           ATTN_MAX_NAME_LEN, attn_json_kind(m));
     if (f[K_WEIGHTS])
       return attn_diag_set(d, ATTN_EINVAL,
                            "give either 'model' (a resident model) or "
@@ -535,11 +536,11 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
   }
   if (f[K_TOKENS] && !cJSON_IsArray(f[K_TOKENS]))
     return attn_diag_set(d, ATTN_EINVAL, "'tokens' must be an array, got %s",
-                         attn__json_kind(f[K_TOKENS]));
+                         attn_json_kind(f[K_TOKENS]));
   if (f[K_KEY_TOKENS] && !cJSON_IsArray(f[K_KEY_TOKENS]))
     return attn_diag_set(d, ATTN_EINVAL,
                          "'key_tokens' must be an array, got %s",
-                         attn__json_kind(f[K_KEY_TOKENS]));
+                         attn_json_kind(f[K_KEY_TOKENS]));
   if (!f[K_QUERY]) return attn_diag_set(d, ATTN_EINVAL, "missing 'query'");
   if (f[K_VALUE] && !f[K_KEY])
     return attn_diag_set(d, ATTN_EINVAL, "'value' given without 'key'");
@@ -547,7 +548,7 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
     if (!cJSON_IsObject(f[K_WEIGHTS]))
       return attn_diag_set(d, ATTN_EINVAL,
                            "'weights' must be an object, got %s",
-                           attn__json_kind(f[K_WEIGHTS]));
+                           attn_json_kind(f[K_WEIGHTS]));
     if ((s = match_keys(f[K_WEIGHTS], weight_names, N_WEIGHTS, wf,
                         "weights: ", d)))
       return s;
@@ -616,7 +617,7 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
   if (!cJSON_IsObject(root))
     return attn_diag_set(d, ATTN_EINVAL,
                          "request must be a JSON object, got %s",
-                         attn__json_kind(root));
+                         attn_json_kind(root));
   if ((s = match_keys(root, top_names, K_COUNT, f, "", d))) return s;
   if ((s = parse_fields(f, &t, lim, d))) goto done;
 
@@ -714,14 +715,14 @@ attn_status attn_v1_decode(const char *body, size_t len,
   memset(&inf, 0, sizeof inf);
   if (info) memset(info, 0, sizeof *info);
   attn__codec_limits_eff(lim, &l);
-  s = attn__json_parse_ex(body, len, l.max_depth, ATTN_JSON_MAX_NODES,
-                          packed_keys, "", &root, d);
+  s = attn_json_parse_ex(body, len, l.max_depth, ATTN_JSON_MAX_NODES,
+                         packed_keys, "", &root, d);
   if (s != ATTN_OK) return s;
   out->binary_data_output = -1;
   out->timeout_us = -1;
   s = v1_decode(root, &l, out, &inf, d);
   if (s == ATTN_ENOMEM) attn_diag_set(d, s, "out of memory decoding request");
-  attn__json_free(root);
+  attn_json_free(root);
   if (s != ATTN_OK)
     attn_infer_request_free(out);
   else if (info)

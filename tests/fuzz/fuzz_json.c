@@ -1,5 +1,5 @@
 /* fuzz_json.c - libFuzzer target: the request-body JSON parser
- * (src/codec/json_fast.c, json_avx512.c, json_avx2.c), differentially.
+ * (src/json/json_parse.c, json_avx512.c, json_avx2.c), differentially.
  *
  * Each input is parsed plainly and with packed arrays under every path the
  * CPU has ("avx512", "avx2", "sse2", "scalar"); all must agree on the status,
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/codec.h"
-#include "../../src/codec/json_impl.h"
+#include "attn/json.h"
+#include "../../src/json/internal.h"
 
 static const char *const pack_k[] = {"k", "k2", NULL};
 
@@ -30,7 +30,7 @@ static void fail(const char *what, const char *a, const char *b) {
 /* a (packed) holds what b (plain) holds. */
 static void same_tree(const cJSON *a, const cJSON *b) {
   size_t n;
-  const double *v = attn__json_packed(a, &n);
+  const double *v = attn_json_packed(a, &n);
   if (v) {
     const cJSON *e = b->child;
     for (size_t i = 0; i < n; i++, e = e->next) {
@@ -83,21 +83,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t nodes = data[0] & 2 ? 1 + (data[0] >> 2) : ATTN_JSON_MAX_NODES;
   cJSON *plain = NULL;
   attn_diag dp = {{0}};
-  attn_status sp = attn__json_parse_capped(body, k, 8, nodes, "", &plain, &dp);
+  attn_status sp = attn_json_parse_capped(body, k, 8, nodes, "", &plain, &dp);
   for (int i = 0; i < (int)(sizeof impls / sizeof *impls); i++) {
     if (!attn__json_set_impl(impls[i])) continue;
     cJSON *t = NULL;
     attn_diag d = {{0}};
-    attn_status s = attn__json_parse_ex(body, k, 8, nodes, pack_k, "", &t, &d);
+    attn_status s = attn_json_parse_ex(body, k, 8, nodes, pack_k, "", &t, &d);
     if (s != sp) fail(impls[i], attn_status_name(s), attn_status_name(sp));
     if (s != ATTN_OK) {
       if (strcmp(d.msg, dp.msg) != 0) fail(impls[i], d.msg, dp.msg);
     } else {
       same_tree(t, plain);
-      attn__json_free(t);
+      attn_json_free(t);
     }
   }
-  attn__json_free(plain);
+  attn_json_free(plain);
   free(body);
   return 0;
 }

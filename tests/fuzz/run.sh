@@ -18,14 +18,14 @@ CFLAGS="-g -O1 -std=c11 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
   -fno-sanitize-recover=all -Iinclude"
 case $TARGET in
   json)
-    SRC="tests/fuzz/fuzz_json.c src/codec/json_fast.c src/codec/json_avx512.c
-      src/codec/json_avx2.c
+    SRC="tests/fuzz/fuzz_json.c src/json/json_parse.c src/json/json_avx512.c
+      src/json/json_avx2.c
       src/common/status.c"
     LIBS="$(pkg-config --cflags --libs libcjson) -lm"
     MAXLEN=4096 ;;
   codec)
-    SRC="tests/fuzz/fuzz_codec.c src/codec/*.c src/common/*.c src/model/*.c
-      src/engine/*.c src/config/config.c src/server/inflate.c"
+    SRC="tests/fuzz/fuzz_codec.c src/codec/*.c src/json/*.c src/common/*.c
+      src/model/*.c src/engine/*.c src/config/config.c src/server/inflate.c"
     LIBS="$(pkg-config --cflags --libs libcjson openblas zlib) -lpthread -lm"
     MAXLEN=16384 ;;
 esac

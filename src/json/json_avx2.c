@@ -1,16 +1,16 @@
 /* json_avx2.c - the numbers of a packed JSON array, 64 bytes at a time on
- * AVX2 (attn__json_windows_avx2, see json_impl.h).
+ * AVX2 (attn__json_windows_avx2, see internal.h).
  *
  * DESIGN
  *
  * Purpose: the same job as json_avx512.c (read its DESIGN first) for CPUs
  * with AVX2 (and BMI1/2, POPCNT) but no AVX-512, such as AMD Zen 2
- * and 3, where json_fast.c's SSE2 chunk path (pack_chunk, number_known)
+ * and 3, where json_parse.c's SSE2 chunk path (pack_chunk, number_known)
  * costs ~21 ns a number: one scalar division and one cvtsi2sd per number,
  * each number's length found before its digits can be merged.  Here a
  * 64-byte window is classified at once, and the numbers are converted four
  * at a time.  Same contract, same accepted form, same fallbacks: what this
- * does not take, json_fast.c parses one number at a time, so values and
+ * does not take, json_parse.c parses one number at a time, so values and
  * errors cannot differ.
  *
  * Algorithm, for the window W = p[0..63] (bit i of a mask is byte i):
@@ -47,7 +47,7 @@
  *   6. Value: m >= 10^15 is the sign; m minus that is below 2^52, so
  *      OR-ing in the exponent of 2^52 and subtracting 2^52 gives it as an
  *      exact double (AVX2 has no 64-bit integer conversion), and one
- *      vdivpd by 10^(F - 1) (exact: Clinger's fast path, as json_fast.c's
+ *      vdivpd by 10^(F - 1) (exact: Clinger's fast path, as json_parse.c's
  *      number_known) the correctly rounded value of four numbers (two
  *      for a pair).  The sign
  *      is xored in, so "-0" stays -0.
@@ -65,7 +65,7 @@
  * Checked by tests/test_codec.c: every packed-array test runs with each
  * path ("avx512", "avx2", "sse2", "scalar") against the plain parse.
  */
-#include "json_impl.h"
+#include "internal.h"
 
 #if ATTN__JSON_HAVE_AVX2
 
@@ -273,7 +273,7 @@ INLINE void convert2(const char *p, cursor *c, double *out, size_t left) {
 }
 
 /* One window at p (READ bytes readable): the numbers it takes into out
- * (at most room), *adv and *closed as json_impl.h says.  *guess is where
+ * (at most room), *adv and *closed as internal.h says.  *guess is where
  * the next window starts in the common case, found early (DESIGN step 3):
  * the last token start in bytes 32..63. */
 INLINE size_t window(const char *p, size_t room, double *out, size_t *adv,
@@ -296,7 +296,7 @@ INLINE size_t window(const char *p, size_t room, double *out, size_t *adv,
            com = eq64(w0, w1, K_COM), clo = eq64(w0, w1, K_CLO),
            zero = eq64(w0, w1, K_ZERO);
   uint64_t ws = ~(tok | com | clo);
-  /* 2. flags (json_impl.h) */
+  /* 2. flags (internal.h) */
   attn__json_marks mk =
       attn__json_window_marks(tok, dig, dot, min, clo, ws, zero);
   uint64_t s = mk.s, e = mk.e, f = mk.f;

@@ -1,4 +1,4 @@
-/* json_fast.c - the request-body JSON parser: strict RFC 8259 in, a tree of
+/* json_parse.c - the request-body JSON parser: strict RFC 8259 in, a tree of
  * genuine cJSON structs out, every node and string in one arena.
  *
  * Why: a small inference request is mostly a few thousand JSON numbers, and
@@ -31,7 +31,7 @@
  *    Nodes are bumped up from the bottom of a block and strings down from its
  *    top, so nodes stay aligned without padding.  A string larger than half
  *    a block gets a block of its own.  Block 1 is [jblock header][root node]
- *    [...]: the root is always the first node allocated, so attn__json_free
+ *    [...]: the root is always the first node allocated, so attn_json_free
  *    finds the header just in front of the root and frees the chain hanging
  *    off it (newer blocks are linked in right after block 1).
  *  - Numbers: the grammar is checked by hand while up to 19 significant
@@ -47,7 +47,7 @@
  *    NUL-terminated copy of the token, so every result is bit-identical to
  *    strtod's (the process stays in the "C" locale).  Digits dropped past
  *    the 19th keep the fast path only if they are zeros.
- *  - Packed arrays (attn__json_parse_ex with pack_keys): the codecs read
+ *  - Packed arrays (attn_json_parse_ex with pack_keys): the codecs read
  *    tensors, i.e. arrays of numbers under a few known member names, and a
  *    64-byte node per number costs more than parsing the number.  An array
  *    opened under a listed key, or inside such an array (through arrays
@@ -73,7 +73,7 @@
  *    json_avx2.c does (same windows and contract, four numbers per
  *    division).  Which one (or neither: "sse2", "scalar") is used is set
  *    before main, the fastest the CPU has, and by the test hook
- *    attn__json_set_impl (json_impl.h).
+ *    attn__json_set_impl (internal.h).
  *  - Limits: at most max_nodes values (ATTN_JSON_MAX_NODES in production),
  *    checked before each node is allocated; string bytes are bounded by the
  *    body size.  Whatever fails, everything allocated so far is freed.
@@ -92,8 +92,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/codec.h"
-#include "json_impl.h"
+#include "attn/json.h"
+#include "internal.h"
 
 /* ---- arena -------------------------------------------------------------- */
 
@@ -850,7 +850,7 @@ static int pack_chunk(jparser *ps, size_t *n) {
 #define JSON_WINDOW_BACKOFF 7
 #define JSON_WINDOW_BACKOFF_MAX 1024
 
-/* How packed arrays are read (json_impl.h): written before main by the
+/* How packed arrays are read (internal.h): written before main by the
  * constructor and by the test hook only. */
 enum { JSON_IMPL_SCALAR, JSON_IMPL_SSE2, JSON_IMPL_AVX2, JSON_IMPL_AVX512 };
 static const char *const json_impl_names[] = {"scalar", "sse2", "avx2",
@@ -892,7 +892,7 @@ __attribute__((constructor)) static void json_impl_pick(void) {
     json_impl = JSON_IMPL_AVX2;
 }
 
-/* attn__json_windows_avx512 or _avx2 (json_impl.h), as json_impl says. */
+/* attn__json_windows_avx512 or _avx2 (internal.h), as json_impl says. */
 static size_t json_windows(const char *p, size_t len, size_t room, double *out,
                            size_t *adv, int *closed) {
 #if ATTN__JSON_HAVE_AVX2
@@ -1110,11 +1110,10 @@ static attn_status parse_root(jparser *ps, cJSON **root) {
 
 /* ---- entry points ------------------------------------------------------- */
 
-attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
-                                size_t max_nodes,
-                                const char *const *pack_keys,
-                                const char *trailing_hint, cJSON **out,
-                                attn_diag *d) {
+attn_status attn_json_parse_ex(const char *p, size_t n, size_t max_depth,
+                               size_t max_nodes, const char *const *pack_keys,
+                               const char *trailing_hint, cJSON **out,
+                               attn_diag *d) {
   jparser ps;
   cJSON *root = NULL;
   attn_status s;
@@ -1158,33 +1157,33 @@ attn_status attn__json_parse_ex(const char *p, size_t n, size_t max_depth,
   return ATTN_OK;
 }
 
-attn_status attn__json_parse_capped(const char *p, size_t n, size_t max_depth,
-                                    size_t max_nodes, const char *trailing_hint,
-                                    cJSON **out, attn_diag *d) {
-  return attn__json_parse_ex(p, n, max_depth, max_nodes, NULL, trailing_hint,
-                             out, d);
+attn_status attn_json_parse_capped(const char *p, size_t n, size_t max_depth,
+                                   size_t max_nodes, const char *trailing_hint,
+                                   cJSON **out, attn_diag *d) {
+  return attn_json_parse_ex(p, n, max_depth, max_nodes, NULL, trailing_hint,
+                            out, d);
 }
 
-attn_status attn__json_parse(const char *p, size_t n, size_t max_depth,
-                             const char *trailing_hint, cJSON **out,
-                             attn_diag *d) {
-  return attn__json_parse_ex(p, n, max_depth, ATTN_JSON_MAX_NODES, NULL,
-                             trailing_hint, out, d);
+attn_status attn_json_parse(const char *p, size_t n, size_t max_depth,
+                            const char *trailing_hint, cJSON **out,
+                            attn_diag *d) {
+  return attn_json_parse_ex(p, n, max_depth, ATTN_JSON_MAX_NODES, NULL,
+                            trailing_hint, out, d);
 }
 
-size_t attn__json_len(const cJSON *a) {
+size_t attn_json_len(const cJSON *a) {
   if (!a) return 0;
   if (a->type & ATTN_JSON_PACKED) return (size_t)a->valuedouble;
   return (size_t)cJSON_GetArraySize(a);
 }
 
-const double *attn__json_packed(const cJSON *a, size_t *n) {
+const double *attn_json_packed(const cJSON *a, size_t *n) {
   if (!a || !(a->type & ATTN_JSON_PACKED)) return NULL;
   *n = (size_t)a->valuedouble;
   return (const double *)(const void *)a->valuestring;
 }
 
-size_t attn__f64_to_f32(const double *v, size_t n, float *dst) {
+size_t attn_json_f64_to_f32(const double *v, size_t n, float *dst) {
   size_t k = 0;
 #if JSON_CHUNKS
   /* Blocks of 8 in SSE2: GCC vectorises the conversion of the loop below
@@ -1211,9 +1210,22 @@ size_t attn__f64_to_f32(const double *v, size_t n, float *dst) {
   return k;
 }
 
-void attn__json_free(cJSON *root) {
+void attn_json_free(cJSON *root) {
   if (!root) return;
   jblock *first = (jblock *)(void *)root - 1;
-  assert(first->magic == JSON_MAGIC && "not a tree from attn__json_parse");
+  assert(first->magic == JSON_MAGIC && "not a tree from attn_json_parse");
   arena_free_chain(first);
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+const char *attn_json_kind(const cJSON *item) {
+  if (!item) return "nothing";
+  if (cJSON_IsArray(item)) return "an array";
+  if (cJSON_IsObject(item)) return "an object";
+  if (cJSON_IsString(item)) return "a string";
+  if (cJSON_IsNumber(item)) return "a number";
+  if (cJSON_IsBool(item)) return "a boolean";
+  if (cJSON_IsNull(item)) return "null";
+  return "an invalid value";
 }

@@ -1,15 +1,15 @@
 /* json_avx512.c - the numbers of a packed JSON array, 64 bytes at a time on
- * AVX-512 (attn__json_windows_avx512, see json_impl.h).
+ * AVX-512 (attn__json_windows_avx512, see internal.h).
  *
  * DESIGN
  *
  * Purpose: a small inference request is a few thousand numbers such as
- * -0.482913, and reading them one by one (json_fast.c: find the delimiter,
+ * -0.482913, and reading them one by one (json_parse.c: find the delimiter,
  * classify the bytes, two SWAR digit merges, a division) costs ~85
  * instructions each.  Here the structure of a whole 64-byte window is
  * worked out with 64-bit masks, every number's digits are pulled into a
  * 16-byte lane by one byte permute, and eight numbers are converted and
- * divided at once.  json_fast.c picks this path at start-up when the CPU
+ * divided at once.  json_parse.c picks this path at start-up when the CPU
  * has AVX-512 F/BW/DQ/VL/VBMI/VBMI2; its SSE2 window and its one-number
  * parser stay, the latter as the reference every path is tested against.
  *
@@ -72,17 +72,17 @@
  *      order, with no pack or permute.  Measured (min of 15 x 5,000 calls,
  *      2,048 such numbers): 6.39 -> 5.40 us.
  *   6. Value: m and 10^nf are exact doubles, so one IEEE division rounds
- *      m / 10^nf correctly (Clinger's fast path, as json_fast.c's
+ *      m / 10^nf correctly (Clinger's fast path, as json_parse.c's
  *      number_known); the sign is xored in (-0 stays -0).  8 at a time.
  * The rules of step 2 and 3 accept exactly the numbers and gaps RFC 8259
  * allows there, restricted to the common form; anything else is left to
- * json_fast.c, whose errors and values then decide.
+ * json_parse.c, whose errors and values then decide.
  *
  * Threads: pure function over constant tables; callable from any thread.
  * Checked by tests/test_codec.c: every packed-array test runs with each
  * path ("avx512", "sse2", "scalar") against the plain parse.
  */
-#include "json_impl.h"
+#include "internal.h"
 
 #if ATTN__JSON_HAVE_AVX512
 
@@ -204,7 +204,7 @@ static inline TARGET __attribute__((always_inline)) size_t window(
       _mm_setr_epi8(' ', 0, 0, 0, 0, 0, 0, 0, 0, '\t', '\n', 0, 0, '\r', 0, 0));
   uint64_t ws = gpr(_mm512_cmpeq_epi8_mask(_mm512_shuffle_epi8(wst, w), w));
   uint64_t tok = ~(com | clo | ws);
-  /* 2. flags (json_impl.h) */
+  /* 2. flags (internal.h) */
   attn__json_marks mk =
       attn__json_window_marks(tok, dig, dot, min, clo, ws, zero);
   uint64_t s = mk.s, e = mk.e, f = mk.f;
@@ -303,7 +303,7 @@ static inline TARGET __attribute__((always_inline)) size_t window(
 }
 
 /* Windows one after another while each takes something.  The loop lives
- * here: called once per window from json_fast.c, each window's end went
+ * here: called once per window from json_parse.c, each window's end went
  * through memory twice (*adv, then the parser's position) on the chain
  * that decides where the next window starts.  GCC 12 still keeps the
  * position in a stack slot here (one add to memory and one load a window:

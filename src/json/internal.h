@@ -1,15 +1,15 @@
-/* json_impl.h - internals shared by json_fast.c, json_avx512.c and
+/* internal.h - internals shared by json_parse.c, json_avx512.c and
  * json_avx2.c, and the test hook that picks how packed arrays of numbers
- * are read.  Not a public header: only src/codec/, tests/ and bench/
+ * are read.  Not a public header: only src/json/, tests/ and bench/
  * include it. */
-#ifndef ATTN_JSON_IMPL_H
-#define ATTN_JSON_IMPL_H
+#ifndef ATTN_JSON_INTERNAL_H
+#define ATTN_JSON_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* Bytes that must be readable from a window's start (json_avx512.c and
- * json_avx2.c load 64 at once; json_fast.c's SSE2 window reads up to 16
+ * json_avx2.c load 64 at once; json_parse.c's SSE2 window reads up to 16
  * past its 64). */
 #define ATTN__JSON_WINDOW 64
 
@@ -52,7 +52,7 @@ attn__json_window_marks(uint64_t tok, uint64_t dig, uint64_t dot, uint64_t min,
 
 /* The AVX-512 and AVX2 windows exist on x86-64 with GCC-compatible
  * compilers (per-function target attributes); elsewhere only the SSE2 and
- * scalar paths of json_fast.c. */
+ * scalar paths of json_parse.c. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTN_JSON_PORTABLE)
 #define ATTN__JSON_HAVE_AVX512 1
 #define ATTN__JSON_HAVE_AVX2 1
@@ -89,7 +89,7 @@ size_t attn__json_windows_avx2(const char *p, size_t len, size_t room,
 #endif
 
 /* Test and benchmark hook: read packed arrays with the named path,
- * "avx512" (json_avx512.c), "avx2" (json_avx2.c), "sse2" (json_fast.c's
+ * "avx512" (json_avx512.c), "avx2" (json_avx2.c), "sse2" (json_parse.c's
  * 64-byte window) or "scalar" (one number at a time, the reference).
  * Returns 0 (and changes nothing) when the name is unknown or the CPU lacks
  * it.  Call it while no other thread parses.  The default, set before main
@@ -99,4 +99,4 @@ int attn__json_set_impl(const char *name);
 /* Name of the path packed arrays are read with now. */
 const char *attn__json_impl_name(void);
 
-#endif /* ATTN_JSON_IMPL_H */
+#endif /* ATTN_JSON_INTERNAL_H */
