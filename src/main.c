@@ -194,20 +194,19 @@ static void warn_log(const char *msg) {
   attn_log(ATTN_LOG_WARN, "%s", msg);
 }
 
-/* The resident models of models_dir.  A directory that does not exist is
- * no error (the default, relative to the working directory, may not), but
- * it is warned about: a misspelt path would otherwise go unseen. */
+/* The resident models of models_dir.  A models_dir that was configured
+ * (file, environment, flag) and is not a directory stops the start: a
+ * misspelt path would otherwise go unseen, attnd serving only the built-in
+ * models.  The built-in default (config/models, relative to the working
+ * directory) may be absent: that is only warned about. */
 static attn_status load_models(const attn_config *cfg, attn_registry **out,
                                attn_diag *d, void (*warn)(const char *msg)) {
-  struct stat st;
-  if (stat(cfg->models_dir, &st) != 0 && errno == ENOENT) {
-    char msg[1100];
-    snprintf(msg, sizeof msg,
-             "models_dir '%s' does not exist: only the built-in models are "
-             "served",
-             cfg->models_dir);
-    warn(msg);
+  attn_status st = attn_config_check_models_dir(cfg, d);
+  if (st == ATTN_ENOTFOUND) {
+    warn(d->msg);
+    return attn_registry_create(NULL, out, d);
   }
+  if (st != ATTN_OK) return st;
   return attn_registry_create(cfg->models_dir, out, d);
 }
 

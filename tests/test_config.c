@@ -151,6 +151,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.max_connections, 1024);
   ck_assert_int_eq(c.connection_timeout_s, 60);
   ck_assert_str_eq(c.models_dir, "config/models");
+  ck_assert_str_eq(c.models_dir_from, "");
   ck_assert_int_eq(c.log_level, ATTN_LOG_INFO);
   ck_assert_int_eq(c.log_format, ATTN_LOG_JSON);
   ck_assert(c.access_log);
@@ -518,15 +519,26 @@ START_TEST(test_shipped_file_equals_defaults) {
   attn_diag d = {{0}};
   const char *path = ATTN_SOURCE_DIR "/config/attnd.json";
   ck_assert_msg(attn_config_load_file(&c, path, &d) == ATTN_OK, "%s", d.msg);
+  /* Its models_dir, "models", is relative to its folder config/: the
+   * directory that the default, config/models, names from the source
+   * root. */
+  ck_assert_str_eq(c.models_dir, ATTN_SOURCE_DIR "/config/models");
+  ck_assert_str_eq(c.models_dir_from,
+                   ATTN_SOURCE_DIR "/config/attnd.json: models_dir 'models', "
+                                   "relative to the file's folder");
+  memcpy(c.models_dir, def.models_dir, sizeof c.models_dir);
+  memset(c.models_dir_from, 0, sizeof c.models_dir_from);
   ck_assert_msg(memcmp(&c, &def, sizeof c) == 0,
                 "config/attnd.json differs from the built-in defaults");
 
-  /* Byte for byte what --check-config prints for the defaults: so the file
-   * lists exactly the table's keys, in table order. */
+  /* Byte for byte what --check-config prints for the defaults (models_dir
+   * as the file writes it): so the file lists exactly the table's keys, in
+   * table order. */
   char *want = NULL;
   size_t want_len = 0;
   FILE *m = open_memstream(&want, &want_len);
   ck_assert_ptr_nonnull(m);
+  snprintf(def.models_dir, sizeof def.models_dir, "models");
   ck_assert_int_eq(attn_config_write_json(&def, m), ATTN_OK);
   fclose(m);
   char *have = slurp(path);
@@ -556,6 +568,11 @@ START_TEST(test_write_json_round_trip) {
   attn_status st = attn_config_load_file(&back, p, &d);
   unlink(p);
   ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  /* the one difference: where models_dir came from */
+  char from[128];
+  snprintf(from, sizeof from, "%s: models_dir", p);
+  ck_assert_str_eq(back.models_dir_from, from);
+  memset(back.models_dir_from, 0, sizeof back.models_dir_from);
   ck_assert_msg(memcmp(&c, &back, sizeof c) == 0,
                 "round trip changed the config");
 }
@@ -1177,6 +1194,105 @@ START_TEST(test_cpus_allowed) {
 }
 END_TEST
 
+/* Write text to the file at path (made or truncated). */
+static void put_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* attn_config_check_models_dir(c) returns st and says want. */
+static void models_dir_says(const attn_config *c, attn_status st,
+                            const char *want) {
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_config_check_models_dir(c, &d), st);
+  ASSERT_DIAG_HAS(d, want);
+}
+
+/* A relative models_dir in a file is relative to the file's folder; from
+ * the environment or a flag, to the working directory.  Each remembers
+ * where it came from, and attn_config_check_models_dir judges it: the
+ * default may be absent, a configured one may not. */
+START_TEST(test_models_dir_origin) {
+  char dir[] = "/tmp/attn_test_md_XXXXXX", path[128], sub[128], want[8400];
+  char cwd[4096];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  snprintf(path, sizeof path, "%s/attnd.json", dir);
+  snprintf(sub, sizeof sub, "%s/models", dir);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  put_file(path, "{\"models_dir\": \"./models\"}");
+
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--config", path), ATTN_OK);
+  ck_assert_str_eq(c.models_dir, sub);
+  snprintf(want, sizeof want,
+           "%s: models_dir './models', relative to the file's folder", path);
+  ck_assert_str_eq(c.models_dir_from, want);
+  ck_assert_int_eq(attn_config_check_models_dir(&c, &d), ATTN_OK);
+
+  /* the environment and a flag: as written, the working directory's */
+  const char *env[] = {"ATTND_CONFIG", path, "ATTND_MODELS_DIR", "models",
+                       NULL};
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd"), ATTN_OK);
+  ck_assert_str_eq(c.models_dir, "models");
+  ck_assert_str_eq(c.models_dir_from, "ATTND_MODELS_DIR");
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd", "--models-dir", "m2"),
+                   ATTN_OK);
+  ck_assert_str_eq(c.models_dir, "m2");
+  ck_assert_str_eq(c.models_dir_from, "--models-dir");
+  snprintf(want, sizeof want,
+           "models_dir 'm2' (set by --models-dir, relative to the working "
+           "directory %s) does not exist",
+           cwd);
+  models_dir_says(&c, ATTN_EINVAL, want);
+
+  /* an absolute path in the file is kept; a missing one is an error */
+  put_file(path, "{\"models_dir\": \"/nonexistent/models\"}");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--config", path), ATTN_OK);
+  ck_assert_str_eq(c.models_dir, "/nonexistent/models");
+  snprintf(want, sizeof want,
+           "models_dir '/nonexistent/models' (set by %s: models_dir) does "
+           "not exist",
+           path);
+  models_dir_says(&c, ATTN_EINVAL, want);
+
+  /* not a directory, whatever its origin */
+  ck_assert_int_eq(attn_config_set(&c, "models_dir", path, &d), ATTN_OK);
+  ck_assert_str_eq(c.models_dir_from, "models_dir");
+  models_dir_says(&c, ATTN_EINVAL, "(set by models_dir) is not a directory");
+  snprintf(c.models_dir_from, sizeof c.models_dir_from, "%s", "");
+  models_dir_says(&c, ATTN_EINVAL, "(the built-in default) is not a directory");
+
+  /* the default may be absent: ENOTFOUND, for a warning */
+  attn_config_defaults(&c);
+  snprintf(c.models_dir, sizeof c.models_dir, "%s/absent", dir);
+  models_dir_says(&c, ATTN_ENOTFOUND,
+                  "(the built-in default) does not exist: only the built-in "
+                  "models are served");
+
+  /* a relative file name: the folder made absolute from the working
+   * directory, so the printed path means the same anywhere */
+  attn_config_defaults(&c);
+  put_file(path, "{\"models_dir\": \"models\"}");
+  ck_assert_int_eq(chdir(dir), 0);
+  attn_status st = attn_config_load_file(&c, "./attnd.json", &d);
+  ck_assert_int_eq(chdir(cwd), 0);
+  ck_assert_msg(st == ATTN_OK, "%s", d.msg);
+  char real[4096 + 16];
+  ck_assert_ptr_nonnull(realpath(dir, real)); /* /tmp may be a symlink */
+  snprintf(want, sizeof want, "%s/models", real);
+  ck_assert_str_eq(c.models_dir, want);
+
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(rmdir(sub), 0);
+  ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *t = tcase_create("table");
@@ -1217,6 +1333,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_flag_forms);
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);
+  tcase_add_test(t, test_models_dir_origin);
   tcase_add_test(t, test_usage_lists_every_key);
   suite_add_tcase(s, t);
 

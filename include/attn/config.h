@@ -62,6 +62,11 @@ typedef struct attn_config {
   int max_connections;              /* open client connections */
   int connection_timeout_s;         /* idle connection timeout; 0 = none */
   char models_dir[ATTN_MAX_PATH_LEN + 1]; /* model definitions */
+  /* Not a key: where models_dir was last set, for messages and for the rule
+   * that a configured models_dir must exist: "" for the built-in default,
+   * else the source as diagnostics name it ("FILE: models_dir",
+   * "ATTND_MODELS_DIR", "--models-dir", "models_dir"), cut to fit. */
+  char models_dir_from[ATTN_MAX_PATH_LEN + 1];
   attn_log_level log_level;
   attn_log_format log_format;
   bool access_log;                         /* one log line per request */
@@ -117,10 +122,24 @@ typedef enum {
  * missing value, bad value; the diagnostic names the flag or variable; two
  * keys that cannot work together, such as max_total_body_bytes below
  * max_body_bytes) or any error of attn_config_load_file.  On failure *c and
- * *action are unchanged. */
+ * *action are unchanged.  Nothing here looks at models_dir on disk
+ * (attn_config_check_models_dir does). */
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d);
+
+/* Whether models_dir can be served, as a start (and --check-config) needs:
+ *   ATTN_OK        it is a directory;
+ *   ATTN_ENOTFOUND it does not exist and is the built-in default (nothing
+ *                  configured it): only the built-in models are served, and
+ *                  d says so, for a warning;
+ *   ATTN_EINVAL    it was configured (file, environment, flag or
+ *                  attn_config_set: models_dir_from is set) and does not
+ *                  exist, or it is not a directory;
+ *   ATTN_EIO       it cannot be examined (permissions).
+ * Every diagnostic names the path and where it came from (with the working
+ * directory when the path is relative to it). */
+attn_status attn_config_check_models_dir(const attn_config *c, attn_diag *d);
 
 /* The budget for request and response bodies held at once, in bytes:
  * max_total_body_bytes, or when that is 0 (auto) half of memory_limit (see

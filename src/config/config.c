@@ -34,16 +34,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- The key table ------------------------------------------------------ */
 
-typedef enum { CFG_INT, CFG_I64, CFG_BOOL, CFG_ENUM, CFG_STR } cfg_type;
+/* CFG_PATH is a CFG_STR naming a file or directory: in a config file a
+ * relative path is resolved against the file's folder, and where it was
+ * last set is kept beside it (origin_off) for messages. */
+typedef enum {
+  CFG_INT,
+  CFG_I64,
+  CFG_BOOL,
+  CFG_ENUM,
+  CFG_STR,
+  CFG_PATH
+} cfg_type;
 
 typedef struct cfg_key {
   const char *key; /* also the attn_config field name */
   const char *env; /* "ATTND_" + upper-case key */
   cfg_type type;
   size_t off, size;         /* field within attn_config */
+  size_t origin_off, origin_size; /* PATH: the field naming its source */
   int64_t def, min, max;    /* INT/I64: value and range; BOOL: 0/1;
                                ENUM: index into names; STR: length range */
   const char *sdef;         /* STR: default */
@@ -85,17 +98,23 @@ _Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
 
 /* One row per key type.  k is the key and the field name. */
 #define K_INT(k, env, def, lo, hi, unit, help) \
-  {#k, env, CFG_INT, CFG_FIELD(k, int), def, lo, hi, NULL, NULL, unit, help}
-#define K_I64(k, env, def, lo, hi, unit, help) \
-  {#k, env, CFG_I64, CFG_FIELD(k, int64_t), def, lo, hi, NULL, NULL, unit, \
+  {#k, env, CFG_INT, CFG_FIELD(k, int), 0, 0, def, lo, hi, NULL, NULL, unit, \
    help}
+#define K_I64(k, env, def, lo, hi, unit, help) \
+  {#k, env, CFG_I64, CFG_FIELD(k, int64_t), 0, 0, def, lo, hi, NULL, NULL, \
+   unit, help}
 #define K_BOOL(k, env, def, help) \
-  {#k, env, CFG_BOOL, CFG_FIELD(k, bool), def, 0, 1, NULL, NULL, "", help}
+  {#k, env, CFG_BOOL, CFG_FIELD(k, bool), 0, 0, def, 0, 1, NULL, NULL, "", \
+   help}
 #define K_ENUM(k, env, T, def, names, help) \
-  {#k, env, CFG_ENUM, CFG_FIELD(k, T), def, 0, \
+  {#k, env, CFG_ENUM, CFG_FIELD(k, T), 0, 0, def, 0, \
    (int64_t)(sizeof names / sizeof names[0]) - 2, NULL, names, "", help}
 #define K_STR(k, env, def, help) \
-  {#k, env, CFG_STR, CFG_FIELD(k, char *), 0, 1, \
+  {#k, env, CFG_STR, CFG_FIELD(k, char *), 0, 0, 0, 1, \
+   (int64_t)sizeof(((attn_config *)0)->k) - 1, def, NULL, "", help}
+/* from: the char array that keeps where k was last set. */
+#define K_PATH(k, from, env, def, help) \
+  {#k, env, CFG_PATH, CFG_FIELD(k, char *), CFG_FIELD(from, char *), 0, 1, \
    (int64_t)sizeof(((attn_config *)0)->k) - 1, def, NULL, "", help}
 
 static const cfg_key keys[] = {
@@ -147,8 +166,9 @@ static const cfg_key keys[] = {
     K_INT(connection_timeout_s, "ATTND_CONNECTION_TIMEOUT_S", 60, 0,
           ATTN_MAX_CONNECTION_TIMEOUT_S, "s",
           "idle connection timeout; 0 = none"),
-    K_STR(models_dir, "ATTND_MODELS_DIR", "config/models",
-          "directory of model definitions"),
+    K_PATH(models_dir, models_dir_from, "ATTND_MODELS_DIR", "config/models",
+           "directory of model definitions; relative: to the config file's "
+           "folder in a file, else to the working directory"),
     K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
            log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
@@ -255,7 +275,8 @@ static void store(attn_config *c, const cfg_key *k, int64_t v, const char *s) {
       memcpy(field, &x, sizeof x);
       break;
     }
-    case CFG_STR: {
+    case CFG_STR:
+    case CFG_PATH: {
       size_t n = strlen(s);
       memcpy(field, s, n + 1); /* length checked against k->max < size */
       break;
@@ -282,6 +303,7 @@ static const char *allowed(const cfg_key *k, char *buf, size_t size) {
                               p == k->names ? "" : ", ", *p);
       break;
     case CFG_STR:
+    case CFG_PATH:
       snprintf(buf, size, "%" PRId64 "..%" PRId64 " bytes", k->min, k->max);
       break;
   }
@@ -289,13 +311,14 @@ static const char *allowed(const cfg_key *k, char *buf, size_t size) {
 }
 
 /* The one range/length check and the one store.  `src` names where the value
- * came from; `shown` is the value as the user wrote it.  For CFG_STR, s is the
- * string; otherwise v is the parsed number (bool 0/1, enum index). */
+ * came from (a CFG_PATH keeps it beside the value); `shown` is the value as
+ * the user wrote it.  For CFG_STR and CFG_PATH, s is the string; otherwise v
+ * is the parsed number (bool 0/1, enum index). */
 static attn_status check_and_store(attn_config *c, const cfg_key *k,
                                    const char *src, const char *shown,
                                    int64_t v, const char *s, attn_diag *d) {
   char range[96];
-  if (k->type == CFG_STR) {
+  if (k->type == CFG_STR || k->type == CFG_PATH) {
     size_t len = strlen(s);
     if (len < (size_t)k->min)
       return attn_diag_set(d, ATTN_EINVAL, "%s: empty value (%s must be %s)",
@@ -315,6 +338,8 @@ static attn_status check_and_store(attn_config *c, const cfg_key *k,
         VALUE_SHOW, shown, k->key, allowed(k, range, sizeof range));
   }
   store(c, k, v, s);
+  if (k->type == CFG_PATH)
+    snprintf((char *)c + k->origin_off, k->origin_size, "%s", src);
   return ATTN_OK;
 }
 
@@ -373,9 +398,58 @@ static attn_status set_text(attn_config *c, const cfg_key *k, const char *src,
       return attn_diag_set(d, ATTN_EINVAL, "%s: '%.*s' is not one of %s", src,
                            VALUE_SHOW, text, allowed(k, range, sizeof range));
     case CFG_STR:
+    case CFG_PATH:
       return check_and_store(c, k, src, text, 0, text, d);
   }
   return attn_diag_set(d, ATTN_EINTERNAL, "%s: bad key type", src);
+}
+
+/* Room for a file-relative path before its length check: the working
+ * directory (up to PATH_MAX), the file's folder and the value. */
+#define JOIN_MAX (3 * 4096)
+
+/* Skip leading "./" (and the slashes after it). */
+static const char *skip_dot_slash(const char *p) {
+  while (p[0] == '.' && p[1] == '/')
+    for (p += 2; *p == '/';) p++;
+  return p;
+}
+
+/* value, a path written in the config file `file`, as attnd must open it,
+ * into buf: an absolute value as it is; a relative one joined to the
+ * file's folder, which is made absolute with the working directory when
+ * the file was named by a relative path (so that --check-config prints a
+ * path that means the same wherever it is read).  Returns false when the
+ * result does not fit size. */
+static bool path_in_folder(const char *file, const char *value, char *buf,
+                           size_t size) {
+  if (value[0] == '/' || value[0] == '\0')
+    return snprintf(buf, size, "%s", value) < (int)size;
+  file = skip_dot_slash(file);
+  value = skip_dot_slash(value);
+  if (strcmp(value, ".") == 0) value = "";
+  /* the folder: "/etc" of "/etc/a.json", "/" of "/a.json", "/w/c" of
+   * "c/a.json" in /w, or "c" (".") when the working directory is unknown */
+  const char *slash = strrchr(file, '/');
+  int dir_len = slash ? (int)(slash - file) : 0;
+  size_t n;
+  if (file[0] == '/') {
+    n = (size_t)snprintf(buf, size, "%.*s", dir_len ? dir_len : 1, file);
+  } else if (getcwd(buf, size)) {
+    n = strlen(buf);
+    if (dir_len)
+      n += (size_t)snprintf(buf + n, size - n, "%s%.*s",
+                            buf[n - 1] == '/' ? "" : "/", dir_len, file);
+  } else {
+    n = (size_t)snprintf(buf, size, "%.*s", dir_len ? dir_len : 1,
+                         dir_len ? file : ".");
+  }
+  if (n >= size) return false;
+  if (*value &&
+      (size_t)snprintf(buf + n, size - n, "%s%s",
+                       buf[n - 1] == '/' ? "" : "/", value) >= size - n)
+    return false;
+  return true;
 }
 
 static const char *json_type_name(const cJSON *it) {
@@ -388,14 +462,16 @@ static const char *json_type_name(const cJSON *it) {
   return "an invalid value";
 }
 
-/* Store the cJSON value `it` for key k.  src is "FILE: key". */
+/* Store the cJSON value `it` for key k, read from the config file `file`.
+ * src is "FILE: key". */
 static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
-                            const cJSON *it, attn_diag *d) {
+                            const cJSON *it, const char *file, attn_diag *d) {
   static const char *const want[] = {[CFG_INT] = "an integer",
                                      [CFG_I64] = "an integer",
                                      [CFG_BOOL] = "true or false",
                                      [CFG_ENUM] = "a string",
-                                     [CFG_STR] = "a string"};
+                                     [CFG_STR] = "a string",
+                                     [CFG_PATH] = "a string"};
   char shown[40];
   bool ok_type = false;
   switch (k->type) {
@@ -408,6 +484,7 @@ static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
       break;
     case CFG_ENUM:
     case CFG_STR:
+    case CFG_PATH:
       ok_type = cJSON_IsString(it) && it->valuestring;
       break;
   }
@@ -435,6 +512,22 @@ static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
     case CFG_ENUM:
     case CFG_STR:
       return set_text(c, k, src, it->valuestring, d);
+    case CFG_PATH: {
+      const char *v = it->valuestring;
+      if (v[0] == '/' || v[0] == '\0') return set_text(c, k, src, v, d);
+      char *joined = malloc(JOIN_MAX);
+      if (!joined)
+        return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", src);
+      char from[ATTN_DIAG_MAX + VALUE_SHOW + 48];
+      snprintf(from, sizeof from, "%s '%.*s', relative to the file's folder",
+               src, VALUE_SHOW, v);
+      attn_status st =
+          path_in_folder(file, v, joined, JOIN_MAX)
+              ? set_text(c, k, from, joined, d)
+              : attn_diag_set(d, ATTN_EINVAL, "%s: path too long", from);
+      free(joined);
+      return st;
+    }
   }
   return attn_diag_set(d, ATTN_EINTERNAL, "%s: bad key type", src);
 }
@@ -594,7 +687,7 @@ attn_status attn_config_load_file(attn_config *c, const char *path,
       break;
     }
     snprintf(src, sizeof src, "%s: %s", path, k->key);
-    st = set_json(&tmp, k, src, it, d);
+    st = set_json(&tmp, k, src, it, path, d);
   }
   cJSON_Delete(root);
   if (st == ATTN_OK) *c = tmp;
@@ -742,6 +835,37 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
   return ATTN_OK;
 }
 
+attn_status attn_config_check_models_dir(const attn_config *c, attn_diag *d) {
+  const char *dir = c->models_dir, *from = c->models_dir_from;
+  char cwd[4096] = "", where[ATTN_DIAG_MAX * 2];
+  struct stat st;
+  /* "(set by --models-dir, relative to the working directory /w)"; a
+   * file's relative path is absolute by now (path_in_folder) */
+  if (dir[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+  snprintf(where, sizeof where, "(%s%.160s%s%.160s)",
+           *from ? "set by " : "the built-in default", from,
+           *cwd ? ", relative to the working directory " : "", cwd);
+  if (stat(dir, &st) != 0) {
+    int err = errno;
+    if (err != ENOENT && err != ENOTDIR)
+      return attn_diag_set(d, ATTN_EIO, "models_dir '%s' %s: %s", dir, where,
+                           strerror(err));
+    if (!*from)
+      return attn_diag_set(d, ATTN_ENOTFOUND,
+                           "models_dir '%s' %s does not exist: only the "
+                           "built-in models are served",
+                           dir, where);
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "models_dir '%s' %s does not exist (create it, or "
+                         "fix the path)",
+                         dir, where);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return attn_diag_set(d, ATTN_EINVAL, "models_dir '%s' %s is not a directory",
+                         dir, where);
+  return ATTN_OK;
+}
+
 int64_t attn_config_body_budget(const attn_config *c, uint64_t memory_limit) {
   if (c->max_total_body_bytes) return c->max_total_body_bytes;
   uint64_t half = memory_limit / 2;
@@ -775,6 +899,7 @@ static const char *value_text(const attn_config *c, const cfg_key *k, char *buf,
       memcpy(&x, field, sizeof x);
       return x >= 0 && x <= k->max ? k->names[x] : "?";
     case CFG_STR:
+    case CFG_PATH:
       return field;
   }
   return "?";
@@ -806,12 +931,13 @@ void attn_config_usage(FILE *f, const char *prog) {
     const cfg_key *k = &keys[i];
     const char *meta = k->type == CFG_BOOL   ? "BOOL"
                        : k->type == CFG_STR  ? "TEXT"
+                       : k->type == CFG_PATH ? "PATH"
                        : k->type == CFG_ENUM ? "NAME"
                                              : "N";
     fprintf(f, "  %s %s\n      %s\n", flag_name(k->key, flag, sizeof flag),
             meta, k->help);
     const char *dv = value_text(&def, k, val, sizeof val);
-    if (k->type == CFG_STR)
+    if (k->type == CFG_STR || k->type == CFG_PATH)
       fprintf(f, "      default \"%s\"", dv);
     else
       fprintf(f, "      default %s", dv);
@@ -843,7 +969,7 @@ attn_status attn_config_write_json(const attn_config *c, FILE *f) {
     const cfg_key *k = &keys[i];
     fprintf(f, "  \"%s\": ", k->key);
     const char *v = value_text(c, k, val, sizeof val);
-    if (k->type == CFG_STR || k->type == CFG_ENUM)
+    if (k->type == CFG_STR || k->type == CFG_PATH || k->type == CFG_ENUM)
       json_string(f, v);
     else
       fputs(v, f);

@@ -96,18 +96,21 @@ def _kill_all():
 
 class Server:
     """One attnd process.  Extra flags come after the defaults set here, so
-    they win (attnd reads flags left to right)."""
+    they win (attnd reads flags left to right).  models_dir=None leaves
+    --models-dir out (the config file's or the default then counts); cwd is
+    its working directory (default: ours)."""
 
-    def __init__(self, *flags, name="attnd", wrap=(), env=None, unset=()):
+    def __init__(self, *flags, name="attnd", wrap=(), env=None, unset=(),
+                 models_dir=True, cwd=None):
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
                                              suffix=".log")
         self._log = os.fdopen(fd, "wb")
         # read through our own handle: works even if the file is unlinked
         self._log_r = open(self.log_path, "rb")
-        cmd = list(wrap) + [ATTND, "--host", HOST, "--port", "0",
-                            "--models-dir", MODELS_DIR, "--log-format",
-                            "json", "--access-log", "true"] + list(flags)
+        md = ["--models-dir", MODELS_DIR] if models_dir else []
+        cmd = list(wrap) + [ATTND, "--host", HOST, "--port", "0"] + md + [
+            "--log-format", "json", "--access-log", "true"] + list(flags)
         self.cmd = cmd
         environ = dict(os.environ, **(env or {}))
         for k in unset:
@@ -115,7 +118,7 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
                                      stderr=self._log, close_fds=True,
-                                     env=environ)
+                                     env=environ, cwd=cwd)
         with _SERVERS_LOCK:
             _SERVERS.append(self)
         self.port = None
@@ -3828,7 +3831,8 @@ def open_files_limit_fitted():
 def check_config_loads_models():
     """--check-config loads models_dir as a start would: a model that
     would stop the start fails the check, naming the file and the reason.
-    A models_dir that does not exist is warned about, at a start too."""
+    A models_dir that was set and does not exist stops both (see
+    models_dir_must_exist)."""
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(MODELS_DIR, "demo.json")) as f:
             demo = f.read()
@@ -3852,21 +3856,118 @@ def check_config_loads_models():
               in r.stderr,
               "--check-config with a model named sdpa: rc %d %r" %
               (r.returncode, r.stderr[-300:]))
+
+
+def _demo_models(d):
+    """A models folder d holding the demo model (its weights named by
+    absolute path, so that the folder can be anywhere)."""
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(MODELS_DIR, "demo.json")) as f:
+        demo = f.read()
+    with open(os.path.join(d, "demo.json"), "w") as f:
+        f.write(demo.replace('"demo.safetensors"', '"%s"' % os.path.join(
+            MODELS_DIR, "demo.safetensors")))
+
+
+def _attnd(*args, env=None, cwd=None, timeout=30):
+    """attnd run to its end with args: (rc, stdout, stderr as text)."""
+    r = subprocess.run([ATTND] + list(args), capture_output=True,
+                       timeout=timeout, cwd=cwd,
+                       env=dict(os.environ, **(env or {})),
+                       stdin=subprocess.DEVNULL)
+    return (r.returncode, r.stdout.decode("utf-8", "replace"),
+            r.stderr.decode("utf-8", "replace"))
+
+
+@test
+def models_dir_relative_to_config_file():
+    """A relative models_dir in a config file is the file's folder's, from
+    any working directory: --check-config prints the resolved path, and a
+    server started elsewhere serves the folder's models.  From the
+    environment or a flag it stays the working directory's."""
+    with tempfile.TemporaryDirectory() as d:
+        _demo_models(os.path.join(d, "etc", "models"))
+        conf = os.path.join(d, "etc", "attnd.json")
+        with open(conf, "w") as f:
+            f.write('{"models_dir": "models"}')
+        want = os.path.join(d, "etc", "models")
+        for cwd, name in (("/", conf), (d, "etc/attnd.json"),
+                          (os.path.join(d, "etc"), "./attnd.json")):
+            rc, out, err = _attnd("--check-config", "--config", name,
+                                  cwd=cwd)
+            check(rc == 0 and not err, "--check-config --config %s in %s: "
+                  "rc %d %r" % (name, cwd, rc, err[-300:]))
+            got = json.loads(out)["models_dir"]
+            check(os.path.realpath(got) == os.path.realpath(want),
+                  "models_dir from %s in %s: %r, not %r" %
+                  (name, cwd, got, want))
+        with Server("--config", conf, name="models-from-file",
+                    models_dir=None, cwd="/") as s:
+            r = request(s.port, "GET", "/v2/models/demo")
+            expect_status(r, 200, "demo from the file's models folder")
+        # the environment: relative to the working directory
+        rc, out, err = _attnd("--check-config", "--config", conf,
+                              env={"ATTND_MODELS_DIR": "etc/models"}, cwd=d)
+        check(rc == 0 and json.loads(out)["models_dir"] == "etc/models",
+              "ATTND_MODELS_DIR=etc/models in %s: rc %d %r %r" %
+              (d, rc, out[-200:], err[-300:]))
+
+
+@test
+def models_dir_must_exist():
+    """A models_dir that was set (file, environment, flag) and does not
+    exist, or is no directory, stops the start and --check-config with a
+    message naming the path and where it was set.  Only the built-in
+    default (config/models of the working directory) may be absent: a
+    warning, and the built-in models."""
+    with tempfile.TemporaryDirectory() as d:
         missing = os.path.join(d, "no-such-dir")
-        r = subprocess.run([ATTND, "--check-config", "--models-dir", missing],
-                           capture_output=True, timeout=30)
-        check(r.returncode == 0 and
-              ("models_dir '%s' does not exist" % missing).encode()
-              in r.stderr,
-              "--check-config with a missing models_dir: rc %d %r" %
-              (r.returncode, r.stderr[-300:]))
-        with Server("--models-dir", missing, name="no-models") as s:
+        conf = os.path.join(d, "attnd.json")
+        with open(conf, "w") as f:
+            f.write('{"models_dir": "modls"}')
+        cases = [
+            (["--models-dir", missing], {}, None,
+             "models_dir '%s' (set by --models-dir) does not exist" % missing),
+            ([], {"ATTND_MODELS_DIR": "no-such-dir"}, d,
+             "models_dir 'no-such-dir' (set by ATTND_MODELS_DIR, relative to "
+             "the working directory %s) does not exist" % d),
+            (["--config", conf], {}, "/",
+             "models_dir '%s' (set by %s: models_dir 'modls', relative to "
+             "the file's folder) does not exist" %
+             (os.path.join(d, "modls"), conf)),
+            (["--models-dir", conf], {}, None,
+             "models_dir '%s' (set by --models-dir) is not a directory" %
+             conf),
+        ]
+        for flags, env, cwd, msg in cases:
+            rc, out, err = _attnd("--check-config", *flags, env=env, cwd=cwd)
+            check(rc == 1 and out == "" and msg in err and
+                  len(err.strip().splitlines()) == 1,
+                  "--check-config %r %r: rc %d %r" % (flags, env, rc, err))
+            # a start: exits at once, the same message in its error line
+            rc, out, err = _attnd("--host", HOST, "--port", "0", *flags,
+                                  env=env, cwd=cwd)
+            errors = [json.loads(l)["msg"] for l in err.splitlines()
+                      if l.startswith("{") and '"error"' in l]
+            check(rc == 1 and len(errors) == 1 and msg in errors[0] and
+                  "listening" not in err,
+                  "start with %r %r: rc %d %r" % (flags, env, rc, err[-400:]))
+        # the default, absent from this working directory: a warning
+        rc, out, err = _attnd("--check-config", cwd=d)
+        check(rc == 0 and json.loads(out)["models_dir"] == "config/models" and
+              "models_dir 'config/models' (the built-in default, relative to "
+              "the working directory %s) does not exist: only the built-in "
+              "models are served" % d in err,
+              "--check-config without config/models: rc %d %r" % (rc, err))
+        with Server(name="default-models-absent", models_dir=None,
+                    cwd=d) as s:
+            expect_status(request(s.port, "GET", "/v2/models/sdpa"), 200,
+                          "a built-in model without config/models")
             expect_status(request(s.port, "GET", "/v2/models/demo"), 404,
-                          "demo without its models_dir")
-            check("models_dir '%s' does not exist: only the built-in "
-                  "models are served" % missing in s.log_text(),
-                  "start-up log with a missing models_dir: %r" %
-                  s.log_text()[-400:])
+                          "demo without config/models")
+            check("(the built-in default, relative to the working directory "
+                  "%s) does not exist" % d in s.log_text(),
+                  "start-up warning: %s" % s.log_tail(4))
 
 
 def _cpu_quota():
