@@ -4,11 +4,14 @@
  * SIGINT are blocked in every thread (threads inherit the mask) and taken
  * synchronously here with sigwait, so no handler does real work in a random
  * thread; the threads OpenBLAS started before main only forward them here
- * (forward_to_main).  A second signal during the drain is ignored.
- * Shutdown: readiness turns 503 and new requests are refused; queued and
- * running requests finish within drain_timeout_ms; the answers are sent;
- * then everything is destroyed in reverse order of creation and attnd exits
- * 0.  If the drain runs out of time attnd exits 0 without waiting further.
+ * (forward_to_main).
+ * Shutdown: with shutdown_delay_ms, readiness turns 503 first while every
+ * request is still served, for that long (load balancers stop sending);
+ * a second signal ends that delay early.  Then the drain: new requests are
+ * refused; queued and running requests finish within drain_timeout_ms; the
+ * answers are sent; then everything is destroyed in reverse order of
+ * creation and attnd exits 0.  A signal during the drain is ignored.  If
+ * the drain runs out of time attnd exits 0 without waiting further.
  * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
  * older than the CPU), attnd executes itself again once with
  * OPENBLAS_CORETYPE set (fix_blas_core).
@@ -275,6 +278,46 @@ static const char *set_sched_policy(attn_sched_policy p) {
 #endif
 }
 
+/* "SIGTERM" or "SIGINT", as the log names it. */
+static const char *sig_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+}
+
+/* The first phase of a shutdown (shutdown_delay_ms): readiness 503, every
+ * request still served, for delay_ms or until a second signal of sigs,
+ * which ends the delay early (someone wants attnd gone now; the drain
+ * after it is still clean).  sig is the signal that started it. */
+static void shutdown_delay(attn_server *server, const sigset_t *sigs, int sig,
+                           int64_t delay_ms) {
+  attn_server_set_unready(server);
+  attn_log(ATTN_LOG_INFO,
+           "received %s: readiness is 503, still serving every request for "
+           "shutdown_delay_ms=%lld ms, then the drain (a second signal ends "
+           "the delay now)",
+           sig_name(sig), (long long)delay_ms);
+  uint64_t end = attn_now_ns() + (uint64_t)delay_ms * 1000000u;
+  for (;;) {
+    uint64_t now = attn_now_ns();
+    if (now >= end) {
+      attn_log(ATTN_LOG_INFO, "shutdown delay over after %lld ms",
+               (long long)delay_ms);
+      return;
+    }
+    uint64_t left = end - now;
+    struct timespec ts = {(time_t)(left / 1000000000u),
+                          (long)(left % 1000000000u)};
+    int got = sigtimedwait(sigs, NULL, &ts);
+    if (got > 0) {
+      attn_log(ATTN_LOG_INFO,
+               "received %s during the shutdown delay: ending it %.0f ms "
+               "early",
+               sig_name(got), (double)(end - attn_now_ns()) / 1e6);
+      return;
+    }
+    /* EAGAIN: the time is up (checked above); EINTR: wait again */
+  }
+}
+
 int main(int argc, char **argv) {
   attn_config cfg;
   attn_cli_action action;
@@ -406,9 +449,14 @@ int main(int argc, char **argv) {
   int sig = 0;
   while (sigwait(&sigs, &sig) != 0) {
   }
-  attn_log(ATTN_LOG_INFO, "received %s: draining (up to %lld ms)",
-           sig == SIGTERM ? "SIGTERM" : "SIGINT",
-           (long long)cfg.drain_timeout_ms);
+  if (cfg.shutdown_delay_ms > 0) {
+    shutdown_delay(server, &sigs, sig, cfg.shutdown_delay_ms);
+    attn_log(ATTN_LOG_INFO, "draining (up to %lld ms)",
+             (long long)cfg.drain_timeout_ms);
+  } else {
+    attn_log(ATTN_LOG_INFO, "received %s: draining (up to %lld ms)",
+             sig_name(sig), (long long)cfg.drain_timeout_ms);
+  }
   uint64_t t0 = attn_now_ns();
   attn_server_begin_drain(server);
   if (attn_pool_drain(pool, cfg.drain_timeout_ms) != ATTN_OK) {

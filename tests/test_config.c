@@ -110,6 +110,7 @@ static void non_default(attn_config *c) {
   c->queue_capacity = 5;
   c->queue_timeout_ms = 6;
   c->drain_timeout_ms = 7;
+  c->shutdown_delay_ms = 14;
   c->max_body_bytes = 8000;
   c->max_total_body_bytes = 16000;
   c->max_seq_len = 9;
@@ -143,6 +144,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.queue_capacity, 64);
   ck_assert_int_eq(c.queue_timeout_ms, 10000);
   ck_assert_int_eq(c.drain_timeout_ms, 30000);
+  ck_assert_int_eq(c.shutdown_delay_ms, 0);
   ck_assert_int_eq(c.max_body_bytes, 256LL * 1024 * 1024);
   ck_assert_int_eq(c.max_total_body_bytes, 0);
   ck_assert_int_eq(c.max_seq_len, 16384);
@@ -168,6 +170,7 @@ START_TEST(test_key_names) {
                                      "cpu_scheduling_policy",
                                      "queue_capacity",
                                      "queue_timeout_ms",
+                                     "shutdown_delay_ms",
                                      "drain_timeout_ms",
                                      "max_body_bytes",
                                      "max_total_body_bytes",
@@ -289,6 +292,7 @@ START_TEST(test_set_out_of_range) {
       {"max_connections", "65537", "1..65536"},
       {"connection_timeout_s", "86401", "0..86400"},
       {"workers", "4294967298", "0..256"}, /* would wrap to 2 as an int */
+      {"shutdown_delay_ms", "3600001", "0..3600000"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     attn_config c, before;
@@ -800,6 +804,9 @@ START_TEST(test_cli_errors_change_nothing) {
       {{"attnd", "--port="}, "--port: '' is not an integer"},
       {{"attnd", "--workers", "-1"},
        "--workers: -1 is out of range (workers must be 0..256)"},
+      {{"attnd", "--shutdown-delay-ms", "3600001"},
+       "--shutdown-delay-ms: 3600001 is out of range (shutdown_delay_ms must "
+       "be 0..3600000)"},
       {{"attnd", "--wokers", "3"},
        "unknown option '--wokers' (did you mean '--workers'?)"},
       {{"attnd", "--queue_capacity", "3"}, "did you mean '--queue-capacity'?"},

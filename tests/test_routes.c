@@ -29,6 +29,7 @@ static void setup(void) {
   srv.cfg = &cfg;
   srv.models = reg;
   srv.queue = q;
+  atomic_init(&srv.unready, false);
   atomic_init(&srv.draining, false);
   atomic_init(&srv.next_id, 1);
 }
@@ -315,6 +316,34 @@ START_TEST(test_draining) {
 }
 END_TEST
 
+/* shutdown_delay_ms: readiness (the server's and each model's) says 503
+ * and why; liveness, metadata and inference go on as before. */
+START_TEST(test_unready_still_serves) {
+  atomic_store(&srv.unready, true);
+  attn_http_resp r = route("GET", "/v2/health/ready", NULL, NULL,
+                           ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503);
+  ck_assert_int_gt(r.retry_after_s, 0);
+  EXPECT_BODY(r, "\"ready\":false,\"error\":\"server is shutting down");
+  r = route("GET", "/v2/models/sdpa/ready", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503);
+  EXPECT_BODY(r, "{\"name\":\"sdpa\",\"ready\":false,\"error\":");
+  r = route("GET", "/v2/health/live", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  free(r.body);
+  r = route("GET", "/v2/models/sdpa", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  free(r.body);
+  route("POST", "/v1/attention", NULL, "{\"query\": [[1]]}",
+        ATTN_ROUTE_DEFER);
+  /* then the drain: readiness says so */
+  atomic_store(&srv.draining, true);
+  r = route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503);
+  EXPECT_BODY(r, "server is draining");
+}
+END_TEST
+
 /* ---- the job, run on this thread ---------------------------------------- */
 
 static attn_http_resp got;
@@ -466,6 +495,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_encoding_and_header_len);
   tcase_add_test(tc, test_inflate);
   tcase_add_test(tc, test_draining);
+  tcase_add_test(tc, test_unready_still_serves);
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);
   tcase_add_test(tc, test_peer_sweeps);

@@ -53,7 +53,8 @@ typedef struct attn_config {
   int http_threads;                 /* libmicrohttpd I/O threads */
   int queue_capacity;               /* queued requests beyond which: 503 */
   int64_t queue_timeout_ms;         /* max wait in queue; 0 = no limit */
-  int64_t drain_timeout_ms;         /* grace after SIGTERM */
+  int64_t shutdown_delay_ms;        /* SIGTERM: unready, still serving */
+  int64_t drain_timeout_ms;         /* grace after SIGTERM (and the delay) */
   int64_t max_body_bytes;           /* request body, bytes */
   int64_t max_total_body_bytes;     /* all bodies held at once; 0 = auto */
   int64_t max_seq_len;              /* tokens per sequence */

@@ -40,6 +40,13 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
 /* The port actually bound (useful with port 0). */
 int attn_server_port(const attn_server *s);
 
+/* Readiness (/v2/health/ready and every model's .../ready) turns 503;
+ * everything else, new inference requests included, is served as before,
+ * and liveness stays 200.  For shutdown_delay_ms: load balancers see the
+ * 503 and stop sending, while what they still send is answered.  Any
+ * thread; idempotent. */
+void attn_server_set_unready(attn_server *s);
+
 /* Readiness turns 503 and new inference requests are refused with 503;
  * health, metadata and requests already accepted carry on.  Any thread. */
 void attn_server_begin_drain(attn_server *s);

@@ -143,9 +143,14 @@ static const cfg_key keys[] = {
     K_I64(queue_timeout_ms, "ATTND_QUEUE_TIMEOUT_MS", 10000, 0,
           ATTN_MAX_TIMEOUT_MS, "ms",
           "longest a request may wait in the queue before a 503; 0 = no limit"),
+    K_I64(shutdown_delay_ms, "ATTND_SHUTDOWN_DELAY_MS", 0, 0,
+          ATTN_MAX_TIMEOUT_MS, "ms",
+          "on SIGTERM, how long readiness is 503 while every request is "
+          "still served, before the drain (so load balancers stop sending)"),
     K_I64(drain_timeout_ms, "ATTND_DRAIN_TIMEOUT_MS", 30000, 0,
           ATTN_MAX_TIMEOUT_MS, "ms",
-          "on SIGTERM, how long queued and running requests may take to finish"),
+          "on SIGTERM (after shutdown_delay_ms), how long queued and running "
+          "requests may take to finish"),
     K_I64(max_body_bytes, "ATTND_MAX_BODY_BYTES", 256LL * 1024 * 1024, 1024,
           ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
     K_I64(max_total_body_bytes, "ATTND_MAX_TOTAL_BODY_BYTES", 0, 0,

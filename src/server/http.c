@@ -707,6 +707,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   s->ctx.pool = deps->pool;
   long ncpu = deps->cpus > 0 ? deps->cpus : sysconf(_SC_NPROCESSORS_ONLN);
   s->ctx.ncpu = ncpu > 0 ? (int)ncpu : 1;
+  atomic_init(&s->ctx.unready, false);
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
@@ -762,7 +763,12 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
 
 int attn_server_port(const attn_server *s) { return s->port; }
 
+void attn_server_set_unready(attn_server *s) {
+  atomic_store(&s->ctx.unready, true);
+}
+
 void attn_server_begin_drain(attn_server *s) {
+  atomic_store(&s->ctx.unready, true);
   atomic_store(&s->ctx.draining, true);
 }
 

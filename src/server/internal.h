@@ -60,7 +60,8 @@ typedef struct attn_srv_ctx {
   attn_queue *queue;
   attn_pool *pool;
   int ncpu; /* CPUs attnd may use (auto engine threads) */
-  atomic_bool draining;
+  atomic_bool unready;  /* readiness 503, all else served */
+  atomic_bool draining; /* readiness 503, new inference refused */
   atomic_uint_fast64_t next_id;
 } attn_srv_ctx;
 

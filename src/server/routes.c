@@ -124,10 +124,25 @@ static void live(attn_srv_ctx *s, attn_http_resp *resp) {
   resp_static(resp, 200, "{\"live\":true}");
 }
 
+/* Why readiness is 503, or NULL when ready.  Unready alone is the
+ * shutdown delay: requests are still served, but no more should come. */
+static const char *not_ready(const attn_srv_ctx *s) {
+  if (atomic_load(&s->draining)) return "server is draining";
+  if (atomic_load(&s->unready))
+    return "server is shutting down (still serving during "
+           "shutdown_delay_ms; send new requests elsewhere)";
+  return NULL;
+}
+
 static void ready(attn_srv_ctx *s, attn_http_resp *resp) {
-  if (atomic_load(&s->draining)) {
-    resp_static(resp, 503,
-                "{\"ready\":false,\"error\":\"server is draining\"}");
+  const char *why = not_ready(s);
+  if (why) {
+    attn_buf b;
+    attn_buf_init(&b, 0);
+    attn_buf_puts(&b, "{\"ready\":false,\"error\":");
+    attn_buf_json_string(&b, why);
+    attn_buf_puts(&b, "}");
+    attn__resp_json(resp, 503, &b);
     resp->retry_after_s = 1;
   } else {
     resp_static(resp, 200, "{\"ready\":true}");
@@ -410,9 +425,14 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
       attn_buf_init(&b, 0);
       attn_buf_puts(&b, "{\"name\":");
       attn_buf_json_string(&b, attn_model_name(m));
-      attn_buf_printf(&b, ",\"ready\":%s}",
-                      atomic_load(&s->draining) ? "false" : "true");
-      attn__resp_json(resp, atomic_load(&s->draining) ? 503 : 200, &b);
+      const char *why = not_ready(s);
+      attn_buf_printf(&b, ",\"ready\":%s", why ? "false" : "true");
+      if (why) {
+        attn_buf_puts(&b, ",\"error\":");
+        attn_buf_json_string(&b, why);
+      }
+      attn_buf_puts(&b, "}");
+      attn__resp_json(resp, why ? 503 : 200, &b);
       return ATTN_ROUTE_DONE;
     }
     if (!is_infer) {

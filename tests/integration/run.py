@@ -4042,6 +4042,122 @@ def workers_auto_counts_allowed_cpus():
               "fixed workers: %s" % s.log_tail(2))
 
 
+def _slow_running(s):
+    """A slow request sent to s, running, not answered yet: (Pending,
+    its output shape)."""
+    body, hdrs, shape = slow_request(s.port)
+    slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+    time.sleep(0.15)
+    check(not slow.answered(), "the slow request finished too soon for "
+          "this test")
+    return slow, shape
+
+
+def _exits_cleanly(s, what):
+    """s, already told to stop, exits 0 without a sanitizer report."""
+    rc = s.wait(STOP_TIMEOUT_S)
+    check(rc == 0, "%s: exit code %d: %s" % (what, rc, s.log_tail()))
+    rep = s.sanitizer_report()
+    check(rep is None, "%s: sanitizer report: %s" % (what, rep))
+
+
+def _wait_log(s, text, secs=10):
+    deadline = time.monotonic() + secs
+    while text not in s.log_text():
+        check(time.monotonic() < deadline, "%s: no %r in the log: %s" %
+              (s.name, text, s.log_tail()))
+        check(s.alive() or text in s.log_text(), "%s exited: %s" %
+              (s.name, s.log_tail()))
+        time.sleep(0.02)
+
+
+@test
+def shutdown_delay_serves_then_drains():
+    """--shutdown-delay-ms: after SIGTERM readiness (server and model) is
+    503 and liveness 200, and every request sent during the delay is
+    served (none refused); after the delay attnd drains and exits 0."""
+    s = Server("--shutdown-delay-ms", "1500", name="shutdown-delay")
+    try:
+        s.signal(signal.SIGTERM)
+        _wait_log(s, "readiness is 503, still serving every request for "
+                     "shutdown_delay_ms=1500 ms")
+        over = "shutdown delay over after 1500 ms"
+        r = request(s.port, "GET", "/v2/health/ready", timeout=5)
+        delayed = over not in s.log_text()
+        check(not delayed or (r.status == 503 and
+                              "shutting down" in r.json().get("error", "")),
+              "readiness during the delay: %r" % r)
+        served = 0
+        while True:
+            for path, body in (("/v2/health/live", None),
+                               ("/v2/models/sdpa/ready", None),
+                               ("/v2/models/sdpa/infer", small_v2_body()),
+                               ("/v1/attention", {"query": [[1, 0]]})):
+                try:
+                    r = request(s.port, "POST" if body else "GET", path, body,
+                                timeout=5)
+                except (ConnectionRefusedError, ConnectionResetError,
+                        http.client.RemoteDisconnected):
+                    r = None
+                # answered before the delay was over: as it should be then
+                if over in s.log_text():
+                    break
+                want = 503 if path.endswith("/ready") else 200
+                check(r is not None and r.status == want,
+                      "%s during the shutdown delay: %r" % (path, r))
+                served += body is not None
+            else:
+                continue
+            break
+        check(served >= 2, "only %d inference requests were served during "
+              "the delay" % served)
+        _exits_cleanly(s, "after the delay")
+        msgs = [e.get("msg", "") for e in s.log_json()
+                if e.get("type") != "access"]
+        order = [i for i, m in enumerate(msgs) for k in
+                 ("readiness is 503", over, "draining (up to", "; bye")
+                 if k in m]
+        check(len(order) == 4 and order == sorted(order),
+              "the delay, then the drain, logged in order: %r" % msgs[-5:])
+        codes = []  # inference answered before the delay was over
+        for e in s.log_json():
+            if over in e.get("msg", ""):
+                break
+            if e.get("path") in ("/v2/models/sdpa/infer", "/v1/attention"):
+                codes.append(e.get("status"))
+        check(codes and set(codes) == {200},
+              "inference during the delay, as logged: %r" % codes)
+    finally:
+        s.cleanup()
+
+
+@test
+def shutdown_delay_ended_by_a_second_signal():
+    """A second signal during the shutdown delay ends it early (here a
+    10-minute delay): the drain that follows still answers the request
+    that was running, and attnd exits 0."""
+    s = Server("--workers", "1", "--shutdown-delay-ms", "600000",
+               name="delay-twice")
+    slow = None
+    try:
+        s.signal(signal.SIGTERM)
+        _wait_log(s, "readiness is 503")
+        # sent during the delay: accepted and computed
+        slow, shape = _slow_running(s)
+        s.signal(signal.SIGINT)
+        check_slow_answer(slow.response(), shape,
+                          "request running when the delay was cut short")
+        _exits_cleanly(s, "after SIGTERM and SIGINT")
+        log = s.log_text()
+        check("received SIGINT during the shutdown delay: ending it" in log
+              and "draining (up to" in log and "shutdown delay over" not in
+              log, "log: %s" % s.log_tail(4))
+    finally:
+        if slow:
+            slow.close()
+        s.cleanup()
+
+
 @test
 def unknown_environment_variables_warned():
     """An ATTND_* variable attnd does not read is not silently ignored: a
