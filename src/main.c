@@ -12,11 +12,13 @@
  * answers are sent; then everything is destroyed in reverse order of
  * creation and attnd exits 0.  A signal during the drain is ignored.  If
  * the drain runs out of time attnd exits 0 without waiting further.
+ * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
+ * asks a running attnd whether it is ready and exits 0 or 1.
+ * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
+ * (online, affinity mask, cgroup CPU quota: allowed_cpus).
  * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
  * older than the CPU), attnd executes itself again once with
  * OPENBLAS_CORETYPE set (fix_blas_core).
- * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
- * (online, affinity mask, cgroup CPU quota: allowed_cpus).
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* SCHED_BATCH, sched_getaffinity */
@@ -35,6 +37,7 @@
 
 #include "attn/config.h"
 #include "attn/engine.h"
+#include "attn/healthcheck.h"
 #include "attn/log.h"
 #include "attn/model.h"
 #include "attn/queue.h"
@@ -226,6 +229,45 @@ static int allowed_cpus(char *why, size_t why_size) {
                            attn_cpu_quota(""), why, why_size);
 }
 
+/* SIGALRM during --healthcheck: the probe outlived its time limit in a
+ * step poll() does not bound (resolving a host name).  Async-signal-safe. */
+static void healthcheck_timeout(int sig) {
+  static const char msg[] =
+      "attnd: healthcheck: no answer within the time limit (stuck resolving "
+      "the host name?)\n";
+  (void)sig;
+  if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(1);
+  _exit(1);
+}
+
+/* attnd --healthcheck [URL]: exit 0 when url (by default this config's
+ * readiness URL on this machine) answers 200, else 1 with one line on
+ * stderr saying why.  Docker reserves exit code 2, so every failure is 1. */
+static int healthcheck(const attn_config *cfg, const char *url) {
+  char def[ATTN_MAX_HOST_LEN + 64];
+  attn_diag d = {{0}};
+  int status;
+  if (!url) {
+    if (attn_healthcheck_url(cfg->host, cfg->port, def, sizeof def, &d) !=
+        ATTN_OK) {
+      fprintf(stderr, "attnd: healthcheck: %s\n", d.msg);
+      return 1;
+    }
+    url = def;
+  }
+  signal(SIGALRM, healthcheck_timeout);
+  alarm(ATTN_HEALTHCHECK_TIMEOUT_MS / 1000 + 2);
+  attn_status st =
+      attn_healthcheck(url, ATTN_HEALTHCHECK_TIMEOUT_MS, &status, &d);
+  alarm(0);
+  if (st != ATTN_OK) {
+    fprintf(stderr, "attnd: healthcheck: %s\n", d.msg);
+    return 1;
+  }
+  printf("attnd: healthcheck: %s: ready (HTTP 200)\n", url);
+  return 0;
+}
+
 #ifdef SCHED_BATCH
 /* The name of a kernel scheduling policy, as the start-up line shows it. */
 static const char *policy_name(int policy) {
@@ -330,10 +372,12 @@ int main(int argc, char **argv) {
     snprintf(blas_before, sizeof blas_before, "%s", b);
     unsetenv(BLAS_BEFORE_VAR);
   }
+  const char *probe_url = NULL;
+  bool probe = attn_config_healthcheck_arg(argc, argv, &probe_url);
   attn_config_defaults(&cfg);
   if (attn_config_from_cli(&cfg, argc, argv, env, &action, &d) != ATTN_OK) {
-    fprintf(stderr, "attnd: %s\n", d.msg);
-    return 2;
+    fprintf(stderr, "attnd: %s%s\n", probe ? "healthcheck: " : "", d.msg);
+    return probe ? 1 : 2;
   }
   switch (action) {
     case ATTN_CLI_HELP:
@@ -354,6 +398,8 @@ int main(int argc, char **argv) {
       attn_registry_destroy(models);
       return attn_config_write_json(&cfg, stdout) == ATTN_OK ? 0 : 1;
     }
+    case ATTN_CLI_HEALTHCHECK:
+      return healthcheck(&cfg, probe_url);
     case ATTN_CLI_RUN:
       break;
   }

@@ -807,6 +807,10 @@ START_TEST(test_cli_errors_change_nothing) {
       {{"attnd", "--shutdown-delay-ms", "3600001"},
        "--shutdown-delay-ms: 3600001 is out of range (shutdown_delay_ms must "
        "be 0..3600000)"},
+      {{"attnd", "--check-config", "--healthcheck"},
+       "--check-config and --healthcheck cannot be used together"},
+      {{"attnd", "--healthcheck="}, "option '--healthcheck=' needs a URL"},
+      {{"attnd", "--healthchek"}, "did you mean '--healthcheck'?"},
       {{"attnd", "--wokers", "3"},
        "unknown option '--wokers' (did you mean '--workers'?)"},
       {{"attnd", "--queue_capacity", "3"}, "did you mean '--queue-capacity'?"},
@@ -1201,6 +1205,55 @@ START_TEST(test_cpus_allowed) {
 }
 END_TEST
 
+/* --healthcheck [URL]: the action, the URL where argv has one, settings
+ * read as for a start; attn_config_healthcheck_arg agrees, even on an
+ * argv the config refuses. */
+START_TEST(test_cli_healthcheck) {
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  const char *url = "unset";
+  const char *env[] = {"ATTND_PORT", "9001", NULL};
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd", "--healthcheck"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_HEALTHCHECK);
+  ck_assert_int_eq(c.port, 9001);
+  char *argv1[] = {"attnd", "--healthcheck", NULL};
+  ck_assert(attn_config_healthcheck_arg(2, argv1, &url));
+  ck_assert_ptr_null(url);
+  /* a URL after it; an option after it is not one */
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd", "--healthcheck",
+                       "http://[::1]:7/x", "--port", "5"),
+                   ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_HEALTHCHECK);
+  ck_assert_int_eq(c.port, 5);
+  char *argv2[] = {"attnd", "--healthcheck", "http://[::1]:7/x", "--port",
+                   "5", NULL};
+  ck_assert(attn_config_healthcheck_arg(5, argv2, &url));
+  ck_assert_str_eq(url, "http://[::1]:7/x");
+  char *argv3[] = {"attnd", "--port", "5", "--healthcheck", "--log-level",
+                   "warn", NULL};
+  ck_assert(attn_config_healthcheck_arg(6, argv3, &url));
+  ck_assert_ptr_null(url);
+  ck_assert_int_eq(cli_run(&c, &a, NULL, argv3, 6, &d), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_HEALTHCHECK);
+  ck_assert_int_eq(c.log_level, ATTN_LOG_WARN);
+  char *argv4[] = {"attnd", "--healthcheck=http://h:1", "--bogus", NULL};
+  ck_assert(attn_config_healthcheck_arg(3, argv4, &url));
+  ck_assert_str_eq(url, "http://h:1");
+  ck_assert_int_eq(cli_run(&c, &a, NULL, argv4, 3, &d), ATTN_EINVAL);
+  /* a second argument that is not an option after the URL */
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--healthcheck", "a", "b"),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "unexpected argument 'b'");
+  /* the value of another option is never taken for it */
+  char *argv5[] = {"attnd", "--models-dir=--healthcheck", NULL};
+  ck_assert(!attn_config_healthcheck_arg(2, argv5, &url));
+  ck_assert_ptr_null(url);
+  ck_assert_int_eq(cli_run(&c, &a, NULL, argv5, 2, &d), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_RUN);
+}
+END_TEST
+
 /* Write text to the file at path (made or truncated). */
 static void put_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -1340,6 +1393,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_flag_forms);
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);
+  tcase_add_test(t, test_cli_healthcheck);
   tcase_add_test(t, test_models_dir_origin);
   tcase_add_test(t, test_usage_lists_every_key);
   suite_add_tcase(s, t);

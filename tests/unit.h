@@ -18,6 +18,7 @@ Suite *codec_suite(void);
 Suite *safetensors_suite(void);
 Suite *model_suite(void);
 Suite *routes_suite(void);
+Suite *healthcheck_suite(void);
 
 /* Directory holding tests/ data (golden vectors); set by meson. */
 #ifndef ATTN_TEST_DATA_DIR

@@ -41,6 +41,9 @@ int main(void) {
 #ifdef ATTN_HAVE_ROUTES_SUITE
   srunner_add_suite(sr, routes_suite());
 #endif
+#ifdef ATTN_HAVE_HEALTHCHECK_SUITE
+  srunner_add_suite(sr, healthcheck_suite());
+#endif
 #endif
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

@@ -104,7 +104,8 @@ typedef enum {
   ATTN_CLI_RUN,     /* serve */
   ATTN_CLI_HELP,    /* print attn_config_usage to stdout, exit 0 */
   ATTN_CLI_VERSION, /* print the version, exit 0 */
-  ATTN_CLI_CHECK    /* print attn_config_write_json to stdout, exit 0 */
+  ATTN_CLI_CHECK,   /* print attn_config_write_json to stdout, exit 0 */
+  ATTN_CLI_HEALTHCHECK /* probe a running attnd (attn_healthcheck) */
 } attn_cli_action;
 
 /* Build the effective configuration from all layers:
@@ -123,11 +124,21 @@ typedef enum {
  * missing value, bad value; the diagnostic names the flag or variable; two
  * keys that cannot work together, such as max_total_body_bytes below
  * max_body_bytes) or any error of attn_config_load_file.  On failure *c and
- * *action are unchanged.  Nothing here looks at models_dir on disk
- * (attn_config_check_models_dir does). */
+ * *action are unchanged.  --healthcheck [URL] sets ATTN_CLI_HEALTHCHECK
+ * after building *c like a start (the URL: attn_config_healthcheck_arg);
+ * with --check-config it is an error.  Nothing here looks at models_dir
+ * on disk (attn_config_check_models_dir does). */
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d);
+
+/* Does argv ask for --healthcheck, and with which URL?  *url is the URL
+ * given ("--healthcheck=URL", or "--healthcheck URL" when URL does not
+ * begin with '-'; a pointer into argv) or NULL for none.  Reads argv
+ * alone, so it answers even for an argv that attn_config_from_cli refuses:
+ * main uses it to exit 1, not 2, from a healthcheck whose settings are
+ * wrong. */
+bool attn_config_healthcheck_arg(int argc, char **argv, const char **url);
 
 /* Whether models_dir can be served, as a start (and --check-config) needs:
  *   ATTN_OK        it is a directory;

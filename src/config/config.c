@@ -702,10 +702,36 @@ attn_status attn_config_load_file(attn_config *c, const char *path,
 /* ---- Public: command line ----------------------------------------------- */
 
 /* Option names that are not keys, with '_' for '-' (for suggestions). */
-static const char *const extra_opts[] = {"config", "check_config", "help",
-                                         "version", NULL};
+static const char *const extra_opts[] = {
+    "config", "check_config", "healthcheck", "help", "version", NULL};
 
-typedef enum { OPT_KEY, OPT_CONFIG, OPT_CHECK, OPT_HELP, OPT_VERSION } opt_kind;
+typedef enum {
+  OPT_KEY,
+  OPT_CONFIG,
+  OPT_CHECK,
+  OPT_HEALTHCHECK,
+  OPT_HELP,
+  OPT_VERSION
+} opt_kind;
+
+/* --healthcheck's optional URL: "--healthcheck=URL", or the argument after
+ * "--healthcheck" unless it begins with '-' (then it is the next option).
+ * argv[i] is the option.  *used is set to 1 when argv[i + 1] is the URL. */
+static const char *healthcheck_url(int argc, char **argv, int i, int *used) {
+  const char *a = argv[i];
+  *used = 0;
+  if (a[13] == '=') return a + 14;
+  if (i + 1 < argc && argv[i + 1][0] != '-') {
+    *used = 1;
+    return argv[i + 1];
+  }
+  return NULL;
+}
+
+/* Is a "--healthcheck" or "--healthcheck=..."? */
+static bool is_healthcheck(const char *a) {
+  return strncmp(a, "--healthcheck", 13) == 0 && (a[13] == '\0' || a[13] == '=');
+}
 
 typedef struct cli_opt {
   opt_kind kind;
@@ -734,6 +760,18 @@ static attn_status next_opt(int argc, char **argv, int *i, cli_opt *o,
            (int)(len < KEY_NAME_MAX ? len : KEY_NAME_MAX), name);
 
   bool takes_value = true;
+  if (is_healthcheck(a)) {
+    int used;
+    o->kind = OPT_HEALTHCHECK;
+    o->value = healthcheck_url(argc, argv, *i, &used);
+    if (o->value && !*o->value)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "option '--healthcheck=' needs a URL after '=' "
+                           "(or none: --healthcheck alone probes this "
+                           "configuration's port)");
+    *i += 1 + used;
+    return ATTN_OK;
+  }
   if ((o->key = find_flag(name, len)) != NULL) {
     o->kind = OPT_KEY;
   } else if (len == 6 && strncmp(name, "config", 6) == 0) {
@@ -791,7 +829,15 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
       *action = o.kind == OPT_HELP ? ATTN_CLI_HELP : ATTN_CLI_VERSION;
       return ATTN_OK;
     }
-    if (o.kind == OPT_CHECK) act = ATTN_CLI_CHECK;
+    if (o.kind == OPT_CHECK || o.kind == OPT_HEALTHCHECK) {
+      attn_cli_action want =
+          o.kind == OPT_CHECK ? ATTN_CLI_CHECK : ATTN_CLI_HEALTHCHECK;
+      if (act != ATTN_CLI_RUN && act != want)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "--check-config and --healthcheck cannot be "
+                             "used together");
+      act = want;
+    }
     if (o.kind == OPT_CONFIG) {
       if (o.value[0] == '\0')
         return attn_diag_set(d, ATTN_EINVAL,
@@ -838,6 +884,18 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
   *c = tmp;
   *action = act;
   return ATTN_OK;
+}
+
+bool attn_config_healthcheck_arg(int argc, char **argv, const char **url) {
+  bool found = false;
+  int used;
+  *url = NULL;
+  for (int i = 1; argv && i < argc; i++) {
+    if (!argv[i] || !is_healthcheck(argv[i])) continue;
+    found = true;
+    *url = healthcheck_url(argc, argv, i, &used);
+  }
+  return found;
 }
 
 attn_status attn_config_check_models_dir(const attn_config *c, attn_diag *d) {
@@ -927,11 +985,19 @@ void attn_config_usage(FILE *f, const char *prog) {
       "Options:\n"
       "  --config FILE   read settings from a JSON file (env ATTND_CONFIG)\n"
       "  --check-config  validate, print the effective settings as JSON, exit\n"
+      "  --healthcheck [URL]\n"
+      "                  ask a running attnd whether it is ready: exit 0 when\n"
+      "                  URL answers 200, else 1 with the reason on stderr\n"
+      "                  (for Docker HEALTHCHECK and exec probes).  URL:\n"
+      "                  http://HOST[:PORT][/PATH]; by default\n"
+      "                  http://127.0.0.1:PORT/v2/health/ready, PORT from the\n"
+      "                  settings below (HOST too, unless 0.0.0.0 or ::);\n"
+      "                  gives up after %d ms\n"
       "  -h, --help      print this help and exit\n"
       "  -V, --version   print the version and exit\n"
       "\n"
       "Settings:\n",
-      prog);
+      prog, ATTN_HEALTHCHECK_TIMEOUT_MS);
   for (size_t i = 0; i < N_KEYS; i++) {
     const cfg_key *k = &keys[i];
     const char *meta = k->type == CFG_BOOL   ? "BOOL"
