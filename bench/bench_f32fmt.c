@@ -4,12 +4,12 @@
  * DESIGN
  *  Purpose.  Default mode: report millions of floats per second for three
  *  float -> text methods, all measured in this run on the same inputs:
- *    shortest   attn_f32_shortest (src/codec/f32fmt.c);
+ *    shortest   attn_f32_shortest (src/fmt/f32fmt.c);
  *    %.9g       snprintf("%.9g"): always round-trips, often not shortest;
  *    search     snprintf("%.6g".."%.9g") until strtof gives the float back.
  *  Then attn_f32_shortest_list (include/attn/f32fmt.h) with each
  *  implementation this CPU has ("portable": the per-element loop;
- *  "avx512": src/codec/f32fmt_avx512.c; "avx2": src/codec/f32fmt_avx2.c),
+ *  "avx512": src/fmt/f32fmt_avx512.c; "avx2": src/fmt/f32fmt_avx2.c),
  *  called on lists of 1280 floats as the server prints a response row;
  *  its "x" columns are its cpu rates over attn_f32_shortest's.
  *  Two input sets of 2^20 floats from a fixed-seed xorshift: random bit
@@ -80,7 +80,7 @@
 #include <unistd.h>
 
 #include "attn/f32fmt.h"
-#include "../src/codec/f32fmt_impl.h"
+#include "../src/fmt/internal.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -169,7 +169,7 @@ static void rate(fmt_fn fn, const float *set, double secs, size_t *sink,
 }
 
 /* The same, for a list function: calls of LIST_N floats (one response
- * row of 1280, as attn__json_f32_list prints them) into one buffer.  With
+ * row of 1280, as attn_f32_append_list prints them) into one buffer.  With
  * rows, each 1280 are the two matrices of a small /v1 answer, [16, 64]
  * output and [16, 16] weights, printed as nested rows: rows == 1 by one
  * attn_f32_shortest_list call per row (32 calls), rows == 2 by one
@@ -553,7 +553,7 @@ static int run_exhaustive(int nthreads) {
 
 /* ---- exhaustive: batch vs scalar --------------------------------------- */
 
-/* Scalar reference: what attn__json_f32_list did per element. */
+/* Scalar reference: what attn_f32_append_list did per element. */
 static size_t join_scalar(const float *v, size_t n, char *out) {
   char *p = out;
   for (size_t i = 0; i < n; i++) {

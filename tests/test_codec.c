@@ -871,7 +871,7 @@ START_TEST(v2_binary_equals_json) {
                 "\"shape\":[97],\"data\":[");
   for (int i = 0; i < N; i++) {
     if (i) attn_buf_puts(&js, ",");
-    attn__json_f32(&js, f[i]);
+    attn_f32_append(&js, f[i]);
   }
   attn_buf_puts(&js,
                 "]},{\"name\":\"i\",\"datatype\":\"INT32\",\"shape\":[97],"

@@ -1,4 +1,4 @@
-/* test_f32fmt.c - attn_f32_shortest (src/codec/f32fmt.c).
+/* test_f32fmt.c - attn_f32_shortest (src/fmt/f32fmt.c).
  *
  * What is checked, and against what:
  *   - a table of (bits, exact text) cases whose texts come from an
@@ -25,12 +25,12 @@
  *     bit patterns (NaN and Inf included), 2^20 values in [-1, 1], special
  *     values scattered over every lane position, every length 0..70 at
  *     every alignment mod 16; nothing stored past ATTN_F32_LIST_MAX_CHARS;
- *     attn__json_f32_list (contiguous and strided) against attn__json_f32;
+ *     attn_f32_append_list (contiguous and strided) against attn_f32_append;
  *   - attn_f32_shortest_rows with each implementation against "[" + the
  *     per-element join + "]" per row (every tail, every width 1..70 with
  *     1..9 rows, padded strides, nothing stored past
- *     ATTN_F32_ROWS_MAX_CHARS), and attn__json_f32_rows against
- *     attn__json_f32_list per row (chunks of short rows, long rows).
+ *     ATTN_F32_ROWS_MAX_CHARS), and attn_f32_append_rows against
+ *     attn_f32_append_list per row (chunks of short rows, long rows).
  *
  * The portable build of the formatter comes from including the source
  * under another name (below); that also exposes its static table.
@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/codec.h"
+#include "attn/buf.h"
 #include "attn/f32fmt.h"
 #include "unit.h"
 
@@ -60,7 +60,7 @@ size_t attn_test_f32_rows_portable(const float *v, size_t rows, size_t cols,
 #define attn__f32_g attn_test_f32_g
 #define attn__f32fmt_set_impl attn_test_f32fmt_set_impl
 #define attn__f32fmt_impl_name attn_test_f32fmt_impl_name
-#include "../src/codec/f32fmt.c"
+#include "../src/fmt/f32fmt.c"
 #undef attn_f32_shortest
 #undef attn_f32_shortest_list
 #undef attn_f32_shortest_rows
@@ -69,7 +69,7 @@ size_t attn_test_f32_rows_portable(const float *v, size_t rows, size_t cols,
 #undef attn__f32fmt_impl_name
 #undef ATTN_F32FMT_PORTABLE
 
-/* The real implementation hook (src/codec/f32fmt_impl.h, whose include
+/* The real implementation hook (src/fmt/internal.h, whose include
  * guard the copy above has used up). */
 int attn__f32fmt_set_impl(const char *name);
 const char *attn__f32fmt_impl_name(void);
@@ -962,7 +962,7 @@ START_TEST(impl_available) {
 }
 END_TEST
 
-/* attn__json_f32_rows against "[" attn__json_f32_list "]" per row: short
+/* attn_f32_append_rows against "[" attn_f32_append_list "]" per row: short
  * rows in chunks, rows that make several chunks, rows longer than a chunk,
  * padded row strides. */
 START_TEST(json_f32_rows_paths) {
@@ -982,11 +982,11 @@ START_TEST(json_f32_rows_paths) {
       attn_buf got, want;
       attn_buf_init(&got, 0);
       attn_buf_init(&want, 0);
-      ck_assert_int_eq(attn__json_f32_rows(&got, v, rows, cols, ld), ATTN_OK);
+      ck_assert_int_eq(attn_f32_append_rows(&got, v, rows, cols, ld), ATTN_OK);
       for (size_t r = 0; r < rows; r++) {
         ck_assert_int_eq(attn_buf_puts(&want, r ? ",[" : "["), ATTN_OK);
-        ck_assert_int_eq(attn__json_f32_list(&want, v + r * ld, cols, 1, false),
-                         ATTN_OK);
+        ck_assert_int_eq(
+            attn_f32_append_list(&want, v + r * ld, cols, 1, false), ATTN_OK);
         ck_assert_int_eq(attn_buf_puts(&want, "]"), ATTN_OK);
       }
       ck_assert_msg(got.len == want.len &&
@@ -1001,8 +1001,8 @@ START_TEST(json_f32_rows_paths) {
 }
 END_TEST
 
-/* attn__json_f32_list (src/codec/error_json.c): the contiguous path (the
- * list function) and the strided loop against attn__json_f32 per element,
+/* attn_f32_append_list (src/fmt/f32fmt_buf.c): the contiguous path (the
+ * list function) and the strided loop against attn_f32_append per element,
  * across its 1024-number chunks, with and without the leading comma. */
 START_TEST(json_f32_list_paths) {
   static float v[2 * 2600];
@@ -1022,11 +1022,11 @@ START_TEST(json_f32_list_paths) {
           attn_buf_init(&want, 0);
           ck_assert_int_eq(attn_buf_puts(&got, "["), ATTN_OK);
           ck_assert_int_eq(attn_buf_puts(&want, "["), ATTN_OK);
-          ck_assert_int_eq(attn__json_f32_list(&got, v, n, stride, lead),
+          ck_assert_int_eq(attn_f32_append_list(&got, v, n, stride, lead),
                            ATTN_OK);
           for (size_t i = 0; i < n; i++) {
             if (i || lead) ck_assert_int_eq(attn_buf_puts(&want, ","), ATTN_OK);
-            ck_assert_int_eq(attn__json_f32(&want, v[(int64_t)i * stride]),
+            ck_assert_int_eq(attn_f32_append(&want, v[(int64_t)i * stride]),
                              ATTN_OK);
           }
           ck_assert_msg(

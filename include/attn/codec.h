@@ -237,21 +237,7 @@ attn_status attn_error_json(attn_buf *out, const char *msg);
 void attn__codec_limits_eff(const attn_codec_limits *in,
                             attn_codec_limits *out);
 
-/* Append v as a JSON number (shortest round-trip text) or null when not
- * finite. */
-attn_status attn__json_f32(attn_buf *b, float v);
-/* n floats v[0], v[stride], ... as comma-separated JSON numbers (preceded by
- * a comma when lead_comma), reserving room per chunk rather than per number.
- * On failure the buffer may hold a partial list: callers restore its length. */
 /* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
-attn_status attn__json_f32_list(attn_buf *b, const float *v, size_t n,
-                                int64_t stride, bool lead_comma);
-/* rows x cols floats (row r at v + r * ld, contiguous within a row) as
- * "[..],[..]": the same bytes as "[" attn__json_f32_list "]" per row joined
- * by ',', in one call for many short rows.  Failure as for
- * attn__json_f32_list. */
-attn_status attn__json_f32_rows(attn_buf *b, const float *v, size_t rows,
-                                size_t cols, size_t ld);
 
 #endif /* ATTN_CODEC_H */

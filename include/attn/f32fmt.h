@@ -17,12 +17,19 @@
  *     produces them, so a null in a response marks a bug upstream).
  *
  * Pure functions: no locale, no allocation, safe from any thread; the only
- * state is which list implementation to use, fixed before main.
+ * state is which list implementation to use, fixed before main.  The
+ * attn_f32_append functions at the end write the same texts into an
+ * attn_buf, which grows as needed.
  */
 #ifndef ATTN_F32FMT_H
 #define ATTN_F32FMT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "attn/buf.h"
+#include "attn/status.h"
 
 /* Longest text attn_f32_shortest() produces ("-0.0000123456789" is 16), and
  * the room its `out` buffer must have.  The function may store all 16 bytes
@@ -64,5 +71,22 @@ size_t attn_f32_shortest_list(const float *v, size_t n, char *out);
  * are left unspecified.  Never fails. */
 size_t attn_f32_shortest_rows(const float *v, size_t rows, size_t cols,
                               size_t ld, char *out);
+
+/* ---- Into an attn_buf (src/fmt/f32fmt_buf.c) ---------------------------- */
+
+/* Append v as a JSON number (shortest round-trip text) or null when not
+ * finite. */
+attn_status attn_f32_append(attn_buf *b, float v);
+/* n floats v[0], v[stride], ... as comma-separated JSON numbers (preceded by
+ * a comma when lead_comma), reserving room per chunk rather than per number.
+ * On failure the buffer may hold a partial list: callers restore its length. */
+attn_status attn_f32_append_list(attn_buf *b, const float *v, size_t n,
+                                 int64_t stride, bool lead_comma);
+/* rows x cols floats (row r at v + r * ld, contiguous within a row) as
+ * "[..],[..]": the same bytes as "[" attn_f32_append_list "]" per row joined
+ * by ',', in one call for many short rows.  Failure as for
+ * attn_f32_append_list. */
+attn_status attn_f32_append_rows(attn_buf *b, const float *v, size_t rows,
+                                 size_t cols, size_t ld);
 
 #endif /* ATTN_F32FMT_H */

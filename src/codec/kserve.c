@@ -24,7 +24,7 @@
  *    arbitrary-length header are unaligned.
  *  - Any failure frees the partially built request; *out ends zeroed.
  *  - Encoding writes JSON straight into an attn_buf; floats go through
- *    attn__json_f32 (shortest round-trip text).  Binary outputs follow the
+ *    attn_f32_append (shortest round-trip text).  Binary outputs follow the
  *    JSON, little-endian, in output order.
  *
  * Threads: reentrant; no state.
@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "attn/codec.h"
+#include "attn/f32fmt.h"
 #include "attn/json.h"
 
 /* The largest integer a JSON number carries exactly, 2^53 - 1: above it
@@ -929,7 +930,7 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
       continue;
     }
     TRY(attn_buf_puts(out, ",\"data\":["));
-    TRY(attn__json_f32_list(out, v, numel, 1, false));
+    TRY(attn_f32_append_list(out, v, numel, 1, false));
     TRY(attn_buf_puts(out, "]}"));
   }
   TRY(attn_buf_puts(out, "]}"));

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "attn/codec.h"
+#include "attn/f32fmt.h"
 #include "attn/json.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -751,8 +752,8 @@ static attn_status put_nested(attn_buf *b, const float *base,
   if (n_outer == 1 && inner->stride == 1 &&
       outer[0].stride >= 0) { /* rows of a matrix: one call */
     if (s == ATTN_OK)
-      s = attn__json_f32_rows(b, base, (size_t)outer[0].n, (size_t)inner->n,
-                              (size_t)outer[0].stride);
+      s = attn_f32_append_rows(b, base, (size_t)outer[0].n, (size_t)inner->n,
+                               (size_t)outer[0].stride);
   } else if (n_outer > 0) {
     for (int64_t i = 0; s == ATTN_OK && i < outer[0].n; i++) {
       if (i) s = attn_buf_append(b, ",", 1);
@@ -761,7 +762,7 @@ static attn_status put_nested(attn_buf *b, const float *base,
                        inner);
     }
   } else if (s == ATTN_OK) {
-    s = attn__json_f32_list(b, base, (size_t)inner->n, inner->stride, false);
+    s = attn_f32_append_list(b, base, (size_t)inner->n, inner->stride, false);
   }
   return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
 }
@@ -770,7 +771,7 @@ static attn_status put_nested(attn_buf *b, const float *base,
 static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
   dimspec dims[ATTN_MAX_RANK];
   int64_t stride = 1;
-  if (t->rank == 0) return attn__json_f32(b, *(const float *)t->data);
+  if (t->rank == 0) return attn_f32_append(b, *(const float *)t->data);
   for (int i = t->rank - 1; i >= 0; i--) {
     dims[i].n = t->shape[i];
     dims[i].stride = stride;

@@ -24,8 +24,9 @@ case $TARGET in
     LIBS="$(pkg-config --cflags --libs libcjson) -lm"
     MAXLEN=4096 ;;
   codec)
-    SRC="tests/fuzz/fuzz_codec.c src/codec/*.c src/json/*.c src/common/*.c
-      src/model/*.c src/engine/*.c src/config/config.c src/server/inflate.c"
+    SRC="tests/fuzz/fuzz_codec.c src/codec/*.c src/json/*.c src/fmt/*.c
+      src/common/*.c src/model/*.c src/engine/*.c src/config/config.c
+      src/server/inflate.c"
     LIBS="$(pkg-config --cflags --libs libcjson openblas zlib) -lpthread -lm"
     MAXLEN=16384 ;;
 esac

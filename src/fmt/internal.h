@@ -1,9 +1,9 @@
-/* f32fmt_impl.h - internals shared by f32fmt.c, f32fmt_avx512.c and
+/* internal.h - internals shared by f32fmt.c, f32fmt_avx512.c and
  * f32fmt_avx2.c, and the test hook that picks the attn_f32_shortest_list
- * implementation.  Not a public header: only src/codec/ and
- * tests/test_f32fmt.c include it. */
-#ifndef ATTN_F32FMT_IMPL_H
-#define ATTN_F32FMT_IMPL_H
+ * implementation.  Not a public header: only src/fmt/,
+ * tests/test_f32fmt.c and bench/bench_f32fmt.c include it. */
+#ifndef ATTN_FMT_INTERNAL_H
+#define ATTN_FMT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,4 +57,4 @@ int attn__f32fmt_set_impl(const char *name);
 /* Name of the implementation attn_f32_shortest_list uses now. */
 const char *attn__f32fmt_impl_name(void);
 
-#endif /* ATTN_F32FMT_IMPL_H */
+#endif /* ATTN_FMT_INTERNAL_H */

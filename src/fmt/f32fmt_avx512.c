@@ -88,7 +88,7 @@
  * length) and by bench_f32fmt --exhaustive-batch (all 2^32 floats, batch
  * vs scalar).
  */
-#include "f32fmt_impl.h"
+#include "internal.h"
 
 #if ATTN__F32_HAVE_AVX512
 

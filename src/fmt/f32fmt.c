@@ -48,7 +48,7 @@
  * time for CPUs without AVX-512 (same bytes, ~3-4.5x on Zen 3); a
  * constructor picks the first the CPU can run: avx512 (F/BW/DQ/VL/CD/VBMI),
  * then avx2 (AVX2, BMI1, BMI2, POPCNT), then the portable loop.
- * attn__f32fmt_set_impl (f32fmt_impl.h) lets tests and the bench force any
+ * attn__f32fmt_set_impl (internal.h) lets tests and the bench force any
  * of them.
  * attn_f32_shortest_rows prints a matrix as "[..],[..]" in one call per
  * implementation (rows_portable is its reference): responses nest rows of
@@ -66,7 +66,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "f32fmt_impl.h"
+#include "internal.h"
 
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ &&    \
