@@ -231,13 +231,4 @@ attn_status attn_v1_encode(const attn_infer_response *r,
  * ATTN_ETOOBIG. */
 attn_status attn_error_json(attn_buf *out, const char *msg);
 
-/* ---- Internals shared by src/codec/ (not for other modules) ------------- */
-
-/* Effective limits: defaults for NULL, ceilings applied, zeros replaced. */
-void attn__codec_limits_eff(const attn_codec_limits *in,
-                            attn_codec_limits *out);
-
-/* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
-attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
-
 #endif /* ATTN_CODEC_H */

@@ -1,4 +1,4 @@
-/* error_json.c - what the v2 and v1 codecs share: the {"error": ...} body,
+/* shared.c - what the v2 and v1 codecs share: the {"error": ...} body,
  * the effective decoder limits, tensor shapes as JSON arrays.
  *
  * Design
@@ -11,6 +11,7 @@
  * Threads: stateless and reentrant.
  */
 #include "attn/codec.h"
+#include "internal.h"
 
 void attn_codec_limits_default(attn_codec_limits *l) {
   l->max_tensor_elements = ATTN_CODEC_DEFAULT_MAX_TENSOR_ELEMENTS;

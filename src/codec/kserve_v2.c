@@ -1,4 +1,4 @@
-/* kserve.c - KServe v2 / Open Inference Protocol request decoding and
+/* kserve_v2.c - KServe v2 / Open Inference Protocol request decoding and
  * response encoding, including Triton's binary tensor data extension.
  *
  * Design
@@ -41,6 +41,7 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/json.h"
+#include "internal.h"
 
 /* The largest integer a JSON number carries exactly, 2^53 - 1: above it
  * two texts can read as one double (9007199254740993 reads as 2^53, so

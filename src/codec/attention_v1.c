@@ -1,6 +1,7 @@
-/* v1.c - the /v1/attention JSON format: decoding into an attn_infer_request
- * for the built-in "sdpa" or "mha" model or a resident model, and encoding
- * the answer.  docs/api.md is the public contract of the field names.
+/* attention_v1.c - the /v1/attention JSON format: decoding into an
+ * attn_infer_request for the built-in "sdpa" or "mha" model or a resident
+ * model, and encoding the answer.  docs/api.md is the public contract of the
+ * field names.
  *
  * Design
  *  - A v1 body is one JSON object of nested arrays ("query": [[..],[..]]).
@@ -35,6 +36,7 @@
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/json.h"
+#include "internal.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

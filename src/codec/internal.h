@@ -1,0 +1,20 @@
+/* internal.h - what kserve_v2.c and attention_v1.c share, defined in
+ * shared.c (attn__ prefix).  Not a public header: only src/codec/ includes
+ * it. */
+#ifndef ATTN_CODEC_INTERNAL_H
+#define ATTN_CODEC_INTERNAL_H
+
+#include <stdint.h>
+
+#include "attn/buf.h"
+#include "attn/codec.h"
+#include "attn/status.h"
+
+/* Effective limits: defaults for NULL, ceilings applied, zeros replaced. */
+void attn__codec_limits_eff(const attn_codec_limits *in,
+                            attn_codec_limits *out);
+
+/* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
+attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
+
+#endif /* ATTN_CODEC_INTERNAL_H */
