@@ -67,12 +67,4 @@ const attn_safetensors_entry *attn_safetensors_find(
 const char *attn_safetensors_metadata(const attn_safetensors *st,
                                       const char *key);
 
-/* Internal to src/model: read a whole regular file of at most max_bytes
- * into a new buffer (NUL-terminated: *buf has len + 1 bytes).  Errors:
- * ATTN_EIO (cannot open, not a regular file, short read), ATTN_ETOOBIG
- * (larger than max_bytes, before reading), ATTN_ENOMEM; on error *buf is
- * NULL and nothing is allocated. */
-attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
-                            size_t *len, attn_diag *d);
-
 #endif /* ATTN_SAFETENSORS_H */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "attn/model.h"
+#include "internal.h"
 
 #define LL(x) ((long long)(x))
 

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "attn/model.h"
+#include "internal.h"
 
 #define MAX_IO 14
 

@@ -28,6 +28,7 @@
 
 #include "attn/model.h"
 #include "attn/safetensors.h"
+#include "internal.h"
 
 #define LL(x) ((long long)(x))
 #define SEED_MAX 9007199254740991.0 /* 2^53 - 1: exact in a JSON double */

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "internal.h"
+
 struct attn_safetensors {
   attn_safetensors_entry *ents;
   char **names; /* owned storage behind ents[i].name */
