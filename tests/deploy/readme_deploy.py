@@ -8,7 +8,8 @@ or `export` in one block holds for the next), each bounded in time.  Blocks
 without the mark (a cluster, a systemd host) are not run here; their files
 are checked by scripts/check-deploy.sh instead.  Needs what the blocks need
 (root, a Docker engine or the right to start one); the blocks stop what
-they start.  Prints one line per block and "N passed, M failed" last.
+they start.  Prints the blocks' output (indented), one line per block, and
+"N passed, M failed" last.
 """
 import os
 import subprocess
@@ -51,13 +52,14 @@ def main():
         out = (e.stdout or b"").decode("utf-8", "replace") \
             if isinstance(e.stdout, bytes) else (e.stdout or "")
         out += "\n(timed out)"
+    for line in out.splitlines():
+        if not line.startswith("@@block"):
+            print("  | " + line)
     passed = sum(1 for i in range(len(found)) if "@@block %d ok" % i in out)
     for i, b in enumerate(found):
         first = b.strip().splitlines()[0]
         print("%s README Deploy block %d (%s)" %
               ("ok" if "@@block %d ok" % i in out else "FAIL", i + 1, first))
-    if passed != len(found):
-        print("output:\n" + "\n".join(out.splitlines()[-40:]))
     print("%d passed, %d failed" % (passed, len(found) - passed))
     return 0 if passed == len(found) else 1
 
