@@ -151,13 +151,92 @@ static void case_name(const sdpa_case *c, char *buf, size_t n) {
            c->kpm, c->weights, c->scale, c->full_row);
 }
 
+/* The attention variants of attn_attend_opts (engine.h) on top of a case:
+ * causal alignment, sliding window, ALiBi, softcap, rotary positions. */
+typedef struct variant_opts {
+  int causal;          /* attn_causal; overrides the case's */
+  int window;          /* has_window, with left, right below */
+  int64_t left, right;
+  int alibi;           /* 1: standard slopes; 2: random ones, some < 0 */
+  float softcap;
+  int rope;            /* rotary on */
+  int rope_inter;      /* GPT-J pairs */
+  int rope_short;      /* dims = the largest even value < head dim - 1 */
+  int rope_qoff;       /* has_query_offset, query_offset = 5 */
+  double rope_base;
+} variant_opts;
+
+/* Set the variant's options in o for H heads of Dh values; slopes holds
+ * H floats. */
+static void apply_variant(const variant_opts *vo, attn_attend_opts *o,
+                          int64_t H, int64_t Dh, float *slopes) {
+  if (!vo) return;
+  o->causal = vo->causal;
+  o->has_window = vo->window;
+  o->window_left = vo->left;
+  o->window_right = vo->right;
+  if (vo->alibi == 1) {
+    ck_assert_int_eq(attn_alibi_slopes(H, slopes, NULL), ATTN_OK);
+  } else if (vo->alibi == 2) {
+    for (int64_t h = 0; h < H; h++) slopes[h] = 0.6f * rnd() + 0.2f;
+  }
+  o->alibi_slopes = vo->alibi ? slopes : NULL;
+  o->softcap = vo->softcap;
+  o->rotary.on = vo->rope;
+  o->rotary.interleaved = vo->rope_inter;
+  /* an odd head dim needs explicit (even) dims */
+  o->rotary.dims = vo->rope_short ? (Dh - 2 >= 2 ? (Dh - 2) & ~1 : 2)
+                                  : (Dh % 2 ? Dh - 1 : 0);
+  o->rotary.base = vo->rope_base;
+  o->rotary.has_query_offset = vo->rope_qoff;
+  o->rotary.query_offset = vo->rope_qoff ? 5 : 0;
+}
+
+static void variant_name(const variant_opts *vo, char *buf, size_t n) {
+  if (!vo) {
+    snprintf(buf, n, "plain");
+    return;
+  }
+  snprintf(buf, n,
+           "causal=%d window=%d[%lld,%lld] alibi=%d softcap=%g rope=%d "
+           "inter=%d short=%d qoff=%d base=%g",
+           vo->causal, vo->window, (long long)vo->left, (long long)vo->right,
+           vo->alibi, (double)vo->softcap, vo->rope, vo->rope_inter,
+           vo->rope_short, vo->rope_qoff, vo->rope_base);
+}
+
+/* Weights the reference gives as exactly 0 (keys outside the band, blocked
+ * or padded) must be exactly 0. */
+static int exact_zeros(const float *w, const double *ref, size_t n,
+                       const char *ctx) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ref[i] == 0.0 && w[i] != 0.0f) {
+      if (!bad)
+        fprintf(stderr, "%s: weights[%zu] = %.9g where the reference is 0\n",
+                ctx, i, w[i]);
+      bad++;
+    }
+  return bad;
+}
+
+static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
+                           uint64_t seed);
+
 /* Run one sdpa case on every path; q is laid out [B, Lq, H*Dk] (heads as
  * column blocks) to exercise strided views, k and v [B, Hkv, Lk, D]. */
 static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
-  char name[256], ctx[320];
+  return run_sdpa_case_v(c, NULL, seed);
+}
+
+static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
+                           uint64_t seed) {
+  char name[512], ctx[600], vname[200];
   int bad = 0;
   rng_seed(seed);
   case_name(c, name, sizeof name);
+  variant_name(vo, vname, sizeof vname);
+  snprintf(name + strlen(name), sizeof name - strlen(name), " %s", vname);
   size_t nq = (size_t)c->B * c->Lq * c->H * c->Dk;
   size_t nk = (size_t)c->B * c->Hkv * c->Lk * c->Dk;
   size_t nv = (size_t)c->B * c->Hkv * c->Lk * c->Dv;
@@ -181,6 +260,8 @@ static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
   }
   masks m;
   make_masks(c, &p.o, &m);
+  float *slopes = malloc((size_t)c->H * sizeof *slopes);
+  apply_variant(vo, &p.o, c->H, c->Dk, slopes);
   double *ro = malloc(no * sizeof *ro), *rw = malloc(nw * sizeof *rw);
   ck_assert_int_eq(attn_ref_sdpa(&p, ro, c->weights ? rw : NULL, NULL),
                    ATTN_OK);
@@ -213,8 +294,10 @@ static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
         if (c->weights) {
           bad += compare("weights", w, rw, nw, ctx);
           bad += check_rows(w, rw, nw / c->Lk, c->Lk, ctx);
+          bad += exact_zeros(w, rw, nw, ctx);
         }
       }
+  free(slopes);
   free(q);
   free(k);
   free(v);
@@ -316,6 +399,245 @@ START_TEST(test_sdpa_causal_alignment) {
 }
 END_TEST
 
+/* ---- the variants: causal alignment, window, ALiBi, softcap, RoPE ------- */
+
+/* Each variant once per shape (the table above and two long ones whose
+ * bands cross 64-row groups, 512-key tiles and the 32-key panels), windows
+ * scaled up on the long ones; masks, key padding, weights, scale and fully
+ * blocked rows rotate with the shape. */
+static const variant_opts variants[] = {
+    /* causal window alibi softcap rope inter short qoff base */
+    {ATTN_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {ATTN_CAUSAL_BOTTOM_RIGHT, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {0, 1, 3, 1, 0, 0, 0, 0, 0, 0, 0},
+    {0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0},
+    {0, 1, -1, 3, 0, 0, 0, 0, 0, 0, 0},
+    {ATTN_CAUSAL_TOP_LEFT, 1, 5, -1, 0, 0, 0, 0, 0, 0, 0},
+    {ATTN_CAUSAL_BOTTOM_RIGHT, 1, -1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {ATTN_CAUSAL_BOTTOM_RIGHT, 1, 4, 0, 2, 0, 0, 0, 0, 0, 0},
+    {0, 0, 0, 0, 0, 2.0f, 0, 0, 0, 0, 0},
+    {0, 1, 6, -1, 1, 0.7f, 0, 0, 0, 0, 0},
+    {0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+    {ATTN_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 1, 1, 1, 1, 500.0},
+    {ATTN_CAUSAL_TOP_LEFT, 1, 4, 0, 1, 3.0f, 1, 0, 0, 0, 0},
+    {0, 1, 2, 2, 2, 5.0f, 1, 1, 0, 1, 0},
+};
+#define NVARIANTS (int)(sizeof variants / sizeof variants[0])
+
+static const int long_shapes[][7] = {
+    {1, 2, 1, 700, 650, 16, 16}, {2, 2, 2, 300, 600, 8, 12}};
+#define NLONG (int)(sizeof long_shapes / sizeof long_shapes[0])
+
+static const int *shape_at(int s) {
+  return s < NSHAPES ? shapes[s] : long_shapes[s - NSHAPES];
+}
+
+static int run_variant(int s, int v, uint64_t seed) {
+  const int *sh = shape_at(s);
+  variant_opts vo = variants[v];
+  if (s >= NSHAPES) { /* long: windows of tens of keys */
+    if (vo.left > 0) vo.left *= 37;
+    if (vo.right > 0) vo.right *= 37;
+  }
+  int k = s + v;
+  sdpa_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], sh[6], 0,
+                 k % 2 ? (mask_case)(k % 6) : M_NONE,
+                 (kpm_case)(k % 3), (attn_weights_mode)(k % 3), k % 5 == 0,
+                 k % 4 == 1};
+  return run_sdpa_case_v(&c, &vo, seed);
+}
+
+START_TEST(test_sdpa_variants) {
+  int bad = 0;
+  for (int s = 0; s < NSHAPES + NLONG; s++)
+    for (int v = 0; v < NVARIANTS; v++)
+      bad += run_variant(s, v, (uint64_t)(20000 + s * 101 + v));
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Every variant with every weights mode on one shape with GQA and
+ * cross-attention (Lq < Lk, and Lq > Lk: rows that see no key). */
+START_TEST(test_sdpa_variants_weights) {
+  static const int sh[][7] = {{3, 8, 2, 9, 13, 4, 7}, {1, 4, 2, 40, 21, 6, 6}};
+  int bad = 0;
+  for (int si = 0; si < 2; si++)
+    for (int v = 0; v < NVARIANTS; v++)
+      for (int w = 0; w < 3; w++) {
+        sdpa_case c = {sh[si][0], sh[si][1], sh[si][2], sh[si][3], sh[si][4],
+                       sh[si][5], sh[si][6], 0, M_NONE, K_NONE,
+                       (attn_weights_mode)w, 0, 0};
+        bad += run_sdpa_case_v(&c, &variants[v],
+                               (uint64_t)(26000 + si * 500 + v * 3 + w));
+      }
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Row kernels (softcap's tanh) and matrix products: every set the CPU has,
+ * each shape with one variant; the sets it lacks are named as skipped. */
+static int run_variants_mixed(uint64_t seed0) {
+  int bad = 0;
+  for (int s = 0; s < NSHAPES + NLONG; s++)
+    bad += run_variant(s, (s * 7) % NVARIANTS, seed0 + (uint64_t)s) +
+           run_variant(s, (s * 7 + 3) % NVARIANTS, seed0 + 50 + (uint64_t)s);
+  return bad;
+}
+
+/* The mixed table under each of three kernel sets chosen by set(); the
+ * one in use (was) comes back at the end. */
+static int variants_per_set(const char *what, int (*set)(const char *),
+                            const char *const names[3], const char *was,
+                            uint64_t seed0) {
+  int bad = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!set(names[i])) {
+      fprintf(stderr, "variants: %s %s skipped (not on this CPU)\n", what,
+              names[i]);
+      continue;
+    }
+    bad += run_variants_mixed(seed0 + 1000 * (uint64_t)i);
+  }
+  ck_assert(set(was));
+  return bad;
+}
+
+START_TEST(test_variants_kernel_sets) {
+  static const char *const rows[] = {"avx512", "avx2", "scalar"};
+  static const char *const gemms[] = {"avx512", "avx2", "blas"};
+  int bad = variants_per_set("row kernels", attn__set_kernel, rows,
+                             attn__kernel_name(), 30000) +
+            variants_per_set("gemm", attn__set_gemm, gemms, attn__gemm_name(),
+                             34000);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Each softcap kernel against double tanh: |cap tanh(x / cap) - ref| <=
+ * 4e-7 cap, on every row length 0..70 (vector tails) and over the range
+ * where tanh saturates; NaN stays NaN, +-inf gives +-cap. */
+START_TEST(test_softcap_kernels) {
+  static const char *const names[] = {"avx512", "avx2", "scalar"};
+  const char *was = attn__kernel_name();
+  float a[4096];
+  for (int k = 0; k < 3; k++) {
+    if (!attn__set_kernel(names[k])) {
+      fprintf(stderr, "softcap: %s skipped (not on this CPU)\n", names[k]);
+      continue;
+    }
+    for (int n = 0; n <= 70; n++) {
+      for (int j = 0; j < n; j++) a[j] = 30.0f * (float)j / 70.0f - 15.0f;
+      attn__row_softcap(a, n, 1.5f);
+      for (int j = 0; j < n; j++) {
+        double x = 30.0 * (float)j / 70.0f - 15.0;
+        double ref = 1.5 * tanh((double)(float)x / 1.5);
+        ck_assert_msg(fabs(a[j] - ref) <= 4e-7 * 1.5, "%s n=%d j=%d: %g vs %g",
+                      names[k], n, j, a[j], ref);
+      }
+    }
+    for (int j = 0; j < 4096; j++) a[j] = (float)(j - 2048) / 128.0f;
+    attn__row_softcap(a, 4096, 1.0f);
+    for (int j = 0; j < 4096; j++) {
+      double ref = tanh((double)(j - 2048) / 128.0);
+      ck_assert_msg(fabs(a[j] - ref) <= 4e-7, "%s x=%g: %.9g vs %.9g",
+                    names[k], (j - 2048) / 128.0, a[j], ref);
+    }
+    float odd[3] = {NAN, INFINITY, -INFINITY};
+    attn__row_softcap(odd, 3, 2.0f);
+    ck_assert_msg(isnan(odd[0]), "%s: NaN gives %g", names[k], odd[0]);
+    ck_assert_float_eq_tol(odd[1], 2.0f, 1e-6);
+    ck_assert_float_eq_tol(odd[2], -2.0f, 1e-6);
+  }
+  ck_assert(attn__set_kernel(was));
+  ck_assert_float_eq(attn__tanhf(0.0f), 0.0f);
+}
+END_TEST
+
+/* attn_alibi_slopes against the reference get_slopes of the ALiBi paper's
+ * code, computed in Python (float32 of its double results): powers of 2
+ * and the interleaved ones in between. */
+START_TEST(test_alibi_slopes) {
+  static const struct {
+    int H;
+    float s[32];
+  } want[] = {
+      {1, {3.906250000e-03f}},
+      {2, {6.250000000e-02f, 3.906250000e-03f}},
+      {3, {6.250000000e-02f, 3.906250000e-03f, 2.500000000e-01f}},
+      {5, {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f,
+           3.906250000e-03f, 5.000000000e-01f}},
+      {6, {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f,
+           3.906250000e-03f, 5.000000000e-01f, 1.250000000e-01f}},
+      {8, {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f,
+           6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f,
+           7.812500000e-03f, 3.906250000e-03f}},
+      {12, {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f,
+            6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f,
+            7.812500000e-03f, 3.906250000e-03f, 7.071067691e-01f,
+            3.535533845e-01f, 1.767766923e-01f, 8.838834614e-02f}},
+      {20, {7.071067691e-01f, 5.000000000e-01f, 3.535533845e-01f,
+            2.500000000e-01f, 1.767766923e-01f, 1.250000000e-01f,
+            8.838834614e-02f, 6.250000000e-02f, 4.419417307e-02f,
+            3.125000000e-02f, 2.209708653e-02f, 1.562500000e-02f,
+            1.104854327e-02f, 7.812500000e-03f, 5.524271633e-03f,
+            3.906250000e-03f, 8.408964276e-01f, 5.946035385e-01f,
+            4.204482138e-01f, 2.973017693e-01f}},
+      {32, {8.408964276e-01f, 7.071067691e-01f, 5.946035385e-01f,
+            5.000000000e-01f, 4.204482138e-01f, 3.535533845e-01f,
+            2.973017693e-01f, 2.500000000e-01f, 2.102241069e-01f,
+            1.767766923e-01f, 1.486508846e-01f, 1.250000000e-01f,
+            1.051120535e-01f, 8.838834614e-02f, 7.432544231e-02f,
+            6.250000000e-02f, 5.255602673e-02f, 4.419417307e-02f,
+            3.716272116e-02f, 3.125000000e-02f, 2.627801336e-02f,
+            2.209708653e-02f, 1.858136058e-02f, 1.562500000e-02f,
+            1.313900668e-02f, 1.104854327e-02f, 9.290680289e-03f,
+            7.812500000e-03f, 6.569503341e-03f, 5.524271633e-03f,
+            4.645340145e-03f, 3.906250000e-03f}},
+  };
+  float got[32];
+  for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+    ck_assert_int_eq(attn_alibi_slopes(want[c].H, got, NULL), ATTN_OK);
+    for (int h = 0; h < want[c].H; h++)
+      ck_assert_msg(fabsf(got[h] - want[c].s[h]) <= 1e-7f * want[c].s[h],
+                    "H=%d slope %d: %.9g, want %.9g", want[c].H, h, got[h],
+                    want[c].s[h]);
+  }
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_alibi_slopes(0, got, &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "0 heads"));
+}
+END_TEST
+
+/* Top-left causal with Lq > Lk: query i sees keys j <= i, all of them from
+ * row Lk - 1 on; bottom-right would show none to the first rows. */
+START_TEST(test_sdpa_top_left) {
+  float q[4 * 2] = {0}, k[2 * 2] = {0}, v[2] = {10.0f, 20.0f}, out[4], w[8];
+  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 4, .Lk = 2, .Dk = 2,
+                         .Dv = 1, .q = {q, 8, 8, 2}, .k = {k, 4, 4, 2},
+                         .v = {v, 2, 2, 1}};
+  p.o.causal = ATTN_CAUSAL_TOP_LEFT;
+  p.o.weights = ATTN_WEIGHTS_PER_HEAD;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){out, 4, 4, 1}, w, NULL),
+                   ATTN_OK);
+  ck_assert_float_eq_tol(out[0], 10.0f, 1e-6);
+  for (int i = 1; i < 4; i++) ck_assert_float_eq_tol(out[i], 15.0f, 1e-5);
+  ck_assert_float_eq(w[1], 0.0f);
+  /* a window [0, 0] with bottom-right alignment: each row its own key
+   * i + Lk - Lq, none for the first two rows */
+  p.o.causal = ATTN_CAUSAL_NONE;
+  p.o.has_window = 1;
+  p.o.window_left = p.o.window_right = 0;
+  ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){out, 4, 4, 1}, w, NULL),
+                   ATTN_OK);
+  ck_assert_float_eq(out[0], 0.0f);
+  ck_assert_float_eq(out[1], 0.0f);
+  ck_assert_float_eq(out[2], 10.0f);
+  ck_assert_float_eq(out[3], 20.0f);
+  for (int j = 0; j < 4; j++) ck_assert_float_eq(w[j], 0.0f);
+}
+END_TEST
+
 /* ---- multi-head attention with projections ----------------------------- */
 
 typedef struct mha_case {
@@ -327,8 +649,16 @@ typedef struct mha_case {
   kpm_case kpm;
 } mha_case;
 
+static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
+                          uint64_t seed);
+
 static int run_mha_case(const mha_case *c, uint64_t seed) {
-  char ctx[400];
+  return run_mha_case_v(c, NULL, seed);
+}
+
+static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
+                          uint64_t seed) {
+  char ctx[700], vname[200];
   int bad = 0;
   rng_seed(seed);
   int Lk = c->cross ? c->Lk : c->Lq, kdim = c->cross ? c->kdim : c->E;
@@ -383,6 +713,9 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
                   c->kpm, c->weights, 0, 0};
   masks m;
   make_masks(&sc, &p.o, &m);
+  float *slopes = malloc((size_t)c->H * sizeof *slopes);
+  apply_variant(vo, &p.o, c->H, c->E / c->H, slopes);
+  variant_name(vo, vname, sizeof vname);
   size_t no = (size_t)c->B * c->Lq * c->E;
   size_t nw = c->weights == ATTN_WEIGHTS_PER_HEAD
                   ? (size_t)c->B * c->H * c->Lq * Lk
@@ -402,10 +735,11 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
       attn_diag d = {{0}};
       snprintf(ctx, sizeof ctx,
                "mha B=%d Lq=%d Lk=%d E=%d H=%d Hkv=%d kdim=%d vdim=%d cross=%d "
-               "bias=%d torch=%d w=%d causal=%d mask=%d kpm=%d path=%d th=%d",
+               "bias=%d torch=%d w=%d causal=%d mask=%d kpm=%d path=%d th=%d "
+               "%s",
                c->B, c->Lq, Lk, c->E, c->H, c->Hkv, kdim, vdim, c->cross,
                c->bias, c->torch_layout, c->weights, c->causal, c->mask,
-               c->kpm, pi, th);
+               c->kpm, pi, th, vname);
       attn_status s = attn_mha(&p, &x, out, c->weights ? w : NULL, &d);
       if (s != ATTN_OK) {
         fprintf(stderr, "%s: %s %s\n", ctx, attn_status_name(s), d.msg);
@@ -413,8 +747,12 @@ static int run_mha_case(const mha_case *c, uint64_t seed) {
         continue;
       }
       bad += compare("out", out, ro, no, ctx);
-      if (c->weights) bad += compare("weights", w, rw, nw, ctx);
+      if (c->weights) {
+        bad += compare("weights", w, rw, nw, ctx);
+        bad += exact_zeros(w, rw, nw, ctx);
+      }
     }
+  free(slopes);
   free(xq); free(xk); free(xv); free(wpack); free(bpack); free(wq); free(wk); free(wv);
   free(wo); free(bq); free(bk); free(bv); free(bo); free(ro); free(rw);
   free(out); free(w);
@@ -454,6 +792,28 @@ static int run_mha_table(void) {
     bad += run_mha_case(&cases[i], 7000 + i);
   return bad;
 }
+
+/* The variants through attn_mha: rotary positions after the projections
+ * (the fused QKV buffer, separate ones with GQA, cross-attention with a
+ * query offset), with the other variants, weights and masks. */
+START_TEST(test_mha_variants) {
+  static const mha_case cases[] = {
+      /* B Lq Lk E  H Hkv kd vd cross bias torch weights causal mask kpm */
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 0, M_NONE, K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_BOOL},
+      {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD2, K_NONE},
+      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_BOOL4, K_LEN},
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {1, 300, 300, 16, 2, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_NONE, 0, M_NONE, K_LEN},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int v = 0; v < NVARIANTS; v++)
+      bad += run_mha_case_v(&cases[i], &variants[v], 40000 + i * 100 + v);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
 
 /* ---- misuse: every bad input is a status, with a message --------------- */
 
@@ -575,6 +935,64 @@ START_TEST(test_sdpa_misuse) {
   t.p.o.has_scale = 1;
   t.p.o.scale = NAN;
   EXPECT(ATTN_EINVAL, "scale");
+  /* the variants: each invalid setting says why */
+  float slopes[1] = {NAN};
+  tiny_init(&t);
+  t.p.o.causal = 3;
+  EXPECT(ATTN_EINVAL, "causal is 3; expected 0 (none), 1 (bottom-right) or 2");
+  tiny_init(&t);
+  t.p.o.has_window = 1;
+  t.p.o.window_left = -2;
+  EXPECT(ATTN_EINVAL, "window left is -2; a window bound is -1 (unbounded)");
+  t.p.o.window_left = 4;
+  t.p.o.window_right = -5;
+  EXPECT(ATTN_EINVAL, "window right is -5");
+  t.p.o.window_right = 1;
+  t.p.o.causal = ATTN_CAUSAL_TOP_LEFT;
+  EXPECT(ATTN_EINVAL, "window right is 1 with causal attention");
+  t.p.o.window_right = 0;
+  ck_assert_int_eq(tiny_run(&t, NULL), ATTN_OK);
+  tiny_init(&t);
+  t.p.o.softcap = -1.0f;
+  EXPECT(ATTN_EINVAL, "softcap is -1; it must be a finite number > 0");
+  t.p.o.softcap = INFINITY;
+  EXPECT(ATTN_EINVAL, "softcap is inf");
+  t.p.o.softcap = NAN;
+  EXPECT(ATTN_EINVAL, "softcap is nan");
+  tiny_init(&t);
+  t.p.o.alibi_slopes = slopes;
+  EXPECT(ATTN_EINVAL, "alibi slope 0 (of 1 heads) is nan; slopes must be");
+  slopes[0] = -INFINITY;
+  EXPECT(ATTN_EINVAL, "is -inf");
+  tiny_init(&t);
+  t.p.o.rotary.on = 1;
+  t.p.o.rotary.dims = 3;
+  EXPECT(ATTN_EINVAL, "rotary dims is 3; it must be even and at most the head "
+                      "dim 4");
+  t.p.o.rotary.dims = 6;
+  EXPECT(ATTN_EINVAL, "rotary dims is 6");
+  t.p.o.rotary.dims = -2;
+  EXPECT(ATTN_EINVAL, "rotary dims is -2");
+  t.p.o.rotary.dims = 2;
+  t.p.o.rotary.base = 1.0;
+  EXPECT(ATTN_EINVAL, "rotary base is 1; it must be a finite number > 1");
+  t.p.o.rotary.base = 0.0;
+  t.p.o.rotary.has_query_offset = 1;
+  t.p.o.rotary.query_offset = (int64_t)1 << 40;
+  EXPECT(ATTN_EINVAL, "rotary query_offset is 1099511627776");
+  t.p.o.rotary.query_offset = -7;
+  ck_assert_int_eq(tiny_run(&t, NULL), ATTN_OK);
+  tiny_init(&t);
+  t.p.Dk = 3;
+  t.p.o.rotary.on = 1;
+  EXPECT(ATTN_EINVAL, "rotary dims defaults to the head dim, 3, which is odd");
+  /* the caller's query and key are never rotated in place */
+  tiny_init(&t);
+  for (int i = 0; i < 8; i++) t.q[i] = 0.1f * (float)i;
+  t.p.o.rotary.on = 1;
+  ck_assert_int_eq(tiny_run(&t, NULL), ATTN_OK);
+  for (int i = 0; i < 8; i++) ck_assert_float_eq(t.q[i], 0.1f * (float)i);
+  for (int i = 0; i < 12; i++) ck_assert_float_eq(t.k[i], 0.25f);
   tiny_init(&t);
   t.p.o.weights = ATTN_WEIGHTS_PER_HEAD;
   attn_exec x = {.path = ATTN_PATH_STREAMING};
@@ -1003,6 +1421,13 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_gemm_kernels);
   tcase_add_test(tc, test_gemm_avx2_equals_avx512);
   tcase_add_test(tc, test_tables_blas_gemm);
+  tcase_add_test(tc, test_sdpa_variants);
+  tcase_add_test(tc, test_sdpa_variants_weights);
+  tcase_add_test(tc, test_variants_kernel_sets);
+  tcase_add_test(tc, test_softcap_kernels);
+  tcase_add_test(tc, test_alibi_slopes);
+  tcase_add_test(tc, test_sdpa_top_left);
+  tcase_add_test(tc, test_mha_variants);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -10,8 +10,12 @@
  *    column block h (sh = D, ld = H*D).
  *  - Grouped-query attention: with H query heads and Hkv key/value heads
  *    (H % Hkv == 0), query head h reads key/value head h / (H / Hkv).
- *  - Causal masking is aligned to the bottom-right corner (FlashAttention 2.1+
- *    convention): query i may attend key j iff j <= i + (Lk - Lq).
+ *  - Positions: i is the query row (0..Lq-1), j the key row (0..Lk-1), and
+ *    offset = Lk - Lq aligns the last query with the last key.  Causal
+ *    masking is aligned to the bottom-right corner by default (causal = 1,
+ *    FlashAttention 2.1+): query i may attend key j iff j <= i + offset.
+ *    The variants of attn_attend_opts (top-left causal, sliding window,
+ *    ALiBi, softcap, rotary positions) are defined exactly there.
  *  - MASK POLARITY.  A boolean mask here is TRUE = BLOCKED (the key is not
  *    attended), the convention of PyTorch nn.MultiheadAttention's attn_mask
  *    and key_padding_mask.  It is the OPPOSITE of
@@ -85,15 +89,80 @@ typedef enum {
   ATTN_WEIGHTS_MEAN      /* [B, Lq, Lk], mean over heads (average_attn_weights) */
 } attn_weights_mode;
 
-/* Options shared by sdpa and mha. */
+/* Causal alignment (attn_attend_opts.causal).  offset = Lk - Lq. */
+typedef enum {
+  ATTN_CAUSAL_NONE = 0,
+  ATTN_CAUSAL_BOTTOM_RIGHT = 1, /* j <= i + offset (FlashAttention 2.1+) */
+  ATTN_CAUSAL_TOP_LEFT = 2      /* j <= i (PyTorch's is_causal) */
+} attn_causal;
+
+/* Rotary position embedding (RoPE, Su et al. 2021), applied to every query
+ * and key head: to the given q and k (sdpa, on the engine's own copies; the
+ * caller's inputs are never written) or to the projections (mha, in place
+ * in the engine's buffers), never to the values.  With R = dims, the pairs
+ * (x_a, x_b) of a head's first R values are rotated by the angle
+ * pos * base^(-2t/R), t = 0..R/2-1:
+ *   x_a' = x_a cos - x_b sin,   x_b' = x_b cos + x_a sin
+ * where (a, b) = (t, t + R/2) (NeoX / Llama halves, interleaved = 0) or
+ * (2t, 2t + 1) (GPT-J pairs, interleaved = 1); values R..D-1 are unchanged.
+ * The head dim is Dk for sdpa, E / H for mha.  Key j has position j; query
+ * i has position query_offset + i.  Angles are computed in double. */
+typedef struct attn_rotary {
+  int on;               /* 0: no rotary positions (the other fields unused) */
+  int interleaved;      /* 0: NeoX halves, 1: GPT-J pairs */
+  int64_t dims;         /* R: even, <= the head dim; 0 = the head dim */
+  double base;          /* > 1, finite; 0 = 10000 */
+  int has_query_offset; /* 0: query_offset = Lk - Lq */
+  int64_t query_offset; /* |query_offset| <= INT_MAX */
+} attn_rotary;
+
+/* Options shared by sdpa and mha.  Zero-initialised is plain attention.
+ * A score is built in this order, for query head h, query i, key j:
+ *   s = scale * q_i . k_j                    (q, k after rotary, if on)
+ *   s = softcap * tanh(s / softcap)          (if softcap > 0)
+ *   s += -alibi_slopes[h] * |j - (i + offset)|   (if alibi_slopes)
+ *   s += attn_mask[i, j]                     (ATTN_MASK_ADD)
+ *   s = -inf where key j is not visible from query i:
+ *     causal = 1 and j > i + offset; causal = 2 and j > i;
+ *     has_window and window_left >= 0 and j < i + offset - window_left;
+ *     has_window and window_right >= 0 and j > i + offset + window_right;
+ *     a boolean attn_mask, key_padding_mask or key length blocks it.
+ * then softmax over j and the weighted sum of values.  A row with no
+ * visible key gives output 0 and weights 0.  Keys outside the causal /
+ * window band are never computed: the cost of a windowed call grows with
+ * Lq x (window_left + window_right + 1), not Lq x Lk.
+ * Invalid (ATTN_EINVAL, with the reason): causal other than 0, 1, 2; a
+ * window bound below -1; window_right > 0 with causal (causal already hides
+ * the keys right of the diagonal: use 0 or -1); softcap negative or not
+ * finite; a slope that is not finite; rotary dims odd, negative or larger
+ * than the head dim (or, with dims = 0, an odd head dim), base <= 1 or not
+ * finite (0 = default), |query_offset| > INT_MAX. */
 typedef struct attn_attend_opts {
-  int causal;             /* bottom-right aligned causal mask */
+  int causal;             /* attn_causal: 0 none, 1 bottom-right, 2 top-left */
   int has_scale;          /* 0: scale = 1/sqrt(Dk) */
   float scale;            /* used when has_scale; must be finite */
   attn_mask mask;         /* optional attn_mask */
   attn_key_padding kpm;   /* optional key_padding_mask or key lengths */
   attn_weights_mode weights;
+  /* Sliding window (FlashAttention's window_size): when has_window, key j
+   * is visible from query i iff
+   *   i + offset - window_left <= j <= i + offset + window_right,
+   * a bound of -1 being unbounded on that side. */
+  int has_window;
+  int64_t window_left, window_right;
+  /* ALiBi (Press et al. 2022): one slope per query head (H floats), or
+   * NULL.  attn_alibi_slopes() gives the standard ones. */
+  const float *alibi_slopes;
+  float softcap;          /* > 0: logit soft-capping (Gemma 2: 50); 0 = off */
+  attn_rotary rotary;
 } attn_attend_opts;
+
+/* The standard ALiBi slopes for H heads (Press et al., the reference
+ * get_slopes): for H a power of 2, slope_h = 2^(-8 (h + 1) / H); otherwise,
+ * with P the largest power of 2 below H, the P slopes for P heads followed
+ * by the first H - P of the even-indexed slopes for 2P heads,
+ * 2^(-8 (2k + 1) / (2P)).  Returns ATTN_EINVAL when H < 1 or H > INT_MAX. */
+attn_status attn_alibi_slopes(int64_t H, float *slopes, attn_diag *d);
 
 typedef enum {
   ATTN_PATH_AUTO = 0,     /* materialised iff weights are wanted */

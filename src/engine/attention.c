@@ -171,10 +171,77 @@ static bool same_view(const attn_view *a, const attn_view *b) {
 
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* The variants of attn_attend_opts (engine.h): causal alignment, window,
+ * softcap, ALiBi slopes (H values, read here: they are options) and rotary
+ * positions on heads of Dh values. */
+static attn_status check_variants(const attn_attend_opts *o, int64_t H,
+                                  int64_t Dh, attn_diag *d) {
+  if (o->causal != ATTN_CAUSAL_NONE && o->causal != ATTN_CAUSAL_BOTTOM_RIGHT &&
+      o->causal != ATTN_CAUSAL_TOP_LEFT)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "causal is %d; expected 0 (none), 1 (bottom-right) "
+                         "or 2 (top-left)",
+                         o->causal);
+  if (o->has_window) {
+    if (o->window_left < -1 || o->window_right < -1)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "window %s is %lld; a window bound is -1 "
+                           "(unbounded) or >= 0",
+                           o->window_left < -1 ? "left" : "right",
+                           (long long)(o->window_left < -1 ? o->window_left
+                                                           : o->window_right));
+    if (o->causal && o->window_right > 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "window right is %lld with causal attention: causal "
+                           "already hides every key right of the diagonal, so "
+                           "the right bound must be 0 or -1",
+                           (long long)o->window_right);
+  }
+  if (o->softcap != 0.0f && !(isfinite(o->softcap) && o->softcap > 0.0f))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "softcap is %g; it must be a finite number > 0 "
+                         "(0 = off)",
+                         (double)o->softcap);
+  if (o->alibi_slopes)
+    for (int64_t h = 0; h < H; h++)
+      if (!isfinite(o->alibi_slopes[h]))
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "alibi slope %lld (of %lld heads) is %g; slopes "
+                             "must be finite",
+                             (long long)h, (long long)H,
+                             (double)o->alibi_slopes[h]);
+  const attn_rotary *r = &o->rotary;
+  if (r->on) {
+    if (r->dims < 0 || r->dims > Dh || r->dims % 2 != 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "rotary dims is %lld; it must be even and at most "
+                           "the head dim %lld (0 = the head dim)",
+                           (long long)r->dims, (long long)Dh);
+    if (r->dims == 0 && Dh % 2 != 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "rotary dims defaults to the head dim, %lld, which "
+                           "is odd; give an even dims below it",
+                           (long long)Dh);
+    if (r->base != 0.0 && !(isfinite(r->base) && r->base > 1.0))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "rotary base is %g; it must be a finite number > 1 "
+                           "(0 = 10000)",
+                           r->base);
+    if (r->has_query_offset &&
+        (r->query_offset > INT_MAX || r->query_offset < -(int64_t)INT_MAX))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "rotary query_offset is %lld; the limit is +-%d",
+                           (long long)r->query_offset, INT_MAX);
+  }
+  return ATTN_OK;
+}
+
 static attn_status check_opts(const attn_attend_opts *o, int64_t B, int64_t H,
-                              attn_diag *d) {
+                              int64_t Dh, attn_diag *d) {
+  attn_status s;
   if (o->has_scale && !isfinite(o->scale))
     return attn_diag_set(d, ATTN_EINVAL, "scale must be a finite number");
+  if ((s = check_variants(o, H, Dh, d))) return s;
   switch (o->mask.kind) {
     case ATTN_MASK_NONE:
       break;
@@ -279,7 +346,7 @@ attn_status attn_sdpa_check(const attn_sdpa_problem *p, attn_diag *d) {
       (s = check_view("key", &p->k, p->Dk, "Dk", d)) ||
       (s = check_view("value", &p->v, p->Dv, "Dv", d)))
     return s;
-  return check_opts(&p->o, p->B, p->H, d);
+  return check_opts(&p->o, p->B, p->H, p->Dk, d);
 }
 
 /* ---- the core: attention on views -------------------------------------- */
@@ -289,7 +356,7 @@ typedef struct core_ctx {
   attn_view q, k, v;
   attn_mview out;
   const attn_attend_opts *o;
-  float scale;
+  float scale, softcap;
   float *weights;
   int64_t tq, tk, nqb;
   int streaming;
@@ -316,15 +383,54 @@ static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
   }
 }
 
+/* Keys visible from query i form the band [row_vbeg, row_end): both ends
+ * are non-decreasing in i, so a block of rows sees the keys from its first
+ * row's begin to its last row's end. */
 static inline int64_t row_end(const core_ctx *c, int64_t b, int64_t i) {
+  const attn_attend_opts *o = c->o;
   int64_t e = c->Lk;
-  if (c->o->causal) {
+  if (o->causal == ATTN_CAUSAL_BOTTOM_RIGHT) {
     int64_t ce = i + (c->Lk - c->Lq) + 1;
     if (ce < e) e = ce;
+  } else if (o->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < e) {
+    e = i + 1;
   }
-  if (c->o->kpm.kind == ATTN_KPM_LENGTHS && c->o->kpm.lengths[b] < e)
-    e = c->o->kpm.lengths[b];
+  if (o->has_window && o->window_right >= 0 &&
+      o->window_right < c->Lk + c->Lq) { /* wider: no bound */
+    int64_t we = i + (c->Lk - c->Lq) + o->window_right + 1;
+    if (we < e) e = we;
+  }
+  if (o->kpm.kind == ATTN_KPM_LENGTHS && o->kpm.lengths[b] < e)
+    e = o->kpm.lengths[b];
   return e < 0 ? 0 : e;
+}
+
+/* First key visible from query i (the window's left bound), never past
+ * row_end: an empty row is [e, e). */
+static inline int64_t row_vbeg(const core_ctx *c, int64_t b, int64_t i) {
+  const attn_attend_opts *o = c->o;
+  if (!o->has_window || o->window_left < 0 || o->window_left >= c->Lk + c->Lq)
+    return 0;
+  int64_t v = i + (c->Lk - c->Lq) - o->window_left, e = row_end(c, b, i);
+  return v < 0 ? 0 : v < e ? v : e;
+}
+
+/* Down to a packed panel's first key (the packed NT kernel's tiles start
+ * there). */
+static inline int64_t panel_floor(int64_t j) {
+  return j / ATTN__PANEL * ATTN__PANEL;
+}
+
+/* Softcap and ALiBi on the scores s of keys [j0, j0 + n) of query i, head
+ * h, then the masks and the row maximum (attn__row_mask_max). */
+static inline float prep_max(const core_ctx *c, int64_t b, int64_t h,
+                             int64_t i, float *s, int64_t j0, int64_t n,
+                             const float *add, const uint8_t *blk,
+                             const uint8_t *pad) {
+  if (c->softcap > 0.0f) attn__row_softcap(s, n, c->softcap);
+  if (c->o->alibi_slopes)
+    attn__row_alibi(s, n, c->o->alibi_slopes[h], j0 - (i + c->Lk - c->Lq));
+  return attn__row_mask_max(s, n, add, blk, pad);
 }
 
 static inline const float *add_row(const core_ctx *c, int64_t b, int64_t h,
@@ -393,28 +499,38 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
     /* Row groups of MAT_ROWS: scores, softmax and P V for a group while
      * its scores are still in L2, each group only as wide as its last row
      * sees (a causal diagonal). */
+    /* Each group computes keys [j0, w): from the panel of its first row's
+     * first visible key (0 without a window) to its last row's last. */
     int64_t step = MAT_ROWS;
     for (int64_t r0 = 0; r0 < m; r0 += step) {
       int64_t r1 = r0 + step < m ? r0 + step : m;
       int64_t w = row_end(c, b, i0 + r1 - 1);
-      if (w > 0)
-        scores(c, b, hk, r1 - r0, 0, w, qp + r0 * c->q.ld, S + r0 * Lk, Lk);
+      int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0));
+      if (w > j0)
+        scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld,
+               S + r0 * Lk + j0, Lk);
       for (int64_t r = r0; r < r1; r++) {
-        int64_t i = i0 + r, e = row_end(c, b, i);
+        int64_t i = i0 + r, e = row_end(c, b, i), v0 = row_vbeg(c, b, i);
         float *row = S + r * Lk;
-        float mx = attn__row_mask_max(row, e, add_row(c, b, h, i),
-                                      blk_row(c, b, h, i), pad_row(c, b));
+        /* left of the band: zeros (P V reads from j0; weights from 0) */
+        int64_t z0 = per_head ? 0 : j0;
+        if (v0 > z0) memset(row + z0, 0, (v0 - z0) * sizeof *row);
+        float mx = prep_max(c, b, h, i, row + v0, v0, e - v0,
+                            offf(add_row(c, b, h, i), v0),
+                            offu(blk_row(c, b, h, i), v0),
+                            offu(pad_row(c, b), v0));
         if (mx == -INFINITY) {
-          memset(row, 0, jend * sizeof *row);
+          memset(row + v0, 0, (jend - v0) * sizeof *row);
           continue;
         }
-        double sum = attn__row_exp_sum(row, e, mx);
-        attn__row_scale(row, e, (float)(1.0 / sum));
+        double sum = attn__row_exp_sum(row + v0, e - v0, mx);
+        attn__row_scale(row + v0, e - v0, (float)(1.0 / sum));
         if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
       }
-      if (w > 0)
-        attn__gemm_nn(r1 - r0, c->Dv, w, S + r0 * Lk, Lk, vp, c->v.ld, 0,
-                      op + r0 * c->out.ld, c->out.ld);
+      if (w > j0)
+        attn__gemm_nn(r1 - r0, c->Dv, w - j0, S + r0 * Lk + j0, Lk,
+                      vp + j0 * c->v.ld, c->v.ld, 0, op + r0 * c->out.ld,
+                      c->out.ld);
       else
         zero_rows(op + r0 * c->out.ld, r1 - r0, c->out.ld, c->Dv);
     }
@@ -423,10 +539,11 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       float *W = c->weights + (b * c->Lq + i0) * Lk;
       for (int64_t r = 0; r < m; r++) {
         float *wr = W + r * Lk;
+        int64_t v0 = row_vbeg(c, b, i0 + r);
         if (h == 0) {
           memset(wr, 0, Lk * sizeof *wr);
         }
-        attn__row_axpy(wr, S + r * Lk, jend, invH);
+        attn__row_axpy(wr + v0, S + r * Lk + v0, jend - v0, invH);
       }
     }
   }
@@ -445,22 +562,26 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
   int64_t tk = c->tk, Dv = c->Dv;
   scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk);
   for (int64_t r = r0; r < r1; r++) {
-    int64_t i = i0 + r, e = row_end(c, b, i) - j0;
+    /* this row's keys of the tile: [v0, e) (relative to j0) */
+    int64_t i = i0 + r, e = row_end(c, b, i) - j0, v0 = row_vbeg(c, b, i) - j0;
     float *row = S + r * tk;
     if (e > w) e = w;
-    if (e <= 0) {
+    if (v0 < 0) v0 = 0;
+    if (e <= v0) {
       memset(row, 0, w * sizeof *row);
       continue;
     }
-    float tmax = attn__row_mask_max(row, e, offf(add_row(c, b, h, i), j0),
-                                    offu(blk_row(c, b, h, i), j0),
-                                    offu(pad_row(c, b), j0));
+    float tmax = prep_max(c, b, h, i, row + v0, j0 + v0, e - v0,
+                          offf(add_row(c, b, h, i), j0 + v0),
+                          offu(blk_row(c, b, h, i), j0 + v0),
+                          offu(pad_row(c, b), j0 + v0));
     float mnew = tmax > mrun[r] ? tmax : mrun[r];
     if (mnew == -INFINITY) {
       memset(row, 0, w * sizeof *row);
       continue;
     }
-    double s = attn__row_exp_sum(row, e, mnew);
+    double s = attn__row_exp_sum(row + v0, e - v0, mnew);
+    if (v0 > 0) memset(row, 0, v0 * sizeof *row);
     if (w > e) memset(row + e, 0, (w - e) * sizeof *row);
     if (mnew != mrun[r]) {
       float corr = mrun[r] == -INFINITY ? 0.0f : attn__expf(mrun[r] - mnew);
@@ -495,17 +616,25 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
     mrun[r] = -INFINITY;
     lrun[r] = 0.0;
   }
-  for (int64_t j0 = 0; j0 < jend; j0 += tk) {
+  /* Tiles from the panel of the first row's first visible key (0 without
+   * a window): the keys left of the band are never computed. */
+  for (int64_t j0 = panel_floor(row_vbeg(c, b, i0)); j0 < jend; j0 += tk) {
     int64_t tn = jend - j0 < tk ? jend - j0 : tk;
     /* Row groups as in materialised_unit: DIAG_ROWS at a time when a causal
-     * diagonal crosses this tile, each only as wide as its last row sees. */
-    int64_t step = row_end(c, b, i0) - j0 < tn ? DIAG_ROWS : m;
+     * diagonal or a window's left edge crosses this tile, each only as wide
+     * as its rows see: from its first row's first key (down to a panel) to
+     * its last row's last. */
+    int64_t step = row_end(c, b, i0) - j0 < tn || row_vbeg(c, b, i1 - 1) > j0
+                       ? DIAG_ROWS
+                       : m;
     for (int64_t r0 = 0; r0 < m; r0 += step) {
       int64_t r1 = r0 + step < m ? r0 + step : m;
-      int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
-      if (w > tn) w = tn;
+      int64_t lo = panel_floor(row_vbeg(c, b, i0 + r0));
+      if (lo < j0) lo = j0;
+      int64_t w = row_end(c, b, i0 + r1 - 1) - lo;
+      if (w > j0 + tn - lo) w = j0 + tn - lo;
       if (w <= 0) continue; /* these rows see no key of this tile */
-      streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
+      streaming_rows(c, b, h, i0, r0, r1, lo, w, S, O, mrun, lrun, hk, qp,
                      vp);
     }
   }
@@ -668,6 +797,146 @@ static float default_scale(const attn_attend_opts *o, int64_t Dk) {
   return o->has_scale ? o->scale : (float)(1.0 / sqrt((double)Dk));
 }
 
+/* ---- rotary positions ---------------------------------------------------- */
+
+/* Angles are exact (cos and sin of the double product pos * theta) every
+ * ROPE_EXACT positions and one rotation by theta further in between
+ * (relative error ~1e-15 after ROPE_EXACT steps): one cos and sin pair per
+ * 32 positions and frequency instead of one per position (at n = 2048 and
+ * 32 frequencies, libm's pairs alone would cost a third of the 5% the
+ * variant may cost). */
+#define ROPE_EXACT 32
+#define ROPE_DEFAULT_BASE 10000.0
+
+/* Rotary positions resolved for one call: cos and sin tables [L][half] for
+ * the query positions (query_offset + i) and the key positions (j); they
+ * share one table when those are the same positions. */
+typedef struct rope_tabs {
+  int on, interleaved;
+  int64_t half, qoff;
+  double base;
+  float *mem;
+  const float *qcs, *qsn, *kcs, *ksn;
+} rope_tabs;
+
+static void rope_plan(const attn_attend_opts *o, int64_t Dh, int64_t Lq,
+                      int64_t Lk, rope_tabs *t) {
+  const attn_rotary *r = &o->rotary;
+  memset(t, 0, sizeof *t);
+  if (!r->on) return;
+  t->on = 1;
+  t->interleaved = r->interleaved != 0;
+  t->half = (r->dims ? r->dims : Dh) / 2;
+  t->base = r->base != 0.0 ? r->base : ROPE_DEFAULT_BASE;
+  t->qoff = r->has_query_offset ? r->query_offset : Lk - Lq;
+}
+
+static int rope_shared(const rope_tabs *t, int64_t Lq, int64_t Lk) {
+  return t->qoff == 0 && Lq == Lk;
+}
+
+/* Floats of the tables (0 without rotary). */
+static size_t rope_floats(const rope_tabs *t, int64_t Lq, int64_t Lk) {
+  if (!t->on) return 0;
+  return 2 * (size_t)t->half *
+         (size_t)(rope_shared(t, Lq, Lk) ? Lk : Lq + Lk);
+}
+
+/* cos and sin of (p0 + k) * base^(-2t / (2 half)) into cs, sn [n][half]. */
+static void rope_fill(const rope_tabs *t, int64_t p0, int64_t n, float *cs,
+                      float *sn) {
+  int64_t half = t->half;
+  for (int64_t f = 0; f < half; f++) {
+    double th = pow(t->base, -2.0 * (double)f / (double)(2 * half));
+    double c1 = cos(th), s1 = sin(th), co = 1.0, si = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+      if (k % ROPE_EXACT == 0) {
+        double a = (double)(p0 + k) * th;
+        co = cos(a);
+        si = sin(a);
+      } else {
+        double cn = co * c1 - si * s1;
+        si = si * c1 + co * s1;
+        co = cn;
+      }
+      cs[k * half + f] = (float)co;
+      sn[k * half + f] = (float)si;
+    }
+  }
+}
+
+/* Allocate and fill the tables planned in t; ATTN_ENOMEM on failure. */
+static attn_status rope_build(rope_tabs *t, int64_t Lq, int64_t Lk) {
+  if (!t->on) return ATTN_OK;
+  size_t kf = (size_t)Lk * (size_t)t->half;
+  t->mem = alloc_floats(rope_floats(t, Lq, Lk));
+  if (!t->mem) return ATTN_ENOMEM;
+  float *kcs = t->mem, *ksn = kcs + kf;
+  rope_fill(t, 0, Lk, kcs, ksn);
+  t->kcs = kcs;
+  t->ksn = ksn;
+  if (rope_shared(t, Lq, Lk)) {
+    t->qcs = kcs;
+    t->qsn = ksn;
+  } else {
+    float *qcs = ksn + kf, *qsn = qcs + (size_t)Lq * (size_t)t->half;
+    rope_fill(t, t->qoff, Lq, qcs, qsn);
+    t->qcs = qcs;
+    t->qsn = qsn;
+  }
+  return ATTN_OK;
+}
+
+/* sdpa: q or k copied from its view into a contiguous [B][heads][L][D]
+ * buffer and rotated there, one (b, head) per unit. */
+typedef struct rope_copy {
+  const attn_view *src;
+  float *dst;
+  int64_t heads, L, D;
+  const float *cs, *sn;
+  const rope_tabs *t;
+} rope_copy;
+
+static void rope_copy_unit(void *vctx, int64_t u, int tid) {
+  const rope_copy *c = vctx;
+  int64_t b = u / c->heads, h = u % c->heads;
+  (void)tid;
+  for (int64_t i = 0; i < c->L; i++) {
+    const float *src = c->src->data + b * c->src->sb + h * c->src->sh +
+                       i * c->src->ld;
+    float *dst = c->dst + (u * c->L + i) * c->D;
+    memcpy(dst, src, (size_t)c->D * sizeof *dst);
+    attn__rope(dst, c->cs + i * c->t->half, c->sn + i * c->t->half,
+               c->t->half, c->t->interleaved);
+  }
+}
+
+/* Floats of sdpa's rotated copies of q and k, and of the tables. */
+static size_t sdpa_rope_floats(const attn_sdpa_problem *p,
+                               const rope_tabs *t) {
+  if (!t->on) return 0;
+  return (size_t)(p->B * p->H * p->Lq * p->Dk) +
+         (size_t)(p->B * p->Hkv * p->Lk * p->Dk) +
+         rope_floats(t, p->Lq, p->Lk);
+}
+
+/* ---- ALiBi slopes -------------------------------------------------------- */
+
+attn_status attn_alibi_slopes(int64_t H, float *slopes, attn_diag *d) {
+  if (H < 1 || H > INT_MAX)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "alibi: %lld heads; expected 1 to %d", (long long)H,
+                         INT_MAX);
+  if (!slopes) return attn_diag_set(d, ATTN_EINVAL, "alibi: slopes is NULL");
+  int64_t P = 1; /* the largest power of 2 <= H */
+  while (P <= H / 2) P *= 2;
+  for (int64_t h = 0; h < P; h++)
+    slopes[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)P);
+  for (int64_t k = 0; k < H - P; k++)
+    slopes[P + k] = (float)exp2(-8.0 * (double)(2 * k + 1) / (double)(2 * P));
+  return ATTN_OK;
+}
+
 /* ---- sdpa --------------------------------------------------------------- */
 
 attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
@@ -679,8 +948,11 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
   if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
                      x, &pl, d)))
     return s;
+  rope_tabs rt;
+  rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
   if (!attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &ws) ||
       !attn_size_add(ws, pl.kpack_floats, &ws) ||
+      !attn_size_add(ws, sdpa_rope_floats(p, &rt), &ws) ||
       !attn_size_mul(ws, sizeof(float), &ws))
     return attn_diag_set(d, ATTN_ETOOBIG, "workspace size overflows");
   bytes->workspace = ws;
@@ -744,10 +1016,35 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
                 .out = out,
                 .o = &p->o,
                 .scale = default_scale(&p->o, p->Dk),
+                .softcap = p->o.softcap,
                 .weights = weights,
                 .scratch = scratch};
+  /* rotary positions: q and k rotated in copies of the engine's own */
+  rope_tabs rt;
+  float *qr = NULL, *kr = NULL;
+  rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
+  if (rt.on) {
+    if (rope_build(&rt, p->Lq, p->Lk) ||
+        !(qr = alloc_floats((size_t)(p->B * p->H * p->Lq * p->Dk))) ||
+        !(kr = alloc_floats((size_t)(p->B * p->Hkv * p->Lk * p->Dk)))) {
+      free(rt.mem);
+      free(qr);
+      free_scratch(scratch, pl.threads);
+      return attn_diag_set(d, ATTN_ENOMEM,
+                           "cannot allocate the rotated query and key");
+    }
+    rope_copy cq = {&p->q, qr, p->H, p->Lq, p->Dk, rt.qcs, rt.qsn, &rt};
+    rope_copy ck = {&p->k, kr, p->Hkv, p->Lk, p->Dk, rt.kcs, rt.ksn, &rt};
+    attn__parallel_for(pl.threads, p->B * p->H, rope_copy_unit, &cq);
+    attn__parallel_for(pl.threads, p->B * p->Hkv, rope_copy_unit, &ck);
+    c.q = (attn_view){qr, p->H * p->Lq * p->Dk, p->Lq * p->Dk, p->Dk};
+    c.k = (attn_view){kr, p->Hkv * p->Lk * p->Dk, p->Lk * p->Dk, p->Dk};
+  }
   run_core(&c, &pl);
   free_scratch(scratch, pl.threads);
+  free(rt.mem);
+  free(qr);
+  free(kr);
   return ATTN_OK;
 }
 
@@ -812,7 +1109,7 @@ static attn_status mha_check_norm(const attn_mha_problem *p, attn_diag *d) {
       (s = check_weight("w_v", &p->wv, p->vdim, kw, d)) ||
       (s = check_weight("w_o", &p->wo, p->E, p->E, d)))
     return s;
-  return check_opts(&p->o, p->B, p->H, d);
+  return check_opts(&p->o, p->B, p->H, p->E / p->H, d);
 }
 
 attn_status attn_mha_check(const attn_mha_problem *in, attn_diag *d) {
@@ -850,9 +1147,12 @@ attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
   if ((s = plan_core(p.B, p.H, p.Hkv, p.Lq, p.Lk, p.E / p.H, p.E / p.H, &p.o,
                      x, &pl, d)))
     return s;
+  rope_tabs rt;
+  rope_plan(&p.o, p.E / p.H, p.Lq, p.Lk, &rt);
   if (mha_sizes_of(&p, &z) ||
       !attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &f) ||
       !attn_size_add(f, pl.kpack_floats, &f) ||
+      !attn_size_add(f, rope_floats(&rt, p.Lq, p.Lk), &f) ||
       !attn_size_add(f, z.q, &f) || !attn_size_add(f, z.k, &f) ||
       !attn_size_add(f, z.v, &f) ||
       !attn_size_mul(f, sizeof(float), &bytes->workspace) ||
@@ -873,10 +1173,20 @@ typedef struct proj_job {
   float *wpack;     /* an [out, in] weight packed for the NT kernel, or NULL */
 } proj_job;
 
+/* Rotary positions on a job's output heads: heads of Dh values from
+ * column col, row r at position index r % L of the tables cs, sn
+ * [L][t->half]. */
+typedef struct rope_seg {
+  const float *cs, *sn; /* NULL: none */
+  int64_t col, heads, Dh, L;
+  const rope_tabs *t;
+} rope_seg;
+
 typedef struct proj_ctx {
   proj_job job[3];
   int64_t chunks[3];
   int njobs;
+  rope_seg rope[3][2]; /* per job: q, k (the fused job has both) */
 } proj_ctx;
 
 static void proj_unit(void *vctx, int64_t u, int tid) {
@@ -901,6 +1211,17 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   if (p->bias)
     for (int64_t r = r0; r < r1; r++)
       attn__row_axpy(p->y + r * ldy, p->bias, p->out, 1.0f);
+  for (int g = 0; g < 2; g++) { /* while the rows are in cache */
+    const rope_seg *rs = &c->rope[j][g];
+    if (!rs->cs) continue;
+    for (int64_t r = r0; r < r1; r++) {
+      int64_t at = r % rs->L * rs->t->half;
+      float *y = p->y + r * ldy + rs->col;
+      for (int64_t h = 0; h < rs->heads; h++)
+        attn__rope(y + h * rs->Dh, rs->cs + at, rs->sn + at, rs->t->half,
+                   rs->t->interleaved);
+    }
+  }
 }
 
 /* Weights stored [out, in] are packed for the NT kernel when enough rows
@@ -1039,7 +1360,7 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   if ((s = mha_check_values(p, d))) return s;
 
   attn_weight w3;
-  const float *b3;
+  const float *b3 = NULL;
   int fused = qkv_fusable(p, &w3, &b3);
   int64_t ldq = fused ? 3 * p->E : p->E, ldk = fused ? 3 * p->E : kw;
   if (fused) {
@@ -1049,7 +1370,10 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
     K = alloc_floats(z.k);
     V = alloc_floats(z.v);
   }
-  if (!Q || (!fused && (!K || !V)) || alloc_scratch(&pl, &scratch)) {
+  rope_tabs rt;
+  rope_plan(&p->o, Dh, p->Lq, p->Lk, &rt);
+  if (!Q || (!fused && (!K || !V)) || alloc_scratch(&pl, &scratch) ||
+      rope_build(&rt, p->Lq, p->Lk)) {
     s = attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
                       (z.q + z.k + z.v) * sizeof(float) >> 20);
     goto done;
@@ -1067,6 +1391,11 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
     pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V,
                            0, 0, NULL};
   }
+  if (rt.on) { /* rotate Q and K heads as their rows are projected */
+    pc.rope[0][0] = (rope_seg){rt.qcs, rt.qsn, 0, p->H, Dh, p->Lq, &rt};
+    pc.rope[fused ? 0 : 1][fused] =
+        (rope_seg){rt.kcs, rt.ksn, fused ? p->E : 0, p->Hkv, Dh, p->Lk, &rt};
+  }
   run_proj(&pc, x->threads);
   const float *Kp = fused ? Q + p->E : K, *Vp = fused ? Q + 2 * p->E : V;
 
@@ -1083,6 +1412,7 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
                 .out = {Q, p->Lq * ldq, Dh, ldq}, /* over Q: see DESIGN */
                 .o = &p->o,
                 .scale = default_scale(&p->o, Dh),
+                .softcap = p->o.softcap,
                 .weights = weights,
                 .scratch = scratch};
   run_core(&c, &pl);
@@ -1094,6 +1424,7 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
   s = ATTN_OK;
 done:
   free_scratch(scratch, pl.threads);
+  free(rt.mem);
   free(Q);
   free(K);
   free(V);

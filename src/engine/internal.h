@@ -27,6 +27,23 @@ void attn__row_scale(float *s, int64_t n, float f);
 /* dst[j] += f * src[j]. */
 void attn__row_axpy(float *dst, const float *src, int64_t n, float f);
 
+/* s[j] = cap * tanh(s[j] / cap) (logit soft-capping); cap > 0. */
+void attn__row_softcap(float *s, int64_t n, float cap);
+
+/* s[j] -= slope * |d0 + j| (ALiBi; d0 + j is key position minus the
+ * query's aligned position, |d0 + j| <= INT_MAX). */
+void attn__row_alibi(float *s, int64_t n, float slope, int64_t d0);
+
+/* Rotate one head's first 2 * half values by the angles whose cosines and
+ * sines are cs[t], sn[t]: pairs (x[t], x[t + half]) or, interleaved,
+ * (x[2t], x[2t + 1]) (see attn_rotary in engine.h). */
+void attn__rope(float *x, const float *cs, const float *sn, int64_t half,
+                int interleaved);
+
+/* The softcap kernels' tanh, exposed for tests: absolute error below
+ * 3.5e-7. */
+float attn__tanhf(float x);
+
 /* The vectorisable exp used above, exposed for tests: relative error below
  * 2e-7 on [-87, 0], exactly 0 below -87.33 and for -inf. */
 float attn__expf(float x);

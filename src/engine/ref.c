@@ -24,7 +24,13 @@ typedef struct ref_in {
 static int blocked(const ref_in *r, int64_t b, int64_t h, int64_t i,
                    int64_t j) {
   const attn_attend_opts *o = r->o;
-  if (o->causal && j > i + (r->Lk - r->Lq)) return 1;
+  int64_t at = i + (r->Lk - r->Lq); /* the query's aligned key position */
+  if (o->causal == ATTN_CAUSAL_BOTTOM_RIGHT && j > at) return 1;
+  if (o->causal == ATTN_CAUSAL_TOP_LEFT && j > i) return 1;
+  if (o->has_window && o->window_left >= 0 && j < at - o->window_left)
+    return 1;
+  if (o->has_window && o->window_right >= 0 && j > at + o->window_right)
+    return 1;
   if (o->kpm.kind == ATTN_KPM_BOOL && o->kpm.pad[b * r->Lk + j]) return 1;
   if (o->kpm.kind == ATTN_KPM_LENGTHS && j >= o->kpm.lengths[b]) return 1;
   if (o->mask.kind == ATTN_MASK_BOOL) {
@@ -35,13 +41,49 @@ static int blocked(const ref_in *r, int64_t b, int64_t h, int64_t i,
   return 0;
 }
 
+/* ALiBi's bias plus the additive mask. */
 static double additive(const ref_in *r, int64_t b, int64_t h, int64_t i,
                        int64_t j) {
   const attn_attend_opts *o = r->o;
-  if (o->mask.kind != ATTN_MASK_ADD) return 0.0;
+  double a = 0.0;
+  if (o->alibi_slopes)
+    a = -(double)o->alibi_slopes[h] * fabs((double)(j - (i + r->Lk - r->Lq)));
+  if (o->mask.kind != ATTN_MASK_ADD) return a;
   int64_t bm = o->mask.mb == 1 ? 0 : b, hm = o->mask.mh == 1 ? 0 : h;
   const float *m = o->mask.data;
-  return m[((bm * o->mask.mh + hm) * r->Lq + i) * r->Lk + j];
+  return a + m[((bm * o->mask.mh + hm) * r->Lq + i) * r->Lk + j];
+}
+
+/* Rotary positions (engine.h, attn_rotary) on dense [n0][L][D] doubles,
+ * row i at position p0 + i: cos and sin of each angle straight from libm. */
+static void rotate(double *x, int64_t n0, int64_t L, int64_t D, int64_t p0,
+                   const attn_rotary *rot) {
+  int64_t R = rot->dims ? rot->dims : D, half = R / 2;
+  double base = rot->base != 0.0 ? rot->base : 10000.0;
+  for (int64_t a = 0; a < n0; a++)
+    for (int64_t i = 0; i < L; i++) {
+      double *v = x + (a * L + i) * D;
+      for (int64_t t = 0; t < half; t++) {
+        double th = pow(base, -2.0 * (double)t / (double)R);
+        double ang = (double)(p0 + i) * th, c = cos(ang), sn = sin(ang);
+        int64_t ia = rot->interleaved ? 2 * t : t;
+        int64_t ib = rot->interleaved ? 2 * t + 1 : t + half;
+        double xa = v[ia], xb = v[ib];
+        v[ia] = xa * c - xb * sn;
+        v[ib] = xb * c + xa * sn;
+      }
+    }
+}
+
+/* q [B*H][Lq][D] and k [B*Hkv][Lk][D] rotated as the options say. */
+static void rotate_qk(const attn_attend_opts *o, double *q, double *k,
+                      int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
+                      int64_t Lk, int64_t D) {
+  const attn_rotary *rot = &o->rotary;
+  if (!rot->on) return;
+  int64_t qoff = rot->has_query_offset ? rot->query_offset : Lk - Lq;
+  rotate(q, B * H, Lq, D, qoff, rot);
+  rotate(k, B * Hkv, Lk, D, 0, rot);
 }
 
 static attn_status ref_core(const ref_in *r, double *out, double *weights) {
@@ -61,7 +103,12 @@ static attn_status ref_core(const ref_in *r, double *out, double *weights) {
           const double *kj = r->k + ((b * r->Hkv + hk) * Lk + j) * r->Dk;
           double s = 0.0;
           for (int64_t t = 0; t < r->Dk; t++) s += qi[t] * kj[t];
-          s = s * scale + additive(r, b, h, i, j);
+          s *= scale;
+          if (r->o->softcap > 0.0f) {
+            double cap = (double)r->o->softcap;
+            s = cap * tanh(s / cap);
+          }
+          s += additive(r, b, h, i, j);
           if (blocked(r, b, h, i, j)) s = -INFINITY;
           p[j] = s;
           if (s > mx) mx = s;
@@ -113,6 +160,7 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
   if (!q || !k || !v) {
     s = ATTN_ENOMEM;
   } else {
+    rotate_qk(&p->o, q, k, p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk);
     ref_in r = {p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, q, k, v, &p->o};
     s = ref_core(&r, out, weights);
   }
@@ -173,6 +221,7 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
   v4 = split_heads(V, p.B, p.Lk, p.Hkv, Dh);
   o4 = malloc((size_t)(p.B * p.H * p.Lq * Dh) * sizeof *o4);
   if (!q4 || !k4 || !v4 || !o4) goto done;
+  rotate_qk(&p.o, q4, k4, p.B, p.H, p.Hkv, p.Lq, p.Lk, Dh);
   ref_in r = {p.B, p.H, p.Hkv, p.Lq, p.Lk, Dh, Dh, q4, k4, v4, &p.o};
   if ((s = ref_core(&r, o4, weights))) goto done;
   /* concat heads back into Q's layout, then the output projection */

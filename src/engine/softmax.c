@@ -82,6 +82,47 @@ static double exp_sum_scalar(float *s, int64_t n, float m) {
   return sum;
 }
 
+/* tanh as Eigen's float rational approximation: x in [-7.905, 7.905]
+ * (tanh is 1 - 2.7e-7 there), x p(x^2) / q(x^2); absolute error below
+ * 3.5e-7 over the reals (checked against double tanh in the unit tests).
+ * NaN stays NaN, +-inf gives +-1. */
+#define TANH_CLAMP 7.90531110763549805f
+#define TANH_P13 (-2.76076847742355e-16f)
+#define TANH_P11 2.00018790482477e-13f
+#define TANH_P9 (-8.60467152213735e-11f)
+#define TANH_P7 5.12229709037114e-08f
+#define TANH_P5 1.48572235717979e-05f
+#define TANH_P3 6.37261928875436e-04f
+#define TANH_P1 4.89352455891786e-03f
+#define TANH_Q6 1.19825839466702e-06f
+#define TANH_Q4 1.18534705686654e-04f
+#define TANH_Q2 2.26843463243900e-03f
+#define TANH_Q0 4.89352518554385e-03f
+
+static inline float tanh_rational(float x) {
+  float xc = x > TANH_CLAMP ? TANH_CLAMP : x < -TANH_CLAMP ? -TANH_CLAMP : x;
+  float x2 = xc * xc;
+  float p = TANH_P13;
+  p = p * x2 + TANH_P11;
+  p = p * x2 + TANH_P9;
+  p = p * x2 + TANH_P7;
+  p = p * x2 + TANH_P5;
+  p = p * x2 + TANH_P3;
+  p = p * x2 + TANH_P1;
+  float q = TANH_Q6;
+  q = q * x2 + TANH_Q4;
+  q = q * x2 + TANH_Q2;
+  q = q * x2 + TANH_Q0;
+  return xc * p / q;
+}
+
+float attn__tanhf(float x) { return tanh_rational(x); }
+
+static void softcap_scalar(float *s, int64_t n, float cap) {
+  float inv = 1.0f / cap;
+  for (int64_t j = 0; j < n; j++) s[j] = cap * tanh_rational(s[j] * inv);
+}
+
 #ifdef ATTN_X86
 __attribute__((target("avx512f"))) static float max_avx512(const float *s,
                                                             int64_t n) {
@@ -151,6 +192,35 @@ __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
   return sum + _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
 }
 
+/* 16 lanes of tanh_rational times cap; max(lo, x) and min(hi, x) keep a
+ * NaN x (they return their second operand when either is NaN). */
+__attribute__((target("avx512f"))) static void softcap_avx512(float *s,
+                                                             int64_t n,
+                                                             float cap) {
+  const __m512 hi = _mm512_set1_ps(TANH_CLAMP), lo = _mm512_set1_ps(-TANH_CLAMP);
+  const __m512 inv = _mm512_set1_ps(1.0f / cap), vc = _mm512_set1_ps(cap);
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF
+                              : (__mmask16)((1u << (n - j)) - 1);
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv);
+    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(TANH_P13), x2,
+                               _mm512_set1_ps(TANH_P11));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P9));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P7));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P5));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P3));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P1));
+    __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(TANH_Q6), x2,
+                               _mm512_set1_ps(TANH_Q4));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(TANH_Q2));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(TANH_Q0));
+    __m512 t = _mm512_div_ps(_mm512_mul_ps(x, p), q);
+    _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(vc, t));
+  }
+}
+
 __attribute__((target("avx2,fma"))) static float max_avx2(const float *s,
                                                           int64_t n) {
   __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
@@ -208,20 +278,47 @@ __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
   _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
   return sum + ((t[0] + t[1]) + (t[2] + t[3]));
 }
+__attribute__((target("avx2,fma"))) static void softcap_avx2(float *s,
+                                                            int64_t n,
+                                                            float cap) {
+  const __m256 hi = _mm256_set1_ps(TANH_CLAMP), lo = _mm256_set1_ps(-TANH_CLAMP);
+  const __m256 inv = _mm256_set1_ps(1.0f / cap), vc = _mm256_set1_ps(cap);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + j), inv);
+    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+    __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(TANH_P13), x2,
+                               _mm256_set1_ps(TANH_P11));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P9));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P7));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P5));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P3));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P1));
+    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(TANH_Q6), x2,
+                               _mm256_set1_ps(TANH_Q4));
+    q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(TANH_Q2));
+    q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(TANH_Q0));
+    __m256 t = _mm256_div_ps(_mm256_mul_ps(x, p), q);
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(vc, t));
+  }
+  softcap_scalar(s + j, n - j, cap);
+}
 #endif /* ATTN_X86 */
 
 typedef struct kernel {
   const char *name;
   float (*max)(const float *, int64_t);
   double (*exp_sum)(float *, int64_t, float);
+  void (*softcap)(float *, int64_t, float);
 } kernel;
 
 static const kernel kernels[] = {
 #ifdef ATTN_X86
-    {"avx512", max_avx512, exp_sum_avx512},
-    {"avx2", max_avx2, exp_sum_avx2},
+    {"avx512", max_avx512, exp_sum_avx512, softcap_avx512},
+    {"avx2", max_avx2, exp_sum_avx2, softcap_avx2},
 #endif
-    {"scalar", max_scalar, exp_sum_scalar},
+    {"scalar", max_scalar, exp_sum_scalar, softcap_scalar},
 };
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
@@ -285,4 +382,35 @@ void attn__row_scale(float *s, int64_t n, float f) {
 ATTN_CLONES
 void attn__row_axpy(float *dst, const float *src, int64_t n, float f) {
   for (int64_t j = 0; j < n; j++) dst[j] += f * src[j];
+}
+
+void attn__row_softcap(float *s, int64_t n, float cap) {
+  active->softcap(s, n, cap);
+}
+
+/* d0 + j is a key minus a query position, within +-INT_MAX (Lq, Lk <=
+ * INT_MAX): int32 so that the conversion vectorises on AVX2 too. */
+ATTN_CLONES
+void attn__row_alibi(float *s, int64_t n, float slope, int64_t d0) {
+  int32_t d = (int32_t)d0, m = (int32_t)n;
+  for (int32_t j = 0; j < m; j++) s[j] -= slope * fabsf((float)(d + j));
+}
+
+ATTN_CLONES
+void attn__rope(float *x, const float *cs, const float *sn, int64_t half,
+                int interleaved) {
+  if (interleaved) {
+    for (int64_t t = 0; t < half; t++) {
+      float a = x[2 * t], b = x[2 * t + 1];
+      x[2 * t] = a * cs[t] - b * sn[t];
+      x[2 * t + 1] = b * cs[t] + a * sn[t];
+    }
+  } else {
+    float *y = x + half;
+    for (int64_t t = 0; t < half; t++) {
+      float a = x[t], b = y[t];
+      x[t] = a * cs[t] - b * sn[t];
+      y[t] = b * cs[t] + a * sn[t];
+    }
+  }
 }
