@@ -14,6 +14,7 @@
 
 #include "attn/limits.h"
 #include "attn/queue.h"
+#include "../src/queue/internal.h"
 #include "unit.h"
 
 /* ---- latch: a counter one can wait on ---------------------------------- */

@@ -175,9 +175,4 @@ uint64_t attn_pool_busy(const attn_pool *p);
 /* Fills all counters: the queue's and this pool's.  Any thread. */
 void attn_pool_get_stats(const attn_pool *p, attn_queue_stats *st);
 
-/* Internal, for tests only: make pthread_create fail for worker index nth
- * (>= 0) in every later attn_pool_create, or never again (-1, the default).
- * Not for concurrent use with attn_pool_create. */
-void attn__pool_fail_thread_at(int nth);
-
 #endif /* ATTN_QUEUE_H */

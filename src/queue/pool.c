@@ -57,6 +57,7 @@
 #include <time.h>
 
 #include "attn/limits.h"
+#include "internal.h"
 
 enum pool_state { POOL_STARTING, POOL_RUNNING, POOL_ABORTED };
 
