@@ -32,7 +32,7 @@
 #include "attn/buf.h"
 #include "attn/codec.h"
 #include "attn/config.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/limits.h"
 #include "attn/model.h"
 

@@ -20,7 +20,7 @@
 #include "attn/buf.h"
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/json.h"
 #include "../src/json/internal.h"
 #include "unit.h"

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "attn/buf.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/limits.h"
 #include "attn/status.h"
 #include "attn/tensor.h"

@@ -55,7 +55,7 @@
 #include <stdint.h>
 
 #include "attn/engine.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/limits.h" /* ATTN_MODEL_MAX_*: model files */
 #include "attn/status.h"
 #include "attn/tensor.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "attn/engine.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/model.h"
 #include "attn/status.h"
 

@@ -30,7 +30,7 @@
 #include "attn/buf.h"
 #include "attn/codec.h"
 #include "attn/engine.h"
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 #include "attn/model.h"
 #include "../../src/server/internal.h"
 

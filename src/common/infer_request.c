@@ -1,4 +1,5 @@
-/* infer.c - release and lookup helpers of include/attn/infer.h.
+/* infer_request.c - release and lookup helpers of
+ * include/attn/infer_request.h.
  *
  * Design: requests and responses are plain structs whose every pointer is
  * owned by the struct.  The free functions accept NULL and partially filled
@@ -8,7 +9,7 @@
  *
  * Threads: none; stateless.
  */
-#include "attn/infer.h"
+#include "attn/infer_request.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,13 +1,14 @@
-/* infer.h - the plain inference request and response that codecs produce and
- * consume and models execute.  No HTTP and no JSON library here: codecs turn
- * bytes into an attn_infer_request, a model turns that into an
- * attn_infer_response, codecs turn that back into bytes.
+/* infer_request.h - the plain inference request and its response, which
+ * codecs produce and consume and models execute.  No HTTP and no JSON library
+ * here: codecs turn bytes into an attn_infer_request, a model turns that into
+ * an attn_infer_response, codecs turn that back into bytes.  (What a request
+ * goes through on a worker thread is src/server/infer.c.)
  *
  * Ownership: every pointer inside a request or response is owned by it and
  * released by attn_infer_request_free / attn_infer_response_free (both take
  * NULL and partially filled structs). */
-#ifndef ATTN_INFER_H
-#define ATTN_INFER_H
+#ifndef ATTN_INFER_REQUEST_H
+#define ATTN_INFER_REQUEST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -96,4 +97,4 @@ const attn_infer_input *attn_infer_find_input(const attn_infer_request *r,
 const attn_param *attn_infer_find_param(const attn_infer_request *r,
                                         const char *name);
 
-#endif
+#endif /* ATTN_INFER_REQUEST_H */
