@@ -69,6 +69,11 @@
  * 62.7, 12 rows 64.7; n=4096 d=1024 h=16: 256 rows 882 ms, 32 rows 705, 24
  * rows 703, 48 rows 821. */
 #define MAT_ROWS 24
+/* Rows per group in the streaming path when a window bounds the keys on
+ * the left: each group computes its rows' band, WINDOW_ROWS + window keys
+ * wide (plus up to 31 to start on a packed panel) for window + 1 useful
+ * ones per row. */
+#define WINDOW_ROWS 24
 /* Query rows per head from which the keys are packed for the AVX-512 NT
  * kernel (below, attn__gemm_nt computes the scores unpacked: its own
  * 16-key tile up to 16 keys, else cblas_sgemm). */
@@ -149,6 +154,14 @@ static int row_finite(const float *p, int64_t n) {
 static int64_t view_nonfinite(const float *data, int64_t n0, int64_t s0,
                               int64_t n1, int64_t s1, int64_t rows, int64_t ld,
                               int64_t cols) {
+  /* heads side by side filling whole rows (an [L, H*D] matrix seen as H
+   * heads): one pass over each batch's rows, rows only on failure (per
+   * row of 64 values the calls cost more than the check) */
+  if (n1 > 1 && s1 == cols && ld == n1 * cols) {
+    int64_t a = 0;
+    while (a < n0 && row_finite(data + a * s0, rows * ld)) a++;
+    if (a == n0) return -1;
+  }
   for (int64_t a = 0; a < n0; a++)
     for (int64_t b = 0; b < n1; b++) {
       /* contiguous rows: one pass over the matrix (a call per row of a
@@ -405,12 +418,18 @@ static inline int64_t row_end(const core_ctx *c, int64_t b, int64_t i) {
   return e < 0 ? 0 : e;
 }
 
+/* 1 when a window bounds the keys on the left (row_vbeg can be > 0). */
+static inline int band_left(const core_ctx *c) {
+  const attn_attend_opts *o = c->o;
+  return o->has_window && o->window_left >= 0 &&
+         o->window_left < c->Lk + c->Lq;
+}
+
 /* First key visible from query i (the window's left bound), never past
  * row_end: an empty row is [e, e). */
 static inline int64_t row_vbeg(const core_ctx *c, int64_t b, int64_t i) {
   const attn_attend_opts *o = c->o;
-  if (!o->has_window || o->window_left < 0 || o->window_left >= c->Lk + c->Lq)
-    return 0;
+  if (!band_left(c)) return 0;
   int64_t v = i + (c->Lk - c->Lq) - o->window_left, e = row_end(c, b, i);
   return v < 0 ? 0 : v < e ? v : e;
 }
@@ -616,26 +635,34 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
     mrun[r] = -INFINITY;
     lrun[r] = 0.0;
   }
-  /* Tiles from the panel of the first row's first visible key (0 without
-   * a window): the keys left of the band are never computed. */
-  for (int64_t j0 = panel_floor(row_vbeg(c, b, i0)); j0 < jend; j0 += tk) {
-    int64_t tn = jend - j0 < tk ? jend - j0 : tk;
-    /* Row groups as in materialised_unit: DIAG_ROWS at a time when a causal
-     * diagonal or a window's left edge crosses this tile, each only as wide
-     * as its rows see: from its first row's first key (down to a panel) to
-     * its last row's last. */
-    int64_t step = row_end(c, b, i0) - j0 < tn || row_vbeg(c, b, i1 - 1) > j0
-                       ? DIAG_ROWS
-                       : m;
-    for (int64_t r0 = 0; r0 < m; r0 += step) {
-      int64_t r1 = r0 + step < m ? r0 + step : m;
-      int64_t lo = panel_floor(row_vbeg(c, b, i0 + r0));
-      if (lo < j0) lo = j0;
-      int64_t w = row_end(c, b, i0 + r1 - 1) - lo;
-      if (w > j0 + tn - lo) w = j0 + tn - lo;
-      if (w <= 0) continue; /* these rows see no key of this tile */
-      streaming_rows(c, b, h, i0, r0, r1, lo, w, S, O, mrun, lrun, hk, qp,
-                     vp);
+  if (band_left(c)) {
+    /* A window's left edge: groups of WINDOW_ROWS rows, each over its own
+     * band only, from the panel of its first row's first key to its last
+     * row's last key, in tiles of tk: the keys left of the band are never
+     * computed, and a group's band (rows + window) is often one tile. */
+    for (int64_t r0 = 0; r0 < m; r0 += WINDOW_ROWS) {
+      int64_t r1 = r0 + WINDOW_ROWS < m ? r0 + WINDOW_ROWS : m;
+      int64_t hi = row_end(c, b, i0 + r1 - 1);
+      for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi;
+           j0 += tk)
+        streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk,
+                       S, O, mrun, lrun, hk, qp, vp);
+    }
+  } else {
+    for (int64_t j0 = 0; j0 < jend; j0 += tk) {
+      int64_t tn = jend - j0 < tk ? jend - j0 : tk;
+      /* Row groups as in materialised_unit: DIAG_ROWS at a time when a
+       * causal diagonal crosses this tile, each only as wide as its last
+       * row sees. */
+      int64_t step = row_end(c, b, i0) - j0 < tn ? DIAG_ROWS : m;
+      for (int64_t r0 = 0; r0 < m; r0 += step) {
+        int64_t r1 = r0 + step < m ? r0 + step : m;
+        int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
+        if (w > tn) w = tn;
+        if (w <= 0) continue; /* these rows see no key of this tile */
+        streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
+                       vp);
+      }
     }
   }
   for (int64_t r = 0; r < m; r++) {
