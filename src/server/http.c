@@ -208,6 +208,10 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     snprintf(num, sizeof num, "%d", resp->retry_after_s);
     MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, num);
   }
+  for (size_t i = 0; i + 1 < sizeof resp->headers / sizeof resp->headers[0] &&
+                     resp->headers[i];
+       i += 2)
+    MHD_add_response_header(r, resp->headers[i], resp->headers[i + 1]);
   if (cx->request_id[0])
     MHD_add_response_header(r, "X-Request-Id", cx->request_id);
   if (cx->must_close)
@@ -455,6 +459,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .content_encoding = header(cx->conn, MHD_HTTP_HEADER_CONTENT_ENCODING),
       .header_len = header(cx->conn, "Inference-Header-Content-Length"),
       .request_id = cx->request_id,
+      .accept = header(cx->conn, MHD_HTTP_HEADER_ACCEPT),
+      .if_none_match = header(cx->conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
       .body = cx->body ? cx->body : "",
       .body_len = cx->len,
       .start_ns = cx->start_ns};

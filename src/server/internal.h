@@ -36,6 +36,8 @@ typedef struct attn_http_req {
   const char *content_encoding; /* NULL when absent */
   const char *header_len;       /* Inference-Header-Content-Length */
   const char *request_id;       /* X-Request-Id */
+  const char *accept;           /* Accept (web.c: GET / negotiates) */
+  const char *if_none_match;    /* If-None-Match (web.c: 304) */
   const char *body;             /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
@@ -49,6 +51,9 @@ typedef struct attn_http_resp {
   size_t header_len;        /* >0: Inference-Header-Content-Length */
   const char *allow;        /* 405: Allow header */
   int retry_after_s;        /* >0: Retry-After header */
+  /* More headers as name, value pairs of static strings, up to the first
+   * NULL name (web.c: ETag, Cache-Control, Content-Security-Policy...). */
+  const char *headers[16];
   double queue_ms, compute_ms;
   char request_id[72];
 } attn_http_resp;

@@ -11,7 +11,9 @@
  *   POST /v2/models/{m}[/versions/{v}]/infer
  *   POST /v1/attention
  *   GET  /v1/models  (a list, for people with curl)
- *   GET  /           (a short index of the above)
+ *   GET  /           (a short index of the above; the page, web.c, for a
+ *                     client whose Accept names text/html)
+ *   GET  /ui/{file}   (the page's files, web.c)
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include "attn/codec.h"
 #include "attn_version.h"
 #include "internal.h"
+#include "web.h"
 
 int attn__http_status(attn_status s) {
   switch (s) {
@@ -229,7 +232,7 @@ static void index_page(attn_http_resp *resp) {
                   "\"GET /v2\",\"GET /v2/health/live\","
                   "\"GET /v2/health/ready\","
                   "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
-                  "\"POST /v2/models/{model}/infer\"]}",
+                  "\"POST /v2/models/{model}/infer\",\"GET /ui/\"]}",
                   ATTN_VERSION);
   attn__resp_json(resp, 200, &b);
 }
@@ -372,7 +375,14 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
   }
   if (strcmp(path, "/") == 0) {
     if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    index_page(resp);
+    if (!attn__web_root(req, resp)) index_page(resp);
+    return ATTN_ROUTE_DONE;
+  }
+  if (strncmp(path, "/ui", 3) == 0 && (path[3] == '\0' || path[3] == '/')) {
+    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
+    if (!attn__web_file(req, resp))
+      attn__resp_error(resp, 404, "no file %s (the page is at / and /ui/)",
+                       path);
     return ATTN_ROUTE_DONE;
   }
   if (strcmp(path, "/v1/models") == 0) {
