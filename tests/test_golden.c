@@ -18,8 +18,10 @@
  * materialised path (with and without weights), the streaming path (no
  * weights), the auto path, threads 1 and 2, small query/key tiles, and, where
  * they apply, key padding given as lengths, self-attention given as explicit
- * xk = xv = xq, causal given as an explicit mask, and sdpa on interleaved
- * [B,L,H,D] views.  Every element must satisfy
+ * xk = xv = xq, causal given as an explicit mask, the case's causal, window
+ * and ALiBi settings given as its torch_attn_mask, and sdpa on interleaved
+ * [B,L,H,D] views.  The variants (causal_alignment, window, alibi_slopes,
+ * softcap, rotary) go to attn_attend_opts as the file gives them.  Every element must satisfy
  *     |ours - golden| <= 1e-5 * (1 + |golden|)
  * and a failure names the case, variant, tensor, element and both values.
  *
@@ -232,6 +234,12 @@ typedef struct golden {
   int64_t B, H, Hkv, Lq, Lk, E, kdim, vdim, Dk, Dv;
   int bias, self_attn, causal, need_w, avg, has_scale;
   float scale;
+  /* the variants (engine.h, attn_attend_opts) */
+  int top_left, has_window, alibi_std, rotary, rot_inter, has_qoff;
+  int64_t wl, wr, rot_dims, qoff;
+  double rot_base;
+  float softcap;
+  gtensor slopes;                                  /* alibi_slopes [H] */
   gtensor q, k, v;                                 /* inputs */
   gtensor in_w, in_b, q_w, k_w, v_w, out_w, out_b; /* mha state_dict */
   gtensor kpm, mask, torch_mask;
@@ -241,7 +249,8 @@ typedef struct golden {
 static void golden_free(golden *g) {
   gtensor *all[] = {&g->q,     &g->k,     &g->v,     &g->in_w, &g->in_b,
                     &g->q_w,   &g->k_w,   &g->v_w,   &g->out_w, &g->out_b,
-                    &g->kpm,   &g->mask,  &g->torch_mask, &g->out, &g->w};
+                    &g->kpm,   &g->mask,  &g->torch_mask, &g->out, &g->w,
+                    &g->slopes};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gtensor_free(all[i]);
 }
 
@@ -276,6 +285,49 @@ static int check_masks(golden *g, char *err, size_t errn) {
   return 0;
 }
 
+/* The variants' fields: causal_alignment, window [left, right],
+ * alibi_standard, softcap, rotary {base, dims, interleaved, query_offset?}
+ * (alibi_slopes is a tensor, parsed with the others). */
+static int load_variants(const cJSON *root, golden *g, char *err,
+                         size_t errn) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "causal_alignment");
+  const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "window");
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "rotary");
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "softcap");
+  if (a && !(cJSON_IsString(a) && (strcmp(a->valuestring, "top_left") == 0 ||
+                                   strcmp(a->valuestring, "bottom_right") ==
+                                       0))) {
+    snprintf(err, errn, "causal_alignment: not \"top_left\" or "
+             "\"bottom_right\"");
+    return -1;
+  }
+  g->top_left = a && strcmp(a->valuestring, "top_left") == 0;
+  if (w) {
+    if (cJSON_GetArraySize(w) != 2 ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(w, 0)) ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(w, 1))) {
+      snprintf(err, errn, "window: not [left, right]");
+      return -1;
+    }
+    g->has_window = 1;
+    g->wl = (int64_t)cJSON_GetArrayItem(w, 0)->valuedouble;
+    g->wr = (int64_t)cJSON_GetArrayItem(w, 1)->valuedouble;
+  }
+  g->alibi_std = jbool(root, "alibi_standard");
+  g->softcap = cJSON_IsNumber(c) ? (float)c->valuedouble : 0.0f;
+  if (r) {
+    const cJSON *qo = cJSON_GetObjectItemCaseSensitive(r, "query_offset");
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(r, "base");
+    g->rotary = 1;
+    g->rot_dims = jint(r, "dims", 0);
+    g->rot_inter = jbool(r, "interleaved");
+    g->rot_base = cJSON_IsNumber(base) ? base->valuedouble : 0.0;
+    g->has_qoff = cJSON_IsNumber(qo);
+    g->qoff = g->has_qoff ? (int64_t)qo->valuedouble : 0;
+  }
+  return 0;
+}
+
 /* Load one golden file.  Returns 0 and fills *g (free with golden_free), or
  * -1 with a message in err and *g holding nothing. */
 static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
@@ -300,6 +352,8 @@ static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
   PARSE(root, "torch_attn_mask", &g->torch_mask);
   PARSE(root, "attn_output", &g->out);
   PARSE(root, "attn_weights", &g->w);
+  PARSE(root, "alibi_slopes", &g->slopes);
+  if (rc == 0) rc = load_variants(root, g, err, errn);
   if (g->kind == KIND_MHA) {
     g->E = jint(root, "embed_dim", 0);
     g->kdim = jint(root, "kdim", g->E);
@@ -341,6 +395,8 @@ static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
     rc = -1;
   }
   if (rc == 0) rc = check_masks(g, err, errn);
+  if (rc == 0 && g->slopes.present)
+    rc = expect_shape(&g->slopes, "alibi_slopes", err, errn, 1, g->H, 0, 0, 0);
   const int64_t B = g->B, H = g->H, Lq = g->Lq, Lk = g->Lk, E = g->E;
   if (rc == 0 && g->need_w)
     rc = g->avg ? expect_shape(&g->w, "attn_weights", err, errn, 3, B, Lq, Lk,
@@ -404,29 +460,33 @@ typedef struct variant {
   int explicit_self;/* mha self-attention as xk = xv = xq */
   int causal_mask;  /* causal as an explicit bool mask, flag off */
   int interleaved;  /* sdpa on [B,L,H,D] views */
+  int torch_mask;   /* torch_attn_mask as the attn_mask, in place of the
+                       causal, window and ALiBi settings */
 } variant;
 
 #define MAT ATTN_PATH_MATERIALISED
 #define STR ATTN_PATH_STREAMING
 #define AUT ATTN_PATH_AUTO
 static const variant variants[] = {
-    {"reference", 1, AUT, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"materialised t1", 0, MAT, 1, 0, 0, 1, 0, 0, 0, 0},
-    {"materialised t2 tq1", 0, MAT, 2, 1, 0, 1, 0, 0, 0, 0},
-    {"materialised t1 no-weights", 0, MAT, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"auto t2", 0, AUT, 2, 0, 0, 1, 0, 0, 0, 0},
-    {"auto t1 no-weights", 0, AUT, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"streaming t1", 0, STR, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"streaming t2 tq1 tk2", 0, STR, 2, 1, 2, 0, 0, 0, 0, 0},
-    {"streaming t2 tk3", 0, STR, 2, 0, 3, 0, 0, 0, 0, 0},
-    {"materialised t2 kpm-lengths", 0, MAT, 2, 0, 0, 1, 1, 0, 0, 0},
-    {"streaming t1 tk2 kpm-lengths", 0, STR, 1, 0, 2, 0, 1, 0, 0, 0},
-    {"materialised t1 explicit-self", 0, MAT, 1, 0, 0, 1, 0, 1, 0, 0},
-    {"streaming t2 tk2 explicit-self", 0, STR, 2, 0, 2, 0, 0, 1, 0, 0},
-    {"materialised t1 causal-as-mask", 0, MAT, 1, 0, 0, 1, 0, 0, 1, 0},
-    {"streaming t2 tk2 causal-as-mask", 0, STR, 2, 0, 2, 0, 0, 0, 1, 0},
-    {"materialised t2 interleaved", 0, MAT, 2, 0, 0, 1, 0, 0, 0, 1},
-    {"streaming t2 tq1 tk2 interleaved", 0, STR, 2, 1, 2, 0, 0, 0, 0, 1},
+    {"reference", 1, AUT, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"materialised t1", 0, MAT, 1, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"materialised t2 tq1", 0, MAT, 2, 1, 0, 1, 0, 0, 0, 0, 0},
+    {"materialised t1 no-weights", 0, MAT, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"auto t2", 0, AUT, 2, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"auto t1 no-weights", 0, AUT, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"streaming t1", 0, STR, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"streaming t2 tq1 tk2", 0, STR, 2, 1, 2, 0, 0, 0, 0, 0, 0},
+    {"streaming t2 tk3", 0, STR, 2, 0, 3, 0, 0, 0, 0, 0, 0},
+    {"materialised t2 kpm-lengths", 0, MAT, 2, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"streaming t1 tk2 kpm-lengths", 0, STR, 1, 0, 2, 0, 1, 0, 0, 0, 0},
+    {"materialised t1 explicit-self", 0, MAT, 1, 0, 0, 1, 0, 1, 0, 0, 0},
+    {"streaming t2 tk2 explicit-self", 0, STR, 2, 0, 2, 0, 0, 1, 0, 0, 0},
+    {"materialised t1 causal-as-mask", 0, MAT, 1, 0, 0, 1, 0, 0, 1, 0, 0},
+    {"streaming t2 tk2 causal-as-mask", 0, STR, 2, 0, 2, 0, 0, 0, 1, 0, 0},
+    {"materialised t2 interleaved", 0, MAT, 2, 0, 0, 1, 0, 0, 0, 1, 0},
+    {"streaming t2 tq1 tk2 interleaved", 0, STR, 2, 1, 2, 0, 0, 0, 0, 1, 0},
+    {"materialised t1 torch-mask", 0, MAT, 1, 0, 0, 1, 0, 0, 0, 0, 1},
+    {"streaming t2 tk2 torch-mask", 0, STR, 2, 0, 2, 0, 0, 0, 0, 0, 1},
 };
 #undef MAT
 #undef STR
@@ -512,11 +572,30 @@ static float *alloc_filled(size_t n) {
 static void fill_opts(const golden *g, const variant *v, attn_attend_opts *o,
                       uint8_t *mask_buf, int64_t *len) {
   memset(o, 0, sizeof *o);
-  o->causal = g->causal && !v->causal_mask;
-  if (g->causal && v->causal_mask) {
+  int causal = g->top_left ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_BOTTOM_RIGHT;
+  o->causal = g->causal && !v->causal_mask && !v->torch_mask ? causal : 0;
+  if (!v->torch_mask) {
+    o->has_window = g->has_window;
+    o->window_left = g->wl;
+    o->window_right = g->wr;
+    o->alibi_slopes = g->slopes.present ? g->slopes.f : NULL;
+  }
+  o->softcap = g->softcap;
+  o->rotary = (attn_rotary){.on = g->rotary, .interleaved = g->rot_inter,
+                            .dims = g->rot_dims, .base = g->rot_base,
+                            .has_query_offset = g->has_qoff,
+                            .query_offset = g->qoff};
+  if (v->torch_mask) {
+    const gtensor *m = &g->torch_mask;
+    o->mask.kind = m->is_bool ? ATTN_MASK_BOOL : ATTN_MASK_ADD;
+    o->mask.data = m->is_bool ? (const void *)m->u : (const void *)m->f;
+    o->mask.mb = m->rank == 4 ? m->shape[0] : 1;
+    o->mask.mh = m->rank == 4 ? m->shape[1] : 1;
+  } else if (g->causal && v->causal_mask) {
     for (int64_t i = 0; i < g->Lq; i++)
       for (int64_t j = 0; j < g->Lk; j++)
-        mask_buf[i * g->Lk + j] = j > i + (g->Lk - g->Lq);
+        mask_buf[i * g->Lk + j] =
+            j > i + (g->top_left ? 0 : g->Lk - g->Lq);
     o->mask.kind = ATTN_MASK_BOOL;
     o->mask.data = mask_buf;
     o->mask.mb = o->mask.mh = 1;
@@ -724,6 +803,7 @@ static int variant_applies(const golden *g, const variant *v, int lengths_ok) {
   if (v->explicit_self && !(g->kind == KIND_MHA && g->self_attn)) return 0;
   if (v->causal_mask && !(g->causal && !g->mask.present)) return 0;
   if (v->interleaved && g->kind != KIND_SDPA) return 0;
+  if (v->torch_mask && !(g->torch_mask.present && !g->mask.present)) return 0;
   if (v->path == ATTN_PATH_STREAMING && v->weights) return 0;
   return 1;
 }
@@ -786,6 +866,15 @@ START_TEST(test_golden_case) {
   cJSON_Delete(root);
   ck_assert_msg(rc == 0, "%s: %s", path, err);
   report r = {0, ""};
+  if (g.alibi_std) { /* the stored slopes are the reference get_slopes' */
+    float *sl = malloc((size_t)g.H * sizeof *sl);
+    ck_assert(sl && attn_alibi_slopes(g.H, sl, NULL) == ATTN_OK);
+    for (int64_t h = 0; h < g.H; h++)
+      ck_assert_msg(fabsf(sl[h] - g.slopes.f[h]) <= 1e-7f * g.slopes.f[h],
+                    "%s: attn_alibi_slopes(%lld)[%lld] = %.9g, file %.9g",
+                    path, (long long)g.H, (long long)h, sl[h], g.slopes.f[h]);
+    free(sl);
+  }
   int ran = run_case(&g, &r);
   golden_free(&g);
   ck_assert_msg(ran > 0, "%s: no variant ran", path);

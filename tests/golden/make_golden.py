@@ -100,13 +100,17 @@ def write_case(obj):
 
 # ---- textbook float64 attention (the contract, including empty rows) ---------
 
-def attend(q, k, v, scale, blocked, addmask):
+def attend(q, k, v, scale, blocked, addmask, softcap=None):
     """q [B,H,Lq,Dk], k [B,H,Lk,Dk], v [B,H,Lk,Dv] float64.
     blocked: bool broadcastable to [B,H,Lq,Lk] (True = blocked) or None.
     addmask: float broadcastable, added to the scaled scores, or None.
+    softcap: c > 0 makes each scaled score s into c * tanh(s / c), before
+    addmask and blocked; None leaves the scores as they are.
     Returns (out [B,H,Lq,Dv], weights [B,H,Lq,Lk]); a row whose keys are all
     blocked gets weights 0 and output 0."""
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     if addmask is not None:
         s = s + addmask
     if blocked is not None:
@@ -126,6 +130,117 @@ def causal_blocked(lq, lk):
     return j > i + (lk - lq)
 
 
+# ---- the attention variants, built explicitly (engine.h, attn_attend_opts) ---
+
+def top_left_blocked(lq, lk):
+    """PyTorch's is_causal: query i may attend key j iff j <= i."""
+    i = torch.arange(lq).view(lq, 1)
+    j = torch.arange(lk).view(1, lk)
+    return j > i
+
+
+def window_blocked(lq, lk, left, right):
+    """FlashAttention's window_size: key j is visible from query i iff
+    i + (lk - lq) - left <= j <= i + (lk - lq) + right; -1 = unbounded."""
+    i = torch.arange(lq).view(lq, 1) + (lk - lq)
+    j = torch.arange(lk).view(1, lk)
+    b = torch.zeros(lq, lk, dtype=torch.bool)
+    if left >= 0:
+        b |= j < i - left
+    if right >= 0:
+        b |= j > i + right
+    return b
+
+
+def alibi_standard_slopes(n):
+    """get_slopes from the ALiBi paper's code (Press et al.), verbatim."""
+    def get_slopes_power_of_2(n):
+        start = (2 ** (-2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return (get_slopes_power_of_2(closest_power_of_2) +
+            alibi_standard_slopes(2 * closest_power_of_2)[0::2]
+            [:n - closest_power_of_2])
+
+
+def alibi_bias(slopes, lq, lk):
+    """[1, H, lq, lk] float64: -slope_h * |j - (i + lk - lq)|."""
+    i = torch.arange(lq, dtype=torch.float64).view(lq, 1) + (lk - lq)
+    j = torch.arange(lk, dtype=torch.float64).view(1, lk)
+    sl = torch.tensor(slopes, dtype=torch.float64).view(1, -1, 1, 1)
+    return -sl * (j - i).abs().view(1, 1, lq, lk)
+
+
+def rope(x, pos0, dims, base, interleaved):
+    """Rotary positions on x [..., L, D] float64, row l at position pos0 + l:
+    pairs (t, t + dims/2) (NeoX) or (2t, 2t + 1) (GPT-J) of the first dims
+    values rotated by (pos0 + l) * base^(-2t / dims)."""
+    L = x.shape[-2]
+    half = dims // 2
+    t = torch.arange(half, dtype=torch.float64)
+    theta = base ** (-2.0 * t / dims)
+    ang = (torch.arange(L, dtype=torch.float64) + pos0).view(L, 1) * theta
+    c, s = torch.cos(ang), torch.sin(ang)
+    y = x.clone()
+    if interleaved:
+        a, b = x[..., 0:dims:2], x[..., 1:dims:2]
+        y[..., 0:dims:2] = a * c - b * s
+        y[..., 1:dims:2] = b * c + a * s
+    else:
+        a, b = x[..., :half], x[..., half:dims]
+        y[..., :half] = a * c - b * s
+        y[..., half:dims] = b * c + a * s
+    return y
+
+
+def variant_masks(H, lq, lk, causal, causal_align, window, slopes):
+    """The variants that are masks and biases: (blocked [lq, lk] or None,
+    additive [1, H, lq, lk] or None)."""
+    blocked = None
+    if causal:
+        blocked = (top_left_blocked(lq, lk) if causal_align == "top_left"
+                   else causal_blocked(lq, lk))
+    if window is not None:
+        wb = window_blocked(lq, lk, window[0], window[1])
+        blocked = wb if blocked is None else blocked | wb
+    add = alibi_bias(slopes, lq, lk) if slopes is not None else None
+    return blocked, add
+
+
+def variant_fields(case, H, causal_align, window, slopes, alibi_standard,
+                   softcap, rotary):
+    """The variants' JSON fields (tests/golden/README.md)."""
+    if causal_align is not None:
+        case["causal_alignment"] = causal_align
+    if window is not None:
+        case["window"] = list(window)
+    if slopes is not None:
+        case["alibi_slopes"] = tensor32(torch.tensor(slopes,
+                                                     dtype=torch.float32))
+        case["alibi_standard"] = alibi_standard
+    if softcap is not None:
+        case["softcap"] = softcap
+    if rotary is not None:
+        case["rotary"] = dict(rotary)
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+def float32_variants(H, alibi, softcap):
+    """The float32 values the engine gets: ALiBi slopes ("standard" or a
+    list; None) and softcap (None)."""
+    slopes = None
+    if alibi is not None:
+        slopes = [f32(x) for x in (alibi_standard_slopes(H)
+                                   if alibi == "standard" else alibi)]
+    return slopes, (f32(softcap) if softcap is not None else None)
+
+
 # ---- nn.MultiheadAttention cases ---------------------------------------------
 
 def randomize_biases(mha):
@@ -137,8 +252,11 @@ def randomize_biases(mha):
             mha.out_proj.bias.uniform_(-0.5, 0.5)
 
 
-def textbook_mha(sd, E, H, xq, xk, xv, blocked, addmask, bias):
-    """Float64 MHA from a float64 state_dict; returns (out, per-head w, empty)."""
+def textbook_mha(sd, E, H, xq, xk, xv, blocked, addmask, bias, softcap=None,
+                 rotary=None):
+    """Float64 MHA from a float64 state_dict; returns (out, per-head w, empty).
+    softcap and rotary (a dict as in the JSON, query_offset resolved) as in
+    the engine: rotary on the projected heads of q and k."""
     if "in_proj_weight" in sd:
         wq, wk, wv = sd["in_proj_weight"].chunk(3, dim=0)
     else:
@@ -159,7 +277,12 @@ def textbook_mha(sd, E, H, xq, xk, xv, blocked, addmask, bias):
             y = y + b
         return y.view(B, L, H, Dh).transpose(1, 2)
     q, k, v = proj(xq, wq, bq, Lq), proj(xk, wk, bk, Lk), proj(xv, wv, bv, Lk)
-    o, w, empty = attend(q, k, v, 1.0 / math.sqrt(Dh), blocked, addmask)
+    if rotary is not None:
+        q = rope(q, rotary["query_offset"], rotary["dims"], rotary["base"],
+                 rotary["interleaved"])
+        k = rope(k, 0, rotary["dims"], rotary["base"], rotary["interleaved"])
+    o, w, empty = attend(q, k, v, 1.0 / math.sqrt(Dh), blocked, addmask,
+                         softcap)
     o = o.transpose(1, 2).reshape(B, Lq, E)
     out = o @ sd["out_proj.weight"].t()
     if bo is not None:
@@ -169,13 +292,21 @@ def textbook_mha(sd, E, H, xq, xk, xv, blocked, addmask, bias):
 
 def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
              bias=True, self_attn=False, kpm=None, mask=None, mask_kind=None,
-             causal=False, need_weights=True, average=True, note=None):
+             causal=False, need_weights=True, average=True, note=None,
+             causal_align=None, window=None, alibi=None, softcap=None,
+             rotary=None):
     """Build, run and record one nn.MultiheadAttention case.
 
     kpm: function(B, Lk) -> bool [B, Lk] (True = padding) or None.
     mask: function(B, H, Lq, Lk) -> mask tensor in torch's format or None.
     mask_kind: "2d" ([Lq,Lk]) or "3d" ([B*H,Lq,Lk], stored as [B,H,Lq,Lk]).
-    causal: torch gets the bottom-right causal bool mask; our side the flag."""
+    causal: torch gets the bottom-right causal bool mask; our side the flag.
+    causal_align, window, alibi: as in sdpa_case; torch gets them as one
+    explicit mask (bool [Lq,Lk], or float [B*H,Lq,Lk] with -inf and the ALiBi
+    bias).  softcap, rotary: as in sdpa_case; the module cannot apply them,
+    so the golden output is the textbook float64 computation in torch from
+    the module's own state_dict (projections, explicit RoPE on the heads,
+    tanh on the scaled scores)."""
     torch.manual_seed(seed)
     if self_attn:
         Lk = Lq
@@ -193,11 +324,27 @@ def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
         xv = torch.randn(B, Lk, vdim)
     kpm_t = kpm(B, Lk) if kpm else None
     mask_t = mask(B, H, Lq, Lk) if mask else None
-    if causal:
+    slopes, softcap = float32_variants(H, alibi, softcap)
+    if rotary is not None:
+        rotary = dict(rotary)
+        rot = dict(rotary)
+        rot.setdefault("query_offset", Lk - Lq)
+    else:
+        rot = None
+    if causal or window is not None or slopes is not None:
         assert mask_t is None
-        torch_mask = causal_blocked(Lq, Lk)
+        vb, va = variant_masks(H, Lq, Lk, causal, causal_align, window,
+                               slopes)
+        if va is None:
+            torch_mask = vb
+        else:
+            va = va.expand(B, H, Lq, Lk)
+            if vb is not None:
+                va = va.masked_fill(vb, float("-inf"))
+            torch_mask = va.reshape(B * H, Lq, Lk).to(torch.float32)
     else:
         torch_mask = mask_t
+    textbook_only = softcap is not None or rotary is not None
 
     # torch, float64 from the float32 values.  The module stays in training
     # mode (dropout 0) so 1.13's fused inference fast path is never taken.
@@ -228,7 +375,9 @@ def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
         kb = kpm_t.view(B, 1, 1, Lk)
         blocked = kb if blocked is None else (blocked | kb)
     tout, tw, empty = textbook_mha(sd64, E, H, q64, k64, v64, blocked,
-                                   addmask, bias)
+                                   addmask, bias, softcap, rot)
+    if textbook_only:  # torch's module has no softcap or RoPE
+        out, w = tout, (tw.mean(dim=1) if average else tw)
     row_ok = ~empty.any(dim=1)  # [B, Lq]: rows valid in every head
     has_empty = bool(empty.any())
     torch_out_ok = out[row_ok]
@@ -245,7 +394,7 @@ def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
         if not ok:
             sys.exit("%s: torch and textbook weights differ" % name)
     if has_empty:
-        if not torch.isnan(out[~row_ok]).all():
+        if not textbook_only and not torch.isnan(out[~row_ok]).all():
             sys.exit("%s: expected torch 1.13 NaN rows" % name)
         out = tout
         if need_weights:
@@ -278,11 +427,31 @@ def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
                          "reshaped to [B, H, Lq, Lk], the engine's layout")
         else:
             case["attn_mask"] = mask_json(mask_t)
-    if causal:
+    plain_causal = causal and window is None and slopes is None and \
+        causal_align is None
+    if plain_causal:
         case["torch_attn_mask"] = mask_json(torch_mask)
         notes.append("torch got torch_attn_mask (bool, True = blocked, "
                      "j > i + (Lk - Lq)); the engine gets causal = true and "
                      "no attn_mask")
+    elif causal or window is not None or slopes is not None:
+        if torch_mask.dim() == 3:
+            case["torch_attn_mask"] = mask_json(
+                torch_mask.view(B, H, Lq, Lk),
+                torch_shape=list(torch_mask.shape))
+        else:
+            case["torch_attn_mask"] = mask_json(torch_mask)
+        notes.append("torch got torch_attn_mask (stored as [B, H, Lq, Lk] "
+                     "when torch had [B*H, Lq, Lk]), the explicit mask of "
+                     "the case's causal alignment, window and ALiBi bias; "
+                     "the engine gets those settings and no attn_mask")
+    variant_fields(case, H, causal_align, window, slopes, alibi == "standard",
+                   softcap, rotary)
+    if textbook_only:
+        notes.append("softcap / rotary: nn.MultiheadAttention has neither, so "
+                     "the golden output is the textbook float64 computation "
+                     "in torch from the module's state_dict (explicit RoPE "
+                     "on the projected heads, tanh on the scaled scores)")
     if has_empty:
         notes.append("query rows with every key blocked: torch 1.13 gives "
                      "NaN; recorded here is the engine contract (attention "
@@ -301,9 +470,14 @@ def mha_case(name, seed, E, H, B, Lq, Lk=None, kdim=None, vdim=None,
 
 def sdpa_case(name, seed, B, H, Hkv, Lq, Lk, Dk, Dv, scale=None, causal=False,
               kpm=None, mask=None, need_weights=True, average=False,
-              note=None):
+              note=None, causal_align=None, window=None, alibi=None,
+              softcap=None, rotary=None):
     """mask: function -> tensor [mb, mh, Lq, Lk], bool (True = blocked, the
-    engine's polarity) or float (added)."""
+    engine's polarity) or float (added).
+    The variants: causal_align "top_left" (with causal), window (left,
+    right), alibi ("standard" or a list of H slopes), softcap c, rotary
+    {"base", "dims", "interleaved"[, "query_offset"]}: built here as
+    explicit masks, biases, tanh and rotations in float64 torch."""
     torch.manual_seed(seed)
     q = torch.randn(B, H, Lq, Dk)
     k = torch.randn(B, Hkv, Lk, Dk)
@@ -313,28 +487,46 @@ def sdpa_case(name, seed, B, H, Hkv, Lq, Lk, Dk, Dv, scale=None, causal=False,
     if scale is not None:
         scale = float(np.float32(scale))
     g = H // Hkv
-    k64 = k.double().repeat_interleave(g, dim=1)
+    q64, k64 = q.double(), k.double()
+    if rotary is not None:
+        rotary = dict(rotary)
+        qoff = rotary.get("query_offset", Lk - Lq)
+        q64 = rope(q64, qoff, rotary["dims"], rotary["base"],
+                   rotary["interleaved"])
+        k64 = rope(k64, 0, rotary["dims"], rotary["base"],
+                   rotary["interleaved"])
+    k64 = k64.repeat_interleave(g, dim=1)
     v64 = v.double().repeat_interleave(g, dim=1)
-    blocked = None
-    addmask = None
+    slopes, softcap = float32_variants(H, alibi, softcap)
+    blocked, addmask = variant_masks(H, Lq, Lk, causal, causal_align, window,
+                                     slopes)
     if mask_t is not None:
         if mask_t.dtype == torch.bool:
-            blocked = mask_t
+            blocked = mask_t if blocked is None else (blocked | mask_t)
         else:
-            addmask = mask_t.double()
+            addmask = (mask_t.double() if addmask is None
+                       else addmask + mask_t.double())
     if kpm_t is not None:
         kb = kpm_t.view(B, 1, 1, Lk)
         blocked = kb if blocked is None else (blocked | kb)
-    if causal:
-        cb = causal_blocked(Lq, Lk)
-        blocked = cb if blocked is None else (blocked | cb)
     sc = scale if scale is not None else 1.0 / math.sqrt(Dk)
-    out, w, empty = attend(q.double(), k64, v64, sc, blocked, addmask)
+    out, w, empty = attend(q64, k64, v64, sc, blocked, addmask, softcap)
 
     case = {"name": name, "kind": "sdpa", "batch": B, "num_heads": H,
             "num_kv_heads": Hkv, "lq": Lq, "lk": Lk, "dk": Dk, "dv": Dv,
             "scale": scale, "causal": causal,
             "need_weights": need_weights, "average_attn_weights": average}
+    variant_fields(case, H, causal_align, window, slopes, alibi == "standard",
+                   softcap, rotary)
+    vb, va = variant_masks(H, Lq, Lk, causal, causal_align, window, slopes)
+    if (window is not None or slopes is not None or causal_align) and \
+            mask_t is None:
+        if va is None:
+            case["torch_attn_mask"] = mask_json(vb)
+        else:
+            if vb is not None:
+                va = va.masked_fill(vb, float("-inf"))
+            case["torch_attn_mask"] = mask_json(va.to(torch.float32))
     notes = ["textbook float64 softmax(Q K^T * scale + mask) V "
              "(torch 1.13 has no scaled_dot_product_attention); query head h "
              "reads key/value head h / (H / Hkv); bool masks are "
@@ -342,6 +534,14 @@ def sdpa_case(name, seed, B, H, Hkv, Lq, Lk, Dk, Dv, scale=None, causal=False,
              "F.scaled_dot_product_attention)"]
     if note:
         notes.append(note)
+    if "torch_attn_mask" in case:
+        notes.append("torch_attn_mask: the explicit mask of the case's "
+                     "causal alignment, window and ALiBi bias (bool True = "
+                     "blocked, or float [1, H, Lq, Lk] with -inf), which "
+                     "the golden output was computed with")
+    if softcap is not None or rotary is not None:
+        notes.append("softcap as c * tanh(s / c) on the scaled scores and "
+                     "RoPE as explicit rotations of q and k, in float64")
     if bool(empty.any()):
         notes.append("some query rows have every key blocked: output 0 and "
                      "weights 0 (engine contract)")
@@ -452,6 +652,53 @@ def cases():
                        "0 and 1 see no key"))
     c.append(sdpa_case("sdpa_no_weights", 205, B=1, H=2, Hkv=2, Lq=7, Lk=7,
                        Dk=16, Dv=16, causal=True, need_weights=False))
+    # the attention variants (issue 34)
+    c.append(sdpa_case("sdpa_top_left_causal", 301, B=2, H=4, Hkv=2, Lq=6,
+                       Lk=4, Dk=8, Dv=4, causal=True, causal_align="top_left",
+                       note="top-left causal with Lq > Lk: query i sees keys "
+                       "j <= i"))
+    c.append(sdpa_case("sdpa_window", 302, B=2, H=2, Hkv=1, Lq=9, Lk=12,
+                       Dk=8, Dv=8, window=(3, 1), kpm=pad_suffix([12, 10]),
+                       average=True))
+    c.append(sdpa_case("sdpa_window_causal_alibi", 303, B=2, H=4, Hkv=4,
+                       Lq=8, Lk=8, Dk=8, Dv=8, causal=True, window=(3, 0),
+                       alibi="standard"))
+    c.append(sdpa_case("sdpa_alibi_6_heads", 304, B=1, H=6, Hkv=3, Lq=5,
+                       Lk=9, Dk=4, Dv=4, alibi="standard", scale=0.5))
+    c.append(sdpa_case("sdpa_softcap", 305, B=1, H=2, Hkv=2, Lq=5, Lk=7,
+                       Dk=8, Dv=6, scale=1.0, softcap=1.5,
+                       mask=rand_float_mask((1, 1, 5, 7))))
+    c.append(sdpa_case("sdpa_rope_neox", 306, B=1, H=2, Hkv=1, Lq=4, Lk=6,
+                       Dk=8, Dv=8,
+                       rotary={"base": 10000.0, "dims": 8,
+                               "interleaved": False}))
+    c.append(sdpa_case("sdpa_rope_gptj_partial", 307, B=2, H=2, Hkv=2, Lq=5,
+                       Lk=5, Dk=12, Dv=4, causal=True, causal_align="top_left",
+                       rotary={"base": 500.0, "dims": 8, "interleaved": True,
+                               "query_offset": 3}))
+    c.append(sdpa_case("sdpa_all_variants", 308, B=2, H=4, Hkv=2, Lq=7,
+                       Lk=10, Dk=8, Dv=8, causal=True, window=(4, 0),
+                       alibi=[0.5, 0.25, 0.75, 0.1], softcap=2.0,
+                       kpm=pad_suffix([10, 8]),
+                       rotary={"base": 10000.0, "dims": 6,
+                               "interleaved": False}))
+    c.append(sdpa_case("sdpa_window_empty_rows", 309, B=1, H=2, Hkv=2, Lq=6,
+                       Lk=3, Dk=4, Dv=4, window=(0, 0),
+                       note="window [0, 0] with Lq > Lk: query i sees only "
+                       "key i - 3, so rows 0 to 2 see no key"))
+    c.append(mha_case("mha_window_alibi", 401, E=16, H=4, B=2, Lq=6,
+                      self_attn=True, causal=True, window=(2, 0),
+                      alibi="standard", average=False))
+    c.append(mha_case("mha_top_left_cross", 402, E=8, H=2, B=1, Lq=5, Lk=3,
+                      causal=True, causal_align="top_left"))
+    c.append(mha_case("mha_softcap_rope", 403, E=16, H=2, B=2, Lq=5,
+                      self_attn=True, softcap=3.0, average=False,
+                      rotary={"base": 10000.0, "dims": 8,
+                              "interleaved": False}))
+    c.append(mha_case("mha_rope_cross_gptj", 404, E=12, H=3, B=1, Lq=3, Lk=6,
+                      kdim=10, vdim=10, causal=True, window=(1, 0),
+                      rotary={"base": 10000.0, "dims": 2,
+                              "interleaved": True}))
     return c
 
 
