@@ -31,14 +31,14 @@
  *  request, latency - F is the transport floor of a request whose answer
  *  comes after a pause; on a virtual machine that floor is higher than the
  *  back-to-back one (idle virtual CPUs are halted and wake slowly, see
- *  docs/performance.md, "Server load").
+ *  docs/performance-history.md, "Server load").
  *
  *  --work-us U (with --handoff) makes each worker burn U microseconds of
  *  its own CPU time before it resumes: a request that computes for U us
  *  on the CPU.  Its rate against the plain echo says what attnd could reach
  *  if decoding, computing and encoding cost U us per request in all;
- *  load.sh runs it with --work-sweep "U ..." (docs/performance.md, "What
- *  the worker may cost").
+ *  load.sh runs it with --work-sweep "U ..." (docs/performance-history.md,
+ *  "What the worker may cost").
  *
  *  Invariants.  The reply is built once before the daemon starts and is
  *  never written again, so every thread may hand it to MHD as persistent

@@ -383,7 +383,8 @@ if [ "$DO_LARGE" = 1 ]; then
   echo "# large body: $(stat -c %s "$BIG") B in (JSON header $BIG_HL B); engine-only: ${BENCH:-none}" >>"$WORK/meta.txt"
   # Diagnostic variant: glibc malloc told never to trim or mmap these sizes,
   # so per-request buffers stop being returned to the kernel and faulted in
-  # again (see docs/performance.md, "Server load").  attnd itself is unchanged.
+  # again (see docs/performance-history.md, "Server load").  attnd itself is
+  # unchanged.
   NOTRIM=GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647
   BIG_OUT=
   for rep in $(seq "$REPEATS"); do
