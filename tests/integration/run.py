@@ -4306,8 +4306,8 @@ def shutdown_delay_serves_then_drains():
                     r = request(s.port, "POST" if body else "GET", path, body,
                                 timeout=5)
                 except (ConnectionRefusedError, ConnectionResetError,
-                        http.client.RemoteDisconnected):
-                    r = None
+                        BrokenPipeError, http.client.RemoteDisconnected):
+                    r = None  # checked below unless the delay was over
                 # answered before the delay was over: as it should be then
                 if over in s.log_text():
                     break
