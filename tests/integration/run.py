@@ -2418,10 +2418,21 @@ def load_golden(name):
         return json.load(f)
 
 
+# Fields of the golden cases for the attention variants (issue 34), which
+# the engine runs (tests/test_golden.c) but the protocols cannot ask for
+# yet: those cases are left out here until the codecs carry them.
+GOLDEN_VARIANT_KEYS = ("causal_alignment", "window", "alibi_slopes",
+                       "alibi_standard", "softcap", "rotary")
+
+
 def golden_names(kind):
     out = []
     for n in sorted(os.listdir(GOLDEN_DIR)):
         if n.endswith(".json") and n.startswith(kind + "_"):
+            with open(os.path.join(GOLDEN_DIR, n)) as f:
+                case = json.load(f)
+            if any(k in case for k in GOLDEN_VARIANT_KEYS):
+                continue
             out.append(n)
     return out
 
