@@ -26,16 +26,8 @@
 #include <stdio.h>
 
 #include "attn/limits.h"
+#include "attn/log.h" /* attn_log_level, attn_log_format: log_level, ... */
 #include "attn/status.h"
-
-typedef enum {
-  ATTN_LOG_DEBUG,
-  ATTN_LOG_INFO,
-  ATTN_LOG_WARN,
-  ATTN_LOG_ERROR
-} attn_log_level;
-
-typedef enum { ATTN_LOG_JSON, ATTN_LOG_TEXT } attn_log_format;
 
 /* Linux scheduling policy of attnd's threads (systemd's CPUSchedulingPolicy
  * names): SCHED_BATCH in place of the default SCHED_OTHER, or the policy
@@ -203,9 +195,8 @@ const char *attn_config_env_unknown(const char *name);
  * is past the last key.  For documentation checks and tests. */
 const char *attn_config_key_name(size_t i);
 
-/* Text names of the enums ("info", "json"); NULL for foreign values. */
-const char *attn_log_level_name(attn_log_level l);
-const char *attn_log_format_name(attn_log_format f);
+/* Text name of the enum ("batch"); NULL for foreign values.  The log's
+ * enums name themselves (attn_log_level_name, include/attn/log.h). */
 const char *attn_sched_policy_name(attn_sched_policy p);
 
 #endif /* ATTN_CONFIG_H */

@@ -1,15 +1,38 @@
-/* log.h - process log on stderr: JSON lines or text.
+/* log.h - process log on stderr: JSON lines or text; its levels and
+ * formats (which config.h's log_level and log_format keys use).
  *
  * One line per call, written with a single write(2) so lines from several
  * threads never interleave.  Level and format are set once at start-up by
- * main (before threads start) and read-only afterwards. */
+ * main (before threads start) and read-only afterwards.  The log needs
+ * nothing from the config: config.h includes this header, not the other
+ * way round. */
 #ifndef ATTN_LOG_H
 #define ATTN_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attn/config.h"
+/* Levels, least severe first: a line is written when its level is at least
+ * the one set (config key log_level). */
+typedef enum {
+  ATTN_LOG_DEBUG,
+  ATTN_LOG_INFO,
+  ATTN_LOG_WARN,
+  ATTN_LOG_ERROR
+} attn_log_level;
+
+/* Line formats (config key log_format). */
+typedef enum { ATTN_LOG_JSON, ATTN_LOG_TEXT } attn_log_format;
+
+/* Their names as config values and log lines spell them ("info", "json"),
+ * indexed by the enum and NULL-terminated: the config's table of keys
+ * reads its choices from these. */
+extern const char *const attn_log_level_names[ATTN_LOG_ERROR + 2];
+extern const char *const attn_log_format_names[ATTN_LOG_TEXT + 2];
+
+/* The name of a level or format; NULL for foreign values. */
+const char *attn_log_level_name(attn_log_level l);
+const char *attn_log_format_name(attn_log_format f);
 
 void attn_log_init(attn_log_level level, attn_log_format format);
 

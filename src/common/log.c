@@ -1,4 +1,5 @@
-/* log.c - stderr logging, JSON lines or text (see include/attn/log.h).
+/* log.c - stderr logging, JSON lines or text (see include/attn/log.h), and
+ * the names of its levels and formats.
  *
  * Thread-safe: each line is formatted into a local buffer and written with
  * one write(2); the level and format are set before threads start. */
@@ -12,6 +13,25 @@
 #include <unistd.h>
 
 #include "attn/buf.h"
+
+const char *const attn_log_level_names[ATTN_LOG_ERROR + 2] = {
+    "debug", "info", "warn", "error", NULL};
+const char *const attn_log_format_names[ATTN_LOG_TEXT + 2] = {"json", "text",
+                                                              NULL};
+
+_Static_assert(ATTN_LOG_DEBUG == 0 && ATTN_LOG_INFO == 1 &&
+                   ATTN_LOG_WARN == 2 && ATTN_LOG_ERROR == 3,
+               "attn_log_level_names[] is indexed by attn_log_level");
+_Static_assert(ATTN_LOG_JSON == 0 && ATTN_LOG_TEXT == 1,
+               "attn_log_format_names[] is indexed by attn_log_format");
+
+const char *attn_log_level_name(attn_log_level l) {
+  return (unsigned)l <= ATTN_LOG_ERROR ? attn_log_level_names[l] : NULL;
+}
+
+const char *attn_log_format_name(attn_log_format f) {
+  return (unsigned)f <= ATTN_LOG_TEXT ? attn_log_format_names[f] : NULL;
+}
 
 static attn_log_level g_level = ATTN_LOG_INFO;
 static attn_log_format g_format = ATTN_LOG_JSON;

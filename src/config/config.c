@@ -65,16 +65,9 @@ typedef struct cfg_key {
   const char *help;         /* one line, no trailing period */
 } cfg_key;
 
-static const char *const log_level_names[] = {"debug", "info", "warn", "error",
-                                              NULL};
-static const char *const log_format_names[] = {"json", "text", NULL};
+/* The log's names are log.c's (attn_log_level_names, ...). */
 static const char *const sched_policy_names[] = {"batch", "other", NULL};
 
-_Static_assert(ATTN_LOG_DEBUG == 0 && ATTN_LOG_INFO == 1 &&
-                   ATTN_LOG_WARN == 2 && ATTN_LOG_ERROR == 3,
-               "log_level_names[] is indexed by attn_log_level");
-_Static_assert(ATTN_LOG_JSON == 0 && ATTN_LOG_TEXT == 1,
-               "log_format_names[] is indexed by attn_log_format");
 _Static_assert(ATTN_SCHED_BATCH == 0 && ATTN_SCHED_OTHER == 1,
                "sched_policy_names[] is indexed by attn_sched_policy");
 /* Enum fields are stored through memcpy of an int. */
@@ -175,9 +168,9 @@ static const cfg_key keys[] = {
            "directory of model definitions; relative: to the config file's "
            "folder in a file, else to the working directory"),
     K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
-           log_level_names, "least severe log level written"),
+           attn_log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
-           log_format_names, "log line format"),
+           attn_log_format_names, "log line format"),
     K_BOOL(access_log, "ATTND_ACCESS_LOG", 1, "log one line per request"),
 };
 /* clang-format on */
@@ -590,14 +583,6 @@ const char *attn_config_env_unknown(const char *name) {
   for (size_t i = 0; i < N_KEYS; i++)
     if (best == keys[i].key) return keys[i].env;
   return "";
-}
-
-const char *attn_log_level_name(attn_log_level l) {
-  return (unsigned)l < 4 ? log_level_names[l] : NULL;
-}
-
-const char *attn_log_format_name(attn_log_format f) {
-  return (unsigned)f < 2 ? log_format_names[f] : NULL;
 }
 
 const char *attn_sched_policy_name(attn_sched_policy p) {
