@@ -1,5 +1,10 @@
 /* main.c - attnd: build everything from the config, serve, drain, tear down.
  *
+ * main is its stages in order (at the end of this file): configure (argv
+ * and the environment; --help, --version, --check-config and
+ * --healthcheck end there), prepare_process (heap, signals, log, limits,
+ * scheduling policy), start (models, queue, workers, server), serve (wait
+ * for a signal; the shutdown delay), drain, teardown.
  * The only file that reads argv, the environment and signals.  SIGTERM and
  * SIGINT are blocked in every thread (threads inherit the mask) and taken
  * synchronously here with sigwait, so no handler does real work in a random
@@ -360,51 +365,69 @@ static void shutdown_delay(attn_server *server, const sigset_t *sigs, int sig,
   }
 }
 
-int main(int argc, char **argv) {
-  attn_config cfg;
+/* ---- main's stages: set-up, serve, drain -------------------------------- */
+
+/* Everything main builds, torn down in reverse order by teardown(). */
+typedef struct attnd {
+  attn_registry *models;
+  attn_queue *queue;
+  attn_pool *pool;
+  attn_server *server;
+} attnd;
+
+/* Read the configuration from argv and the environment into *cfg, and
+ * carry out a command other than serving (--help, --version,
+ * --check-config, --healthcheck).  Returns 1 with *exit_code set when
+ * main is to exit now, 0 when it is to serve. */
+static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
   attn_cli_action action;
   attn_diag d = {{0}};
-  sigset_t sigs;
-  char blas_before[32] = "";
-
-  const char *b = getenv(BLAS_BEFORE_VAR);
-  if (b) {
-    snprintf(blas_before, sizeof blas_before, "%s", b);
-    unsetenv(BLAS_BEFORE_VAR);
-  }
   const char *probe_url = NULL;
   bool probe = attn_config_healthcheck_arg(argc, argv, &probe_url);
-  attn_config_defaults(&cfg);
-  if (attn_config_from_cli(&cfg, argc, argv, env, &action, &d) != ATTN_OK) {
+  attn_config_defaults(cfg);
+  if (attn_config_from_cli(cfg, argc, argv, env, &action, &d) != ATTN_OK) {
     fprintf(stderr, "attnd: %s%s\n", probe ? "healthcheck: " : "", d.msg);
-    return probe ? 1 : 2;
+    *exit_code = probe ? 1 : 2;
+    return 1;
   }
   switch (action) {
     case ATTN_CLI_HELP:
       attn_config_usage(stdout, "attnd");
-      return 0;
+      *exit_code = 0;
+      return 1;
     case ATTN_CLI_VERSION:
       printf("attnd %s (engine kernel: %s, OpenBLAS kernels: %s)\n",
              ATTN_VERSION, attn_engine_kernel_name(), attn_engine_blas_core());
-      return 0;
+      *exit_code = 0;
+      return 1;
     case ATTN_CLI_CHECK: {
       /* the models too: a model that would not load stops the start */
       attn_registry *models = NULL;
       env_warnings(warn_stderr);
-      if (load_models(&cfg, &models, &d, warn_stderr) != ATTN_OK) {
+      if (load_models(cfg, &models, &d, warn_stderr) != ATTN_OK) {
         fprintf(stderr, "attnd: models: %s\n", d.msg);
+        *exit_code = 1;
         return 1;
       }
       attn_registry_destroy(models);
-      return attn_config_write_json(&cfg, stdout) == ATTN_OK ? 0 : 1;
+      *exit_code = attn_config_write_json(cfg, stdout) == ATTN_OK ? 0 : 1;
+      return 1;
     }
     case ATTN_CLI_HEALTHCHECK:
-      return healthcheck(&cfg, probe_url);
+      *exit_code = healthcheck(cfg, probe_url);
+      return 1;
     case ATTN_CLI_RUN:
       break;
   }
-  if (!*blas_before) fix_blas_core(argv);
+  return 0;
+}
 
+/* The process around the server, before any thread starts: the heap's
+ * habits, the signals (*sigs: the ones sigwait takes), the log, the
+ * open-files limit, the scheduling policy (its name is returned) and
+ * OpenBLAS's own threads (none: the engine owns parallelism). */
+static const char *prepare_process(const attn_config *cfg,
+                                   const char *blas_before, sigset_t *sigs) {
   /* Keep multi-megabyte request buffers in the heap between requests:
    * otherwise glibc maps and unmaps each one and every large request pays
    * thousands of page faults (measured ~6,300 per n=2048 binary request,
@@ -419,41 +442,42 @@ int main(int argc, char **argv) {
   mallopt(M_TOP_PAD, 64 << 20);
 
   signal(SIGPIPE, SIG_IGN);
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  sigemptyset(sigs);
+  sigaddset(sigs, SIGTERM);
+  sigaddset(sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, sigs, NULL);
   main_thread = pthread_self();
   struct sigaction sa = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
   sigfillset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
 
-  attn_log_init(cfg.log_level, cfg.log_format);
+  attn_log_init(cfg->log_level, cfg->log_format);
   report_blas_core(blas_before);
   env_warnings(warn_log);
-  fit_open_files(cfg.max_connections);
+  fit_open_files(cfg->max_connections);
   /* before any thread starts */
-  const char *policy = set_sched_policy(cfg.cpu_scheduling_policy);
+  const char *policy = set_sched_policy(cfg->cpu_scheduling_policy);
   attn_engine_set_blas_threads(1); /* the engine owns parallelism */
+  return policy;
+}
 
-  attn_registry *models = NULL;
-  attn_queue *queue = NULL;
-  attn_pool *pool = NULL;
-  attn_server *server = NULL;
-  int rc = 1;
-
-  if (load_models(&cfg, &models, &d, warn_log) != ATTN_OK) {
+/* Set-up: the models, the queue, the workers and the server, into *a;
+ * logs the start-up line.  On error logs why and returns 0 (what was
+ * built is in *a, for teardown). */
+static int start(const attn_config *cfg, const char *policy, attnd *a) {
+  attn_diag d = {{0}};
+  if (load_models(cfg, &a->models, &d, warn_log) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "models: %s", d.msg);
-    goto out;
+    return 0;
   }
-  if (attn_queue_create((size_t)cfg.queue_capacity, &queue) != ATTN_OK) {
+  if (attn_queue_create((size_t)cfg->queue_capacity, &a->queue) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "cannot create the queue");
-    goto out;
+    return 0;
   }
   char why[160];
   int cpus = allowed_cpus(why, sizeof why);
-  int workers = cfg.workers;
+  int workers = cfg->workers;
   if (!workers) {
     workers = cpus < ATTN_MAX_WORKERS ? cpus : ATTN_MAX_WORKERS;
     attn_log(ATTN_LOG_INFO, "workers=%d (auto: %s)", workers, why);
@@ -461,73 +485,113 @@ int main(int argc, char **argv) {
   attn_pool_opts po;
   attn_pool_default_opts(&po);
   po.workers = workers;
-  po.queue = queue;
-  if (attn_pool_create(&po, &pool) != ATTN_OK) {
+  po.queue = a->queue;
+  if (attn_pool_create(&po, &a->pool) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "cannot start %d workers", workers);
-    goto out;
+    return 0;
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   /* only the auto budget needs the memory limit (cgroup files are read) */
   uint64_t memory =
-      cfg.max_total_body_bytes
+      cfg->max_total_body_bytes
           ? 0
           : attn_memory_limit("", pages > 0 && page > 0
                                       ? (uint64_t)pages * (uint64_t)page
                                       : 0);
-  int64_t budget = attn_config_body_budget(&cfg, memory);
-  attn_server_deps deps = {&cfg, models, queue, pool, budget, cpus};
-  if (attn_server_create(&deps, &server, &d) != ATTN_OK) {
+  int64_t budget = attn_config_body_budget(cfg, memory);
+  attn_server_deps deps = {cfg, a->models, a->queue, a->pool, budget, cpus};
+  if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
-    goto out;
+    return 0;
   }
   attn_log(ATTN_LOG_INFO,
            "attnd %s listening on %s:%d (workers=%d%s, cpus=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
            "cpu_scheduling_policy=%s, max_total_body_bytes=%lld%s, "
            "models=%zu, kernel=%s, blas=%s)",
-           ATTN_VERSION, cfg.host, attn_server_port(server), workers,
-           cfg.workers ? "" : " (auto)", cpus, cfg.blas_threads_per_worker,
-           cfg.http_threads, cfg.queue_capacity,
-           policy, (long long)budget, cfg.max_total_body_bytes ? "" : " (auto)",
-           attn_registry_count(models), attn_engine_kernel_name(),
+           ATTN_VERSION, cfg->host, attn_server_port(a->server), workers,
+           cfg->workers ? "" : " (auto)", cpus, cfg->blas_threads_per_worker,
+           cfg->http_threads, cfg->queue_capacity, policy, (long long)budget,
+           cfg->max_total_body_bytes ? "" : " (auto)",
+           attn_registry_count(a->models), attn_engine_kernel_name(),
            attn_engine_blas_core());
+  return 1;
+}
 
+/* Serve: the server's threads do the work; main waits for SIGTERM or
+ * SIGINT, then runs the shutdown delay (when there is one). */
+static void serve(attn_server *server, const attn_config *cfg,
+                  const sigset_t *sigs) {
   int sig = 0;
-  while (sigwait(&sigs, &sig) != 0) {
+  while (sigwait(sigs, &sig) != 0) {
   }
-  if (cfg.shutdown_delay_ms > 0) {
-    shutdown_delay(server, &sigs, sig, cfg.shutdown_delay_ms);
+  if (cfg->shutdown_delay_ms > 0) {
+    shutdown_delay(server, sigs, sig, cfg->shutdown_delay_ms);
     attn_log(ATTN_LOG_INFO, "draining (up to %lld ms)",
-             (long long)cfg.drain_timeout_ms);
+             (long long)cfg->drain_timeout_ms);
   } else {
     attn_log(ATTN_LOG_INFO, "received %s: draining (up to %lld ms)",
-             sig_name(sig), (long long)cfg.drain_timeout_ms);
+             sig_name(sig), (long long)cfg->drain_timeout_ms);
   }
+}
+
+/* Drain: refuse new requests, let the queued and running ones finish and
+ * their answers go out, within drain_timeout_ms.  Past it, attnd exits 0
+ * here and now (_exit: the workers still hold what teardown would free);
+ * otherwise returns, for teardown. */
+static void drain(const attnd *a, const attn_config *cfg) {
   uint64_t t0 = attn_now_ns();
-  attn_server_begin_drain(server);
-  if (attn_pool_drain(pool, cfg.drain_timeout_ms) != ATTN_OK) {
+  attn_server_begin_drain(a->server);
+  if (attn_pool_drain(a->pool, cfg->drain_timeout_ms) != ATTN_OK) {
     attn_queue_stats st;
-    attn_pool_get_stats(pool, &st);
-    int cut = attn_server_abandon(server);
+    attn_pool_get_stats(a->pool, &st);
+    int cut = attn_server_abandon(a->server);
     attn_log(ATTN_LOG_WARN,
              "drain_timeout_ms=%lld passed with requests still running; "
              "exiting without them (%d cut off: %llu queued, %llu running; "
              "each has an access line with \"closed\":\"shutdown\")",
-             (long long)cfg.drain_timeout_ms, cut,
+             (long long)cfg->drain_timeout_ms, cut,
              (unsigned long long)st.depth, (unsigned long long)st.running);
     _exit(0);
   }
-  int64_t left = cfg.drain_timeout_ms -
-                 (int64_t)((attn_now_ns() - t0) / 1000000u);
-  if (attn_server_wait_idle(server, left > 1000 ? left : 1000) != ATTN_OK)
+  int64_t left =
+      cfg->drain_timeout_ms - (int64_t)((attn_now_ns() - t0) / 1000000u);
+  if (attn_server_wait_idle(a->server, left > 1000 ? left : 1000) != ATTN_OK)
     attn_log(ATTN_LOG_WARN, "some responses were still being sent at exit");
   attn_log(ATTN_LOG_INFO, "drained in %.0f ms; bye",
            (double)(attn_now_ns() - t0) / 1e6);
-  rc = 0;
-out:
-  attn_server_destroy(server);
-  attn_pool_destroy(pool);
-  attn_queue_destroy(queue);
-  attn_registry_destroy(models);
+}
+
+/* Destroy what start() built, in reverse order; NULLs are skipped. */
+static void teardown(attnd *a) {
+  attn_server_destroy(a->server);
+  attn_pool_destroy(a->pool);
+  attn_queue_destroy(a->queue);
+  attn_registry_destroy(a->models);
+}
+
+int main(int argc, char **argv) {
+  attn_config cfg;
+  sigset_t sigs;
+  char blas_before[32] = "";
+  int rc;
+
+  const char *b = getenv(BLAS_BEFORE_VAR);
+  if (b) {
+    snprintf(blas_before, sizeof blas_before, "%s", b);
+    unsetenv(BLAS_BEFORE_VAR);
+  }
+  if (configure(argc, argv, &cfg, &rc)) return rc;
+  if (!*blas_before) fix_blas_core(argv);
+  const char *policy = prepare_process(&cfg, blas_before, &sigs);
+
+  attnd a = {0};
+  rc = 1;
+  if (start(&cfg, policy, &a)) {
+    serve(a.server, &cfg, &sigs);
+    drain(&a, &cfg);
+    rc = 0;
+  }
+  teardown(&a);
   return rc;
 }
