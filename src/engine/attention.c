@@ -21,9 +21,18 @@
  *    running max m and sum l: when m grows, l and the partial output are
  *    rescaled by exp(m_old - m_new); O += P V_tile.  At the end O /= l.
  *    Extra memory is O(tile_q * (tile_k + Dv)) per thread.
- * In both, a causal or key-length limit bounds the keys a block can see:
- * columns (or whole key tiles) past the block's last visible key are never
- * computed.  A row with no visible key yields 0 output and 0 weights.
+ * In both, a causal, window or key-length limit bounds the keys a block
+ * can see: each query row sees a band [row_vbeg, row_end) whose ends never
+ * decrease with the row, and columns (or whole key tiles) outside the band
+ * of a block's rows are never computed.  With a window's left bound the
+ * streaming path takes WINDOW_ROWS rows at a time over their own band, so
+ * a windowed call costs Lq x (window + WINDOW_ROWS), not Lq x Lk.  A row
+ * with no visible key yields 0 output and 0 weights.
+ * The score variants are row passes before the masks: softcap (a rational
+ * tanh, per kernel set in softmax.c) and ALiBi's distance bias.  Rotary
+ * positions rotate q and k before the core: in engine-owned copies for
+ * sdpa, in the projection buffers for mha (each chunk of rows as soon as
+ * it is projected), from cos / sin tables built once per call.
  *
  * Multi-head attention projects Q, K and V over row chunks (weights stored
  * [out, in] are packed once for the NT kernel, or go to cblas_sgemm through
