@@ -81,8 +81,11 @@
 /* Rows per group in the streaming path when a window bounds the keys on
  * the left: each group computes its rows' band, WINDOW_ROWS + window keys
  * wide (plus up to 31 to start on a packed panel) for window + 1 useful
- * ones per row. */
-#define WINDOW_ROWS 24
+ * ones per row.  One 12-row register block (gemm.c's tile): at n = 16384,
+ * window [256, 0], h = 8, d = 64, 1 thread, the fastest of 8 calls took
+ * 237-332 ms with 12 rows, 264-445 with 24, 239-394 with 48 (a loaded
+ * machine; 12 was ahead in each of three alternating runs against 24). */
+#define WINDOW_ROWS 12
 /* Query rows per head from which the keys are packed for the AVX-512 NT
  * kernel (below, attn__gemm_nt computes the scores unpacked: its own
  * 16-key tile up to 16 keys, else cblas_sgemm). */
