@@ -82,9 +82,10 @@
  * the left: each group computes its rows' band, WINDOW_ROWS + window keys
  * wide (plus up to 31 to start on a packed panel) for window + 1 useful
  * ones per row.  One 12-row register block (gemm.c's tile): at n = 16384,
- * window [256, 0], h = 8, d = 64, 1 thread, the fastest of 8 calls took
- * 237-332 ms with 12 rows, 264-445 with 24, 239-394 with 48 (a loaded
- * machine; 12 was ahead in each of three alternating runs against 24). */
+ * window [256, 0], h = 8, d = 64, 1 thread, on a heavily loaded machine,
+ * the fastest of 8 calls in three alternating runs took 332, 332 and 237
+ * ms with 12 rows against 445, 353 and 306 with 24 (6, 16 and 48 rows
+ * were not told apart from these by the noise). */
 #define WINDOW_ROWS 12
 /* Query rows per head from which the keys are packed for the AVX-512 NT
  * kernel (below, attn__gemm_nt computes the scores unpacked: its own
