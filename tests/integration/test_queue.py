@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Integration tests: the queue and the workers (health while the
+workers are busy, a full queue, queue_timeout_ms, concurrent requests,
+clients gone while their request waits or runs).
+
+Run alone: python3 tests/integration/test_queue.py --attnd PATH
+(the options of run.py; see harness.py and README.md).
+"""
+
+import json
+import random
+import re
+import socket
+import sys
+import threading
+import time
+
+from harness import (HOST, HTTP_TIMEOUT_S, Pending, Server, cfg, check,
+                     check_slow_answer, decode_v2, expect_error, expect_status,
+                     main, request, shared, slow_request, small_v2_body, test,
+                     v2_in, v2_infer, v2_sdpa_case)
+
+
+@test
+def health_while_workers_busy():
+    with Server("--workers", "1", name="busy") as s:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        try:
+            time.sleep(0.2)  # read and handed to the only worker
+            check(not slow.answered(), "the slow request finished too soon "
+                  "for this test")
+            for path in ("/v2/health/ready", "/v2/health/live",
+                         "/v2/models/sdpa", "/v2/models/demo/ready", "/v2"):
+                r = request(s.port, "GET", path, timeout=5)
+                expect_status(r, 200, "GET %s while busy" % path)
+            check(not slow.answered(), "health and metadata did not answer "
+                  "before the slow request completed")
+            check_slow_answer(slow.response(), shape, "slow request")
+        finally:
+            slow.close()
+
+
+@test
+def error_503_queue_full():
+    with Server("--workers", "1", "--queue-capacity", "1",
+                name="queue-full") as s:
+        body, hdrs, shape = slow_request(s.port)
+        pend = []
+        try:
+            pend.append(Pending(s.port, "/v2/models/sdpa/infer", body, hdrs))
+            time.sleep(0.3)  # the first is (normally) running by now
+            for _ in range(4):
+                pend.append(Pending(s.port, "/v2/models/sdpa/infer", body,
+                                    hdrs))
+            resps = [x.response() for x in pend]
+        finally:
+            for x in pend:
+                x.close()
+        # The first found an empty server, so it must get 200.  Of the four
+        # sent while it runs, normally one is queued (200) and three are
+        # refused; which one depends on which HTTP thread reads its body
+        # first, and on a loaded machine the worker may not even have taken
+        # the first yet, so only "some 503, the rest 200" is certain.
+        codes = [r.status for r in resps]
+        detail = [(r.status, r.body[:80]) for r in resps]
+        check(codes.count(503) >= 1, "no 503 from a full queue: %r" % detail)
+        check(all(c in (200, 503) for c in codes), "codes %r" % detail)
+        check(codes[0] == 200, "the first request must get 200: %r" % detail)
+        for r in resps:
+            if r.status == 503:
+                expect_error(r, 503, "queue", what="queue full")
+                ra = r.header("retry-after")
+                check(ra is not None and ra.isdigit() and int(ra) > 0,
+                      "503 Retry-After %r" % ra)
+            else:
+                check_slow_answer(r, shape, "request beside a full queue")
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready after 503s")
+
+
+@test
+def error_503_queue_timeout_while_busy():
+    """queue_timeout_ms: a request that waits longer is answered 503 when its
+    time is up, while the only worker is still busy with a slow one (the
+    slow one's answer comes after), and its log line says 503."""
+    # one engine thread: the slow request is as slow as it gets here
+    with Server("--workers", "1", "--queue-capacity", "4",
+                "--blas-threads-per-worker", "1",
+                "--queue-timeout-ms", "100", name="queue-timeout") as s:
+        body, hdrs, shape = slow_request(s.port)
+        slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+        late = None
+        try:
+            time.sleep(0.2)  # the slow one is (normally) running by now
+            late = Pending(s.port, "/v1/attention",
+                           json.dumps({"query": [[1, 0]]}).encode(),
+                           {"Content-Type": "application/json"})
+            r = late.response()
+            # Order, not time: the timed-out request was answered while the
+            # slow request still computes.
+            check(not slow.answered(), "the 503 came only after the slow "
+                  "request finished")
+            expect_error(r, 503, "queue_timeout_ms=100", what="queue timeout")
+            check_slow_answer(slow.response(), shape, "slow request")
+        finally:
+            slow.close()
+            if late:
+                late.close()
+        log = s.log_text()
+        check(re.search(r'"path":"/v1/attention","status":503', log) or
+              re.search(r'"status":503', log), "no 503 access line")
+
+
+@test
+def concurrent_requests_all_answered():
+    p = shared().port
+    rng = random.Random(cfg.seed + 40)
+    q, k, v = v2_sdpa_case(rng)
+    ins = [v2_in("query", [2, 3, 4], q), v2_in("key", [2, 5, 4], k),
+           v2_in("value", [2, 5, 3], v)]
+    ref = v2_infer(p, "sdpa", ins)
+    decode_v2(ref, "reference")
+    results = [None] * 16
+    errors = []
+
+    def worker(i):
+        try:
+            results[i] = v2_infer(p, "sdpa", ins)
+        except Exception as e:  # reported below
+            errors.append("%d: %r" % (i, e))
+
+    th = [threading.Thread(target=worker, args=(i,), daemon=True)
+          for i in range(len(results))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(HTTP_TIMEOUT_S)
+    check(not errors, "errors: %s" % errors)
+    for i, r in enumerate(results):
+        check(r is not None, "request %d did not finish" % i)
+        check(r.status == 200 and r.body == ref.body,
+              "request %d: %r differs from the sequential answer" % (i, r))
+
+
+@test
+def client_gone_while_queued_or_running():
+    """Clients that hang up while their request waits or runs must not
+    disturb the server (an ASan build checks the memory side)."""
+    with Server("--workers", "1", name="gone") as s:
+        body, hdrs, shape = slow_request(s.port)
+        head = ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/octet-stream\r\n"
+                "Inference-Header-Content-Length: %s\r\n"
+                "Content-Length: %d\r\n\r\n" %
+                (hdrs["Inference-Header-Content-Length"], len(body))).encode()
+        gone = []
+        keep = None
+        try:
+            for _ in range(2):  # the first runs, the second waits
+                c = socket.create_connection((HOST, s.port), timeout=10)
+                c.sendall(head + body)
+                gone.append(c)
+                time.sleep(0.1)
+            keep = Pending(s.port, "/v2/models/sdpa/infer", small_v2_body(),
+                           {"Content-Type": "application/json"})
+            for c in gone:
+                c.close()
+            gone = []
+            r = keep.response()
+            decode_v2(r, "request queued behind abandoned ones")
+        finally:
+            for c in gone:
+                c.close()
+            if keep is not None:
+                keep.close()
+        expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                      "ready after abandoned requests")
+        decode_v2(request(s.port, "POST", "/v2/models/sdpa/infer",
+                          small_v2_body()), "infer after abandoned requests")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
