@@ -22,7 +22,6 @@ Python 3 standard library only.
 """
 
 import argparse
-import array
 import http.client
 import json
 import math
@@ -31,6 +30,12 @@ import struct
 import sys
 import threading
 import time
+
+# The slow request of the integration tests (importing the harness starts
+# nothing).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "integration"))
+from harness import slow_request_body  # noqa: E402
 
 HOST = "127.0.0.1"
 TOL = 1e-5
@@ -173,41 +178,17 @@ def cmd_infer(port):
 
 # ---- slow ------------------------------------------------------------------
 
-def slow_body(n, heads, d=8):
-    """v2 sdpa, long L and a tiny head size: a small body, long work."""
-    base = array.array("f", [((i * 37) % 101 - 50) / 500.0
-                             for i in range(1009)])
-
-    def blob(count):
-        a = (base * (count // len(base) + 1))[:count]
-        if sys.byteorder != "little":
-            a.byteswap()
-        return a.tobytes()
-
-    ins = [("query", [1, heads, n, d], blob(heads * n * d)),
-           ("key", [1, 1, n, d], blob(n * d)),
-           ("value", [1, 1, n, d], blob(n * d))]
-    head = json.dumps({"inputs": [
-        {"name": nm, "datatype": "FP32", "shape": sh,
-         "parameters": {"binary_data_size": len(b)}} for nm, sh, b in ins],
-        "parameters": {"need_weights": False,
-                       "binary_data_output": True}}).encode()
-    return head + b"".join(b for _, _, b in ins), {
-        "Content-Type": "application/octet-stream",
-        "Inference-Header-Content-Length": str(len(head))}, [1, heads, n, d]
-
-
 def cmd_slow(port, seconds):
     # calibrate on the idle server, then size the request to `seconds`
     n0 = 4096
-    body, hdrs, _ = slow_body(n0, 1)
+    body, hdrs, _ = slow_request_body(n0, 1)
     t0 = time.monotonic()
     st, _, _ = post_once(port, "/v2/models/sdpa/infer", body, hdrs)
     per = max(time.monotonic() - t0, 1e-3) / (n0 * n0)
     if st != 200:
         fail("calibration: HTTP %d" % st)
     heads = max(1, min(64, int(math.ceil(seconds / (per * 16384 * 16384)))))
-    body, hdrs, shape = slow_body(16384, heads)
+    body, hdrs, shape = slow_request_body(16384, heads)
     conn = http.client.HTTPConnection(HOST, port, timeout=120)
     conn.request("POST", "/v2/models/sdpa/infer", body=body, headers=hdrs)
     print("sent", flush=True)

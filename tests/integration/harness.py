@@ -780,6 +780,10 @@ _slow_dims = None  # (L, heads) after calibration
 
 
 def slow_request_body(n, heads):
+    """(body, headers, out_shape) of v2 sdpa on a query of `heads` heads
+    and key and value of one, all of sequence length n and head size
+    SLOW_D, sent as binary; its answer is attn_output alone, binary.
+    tests/deploy/client.py uses it too."""
     if (n, heads) in _slow_cache:
         return _slow_cache[(n, heads)]
     base = array.array("f", [((i * 37) % 101 - 50) / 500.0
