@@ -1,8 +1,9 @@
 /* test_routes.c - routes and the infer job without sockets.
  *
  * attn__route maps a plain request to a plain response; inference comes back
- * as a job, which the test pushes with attn__infer_submit, pops from the
- * queue itself and runs on this thread, catching the completion. */
+ * as a target, which the test hands to attn__infer_submit (as http.c does),
+ * pops the job from the queue itself and runs it on this thread, catching
+ * the completion. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +20,16 @@ static attn_config cfg;
 static attn_registry *reg;
 static attn_queue *q;
 static attn_srv_ctx srv;
+
+/* The completion of every job the tests queue: keeps the last answer. */
+static attn_http_resp got;
+static int completions;
+
+static void capture(void *arg, attn_http_resp *resp) {
+  (void)arg;
+  got = *resp;
+  completions++;
+}
 
 static void setup(void) {
   attn_config_defaults(&cfg);
@@ -37,8 +48,10 @@ static void setup(void) {
 static void teardown(void) {
   attn_job *j;
   attn_queue_close(q);
-  while (attn_queue_pop(q, &j) == ATTN_OK)
-    attn__infer_job_free((attn_infer_job *)j);
+  while (attn_queue_pop(q, &j) == ATTN_OK) { /* answered 503, and freed */
+    j->expire(j, 0);
+    free(got.body);
+  }
   attn_queue_destroy(q);
   attn_registry_destroy(reg);
 }
@@ -50,13 +63,9 @@ static attn_http_resp route(const char *method, const char *path,
                        .body = body ? body : "",
                        .body_len = body ? strlen(body) : 0};
   attn_http_resp resp = {0};
-  attn_infer_job *job = NULL;
-  attn_route_kind k = attn__route(&srv, &req, &resp, &job);
+  attn_infer_target t;
+  attn_route_kind k = attn__route(&srv, &req, &resp, &t);
   ck_assert_int_eq(k, want);
-  if (k == ATTN_ROUTE_DEFER) {
-    ck_assert_ptr_nonnull(job);
-    attn__infer_job_free(job);
-  }
   return resp;
 }
 
@@ -127,13 +136,21 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* Inference-Header-Content-Length as http.c hands it over: the text, read
+ * once with attn__header_number. */
+static void set_header_len(attn_http_req *req, const char *text) {
+  req->header_len_text = text;
+  req->header_len = 0;
+  req->header_len_ok = attn__header_number(text, &req->header_len) != 0;
+}
+
 START_TEST(test_encoding_and_header_len) {
   attn_http_req req = {.method = "POST", .path = "/v2/models/sdpa/infer",
                        .content_encoding = "br", .body = "{}",
                        .body_len = 2};
   attn_http_resp r = {0};
-  attn_infer_job *job = NULL;
-  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+  attn_infer_target t;
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 415);
   EXPECT_BODY(r, "'br'");
   /* compressed: queued with its encoding; the header length is checked
@@ -146,24 +163,27 @@ START_TEST(test_encoding_and_header_len) {
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     memset(&r, 0, sizeof r);
     req.content_encoding = ok[i].ce;
-    req.header_len = ok[i].e == ATTN_ENC_IDENTITY ? "2" : "3";
-    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-    ck_assert_int_eq(job->encoding, ok[i].e);
-    ck_assert_uint_eq(job->header_len, ok[i].e == ATTN_ENC_IDENTITY ? 2 : 3);
-    attn__infer_job_free(job);
+    set_header_len(&req, ok[i].e == ATTN_ENC_IDENTITY ? "2" : "3");
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+    ck_assert_int_eq(t.proto, ATTN_JOB_V2);
+    ck_assert_str_eq(t.model, "sdpa");
+    ck_assert_str_eq(t.version, "");
+    ck_assert_int_eq(t.encoding, ok[i].e);
+    ck_assert_uint_eq(t.header_len, ok[i].e == ATTN_ENC_IDENTITY ? 2 : 3);
   }
   memset(&r, 0, sizeof r);
   req.content_encoding = "gzip";
-  req.header_len = "99999999999";
-  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+  set_header_len(&req, "99999999999");
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 400);
   EXPECT_BODY(r, "Inference-Header-Content-Length");
-  const char *bad[] = {"0", "3", "x1", "-1", "", " ", "1 2", "2\n"};
+  const char *bad[] = {"0", "3", "x1", "-1", "", " ", "1 2", "2\n",
+                       "99999999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&r, 0, sizeof r);
     req.content_encoding = NULL;
-    req.header_len = bad[i];
-    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DONE);
+    set_header_len(&req, bad[i]);
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DONE);
     ck_assert_int_eq(r.status, 400);
     EXPECT_BODY(r, "Inference-Header-Content-Length");
   }
@@ -171,11 +191,35 @@ START_TEST(test_encoding_and_header_len) {
   const char *ok_hl[] = {"2", "2 ", " 2", "\t2\t "};
   for (size_t i = 0; i < sizeof ok_hl / sizeof ok_hl[0]; i++) {
     memset(&r, 0, sizeof r);
-    req.header_len = ok_hl[i];
-    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-    ck_assert_uint_eq(job->header_len, 2);
-    attn__infer_job_free(job);
+    set_header_len(&req, ok_hl[i]);
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+    ck_assert_uint_eq(t.header_len, 2);
   }
+  /* a version in the URL comes with the target */
+  memset(&r, 0, sizeof r);
+  req.path = "/v2/models/sdpa/versions/1/infer";
+  set_header_len(&req, NULL);
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+  ck_assert_str_eq(t.version, "1");
+  ck_assert_uint_eq(t.header_len, 0);
+}
+END_TEST
+
+/* attn__header_number: what http.c reads Content-Length and
+ * Inference-Header-Content-Length with. */
+START_TEST(test_header_number) {
+  uint64_t v = 7;
+  ck_assert_int_eq(attn__header_number(NULL, &v), 0);
+  ck_assert_int_eq(attn__header_number("", &v), 0);
+  ck_assert_int_eq(attn__header_number("+1", &v), 0);
+  ck_assert_int_eq(attn__header_number("1x", &v), 0);
+  ck_assert_uint_eq(v, 7);
+  ck_assert_int_eq(attn__header_number(" \t42\t ", &v), 1);
+  ck_assert_uint_eq(v, 42);
+  ck_assert_int_eq(attn__header_number("18446744073709551615", &v), 1);
+  ck_assert_uint_eq(v, UINT64_MAX);
+  ck_assert_int_eq(attn__header_number("18446744073709551616", &v), 2);
+  ck_assert_uint_eq(v, UINT64_MAX);
 }
 END_TEST
 
@@ -346,27 +390,18 @@ END_TEST
 
 /* ---- the job, run on this thread ---------------------------------------- */
 
-static attn_http_resp got;
-static int completions;
-
-static void capture(void *arg, attn_http_resp *resp) {
-  (void)arg;
-  got = *resp;
-  completions++;
-}
-
 static attn_http_resp run_one(const char *path, const char *body,
                               size_t body_len, const char *header_len) {
   attn_http_req req = {.method = "POST", .path = path,
                        .content_type = "application/json", .body = body,
-                       .body_len = body_len, .header_len = header_len};
+                       .body_len = body_len};
   attn_http_resp r = {0};
-  attn_infer_job *job = NULL;
+  attn_infer_target t;
   attn_job *j;
-  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-  job->complete = capture;
+  set_header_len(&req, header_len);
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
   completions = 0;
-  ck_assert(attn__infer_submit(job, &r));
+  ck_assert(attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
   ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
   j->run(j, 0, 1000);
   ck_assert_int_eq(completions, 1);
@@ -414,16 +449,15 @@ START_TEST(test_queue_full_and_expiry) {
   const char *v1 = "{\"query\": [[1]]}";
   attn_http_req req = {.method = "POST", .path = "/v1/attention",
                        .body = v1, .body_len = strlen(v1)};
-  attn_infer_job *job;
+  attn_infer_target t;
   attn_http_resp r = {0};
   for (int i = 0; i < 2; i++) {
-    ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-    job->complete = capture;
-    ck_assert(attn__infer_submit(job, &r));
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+    ck_assert(attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
   }
-  ck_assert_int_eq(attn__route(&srv, &req, &r, &job), ATTN_ROUTE_DEFER);
-  job->complete = capture;
-  ck_assert(!attn__infer_submit(job, &r)); /* capacity 2: full */
+  ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+  ck_assert(!attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
+  /* capacity 2: full */
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_eq(r.retry_after_s, 1);
   EXPECT_BODY(r, "queue full");
@@ -493,6 +527,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_health_and_metadata);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_encoding_and_header_len);
+  tcase_add_test(tc, test_header_number);
   tcase_add_test(tc, test_inflate);
   tcase_add_test(tc, test_draining);
   tcase_add_test(tc, test_unready_still_serves);

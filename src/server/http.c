@@ -6,12 +6,17 @@
  * max_body_bytes with 413, and a body that would take all bodies held past
  * the budget, max_total_body_bytes, with 503; from Content-Length before
  * reading it when the client sends one), build a plain attn_http_req and
- * ask routes.c.  An immediate answer is queued at once; an inference job
- * is queued after the connection is suspended (MHD_suspend_connection), so
- * a worker can never resume a connection that is not yet suspended.  The
- * worker's completion stores the response in the connection's context and
- * resumes it; the access handler runs again and queues that response.  A
- * full queue is answered with 503 right away.
+ * ask routes.c.  The access handler, on_request, is its stages:
+ * on_headers (the context, the request id, the checks that need no body,
+ * Inference-Header-Content-Length read once and the body's pad from it),
+ * on_body (each piece), on_end (route), and the answer once a worker has
+ * resumed the connection.  An immediate answer is queued at once; for an
+ * inference the connection is suspended (MHD_suspend_connection) and then
+ * attn__infer_submit (infer.c) makes and queues the job, so a worker can
+ * never resume a connection that is not yet suspended.  The worker's
+ * completion stores the response in the connection's context and resumes
+ * it; the access handler runs again and queues that response.  A full
+ * queue is answered with 503 right away.
  * Threads: on_request and on_completed run on MHD threads; complete() runs
  * on a worker and touches only its own connection's context before
  * MHD_resume_connection (a release point for libmicrohttpd's ITC).
@@ -80,6 +85,9 @@ typedef struct conn_ctx {
   char *mem;  /* the body buffer; body = mem + pad */
   char *body; /* NULL until the first byte */
   size_t pad; /* puts the binary blobs on a 64-byte boundary (see below) */
+  const char *ihcl;  /* Inference-Header-Content-Length; NULL: absent */
+  int ihcl_ok;       /* ihcl is a number (attn__header_number), ... */
+  uint64_t ihcl_val; /* ... this one */
   size_t len, cap;
   size_t reserved; /* bytes of body_held that are this request's */
   body_fate fate;  /* KEEP, or why the rest of the body is discarded */
@@ -329,19 +337,19 @@ static void complete(void *arg, attn_http_resp *resp) {
   MHD_resume_connection(cx->conn);
 }
 
-/* A header value of digits, with HTTP's optional whitespace around it
- * (as routes.c reads Inference-Header-Content-Length). */
-static int parse_u64(const char *s, uint64_t *out) {
+/* Content-Length, Inference-Header-Content-Length (see internal.h). */
+int attn__header_number(const char *v, uint64_t *out) {
   char *end;
-  if (!s) return 0;
-  while (*s == ' ' || *s == '\t') s++;
-  if (*s < '0' || *s > '9') return 0;
+  if (!v) return 0;
+  while (*v == ' ' || *v == '\t') v++;
+  if (*v < '0' || *v > '9') return 0;
   errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
+  unsigned long long n = strtoull(v, &end, 10);
+  int range = errno == ERANGE;
   while (*end == ' ' || *end == '\t') end++;
-  if (errno || *end) return 0;
-  *out = v;
-  return 1;
+  if (*end) return 0;
+  *out = n;
+  return range ? 2 : 1;
 }
 
 /* What check_framing() saw of the Content-Length and Transfer-Encoding
@@ -457,7 +465,10 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .path = cx->path,
       .content_type = header(cx->conn, MHD_HTTP_HEADER_CONTENT_TYPE),
       .content_encoding = header(cx->conn, MHD_HTTP_HEADER_CONTENT_ENCODING),
-      .header_len = header(cx->conn, "Inference-Header-Content-Length"),
+      .header_len_text = cx->ihcl,
+      .header_len_ok = cx->ihcl_ok,
+      .header_len = cx->ihcl_val,
+      .pad = cx->pad,
       .request_id = cx->request_id,
       .accept = header(cx->conn, MHD_HTTP_HEADER_ACCEPT),
       .if_none_match = header(cx->conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
@@ -465,13 +476,10 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .body_len = cx->len,
       .start_ns = cx->start_ns};
   attn_http_resp resp = {0};
-  attn_infer_job *job = NULL;
+  attn_infer_target target;
   answering(cx);
-  if (attn__route(&s->ctx, &req, &resp, &job) == ATTN_ROUTE_DONE)
+  if (attn__route(&s->ctx, &req, &resp, &target) == ATTN_ROUTE_DONE)
     return send_resp(cx, &resp);
-  job->complete = complete;
-  job->complete_arg = cx;
-  attn__copy_str(job->request_id, sizeof job->request_id, cx->request_id);
   /* A timeout other than the daemon's puts the connection on the list of
    * connections that libmicrohttpd 0.9.75 visits on every turn of its
    * loop, so that once resumed it is offered its answer before its socket
@@ -483,137 +491,157 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
                             (unsigned)s->ctx.cfg->connection_timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
-  if (!attn__infer_submit(job, &resp)) { /* 503: answer now */
-    cx->resp = resp;
+  if (!attn__infer_submit(&s->ctx, &req, &target, complete, cx, &resp)) {
+    cx->resp = resp; /* a 503: answered now */
     atomic_store(&cx->done, 1);
     MHD_resume_connection(cx->conn);
   }
   return MHD_YES;
 }
 
+/* The request's headers, on the first call: a context for it, its id,
+ * the checks that need no body (URL length, framing, a Content-Length
+ * past max_body_bytes or the budget), and where its body will go. */
+static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  void **con_cls) {
+  conn_ctx *cx = calloc(1, sizeof *cx);
+  if (!cx) return MHD_NO;
+  *con_cls = cx;
+  cx->srv = s;
+  cx->conn = conn;
+  cx->start_ns = attn_now_ns();
+  cx->expect = SIZE_MAX;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  cx->fd = ci ? (int)ci->connect_fd : -1;
+  ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  cx->peer = ci ? ci->socket_context : NULL;
+  attn__peer_begin(cx->peer);
+  attn__copy_str(cx->method, sizeof cx->method, method);
+  const char *rid = header(conn, "X-Request-Id");
+  if (rid && *rid)
+    set_request_id(cx, rid);
+  else
+    number_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
+  if (strlen(url) > ATTN_MAX_URL_LEN) {
+    snprintf(cx->path, sizeof cx->path, "%.64s...", url);
+    return send_error(cx, 414, "request URL is too long");
+  }
+  attn__copy_str(cx->path, sizeof cx->path, url);
+  char fmsg[256];
+  int fstatus = check_framing(cx, fmsg, sizeof fmsg);
+  if (fstatus) return send_error(cx, fstatus, fmsg);
+  uint64_t cl;
+  const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  /* with Transfer-Encoding (chunked), the Content-Length is ignored */
+  if (cls_h && !header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+      attn__header_number(cls_h, &cl) == 1) {
+    if (cl > (uint64_t)s->ctx.cfg->max_body_bytes) {
+      char msg[160];
+      snprintf(msg, sizeof msg,
+               "request body of %llu bytes exceeds max_body_bytes=%lld",
+               (unsigned long long)cl, (long long)s->ctx.cfg->max_body_bytes);
+      return send_error(cx, 413, msg);
+    }
+    cx->cap = cx->expect = (size_t)cl;
+    if (!reserve(cx, (size_t)cl)) return send_over_budget(cx, cl);
+  }
+  /* Binary tensor data starts right after the JSON header: start the body
+   * pad bytes into a 64-byte aligned block so that the first blob (and
+   * every blob after sizes that are multiples of 64) starts on a cache
+   * line.  The codec then uses FP32/INT32/INT64 blobs where they lie
+   * instead of copying them, and the engine's vector loads of them never
+   * straddle two lines (5% of a large request's time when they did).  The
+   * header is read here, once: routes.c checks the number against the
+   * body, infer.c lays an inflated body out with the same pad. */
+  cx->ihcl = header(conn, "Inference-Header-Content-Length");
+  cx->ihcl_ok = attn__header_number(cx->ihcl, &cx->ihcl_val) != 0;
+  if (cx->ihcl_ok) cx->pad = (size_t)((64 - cx->ihcl_val % 64) % 64);
+  return MHD_YES;
+}
+
+/* n more bytes of the body: kept (the buffer grows as needed), or counted
+ * and dropped once the body is found too large or past the budget. */
+static enum MHD_Result on_body(conn_ctx *cx, const char *upload, size_t n) {
+  const attn_config *cfg = cx->srv->ctx.cfg;
+  cx->received += n;
+  if (cx->expect == SIZE_MAX) chunked_peer_check(cx);
+  /* A chunked body (no Content-Length) can only be found too large, or
+   * past the budget, while it arrives, and libmicrohttpd 0.9.75 takes no
+   * response before the upload ends: discard the rest and answer 413 or
+   * 503 then, but read at most max_body_bytes more; past that close the
+   * connection (a body without end must not hold it forever). */
+  if (cx->fate != KEEP) {
+    cx->drained += n;
+    return cx->drained > (size_t)cfg->max_body_bytes ? MHD_NO : MHD_YES;
+  }
+  if (cx->len + n > (size_t)cfg->max_body_bytes) return discard(cx, TOO_BIG, n);
+  if (cx->len + n > cx->cap || !cx->body) {
+    /* the Content-Length when it was sent, else BODY_INITIAL, doubled as
+     * a chunked body grows */
+    size_t cap = cx->cap >= cx->len + n ? cx->cap : BODY_INITIAL;
+    while (cap < cx->len + n) cap *= 2;
+    if (cap > (size_t)cfg->max_body_bytes) cap = (size_t)cfg->max_body_bytes;
+    if (!reserve(cx, cap)) return discard(cx, OVER_BUDGET, n);
+    /* pad + cap <= 63 + max_body_bytes: no overflow */
+    char *nb = aligned_alloc(64, (cx->pad + cap + 63) / 64 * 64);
+    if (!nb) return MHD_NO;
+    if (cx->len) memcpy(nb + cx->pad, cx->body, cx->len);
+    free(cx->mem);
+    cx->mem = nb;
+    cx->body = nb + cx->pad;
+    cx->cap = cap;
+  }
+  memcpy(cx->body + cx->len, upload, n);
+  cx->len += n;
+  return cx->expect != SIZE_MAX && cx->received < cx->expect && peer_gone(cx)
+             ? MHD_NO
+             : MHD_YES;
+}
+
+/* The body is whole: answer the refusal decided while it arrived, or
+ * route the request. */
+static enum MHD_Result on_end(conn_ctx *cx) {
+  const attn_config *cfg = cx->srv->ctx.cfg;
+  if (cx->suspended) return MHD_YES; /* spurious call while queued */
+  if (cx->peer_eof) /* the body is whole: the daemon's timeout again */
+    MHD_set_connection_option(cx->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned)cfg->connection_timeout_s);
+  if (cx->fate == TOO_BIG) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "request body exceeds max_body_bytes=%lld",
+             (long long)cfg->max_body_bytes);
+    return send_error(cx, 413, msg);
+  }
+  if (cx->fate == OVER_BUDGET) return send_over_budget(cx, cx->received);
+  return dispatch(cx);
+}
+
+/* libmicrohttpd's access handler: called with the headers, then with each
+ * piece of the body, then once more at its end; and again when a worker
+ * has resumed the connection with its answer. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  attn_server *s = cls;
   conn_ctx *cx = *con_cls;
   (void)version;
-  if (!cx) { /* first call: headers only */
-    cx = calloc(1, sizeof *cx);
-    if (!cx) return MHD_NO;
-    *con_cls = cx;
-    cx->srv = s;
-    cx->conn = conn;
-    cx->start_ns = attn_now_ns();
-    cx->expect = SIZE_MAX;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    cx->fd = ci ? (int)ci->connect_fd : -1;
-    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    cx->peer = ci ? ci->socket_context : NULL;
-    attn__peer_begin(cx->peer);
-    attn__copy_str(cx->method, sizeof cx->method, method);
-    const char *rid = header(conn, "X-Request-Id");
-    if (rid && *rid)
-      set_request_id(cx, rid);
-    else
-      number_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
-    if (strlen(url) > ATTN_MAX_URL_LEN) {
-      snprintf(cx->path, sizeof cx->path, "%.64s...", url);
-      return send_error(cx, 414, "request URL is too long");
-    }
-    attn__copy_str(cx->path, sizeof cx->path, url);
-    char fmsg[256];
-    int fstatus = check_framing(cx, fmsg, sizeof fmsg);
-    if (fstatus) return send_error(cx, fstatus, fmsg);
-    uint64_t cl;
-    const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    /* with Transfer-Encoding (chunked), the Content-Length is ignored */
-    if (cls_h && !header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
-        parse_u64(cls_h, &cl)) {
-      if (cl > (uint64_t)s->ctx.cfg->max_body_bytes) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "request body of %llu bytes exceeds max_body_bytes=%lld",
-                 (unsigned long long)cl,
-                 (long long)s->ctx.cfg->max_body_bytes);
-        return send_error(cx, 413, msg);
-      }
-      cx->cap = cx->expect = (size_t)cl;
-      if (!reserve(cx, (size_t)cl)) return send_over_budget(cx, cl);
-    }
-    /* Binary tensor data starts right after the JSON header: start the
-     * body pad bytes into a 64-byte aligned block so that the first blob
-     * (and every blob after sizes that are multiples of 64) starts on a
-     * cache line.  The codec then uses FP32/INT32/INT64 blobs where they
-     * lie instead of copying them, and the engine's vector loads of them
-     * never straddle two lines (5% of a large request's time when they
-     * did). */
-    const char *hl_h = header(conn, "Inference-Header-Content-Length");
-    uint64_t hl;
-    if (hl_h && parse_u64(hl_h, &hl)) cx->pad = (size_t)((64 - hl % 64) % 64);
-    return MHD_YES;
-  }
+  if (!cx) return on_headers(cls, conn, url, method, con_cls);
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;
     /* the daemon's timeout again (see dispatch()) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                              (unsigned)s->ctx.cfg->connection_timeout_s);
+                              (unsigned)cx->srv->ctx.cfg->connection_timeout_s);
     return send_resp(cx, &cx->resp);
   }
   if (*upload_size > 0) {
     size_t n = *upload_size;
     *upload_size = 0;
-    cx->received += n;
-    if (cx->expect == SIZE_MAX) chunked_peer_check(cx);
-    /* A chunked body (no Content-Length) can only be found too large, or
-     * past the budget, while it arrives, and libmicrohttpd 0.9.75 takes no
-     * response before the upload ends: discard the rest and answer 413 or
-     * 503 then, but read at most max_body_bytes more; past that close the
-     * connection (a body without end must not hold it forever). */
-    if (cx->fate != KEEP) {
-      cx->drained += n;
-      return cx->drained > (size_t)s->ctx.cfg->max_body_bytes ? MHD_NO
-                                                              : MHD_YES;
-    }
-    if (cx->len + n > (size_t)s->ctx.cfg->max_body_bytes)
-      return discard(cx, TOO_BIG, n);
-    if (cx->len + n > cx->cap || !cx->body) {
-      /* the Content-Length when it was sent, else BODY_INITIAL, doubled
-       * as a chunked body grows */
-      size_t cap = cx->cap >= cx->len + n ? cx->cap : BODY_INITIAL;
-      while (cap < cx->len + n) cap *= 2;
-      if (cap > (size_t)s->ctx.cfg->max_body_bytes)
-        cap = (size_t)s->ctx.cfg->max_body_bytes;
-      if (!reserve(cx, cap)) return discard(cx, OVER_BUDGET, n);
-      /* pad + cap <= 63 + max_body_bytes: no overflow */
-      char *nb = aligned_alloc(64, (cx->pad + cap + 63) / 64 * 64);
-      if (!nb) return MHD_NO;
-      if (cx->len) memcpy(nb + cx->pad, cx->body, cx->len);
-      free(cx->mem);
-      cx->mem = nb;
-      cx->body = nb + cx->pad;
-      cx->cap = cap;
-    }
-    memcpy(cx->body + cx->len, upload, n);
-    cx->len += n;
-    return cx->expect != SIZE_MAX && cx->received < cx->expect && peer_gone(cx)
-               ? MHD_NO
-               : MHD_YES;
+    return on_body(cx, upload, n);
   }
-  if (cx->suspended) return MHD_YES; /* spurious call while queued */
-  if (cx->peer_eof) /* the body is whole: the daemon's timeout again */
-    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                              (unsigned)s->ctx.cfg->connection_timeout_s);
-  if (cx->fate == TOO_BIG) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "request body exceeds max_body_bytes=%lld",
-             (long long)s->ctx.cfg->max_body_bytes);
-    return send_error(cx, 413, msg);
-  }
-  if (cx->fate == OVER_BUDGET) return send_over_budget(cx, cx->received);
-  return dispatch(cx);
+  return on_end(cx);
 }
 
 /* Why libmicrohttpd ended a request before its answer was sent, for the

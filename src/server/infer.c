@@ -1,16 +1,24 @@
-/* infer.c - an inference request's life on a worker thread.
+/* infer.c - an inference request's job: made, queued, run on a worker.
  *
  * DESIGN
- * routes.c creates an attn_infer_job that borrows the request body; http.c
- * suspends the connection and calls attn__infer_submit, which pushes the
- * job with a deadline of queue_timeout_ms.  A worker then either expires it
- * (503, nothing computed) or runs it: decode (KServe v2 JSON/binary or
- * /v1/attention JSON), find the model, honour Triton's `timeout`, run the
- * model (which checks limits before allocating), encode, and call
- * job->complete, which hands the response to http.c and resumes the
- * connection.  Every path completes the job exactly once and frees
- * everything it allocated.
- * Threads: submit on an HTTP thread; run/expire on a worker.
+ * The one place that makes and fills a job.  http.c suspends the
+ * connection and calls attn__infer_submit with the request and what
+ * routes.c found (attn_infer_target); the job takes what it needs (it
+ * borrows the body, kept by http.c until the completion) and is pushed
+ * with a deadline of queue_timeout_ms.  A worker then either expires it
+ * (503, nothing computed) or runs it in three stages:
+ *   decode   inflate a compressed body, read KServe v2 JSON/binary or
+ *            /v1/attention JSON;
+ *   model    find the model, honour Triton's `timeout`, run it (the
+ *            model checks limits before allocating);
+ *   encode   write the answer in the request's protocol;
+ * and calls the completion, which hands the answer to http.c and resumes
+ * the connection.  Every path completes the job exactly once and frees
+ * everything it allocated.  The answer's request_id is set only when a v2
+ * body names its own id (http.c then uses it for X-Request-Id and the
+ * access log); otherwise http.c keeps the one it read.
+ * Threads: submit on an HTTP thread; run/expire on a worker (expire also
+ * on the pool's reaper).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,21 +29,30 @@
 #include "attn/limits.h"
 #include "internal.h"
 
-void attn__infer_job_free(attn_infer_job *job) {
-  if (!job) return;
-  free(job->model);
-  free(job->version);
-  free(job);
-}
+/* One inference request on its way through the queue. */
+typedef struct attn_infer_job {
+  attn_job job; /* queue link; first member */
+  attn_srv_ctx *srv;
+  attn_job_proto proto;
+  attn_encoding encoding; /* of body */
+  const char *body;       /* borrowed from the connection */
+  size_t body_len;
+  size_t header_len; /* v2 binary: of the body once inflated */
+  size_t pad;        /* body's offset past a 64-byte boundary (req->pad) */
+  char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL */
+  char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
+  uint64_t start_ns;
+  attn_infer_done done;
+  void *done_arg;
+} attn_infer_job;
 
 static double ms_since(uint64_t t0) {
   return (double)(attn_now_ns() - t0) / 1e6;
 }
 
 static void finish(attn_infer_job *job, attn_http_resp *resp) {
-  attn__copy_str(resp->request_id, sizeof resp->request_id, job->request_id);
-  job->complete(job->complete_arg, resp);
-  attn__infer_job_free(job);
+  job->done(job->done_arg, resp);
+  free(job);
 }
 
 static void job_expire(attn_job *j, uint64_t waited_ns) {
@@ -48,12 +65,6 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
                    "retry later",
                    resp.queue_ms, (long long)job->srv->cfg->queue_timeout_ms);
   finish(job, &resp);
-}
-
-static void error_from(attn_http_resp *resp, attn_status s,
-                       const attn_diag *d) {
-  attn__resp_error(resp, attn__http_status(s), "%s",
-                   d->msg[0] ? d->msg : attn_strerror(s));
 }
 
 /* Threads this request may use in the engine.  A fixed
@@ -70,152 +81,203 @@ static int request_threads(const attn_srv_ctx *s) {
   return t < 1 ? 1 : (int)t;
 }
 
-static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
-  attn_infer_job *job = (attn_infer_job *)j;
-  attn_srv_ctx *s = job->srv;
-  const attn_config *cfg = s->cfg;
-  attn_http_resp resp = {0};
-  attn_infer_request req = {0};
-  attn_infer_response out = {0};
-  attn_v1_info info = {0};
-  attn_diag d = {{0}};
-  attn_buf b;
-  attn_status st;
-  const attn_model *m;
+/* Decode: inflate a compressed body, then read it as the job's protocol
+ * into *req (and *info, /v1's options).  *plain is the inflated body (req
+ * may point into it: free it after req).  0 when *resp holds the error. */
+static int decode(attn_infer_job *job, attn_infer_request *req,
+                  attn_v1_info *info, char **plain, attn_diag *d,
+                  attn_http_resp *resp) {
+  const attn_config *cfg = job->srv->cfg;
   const char *body = job->body;
   size_t body_len = job->body_len;
-  char *plain = NULL; /* the inflated body, when it came compressed */
-  (void)worker;
-
-  attn_buf_init(&b, 0);
-  resp.queue_ms = (double)waited_ns / 1e6;
+  attn_status st;
   if (job->encoding != ATTN_ENC_IDENTITY) {
-    size_t pad = (64 - job->header_len % 64) % 64; /* blobs on a line */
+    /* laid out as http.c lays out the body: the blobs on cache lines */
     st = attn__inflate(job->body, job->body_len, job->encoding,
-                       (size_t)cfg->max_body_bytes, pad, &plain, &body_len,
-                       &d);
+                       (size_t)cfg->max_body_bytes, job->pad, plain, &body_len,
+                       d);
     if (st) {
-      error_from(&resp, st, &d);
-      goto done;
+      attn__resp_status(resp, st, d);
+      return 0;
     }
-    body = plain + pad;
+    body = *plain + job->pad;
     if (job->header_len > body_len) {
-      attn__resp_error(&resp, 400,
+      attn__resp_error(resp, 400,
                        "Inference-Header-Content-Length %zu is outside (0, "
                        "%zu] (the body length after Content-Encoding %s)",
                        job->header_len, body_len,
                        attn__encoding_name(job->encoding));
-      goto done;
+      return 0;
     }
   }
-  attn_codec_limits lim = {.max_tensor_elements =
-                               (size_t)cfg->max_tensor_elements,
-                           .max_inputs = ATTN_MAX_INPUTS,
-                           .max_depth = ATTN_MAX_JSON_DEPTH};
+  attn_codec_limits lim = {
+      .max_tensor_elements = (size_t)cfg->max_tensor_elements,
+      .max_inputs = ATTN_MAX_INPUTS,
+      .max_depth = ATTN_MAX_JSON_DEPTH};
   if (job->proto == ATTN_JOB_V2)
-    st = attn_v2_decode(body, body_len, job->header_len, &lim, &req, &d);
+    st = attn_v2_decode(body, body_len, job->header_len, &lim, req, d);
   else
-    st = attn_v1_decode(body, body_len, &lim, &req, &info, &d);
+    st = attn_v1_decode(body, body_len, &lim, req, info, d);
   if (st) {
-    error_from(&resp, st, &d);
-    goto done;
+    attn__resp_status(resp, st, d);
+    return 0;
   }
-  if (req.id && job->proto == ATTN_JOB_V2)
-    attn__copy_str(job->request_id, sizeof job->request_id, req.id);
+  /* a v2 body's own id names the request from here on */
+  if (req->id && job->proto == ATTN_JOB_V2)
+    attn__copy_str(resp->request_id, sizeof resp->request_id, req->id);
+  return 1;
+}
+
+/* The model the request asks for: the URL's (v2; a Triton client may
+ * repeat it in the body, which must agree) or the body's (/v1, "sdpa" when
+ * it names none).  NULL when *resp holds the error. */
+static const attn_model *find_model(const attn_infer_job *job,
+                                    const attn_infer_request *req,
+                                    attn_http_resp *resp) {
+  const attn_registry *models = job->srv->models;
+  const attn_model *m;
   if (job->proto == ATTN_JOB_V2) {
-    /* Triton clients may repeat model_name / model_version in the body */
-    if ((req.model && strcmp(req.model, job->model) != 0) ||
-        (req.version && job->version && strcmp(req.version, job->version))) {
-      attn__resp_error(&resp, 400,
+    const char *version = job->version[0] ? job->version : NULL;
+    if ((req->model && strcmp(req->model, job->model) != 0) ||
+        (req->version && version && strcmp(req->version, version))) {
+      attn__resp_error(resp, 400,
                        "model_name '%s' (version '%s') in the body does not "
                        "match the URL's '%s' (version '%s')",
-                       req.model ? req.model : job->model,
-                       req.version ? req.version : "-", job->model,
-                       job->version ? job->version : "-");
-      goto done;
+                       req->model ? req->model : job->model,
+                       req->version ? req->version : "-", job->model,
+                       version ? version : "-");
+      return NULL;
     }
-    const char *ver = job->version ? job->version : req.version;
-    m = attn_registry_find(s->models, job->model, ver);
+    const char *ver = version ? version : req->version;
+    m = attn_registry_find(models, job->model, ver);
     if (!m && ver) {
-      attn__resp_error(&resp, 404, "model '%s' has no version '%s'",
-                       job->model, ver);
-      goto done;
+      attn__resp_error(resp, 404, "model '%s' has no version '%s'", job->model,
+                       ver);
+      return NULL;
     }
   } else {
-    m = attn_registry_find(s->models, req.model ? req.model : "sdpa", NULL);
+    m = attn_registry_find(models, req->model ? req->model : "sdpa", NULL);
     if (!m) {
-      attn__resp_error(&resp, 404,
+      attn__resp_error(resp, 404,
                        "model: unknown model '%s' (GET /v1/models lists them)",
-                       req.model ? req.model : "");
-      goto done;
+                       req->model ? req->model : "");
+      return NULL;
     }
   }
-  if (!m) { /* unloaded between routing and now: cannot happen today */
-    attn__resp_error(&resp, 404, "unknown model '%s'", job->model);
-    goto done;
-  }
+  if (!m) /* unloaded between routing and now: cannot happen today */
+    attn__resp_error(resp, 404, "unknown model '%s'", job->model);
+  return m;
+}
+
+/* Model: run m on req into *out within the configured limits, unless the
+ * request waited longer than its own timeout.  Sets resp->compute_ms; 0
+ * when *resp holds the error. */
+static int compute(const attn_infer_job *job, const attn_model *m,
+                   const attn_infer_request *req, uint64_t waited_ns,
+                   attn_infer_response *out, attn_diag *d,
+                   attn_http_resp *resp) {
+  const attn_config *cfg = job->srv->cfg;
   /* Triton's `timeout`: 0 means no timeout (tritonserver.h,
    * TRITONSERVER_InferenceRequestSetTimeoutMicroseconds), and tritonclient
    * sends "timeout": 0 whenever a caller passes timeout=0. */
-  if (req.timeout_us > 0 && waited_ns / 1000 > (uint64_t)req.timeout_us) {
-    attn__resp_error(&resp, 503,
+  if (req->timeout_us > 0 && waited_ns / 1000 > (uint64_t)req->timeout_us) {
+    attn__resp_error(resp, 503,
                      "request waited %.3f ms in the queue, longer than its "
                      "timeout parameter (%lld us)",
-                     resp.queue_ms, (long long)req.timeout_us);
-    goto done;
+                     resp->queue_ms, (long long)req->timeout_us);
+    return 0;
   }
   attn_model_limits ml = {
       .max_seq_len = cfg->max_seq_len,
       .max_tensor_elements = (size_t)cfg->max_tensor_elements,
       .max_weights_elements = (size_t)cfg->max_weights_elements,
       .no_weights_json = cfg->max_weights_elements == 0};
-  attn_exec x = {.threads = request_threads(s)};
+  attn_exec x = {.threads = request_threads(job->srv)};
   uint64_t c0 = attn_now_ns();
-  st = attn_model_infer(m, &req, &ml, &x, &out, &d);
-  resp.compute_ms = ms_since(c0);
+  attn_status st = attn_model_infer(m, req, &ml, &x, out, d);
+  resp->compute_ms = ms_since(c0);
   if (st) {
-    error_from(&resp, st, &d);
-    goto done;
+    attn__resp_status(resp, st, d);
+    return 0;
   }
+  return 1;
+}
+
+/* Encode: out as the job's protocol into *resp (200), or the error. */
+static void encode(const attn_infer_job *job, const attn_infer_response *out,
+                   const attn_infer_request *req, const attn_v1_info *info,
+                   attn_diag *d, attn_http_resp *resp) {
+  attn_buf b;
+  attn_status st;
+  size_t hl = 0;
+  attn_buf_init(&b, 0);
   if (job->proto == ATTN_JOB_V2) {
-    size_t hl = 0;
-    st = attn_v2_encode(&out, &b, &hl, &d);
-    if (st) {
-      error_from(&resp, st, &d);
-      goto done;
-    }
-    attn__resp_json(&resp, 200, &b);
-    if (hl) {
-      resp.header_len = hl;
-      resp.content_type = "application/octet-stream";
-    }
+    st = attn_v2_encode(out, &b, &hl, d);
   } else {
-    attn_v1_timing t = {resp.queue_ms, resp.compute_ms,
-                        (double)(attn_now_ns() - job->start_ns) / 1e6};
-    st = attn_v1_encode(&out, &req, &info, &t, &b, &d);
-    if (st) {
-      error_from(&resp, st, &d);
-      goto done;
-    }
-    attn__resp_json(&resp, 200, &b);
+    attn_v1_timing t = {resp->queue_ms, resp->compute_ms,
+                        ms_since(job->start_ns)};
+    st = attn_v1_encode(out, req, info, &t, &b, d);
   }
-done:
-  free(plain);
+  if (st) {
+    attn__resp_status(resp, st, d);
+  } else {
+    attn__resp_json(resp, 200, &b);
+    if (hl) {
+      resp->header_len = hl;
+      resp->content_type = "application/octet-stream";
+    }
+  }
   attn_buf_free(&b);
+}
+
+static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
+  attn_infer_job *job = (attn_infer_job *)j;
+  attn_http_resp resp = {0};
+  attn_infer_request req = {0};
+  attn_infer_response out = {0};
+  attn_v1_info info = {0};
+  attn_diag d = {{0}};
+  const attn_model *m;
+  char *plain = NULL; /* the inflated body, when it came compressed */
+  (void)worker;
+
+  resp.queue_ms = (double)waited_ns / 1e6;
+  if (decode(job, &req, &info, &plain, &d, &resp) &&
+      (m = find_model(job, &req, &resp)) != NULL &&
+      compute(job, m, &req, waited_ns, &out, &d, &resp))
+    encode(job, &out, &req, &info, &d, &resp);
+  free(plain);
   attn_infer_request_free(&req);
   attn_infer_response_free(&out);
   finish(job, &resp);
 }
 
-bool attn__infer_submit(attn_infer_job *job, attn_http_resp *resp) {
-  attn_srv_ctx *s = job->srv;
-  job->job.run = job_run;
-  job->job.expire = job_expire;
+bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
+                        const attn_infer_target *t, attn_infer_done done,
+                        void *arg, attn_http_resp *resp) {
+  attn_infer_job *job = malloc(sizeof *job);
+  if (!job) {
+    attn__resp_error(resp, 503, "out of memory");
+    return false;
+  }
+  job->job = (attn_job){.run = job_run, .expire = job_expire};
   if (s->cfg->queue_timeout_ms > 0)
     job->job.deadline_ns =
         attn_now_ns() + (uint64_t)s->cfg->queue_timeout_ms * 1000000u;
+  job->srv = s;
+  job->proto = t->proto;
+  job->encoding = t->encoding;
+  job->body = req->body;
+  job->body_len = req->body_len;
+  job->header_len = t->header_len;
+  job->pad = req->pad;
+  attn__copy_str(job->model, sizeof job->model, t->model);
+  attn__copy_str(job->version, sizeof job->version, t->version);
+  job->start_ns = req->start_ns;
+  job->done = done;
+  job->done_arg = arg;
   attn_status st = attn_queue_push(s->queue, &job->job);
-  if (st == ATTN_OK) return true;
+  if (st == ATTN_OK) return true; /* the job is the worker's now */
   if (st == ATTN_EBUSY)
     attn__resp_error(resp, 503,
                      "queue full (%d requests waiting); retry after a moment",
@@ -223,7 +285,6 @@ bool attn__infer_submit(attn_infer_job *job, attn_http_resp *resp) {
   else
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
   resp->retry_after_s = 1;
-  attn__copy_str(resp->request_id, sizeof resp->request_id, job->request_id);
-  attn__infer_job_free(job);
+  free(job);
   return false;
 }

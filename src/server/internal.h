@@ -1,12 +1,25 @@
-/* internal.h - what http.c, routes.c and infer.c share.  Not a public
- * header.
+/* internal.h - what the files of src/server/ share.  Not a public header.
  *
- * http.c turns a libmicrohttpd request into an attn_http_req (plain data:
- * method, path, a few headers, the body) and an attn_http_resp back into a
- * libmicrohttpd response.  routes.c maps one to the other without sockets:
- * it answers at once (health, metadata, errors) or hands back a job that
- * http.c queues after suspending the connection; infer.c runs that job on a
- * worker thread and calls the completion, which resumes the connection. */
+ * A request's way through them, and who calls whom (no two files call
+ * each other; scripts/check-calls.py checks it):
+ *   http.c    libmicrohttpd: reads the headers (Inference-Header-Content-
+ *             Length once, into attn_http_req) and the body, builds an
+ *             attn_http_req, asks routes.c, sends the attn_http_resp.
+ *   routes.c  the route table: answers at once (health, metadata, the
+ *             page via web.c, every refusal) or says which inference to
+ *             run (ATTN_ROUTE_DEFER and an attn_infer_target).
+ *   infer.c   the job: http.c suspends the connection and calls
+ *             attn__infer_submit, which makes the job from the request
+ *             and the target and queues it; a worker runs it (decode,
+ *             model, encode) and calls the completion, which hands the
+ *             answer to http.c and resumes the connection.
+ *   respond.c how an answer is written (JSON, errors, status mapping):
+ *             used by all of the above, calls none of them.
+ *   inflate.c, peers.c, web.c: Content-Encoding, idle connections whose
+ *             client left, the page's files.
+ * Plain data crosses between them (attn_http_req, attn_http_resp,
+ * attn_infer_target), so that routes.c and infer.c run in unit tests
+ * without sockets. */
 #ifndef ATTN_SERVER_INTERNAL_H
 #define ATTN_SERVER_INTERNAL_H
 
@@ -34,8 +47,17 @@ typedef struct attn_http_req {
   const char *path; /* without the query string */
   const char *content_type;     /* NULL when absent */
   const char *content_encoding; /* NULL when absent */
-  const char *header_len;       /* Inference-Header-Content-Length */
-  const char *request_id;       /* X-Request-Id */
+  /* Inference-Header-Content-Length as sent (NULL when absent; messages
+   * quote it), and as http.c read it, once, with attn__header_number:
+   * header_len_ok when it is a number, header_len its value. */
+  const char *header_len_text;
+  bool header_len_ok;
+  uint64_t header_len;
+  /* The body starts pad (< 64) bytes past a 64-byte boundary, so that the
+   * binary blobs after a header_len-byte JSON header lie on cache lines;
+   * an inflated body is laid out the same way. */
+  size_t pad;
+  const char *request_id;       /* X-Request-Id, or "req-N" */
   const char *accept;           /* Accept (web.c: GET / negotiates) */
   const char *if_none_match;    /* If-None-Match (web.c: 304) */
   const char *body;             /* borrowed; freed when the job completes */
@@ -81,44 +103,60 @@ typedef enum {
   ATTN_ENC_DEFLATE
 } attn_encoding;
 
-/* One inference request on its way through the queue.  Created by routes.c,
- * completed exactly once through `complete` (on a worker thread, or on the
- * HTTP thread when the queue refuses it), then freed by the completer. */
-typedef struct attn_infer_job {
-  attn_job job; /* queue link; first member */
-  attn_srv_ctx *srv;
+/* Which inference a request asks for, as routes.c found it (plain data:
+ * infer.c makes the job from it and the request). */
+typedef struct attn_infer_target {
   attn_job_proto proto;
-  char *model, *version; /* v2: from the URL */
-  const char *body;      /* borrowed from the connection; freed by complete */
-  size_t body_len;
-  attn_encoding encoding; /* of body; the worker inflates it first */
-  size_t header_len;     /* v2 binary: Inference-Header-Content-Length (of
-                            the body once inflated) */
-  char request_id[72];
-  uint64_t start_ns;
-  void (*complete)(void *arg, attn_http_resp *resp); /* takes resp's body */
-  void *complete_arg;
-} attn_infer_job;
+  attn_encoding encoding; /* of the body; the worker inflates it first */
+  size_t header_len; /* v2 binary: the JSON header's length, checked against
+                        the body (a compressed body's against the limit:
+                        the worker checks it once inflated); 0: all JSON */
+  char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL; /v1: "" */
+  char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
+} attn_infer_target;
 
-/* routes.c: answer req now (DONE, *resp filled) or return a job to queue
- * (DEFER, *job set, *resp untouched).  HTTP thread; never blocks. */
+/* routes.c: answer req now (DONE, *resp filled) or name the inference to
+ * run (DEFER, *t filled, *resp untouched).  HTTP thread; never blocks. */
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_job **job);
+                            attn_http_resp *resp, attn_infer_target *t);
 
-/* infer.c: queue the job (deadline from queue_timeout_ms).  On a full or
- * closed queue, fills *resp with 503 and frees the job: returns false. */
-bool attn__infer_submit(attn_infer_job *job, attn_http_resp *resp);
-void attn__infer_job_free(attn_infer_job *job);
+/* The job's answer: takes resp's body.  Called exactly once per queued
+ * job, by the worker that ran or expired it, or by the pool's reaper when
+ * it expired waiting. */
+typedef void (*attn_infer_done)(void *arg, attn_http_resp *resp);
 
-/* Fill resp with {"error": msg} and status. */
+/* infer.c: make the job for req (what t names; the job borrows req->body,
+ * which must live until done is called) and queue it with a deadline of
+ * queue_timeout_ms; done(arg, ...) gets the answer.  When it cannot be
+ * queued (queue full or closed, or no memory for the job) *resp is a 503,
+ * done is never called, and false is returned.  HTTP thread. */
+bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
+                        const attn_infer_target *t, attn_infer_done done,
+                        void *arg, attn_http_resp *resp);
+
+/* respond.c: fill an attn_http_resp.  Any thread. */
+struct attn_buf;
+/* A JSON body taken from buf (buf is emptied), with status. */
+void attn__resp_json(attn_http_resp *resp, int status, struct attn_buf *buf);
+/* A JSON body copied from a static string. */
+void attn__resp_static(attn_http_resp *resp, int status, const char *json);
+/* {"error": msg} and status; a 503 also gets Retry-After: 1. */
 void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* Fill resp with a JSON body taken from buf (buf is emptied). */
-struct attn_buf;
-void attn__resp_json(attn_http_resp *resp, int status, struct attn_buf *buf);
+/* The error s (d's message, else attn_strerror) with its HTTP status. */
+void attn__resp_status(attn_http_resp *resp, attn_status s,
+                       const attn_diag *d);
+/* HTTP status for an engine/codec/model status. */
+int attn__http_status(attn_status s);
+
+/* http.c: a header value of digits, with the optional whitespace (space,
+ * tab) HTTP allows around a field value (RFC 9110 5.5): 1 and *out, 2 when
+ * the number is past UINT64_MAX (*out = UINT64_MAX), 0 when the value is
+ * not one (or v is NULL).  Any thread. */
+int attn__header_number(const char *v, uint64_t *out);
 
 /* inflate.c: *out from a Content-Encoding header (NULL: identity); 0 when
  * it is not one of identity, gzip, x-gzip, deflate (case-insensitive). */
@@ -132,9 +170,6 @@ const char *attn__encoding_name(attn_encoding e);
 attn_status attn__inflate(const char *in, size_t n, attn_encoding e,
                           size_t max, size_t pad, char **mem, size_t *len,
                           attn_diag *d);
-
-/* HTTP status for an engine/codec/model status. */
-int attn__http_status(attn_status s);
 
 /* peers.c: closes connections whose client left between requests without
  * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per

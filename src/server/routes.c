@@ -3,9 +3,13 @@
  * DESIGN
  * attn__route maps a plain attn_http_req to a plain attn_http_resp.  Health,
  * metadata and every refusal (404, 405, 413, 415, 503 while draining) are
- * answered here, on the HTTP thread, from read-only state; inference is
- * handed back as a job for http.c to queue.  Nothing here blocks or touches
- * the engine.  Routes:
+ * answered here, on the HTTP thread, from read-only state; an inference
+ * comes back as an attn_infer_target (ATTN_ROUTE_DEFER) for http.c to hand
+ * to infer.c, which makes the job.  Nothing here blocks, allocates a job
+ * or touches the engine.  The routes are one table (`routes` below), tried
+ * in order; a route's methods are checked before its handler runs (405
+ * with Allow otherwise; HEAD is answered as GET, libmicrohttpd leaves the
+ * body out):
  *   GET  /v2/health/live, /v2/health/ready, /v2
  *   GET  /v2/models/{m}[/versions/{v}], .../ready
  *   POST /v2/models/{m}[/versions/{v}]/infer
@@ -14,10 +18,9 @@
  *   GET  /           (a short index of the above; the page, web.c, for a
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
+ * Answers are written with respond.c's helpers.
  */
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn/buf.h"
@@ -26,64 +29,11 @@
 #include "internal.h"
 #include "web.h"
 
-int attn__http_status(attn_status s) {
-  switch (s) {
-    case ATTN_OK:
-      return 200;
-    case ATTN_EINVAL:
-    case ATTN_ESHAPE:
-    case ATTN_ENONFINITE:
-    case ATTN_EPARSE:
-    case ATTN_EUNSUPPORTED:
-      return 400;
-    case ATTN_ENOTFOUND:
-      return 404;
-    case ATTN_ETOOBIG:
-      return 413;
-    case ATTN_EBUSY:
-    case ATTN_ESHUTDOWN:
-    case ATTN_ETIMEDOUT:
-    case ATTN_ENOMEM:
-      return 503;
-    case ATTN_EIO:
-    case ATTN_EINTERNAL:
-      break;
-  }
-  return 500;
-}
-
-void attn__resp_json(attn_http_resp *resp, int status, attn_buf *buf) {
-  resp->status = status;
-  resp->content_type = "application/json";
-  resp->body = attn_buf_steal(buf, &resp->len);
-}
-
-void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  attn_buf b;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  attn_buf_init(&b, 0);
-  if (attn_error_json(&b, msg) != ATTN_OK) {
-    attn_buf_free(&b);
-    resp->status = status;
-    resp->content_type = "application/json";
-    resp->body = NULL;
-    resp->len = 0;
-    return;
-  }
-  attn__resp_json(resp, status, &b);
-  if (status == 503 && resp->retry_after_s == 0) resp->retry_after_s = 1;
-}
-
-static void resp_static(attn_http_resp *resp, int status, const char *json) {
-  attn_buf b;
-  attn_buf_init(&b, 0);
-  attn_buf_puts(&b, json);
-  attn__resp_json(resp, status, &b);
-}
+/* Every handler in the table (`routes` below) answers (fills *resp,
+ * returns ATTN_ROUTE_DONE) or names an inference (fills *t, returns
+ * ATTN_ROUTE_DEFER). */
+typedef attn_route_kind handler(attn_srv_ctx *s, const attn_http_req *req,
+                                attn_http_resp *resp, attn_infer_target *t);
 
 static int method_is(const attn_http_req *r, const char *m) {
   return strcmp(r->method, m) == 0;
@@ -122,9 +72,12 @@ static int content_type_ok(const attn_http_req *req, int binary) {
 #undef CT_IS
 }
 
-static void live(attn_srv_ctx *s, attn_http_resp *resp) {
-  (void)s;
-  resp_static(resp, 200, "{\"live\":true}");
+/* ---- health, metadata, lists -------------------------------------------- */
+
+static attn_route_kind live(attn_srv_ctx *s, const attn_http_req *req,
+                            attn_http_resp *resp, attn_infer_target *t) {
+  attn__resp_static(resp, 200, "{\"live\":true}");
+  return ATTN_ROUTE_DONE;
 }
 
 /* Why readiness is 503, or NULL when ready.  Unready alone is the
@@ -137,7 +90,8 @@ static const char *not_ready(const attn_srv_ctx *s) {
   return NULL;
 }
 
-static void ready(attn_srv_ctx *s, attn_http_resp *resp) {
+static attn_route_kind ready(attn_srv_ctx *s, const attn_http_req *req,
+                             attn_http_resp *resp, attn_infer_target *t) {
   const char *why = not_ready(s);
   if (why) {
     attn_buf b;
@@ -148,16 +102,21 @@ static void ready(attn_srv_ctx *s, attn_http_resp *resp) {
     attn__resp_json(resp, 503, &b);
     resp->retry_after_s = 1;
   } else {
-    resp_static(resp, 200, "{\"ready\":true}");
+    attn__resp_static(resp, 200, "{\"ready\":true}");
   }
+  return ATTN_ROUTE_DONE;
 }
 
-static void server_metadata(attn_http_resp *resp) {
+static attn_route_kind server_metadata(attn_srv_ctx *s,
+                                       const attn_http_req *req,
+                                       attn_http_resp *resp,
+                                       attn_infer_target *t) {
   static const char *const ext[] = {"binary_tensor_data"};
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_v2_encode_server_metadata(&b, "attnd", ATTN_VERSION, ext, 1);
   attn__resp_json(resp, 200, &b);
+  return ATTN_ROUTE_DONE;
 }
 
 /* Model metadata in KServe form, from the registry's io tables. */
@@ -191,7 +150,25 @@ static void model_metadata(const attn_model *m, attn_http_resp *resp) {
   attn__resp_json(resp, 200, &b);
 }
 
-static void model_list(attn_srv_ctx *s, attn_http_resp *resp) {
+/* A model's readiness: the server's, under the model's name. */
+static void model_ready(const attn_srv_ctx *s, const attn_model *m,
+                        attn_http_resp *resp) {
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  attn_buf_puts(&b, "{\"name\":");
+  attn_buf_json_string(&b, attn_model_name(m));
+  const char *why = not_ready(s);
+  attn_buf_printf(&b, ",\"ready\":%s", why ? "false" : "true");
+  if (why) {
+    attn_buf_puts(&b, ",\"error\":");
+    attn_buf_json_string(&b, why);
+  }
+  attn_buf_puts(&b, "}");
+  attn__resp_json(resp, why ? 503 : 200, &b);
+}
+
+static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
+                                  attn_http_resp *resp, attn_infer_target *t) {
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_buf_puts(&b, "{\"models\":[");
@@ -221,9 +198,13 @@ static void model_list(attn_srv_ctx *s, attn_http_resp *resp) {
   }
   attn_buf_puts(&b, "]}");
   attn__resp_json(resp, 200, &b);
+  return ATTN_ROUTE_DONE;
 }
 
-static void index_page(attn_http_resp *resp) {
+/* GET /: the page (web.c) for a browser, else a short JSON index. */
+static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
+                            attn_http_resp *resp, attn_infer_target *t) {
+  if (attn__web_root(req, resp)) return ATTN_ROUTE_DONE;
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_buf_printf(&b,
@@ -235,62 +216,19 @@ static void index_page(attn_http_resp *resp) {
                   "\"POST /v2/models/{model}/infer\",\"GET /ui/\"]}",
                   ATTN_VERSION);
   attn__resp_json(resp, 200, &b);
+  return ATTN_ROUTE_DONE;
 }
 
-/* Split "/v2/models/{m}[/versions/{v}][/tail]" in place-free fashion.
- * Returns 0 when the path does not have that form. */
-typedef struct model_path {
-  char model[ATTN_MAX_NAME_LEN + 1];
-  char version[ATTN_MAX_NAME_LEN + 1];
-  int has_version;
-  const char *tail; /* "", "/ready", "/infer", or anything else */
-} model_path;
-
-static int copy_segment(const char *p, size_t n, char *out, size_t cap) {
-  if (n == 0 || n >= cap) return 0;
-  memcpy(out, p, n);
-  out[n] = '\0';
-  return 1;
+/* GET /ui, /ui/{file}: the page's files (web.c). */
+static attn_route_kind web_file(attn_srv_ctx *s, const attn_http_req *req,
+                                attn_http_resp *resp, attn_infer_target *t) {
+  if (!attn__web_file(req, resp))
+    attn__resp_error(resp, 404, "no file %s (the page is at / and /ui/)",
+                     req->path);
+  return ATTN_ROUTE_DONE;
 }
 
-static int parse_model_path(const char *path, model_path *mp) {
-  const char *p = path + strlen("/v2/models/");
-  size_t n = strcspn(p, "/");
-  memset(mp, 0, sizeof *mp);
-  if (!copy_segment(p, n, mp->model, sizeof mp->model)) return 0;
-  p += n;
-  if (strncmp(p, "/versions/", 10) == 0) {
-    p += 10;
-    n = strcspn(p, "/");
-    if (!copy_segment(p, n, mp->version, sizeof mp->version)) return 0;
-    mp->has_version = 1;
-    p += n;
-  }
-  mp->tail = p;
-  return 1;
-}
-
-static attn_infer_job *new_job(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_job_proto proto, attn_encoding enc,
-                               const model_path *mp) {
-  attn_infer_job *j = calloc(1, sizeof *j);
-  if (!j) return NULL;
-  j->srv = s;
-  j->proto = proto;
-  j->body = req->body;
-  j->body_len = req->body_len;
-  j->encoding = enc;
-  j->start_ns = req->start_ns;
-  if (mp) {
-    j->model = strdup(mp->model);
-    j->version = mp->has_version ? strdup(mp->version) : NULL;
-    if (!j->model || (mp->has_version && !j->version)) {
-      attn__infer_job_free(j);
-      return NULL;
-    }
-  }
-  return j;
-}
+/* ---- inference ---------------------------------------------------------- */
 
 /* Checks shared by both infer endpoints; 0 when resp was filled, else 1
  * with *enc the body's Content-Encoding. */
@@ -325,150 +263,184 @@ static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
   return 1;
 }
 
-/* Inference-Header-Content-Length: digits, with the optional whitespace
- * (space, tab) that HTTP allows around a field value (RFC 9110 5.5). */
-static int parse_header_len(const char *s, size_t body_len, size_t *out,
-                            attn_http_resp *resp) {
-  char *end;
-  unsigned long long v;
+/* Inference-Header-Content-Length (read by http.c) against the body: 1
+ * and *out (0 when absent), or 0 when resp was filled.  A compressed
+ * body's header length counts inflated bytes: only the limit is known
+ * here (max); the worker checks it against the body. */
+static int header_len_ok(const attn_http_req *req, size_t max, size_t *out,
+                         attn_http_resp *resp) {
   *out = 0;
-  if (!s) return 1;
-  const char *p = s;
-  while (*p == ' ' || *p == '\t') p++;
-  if (*p < '0' || *p > '9') goto bad;
-  v = strtoull(p, &end, 10);
-  while (*end == ' ' || *end == '\t') end++;
-  if (*end != '\0') goto bad;
-  if (v == 0 || v > body_len) {
+  if (!req->header_len_text) return 1;
+  if (!req->header_len_ok) {
+    attn__resp_error(resp, 400,
+                     "Inference-Header-Content-Length '%s' is not a number",
+                     req->header_len_text);
+    return 0;
+  }
+  if (req->header_len == 0 || req->header_len > max) {
     attn__resp_error(resp, 400,
                      "Inference-Header-Content-Length %s is outside (0, %zu] "
                      "(the body length)",
-                     s, body_len);
+                     req->header_len_text, max);
     return 0;
   }
-  *out = (size_t)v;
+  *out = (size_t)req->header_len;
   return 1;
-bad:
-  attn__resp_error(resp, 400,
-                   "Inference-Header-Content-Length '%s' is not a number", s);
+}
+
+static attn_route_kind infer_v1(attn_srv_ctx *s, const attn_http_req *req,
+                                attn_http_resp *resp, attn_infer_target *t) {
+  if (!infer_preconditions(s, req, resp, 0, &t->encoding))
+    return ATTN_ROUTE_DONE;
+  t->proto = ATTN_JOB_V1;
+  t->header_len = 0;
+  t->model[0] = t->version[0] = '\0';
+  return ATTN_ROUTE_DEFER;
+}
+
+/* POST /v2/models/{m}[/versions/{v}]/infer, t->model and t->version
+ * filled in. */
+static attn_route_kind infer_v2(attn_srv_ctx *s, const attn_http_req *req,
+                                attn_http_resp *resp, attn_infer_target *t) {
+  if (!infer_preconditions(s, req, resp, 1, &t->encoding) ||
+      !header_len_ok(req,
+                     t->encoding == ATTN_ENC_IDENTITY
+                         ? req->body_len
+                         : (size_t)s->cfg->max_body_bytes,
+                     &t->header_len, resp))
+    return ATTN_ROUTE_DONE;
+  t->proto = ATTN_JOB_V2;
+  return ATTN_ROUTE_DEFER;
+}
+
+/* ---- /v2/models/{m}[/versions/{v}][/ready|/infer] ----------------------- */
+
+static int copy_segment(const char *p, size_t n, char *out, size_t cap) {
+  if (n == 0 || n >= cap) return 0;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  return 1;
+}
+
+/* Split "/v2/models/{m}[/versions/{v}][/tail]" into t->model, t->version
+ * ("" when absent) and *tail ("", "/ready", "/infer" or anything else).
+ * Returns 0 when the path does not have that form. */
+static int parse_model_path(const char *path, attn_infer_target *t,
+                            const char **tail) {
+  const char *p = path + strlen("/v2/models/");
+  size_t n = strcspn(p, "/");
+  t->version[0] = '\0';
+  if (!copy_segment(p, n, t->model, sizeof t->model)) return 0;
+  p += n;
+  if (strncmp(p, "/versions/", 10) == 0) {
+    p += 10;
+    n = strcspn(p, "/");
+    if (!copy_segment(p, n, t->version, sizeof t->version)) return 0;
+    p += n;
+  }
+  *tail = p;
+  return 1;
+}
+
+static attn_route_kind model_routes(attn_srv_ctx *s, const attn_http_req *req,
+                                    attn_http_resp *resp,
+                                    attn_infer_target *t) {
+  const char *tail;
+  if (!parse_model_path(req->path, t, &tail)) {
+    attn__resp_error(resp, 404, "no route for %s", req->path);
+    return ATTN_ROUTE_DONE;
+  }
+  int is_infer = strcmp(tail, "/infer") == 0;
+  int is_ready = strcmp(tail, "/ready") == 0;
+  if (!is_infer && !is_ready && strcmp(tail, "") != 0 &&
+      strcmp(tail, "/") != 0) {
+    attn__resp_error(resp, 404, "no route for %s", req->path);
+    return ATTN_ROUTE_DONE;
+  }
+  if (is_infer && !method_is(req, "POST"))
+    return wrong_method(resp, req, "POST");
+  if (!is_infer && !is_get(req)) return wrong_method(resp, req, "GET, HEAD");
+  const char *version = t->version[0] ? t->version : NULL;
+  const attn_model *m = attn_registry_find(s->models, t->model, version);
+  if (!m) {
+    if (version && attn_registry_find(s->models, t->model, NULL))
+      attn__resp_error(resp, 404, "model '%s' has no version '%s'", t->model,
+                       version);
+    else
+      attn__resp_error(resp, 404,
+                       "unknown model '%s' (GET /v1/models lists them)",
+                       t->model);
+    return ATTN_ROUTE_DONE;
+  }
+  if (is_infer) return infer_v2(s, req, resp, t);
+  if (is_ready)
+    model_ready(s, m, resp);
+  else
+    model_metadata(m, resp);
+  return ATTN_ROUTE_DONE;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+typedef enum {
+  EXACT,  /* the path itself */
+  FOLDER, /* the path, or the path followed by "/" and anything */
+  PREFIX  /* any path that begins with it */
+} match_kind;
+
+typedef enum {
+  GET,        /* GET and HEAD */
+  POST,       /* POST */
+  BY_HANDLER, /* the handler checks (methods differ below the path) */
+} route_methods;
+
+typedef struct route {
+  const char *path;
+  match_kind match;
+  route_methods methods;
+  handler *handle;
+} route;
+
+/* Tried in order; the first whose path matches answers. */
+static const route routes[] = {
+    {"/v2/health/live", EXACT, GET, live},
+    {"/v2/health/ready", EXACT, GET, ready},
+    {"/v2", EXACT, GET, server_metadata},
+    {"/v2/", EXACT, GET, server_metadata},
+    {"/", EXACT, GET, root},
+    {"/ui", FOLDER, GET, web_file},
+    {"/v1/models", EXACT, GET, model_list},
+    {"/v1/attention", EXACT, POST, infer_v1},
+    {"/v2/models/", PREFIX, BY_HANDLER, model_routes},
+};
+
+static int matches(const route *r, const char *path) {
+  size_t n;
+  switch (r->match) {
+    case EXACT:
+      return strcmp(path, r->path) == 0;
+    case FOLDER:
+      n = strlen(r->path);
+      return strncmp(path, r->path, n) == 0 &&
+             (path[n] == '\0' || path[n] == '/');
+    case PREFIX:
+      return strncmp(path, r->path, strlen(r->path)) == 0;
+  }
   return 0;
 }
 
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_job **job) {
-  const char *path = req->path;
-  *job = NULL;
-  if (strcmp(path, "/v2/health/live") == 0) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    live(s, resp);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strcmp(path, "/v2/health/ready") == 0) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    ready(s, resp);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strcmp(path, "/v2") == 0 || strcmp(path, "/v2/") == 0) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    server_metadata(resp);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strcmp(path, "/") == 0) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    if (!attn__web_root(req, resp)) index_page(resp);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strncmp(path, "/ui", 3) == 0 && (path[3] == '\0' || path[3] == '/')) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    if (!attn__web_file(req, resp))
-      attn__resp_error(resp, 404, "no file %s (the page is at / and /ui/)",
-                       path);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strcmp(path, "/v1/models") == 0) {
-    if (!is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-    model_list(s, resp);
-    return ATTN_ROUTE_DONE;
-  }
-  if (strcmp(path, "/v1/attention") == 0) {
-    if (!method_is(req, "POST")) return wrong_method(resp, req, "POST");
-    attn_encoding enc;
-    if (!infer_preconditions(s, req, resp, 0, &enc)) return ATTN_ROUTE_DONE;
-    *job = new_job(s, req, ATTN_JOB_V1, enc, NULL);
-    if (!*job) {
-      attn__resp_error(resp, 503, "out of memory");
-      return ATTN_ROUTE_DONE;
-    }
-    return ATTN_ROUTE_DEFER;
-  }
-  if (strncmp(path, "/v2/models/", 11) == 0) {
-    model_path mp;
-    if (!parse_model_path(path, &mp)) {
-      attn__resp_error(resp, 404, "no route for %s", path);
-      return ATTN_ROUTE_DONE;
-    }
-    const char *tail = mp.tail;
-    int is_infer = strcmp(tail, "/infer") == 0;
-    if (!is_infer && strcmp(tail, "/ready") != 0 && strcmp(tail, "") != 0 &&
-        strcmp(tail, "/") != 0) {
-      attn__resp_error(resp, 404, "no route for %s", path);
-      return ATTN_ROUTE_DONE;
-    }
-    if (is_infer && !method_is(req, "POST"))
-      return wrong_method(resp, req, "POST");
-    if (!is_infer && !is_get(req))
+                            attn_http_resp *resp, attn_infer_target *t) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    const route *r = &routes[i];
+    if (!matches(r, req->path)) continue;
+    if (r->methods == GET && !is_get(req))
       return wrong_method(resp, req, "GET, HEAD");
-    const attn_model *m = attn_registry_find(
-        s->models, mp.model, mp.has_version ? mp.version : NULL);
-    if (!m) {
-      if (mp.has_version && attn_registry_find(s->models, mp.model, NULL))
-        attn__resp_error(resp, 404, "model '%s' has no version '%s'",
-                         mp.model, mp.version);
-      else
-        attn__resp_error(resp, 404,
-                         "unknown model '%s' (GET /v1/models lists them)",
-                         mp.model);
-      return ATTN_ROUTE_DONE;
-    }
-    if (strcmp(tail, "/ready") == 0) {
-      attn_buf b;
-      attn_buf_init(&b, 0);
-      attn_buf_puts(&b, "{\"name\":");
-      attn_buf_json_string(&b, attn_model_name(m));
-      const char *why = not_ready(s);
-      attn_buf_printf(&b, ",\"ready\":%s", why ? "false" : "true");
-      if (why) {
-        attn_buf_puts(&b, ",\"error\":");
-        attn_buf_json_string(&b, why);
-      }
-      attn_buf_puts(&b, "}");
-      attn__resp_json(resp, why ? 503 : 200, &b);
-      return ATTN_ROUTE_DONE;
-    }
-    if (!is_infer) {
-      model_metadata(m, resp);
-      return ATTN_ROUTE_DONE;
-    }
-    /* A compressed body's header length counts inflated bytes: only the
-     * limit is known here; the worker checks it against the body. */
-    attn_encoding enc;
-    size_t hl;
-    if (!infer_preconditions(s, req, resp, 1, &enc) ||
-        !parse_header_len(req->header_len,
-                          enc == ATTN_ENC_IDENTITY
-                              ? req->body_len
-                              : (size_t)s->cfg->max_body_bytes,
-                          &hl, resp))
-      return ATTN_ROUTE_DONE;
-    *job = new_job(s, req, ATTN_JOB_V2, enc, &mp);
-    if (!*job) {
-      attn__resp_error(resp, 503, "out of memory");
-      return ATTN_ROUTE_DONE;
-    }
-    (*job)->header_len = hl;
-    return ATTN_ROUTE_DEFER;
+    if (r->methods == POST && !method_is(req, "POST"))
+      return wrong_method(resp, req, "POST");
+    return r->handle(s, req, resp, t);
   }
   attn__resp_error(resp, 404, "no route for %s %s (GET / lists the endpoints)",
-                   req->method, path);
+                   req->method, req->path);
   return ATTN_ROUTE_DONE;
 }

@@ -1,0 +1,83 @@
+/* respond.c - filling an attn_http_resp: JSON bodies, {"error": ...}
+ * answers, and the HTTP status of every attn_status.
+ *
+ * DESIGN
+ * The one place that decides what an answer looks like, so that routes.c
+ * (answers on the HTTP thread), infer.c (answers on a worker) and http.c
+ * (refusals before routing) write them alike and call no one but this
+ * file for it.  It calls nothing of the server's: any file may use it and
+ * no loop can go through it.  Every function only fills the attn_http_resp
+ * it is given (its body malloc'd, for http.c to send and free); any
+ * thread.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "attn/buf.h"
+#include "attn/codec.h"
+#include "internal.h"
+
+int attn__http_status(attn_status s) {
+  switch (s) {
+    case ATTN_OK:
+      return 200;
+    case ATTN_EINVAL:
+    case ATTN_ESHAPE:
+    case ATTN_ENONFINITE:
+    case ATTN_EPARSE:
+    case ATTN_EUNSUPPORTED:
+      return 400;
+    case ATTN_ENOTFOUND:
+      return 404;
+    case ATTN_ETOOBIG:
+      return 413;
+    case ATTN_EBUSY:
+    case ATTN_ESHUTDOWN:
+    case ATTN_ETIMEDOUT:
+    case ATTN_ENOMEM:
+      return 503;
+    case ATTN_EIO:
+    case ATTN_EINTERNAL:
+      break;
+  }
+  return 500;
+}
+
+void attn__resp_json(attn_http_resp *resp, int status, attn_buf *buf) {
+  resp->status = status;
+  resp->content_type = "application/json";
+  resp->body = attn_buf_steal(buf, &resp->len);
+}
+
+void attn__resp_static(attn_http_resp *resp, int status, const char *json) {
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  attn_buf_puts(&b, json);
+  attn__resp_json(resp, status, &b);
+}
+
+void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  attn_buf b;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  attn_buf_init(&b, 0);
+  if (attn_error_json(&b, msg) != ATTN_OK) {
+    attn_buf_free(&b);
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = NULL;
+    resp->len = 0;
+    return;
+  }
+  attn__resp_json(resp, status, &b);
+  if (status == 503 && resp->retry_after_s == 0) resp->retry_after_s = 1;
+}
+
+void attn__resp_status(attn_http_resp *resp, attn_status s,
+                       const attn_diag *d) {
+  attn__resp_error(resp, attn__http_status(s), "%s",
+                   d->msg[0] ? d->msg : attn_strerror(s));
+}
