@@ -22,6 +22,10 @@
  *  - The output block is 64-byte aligned and the body starts `pad` bytes
  *    in, as http.c lays out uncompressed bodies, so binary tensors after the
  *    JSON header can be used where they lie.
+ * attn__inflate is its stages over one `stream`: open, then room / step
+ * until the end (next_member for another gzip member), stream_error for
+ * any other result, finish; a deflate body without its zlib header is
+ * read a second time as raw deflate.
  * Thread-safe: no state outside the call.
  */
 #include <stdint.h>
@@ -67,121 +71,189 @@ static char *grow(const char *old_body, size_t keep, size_t pad, size_t cap) {
   return nb;
 }
 
-static attn_status fail(z_stream *z, char *mem, attn_status s) {
-  inflateEnd(z);
-  free(mem);
-  return s;
+/* One pass over the input: attn__inflate's stages (stream_open, stream_room,
+ * stream_step, next_member, stream_error, stream_finish) share it. */
+typedef struct stream {
+  z_stream z;
+  attn_encoding e;
+  const char *name; /* of e, for messages */
+  int raw;          /* deflate read as a raw RFC 1951 stream */
+  int retry_raw;    /* set: no zlib header, read it again as raw */
+  const char *in;
+  size_t n, fed; /* input bytes, and those handed to zlib so far */
+  size_t base;   /* input bytes of the gzip members before this one */
+  char *m;       /* the output block; the body from m + pad */
+  size_t pad, cap, have, max;
+} stream;
+
+static attn_status fail(stream *s, attn_status st) {
+  inflateEnd(&s->z);
+  free(s->m);
+  s->m = NULL;
+  return st;
 }
 
-attn_status attn__inflate(const char *in, size_t n, attn_encoding e,
-                          size_t max, size_t pad, char **mem, size_t *len,
-                          attn_diag *d) {
-  const char *name = attn__encoding_name(e);
-  int raw = 0;
-  *mem = NULL;
-  *len = 0;
-  if (pad > 63) pad = 63;
-retry:;
-  z_stream z;
-  memset(&z, 0, sizeof z);
+/* Start zlib for the encoding and the first output block: 4x the input,
+ * at least 64 KiB, at most max. */
+static attn_status stream_open(stream *s, attn_diag *d) {
+  memset(&s->z, 0, sizeof s->z);
+  s->fed = s->base = s->have = 0;
+  s->m = NULL;
   /* gzip: 16 + 15 (gzip wrapper); deflate: 15 (zlib), -15 (raw) */
-  int wbits =
-      e == ATTN_ENC_GZIP ? 16 + MAX_WBITS : raw ? -MAX_WBITS : MAX_WBITS;
-  if (inflateInit2(&z, wbits) != Z_OK)
+  int wbits = s->e == ATTN_ENC_GZIP ? 16 + MAX_WBITS
+              : s->raw              ? -MAX_WBITS
+                                    : MAX_WBITS;
+  if (inflateInit2(&s->z, wbits) != Z_OK)
     return attn_diag_set(d, ATTN_ENOMEM, "out of memory inflating the body");
-  size_t cap = n > max / 4 ? max : n * 4;
-  if (cap < 65536) cap = max < 65536 ? max : 65536;
-  char *m = grow(NULL, 0, pad, cap);
-  if (!m)
-    return fail(&z, NULL, attn_diag_set(d, ATTN_ENOMEM,
-                                        "out of memory inflating the body"));
-  size_t have = 0, fed = 0;
-  size_t base = 0; /* input bytes of the gzip members before this one */
-  for (;;) {
-    if (z.avail_in == 0 && fed < n) { /* zlib counts in uInt */
-      size_t chunk = n - fed < (size_t)UINT32_MAX ? n - fed : UINT32_MAX;
-      z.next_in = (Bytef *)(uintptr_t)(in + fed);
-      z.avail_in = (uInt)chunk;
-      fed += chunk;
-    }
-    if (have == cap && cap < max) {
-      size_t ncap = cap > max / 2 ? max : cap * 2;
-      char *nm = grow(m + pad, have, pad, ncap);
-      if (!nm)
-        return fail(&z, m, attn_diag_set(d, ATTN_ENOMEM,
-                                         "out of memory inflating the body "
-                                         "(%zu bytes so far)",
-                                         have));
-      free(m);
-      m = nm;
-      cap = ncap;
-    }
-    /* At the limit, a 1-byte probe tells a stream that ends exactly there
-     * from one that would go past it. */
-    unsigned char probe;
-    int probing = have == cap;
-    size_t room = probing ? 1
-                  : cap - have < (size_t)UINT32_MAX ? cap - have
-                                                    : UINT32_MAX;
-    z.next_out = probing ? &probe : (Bytef *)(m + pad + have);
-    z.avail_out = (uInt)room;
-    int r = inflate(&z, Z_NO_FLUSH);
-    size_t produced = room - z.avail_out;
-    if (probing && produced)
-      return fail(&z, m, attn_diag_set(d, ATTN_ETOOBIG,
-                                       "Content-Encoding %s: the body "
-                                       "inflates to more than "
-                                       "max_body_bytes=%zu bytes",
-                                       name, max));
-    if (!probing) have += produced;
-    if (r == Z_STREAM_END) {
-      /* another gzip member follows (its magic bytes): go on with it */
-      size_t at = fed - z.avail_in;
-      if (e != ATTN_ENC_GZIP || n - at < 2 || (unsigned char)in[at] != 0x1f ||
-          (unsigned char)in[at + 1] != 0x8b)
-        break;
-      base = at;
-      if (inflateReset(&z) != Z_OK)
-        return fail(
-            &z, m,
-            attn_diag_set(d, ATTN_ENOMEM, "out of memory inflating the body"));
-      continue;
-    }
-    if (r == Z_OK) continue;
-    if (r == Z_BUF_ERROR && z.avail_out == 0) continue; /* needs room */
-    if (r == Z_BUF_ERROR && z.avail_in == 0 && fed >= n)
-      return fail(&z, m, attn_diag_set(d, ATTN_EPARSE,
-                                       "Content-Encoding %s: the body ends "
-                                       "inside the compressed stream (%zu "
-                                       "bytes)",
-                                       name, n));
-    if (r == Z_MEM_ERROR)
-      return fail(&z, m, attn_diag_set(d, ATTN_ENOMEM,
-                                       "out of memory inflating the body"));
-    if (r == Z_DATA_ERROR && e == ATTN_ENC_DEFLATE && !raw &&
-        z.total_out == 0) { /* no zlib header: try raw deflate */
-      inflateEnd(&z);
-      free(m);
-      raw = 1;
-      goto retry;
-    }
-    return fail(&z, m,
-                attn_diag_set(d, ATTN_EPARSE,
-                              "Content-Encoding %s: corrupt data near "
-                              "byte %lu of the body (%s)",
-                              name, (unsigned long)(base + z.total_in),
-                              z.msg ? z.msg : "invalid stream"));
+  s->cap = s->n > s->max / 4 ? s->max : s->n * 4;
+  if (s->cap < 65536) s->cap = s->max < 65536 ? s->max : 65536;
+  s->m = grow(NULL, 0, s->pad, s->cap);
+  if (!s->m)
+    return fail(
+        s, attn_diag_set(d, ATTN_ENOMEM, "out of memory inflating the body"));
+  return ATTN_OK;
+}
+
+/* Hand zlib more input when it has used what it had, and double the
+ * output block (up to max) when it is full. */
+static attn_status stream_room(stream *s, attn_diag *d) {
+  if (s->z.avail_in == 0 && s->fed < s->n) { /* zlib counts in uInt */
+    size_t chunk =
+        s->n - s->fed < (size_t)UINT32_MAX ? s->n - s->fed : UINT32_MAX;
+    s->z.next_in = (Bytef *)(uintptr_t)(s->in + s->fed);
+    s->z.avail_in = (uInt)chunk;
+    s->fed += chunk;
   }
-  size_t used = fed - z.avail_in;
-  inflateEnd(&z);
-  if (used != n) {
-    free(m);
+  if (s->have == s->cap && s->cap < s->max) {
+    size_t ncap = s->cap > s->max / 2 ? s->max : s->cap * 2;
+    char *nm = grow(s->m + s->pad, s->have, s->pad, ncap);
+    if (!nm)
+      return fail(s, attn_diag_set(d, ATTN_ENOMEM,
+                                   "out of memory inflating the body "
+                                   "(%zu bytes so far)",
+                                   s->have));
+    free(s->m);
+    s->m = nm;
+    s->cap = ncap;
+  }
+  return ATTN_OK;
+}
+
+/* One inflate() call into the room left; zlib's result.  At the limit, a
+ * 1-byte probe tells a stream that ends exactly there from one that would
+ * go past it: *over is set when it would. */
+static int stream_step(stream *s, int *over) {
+  unsigned char probe;
+  int probing = s->have == s->cap;
+  size_t n = probing                                 ? 1
+             : s->cap - s->have < (size_t)UINT32_MAX ? s->cap - s->have
+                                                     : UINT32_MAX;
+  s->z.next_out = probing ? &probe : (Bytef *)(s->m + s->pad + s->have);
+  s->z.avail_out = (uInt)n;
+  int r = inflate(&s->z, Z_NO_FLUSH);
+  size_t produced = n - s->z.avail_out;
+  *over = probing && produced;
+  if (!probing) s->have += produced;
+  return r;
+}
+
+/* At the end of a stream: 1 when another gzip member follows (its magic
+ * bytes), to be read as part of the same body. */
+static int next_member(stream *s) {
+  size_t at = s->fed - s->z.avail_in;
+  if (s->e != ATTN_ENC_GZIP || s->n - at < 2 ||
+      (unsigned char)s->in[at] != 0x1f || (unsigned char)s->in[at + 1] != 0x8b)
+    return 0;
+  s->base = at;
+  return 1;
+}
+
+/* What zlib's result r (neither progress nor the end) means: a truncated
+ * or corrupt stream, no memory, or a deflate body without the zlib header
+ * (s->retry_raw: read it again as raw deflate).  Frees the stream. */
+static attn_status stream_error(stream *s, int r, attn_diag *d) {
+  if (r == Z_BUF_ERROR && s->z.avail_in == 0 && s->fed >= s->n)
+    return fail(s, attn_diag_set(d, ATTN_EPARSE,
+                                 "Content-Encoding %s: the body ends "
+                                 "inside the compressed stream (%zu "
+                                 "bytes)",
+                                 s->name, s->n));
+  if (r == Z_MEM_ERROR)
+    return fail(
+        s, attn_diag_set(d, ATTN_ENOMEM, "out of memory inflating the body"));
+  if (r == Z_DATA_ERROR && s->e == ATTN_ENC_DEFLATE && !s->raw &&
+      s->z.total_out == 0) { /* no zlib header: try raw deflate */
+    s->retry_raw = 1;
+    return fail(s, ATTN_EPARSE);
+  }
+  return fail(s,
+              attn_diag_set(d, ATTN_EPARSE,
+                            "Content-Encoding %s: corrupt data near "
+                            "byte %lu of the body (%s)",
+                            s->name, (unsigned long)(s->base + s->z.total_in),
+                            s->z.msg ? s->z.msg : "invalid stream"));
+}
+
+/* The stream has ended: every input byte must have been part of it. */
+static attn_status stream_finish(stream *s, attn_diag *d) {
+  size_t used = s->fed - s->z.avail_in;
+  inflateEnd(&s->z);
+  if (used != s->n) {
+    free(s->m);
+    s->m = NULL;
     return attn_diag_set(d, ATTN_EPARSE,
                          "Content-Encoding %s: %zu bytes after the end of the "
                          "compressed stream (at byte %zu)",
-                         name, n - used, used);
+                         s->name, s->n - used, used);
   }
-  *mem = m;
-  *len = have;
+  return ATTN_OK;
+}
+
+/* The whole input through zlib once (as s->raw says). */
+static attn_status inflate_all(stream *s, attn_diag *d) {
+  attn_status st = stream_open(s, d);
+  if (st != ATTN_OK) return st;
+  for (;;) {
+    if ((st = stream_room(s, d)) != ATTN_OK) return st;
+    int over;
+    int r = stream_step(s, &over);
+    if (over)
+      return fail(s, attn_diag_set(d, ATTN_ETOOBIG,
+                                   "Content-Encoding %s: the body inflates "
+                                   "to more than max_body_bytes=%zu bytes",
+                                   s->name, s->max));
+    if (r == Z_STREAM_END) {
+      if (!next_member(s)) break;
+      if (inflateReset(&s->z) != Z_OK)
+        return fail(s, attn_diag_set(d, ATTN_ENOMEM,
+                                     "out of memory inflating the body"));
+      continue;
+    }
+    if (r == Z_OK) continue;
+    if (r == Z_BUF_ERROR && s->z.avail_out == 0) continue; /* needs room */
+    return stream_error(s, r, d);
+  }
+  return stream_finish(s, d);
+}
+
+attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
+                          size_t pad, char **mem, size_t *len, attn_diag *d) {
+  stream s = {.e = e,
+              .name = attn__encoding_name(e),
+              .in = in,
+              .n = n,
+              .pad = pad > 63 ? 63 : pad,
+              .max = max};
+  *mem = NULL;
+  *len = 0;
+  attn_status st = inflate_all(&s, d);
+  if (s.retry_raw) {
+    s.raw = 1;
+    s.retry_raw = 0;
+    st = inflate_all(&s, d);
+  }
+  if (st != ATTN_OK) return st;
+  *mem = s.m;
+  *len = s.have;
   return ATTN_OK;
 }
