@@ -22,10 +22,10 @@
  *  - The output block is 64-byte aligned and the body starts `pad` bytes
  *    in, as http.c lays out uncompressed bodies, so binary tensors after the
  *    JSON header can be used where they lie.
- * attn__inflate is its stages over one `stream`: open, then room / step
- * until the end (next_member for another gzip member), stream_error for
- * any other result, finish; a deflate body without its zlib header is
- * read a second time as raw deflate.
+ * attn__inflate is its stages over one `stream`: stream_open, then
+ * stream_room and stream_step until the end (next_member for another gzip
+ * member), stream_error for any other result, stream_finish; a deflate
+ * body without its zlib header is read a second time as raw deflate.
  * Thread-safe: no state outside the call.
  */
 #include <stdint.h>
