@@ -537,15 +537,15 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
     for (int64_t r0 = 0; r0 < m; r0 += step) {
       int64_t r1 = r0 + step < m ? r0 + step : m;
       int64_t w = row_end(c, b, i0 + r1 - 1);
-      int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0));
+      int64_t jv = row_vbeg(c, b, i0 + r0), j0 = panel_floor(jv);
       if (w > j0)
         scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld,
                S + r0 * Lk + j0, Lk);
       for (int64_t r = r0; r < r1; r++) {
         int64_t i = i0 + r, e = row_end(c, b, i), v0 = row_vbeg(c, b, i);
         float *row = S + r * Lk;
-        /* left of the band: zeros (P V reads from j0; weights from 0) */
-        int64_t z0 = per_head ? 0 : j0;
+        /* left of the band: zeros (P V reads from jv; weights from 0) */
+        int64_t z0 = per_head ? 0 : jv;
         if (v0 > z0) memset(row + z0, 0, (v0 - z0) * sizeof *row);
         float mx = prep_max(c, b, h, i, row + v0, v0, e - v0,
                             offf(add_row(c, b, h, i), v0),
@@ -559,9 +559,11 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
         attn__row_scale(row + v0, e - v0, (float)(1.0 / sum));
         if (jend > e) memset(row + e, 0, (jend - e) * sizeof *row);
       }
-      if (w > j0)
-        attn__gemm_nn(r1 - r0, c->Dv, w - j0, S + r0 * Lk + j0, Lk,
-                      vp + j0 * c->v.ld, c->v.ld, 0, op + r0 * c->out.ld,
+      /* P V from the group's first visible key: the columns before it,
+       * computed to start on a panel, are zeros in every row */
+      if (w > jv)
+        attn__gemm_nn(r1 - r0, c->Dv, w - jv, S + r0 * Lk + jv, Lk,
+                      vp + jv * c->v.ld, c->v.ld, 0, op + r0 * c->out.ld,
                       c->out.ld);
       else
         zero_rows(op + r0 * c->out.ld, r1 - r0, c->out.ld, c->Dv);
@@ -623,8 +625,13 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
     }
     lrun[r] += s;
   }
-  attn__gemm_nn(r1 - r0, Dv, w, S + r0 * tk, tk, vp + j0 * c->v.ld, c->v.ld,
-                1, O + r0 * Dv, Dv);
+  /* P V from the rows' first visible key of the tile (zeros before it in
+   * every row: the columns computed to start on a panel) */
+  int64_t jv = row_vbeg(c, b, i0 + r0) - j0;
+  if (jv < 0) jv = 0;
+  if (jv < w)
+    attn__gemm_nn(r1 - r0, Dv, w - jv, S + r0 * tk + jv, tk,
+                  vp + (j0 + jv) * c->v.ld, c->v.ld, 1, O + r0 * Dv, Dv);
 }
 
 static void streaming_unit(void *vctx, int64_t u, int tid) {
