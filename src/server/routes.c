@@ -267,8 +267,8 @@ static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
  * and *out (0 when absent), or 0 when resp was filled.  A compressed
  * body's header length counts inflated bytes: only the limit is known
  * here (max); the worker checks it against the body. */
-static int header_len_ok(const attn_http_req *req, size_t max, size_t *out,
-                         attn_http_resp *resp) {
+static int check_header_len(const attn_http_req *req, size_t max, size_t *out,
+                            attn_http_resp *resp) {
   *out = 0;
   if (!req->header_len_text) return 1;
   if (!req->header_len_ok) {
@@ -303,11 +303,11 @@ static attn_route_kind infer_v1(attn_srv_ctx *s, const attn_http_req *req,
 static attn_route_kind infer_v2(attn_srv_ctx *s, const attn_http_req *req,
                                 attn_http_resp *resp, attn_infer_target *t) {
   if (!infer_preconditions(s, req, resp, 1, &t->encoding) ||
-      !header_len_ok(req,
-                     t->encoding == ATTN_ENC_IDENTITY
-                         ? req->body_len
-                         : (size_t)s->cfg->max_body_bytes,
-                     &t->header_len, resp))
+      !check_header_len(req,
+                        t->encoding == ATTN_ENC_IDENTITY
+                            ? req->body_len
+                            : (size_t)s->cfg->max_body_bytes,
+                        &t->header_len, resp))
     return ATTN_ROUTE_DONE;
   t->proto = ATTN_JOB_V2;
   return ATTN_ROUTE_DEFER;
