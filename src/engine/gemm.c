@@ -57,20 +57,8 @@ size_t attn__pack_floats(int64_t n, int64_t k) {
 }
 
 #ifdef ATTN_GEMM_X86
-/* One full panel of 32 rows: per k, two gathers of 16 rows' values and one
- * contiguous store each (the scalar loop's writes, 32 floats apart, cost
- * several times more: a tenth of a windowed call at n = 16384). */
-__attribute__((target("avx512f"))) static void pack_panel_avx512(
-    int64_t k, const float *b, int64_t ldb, float *p) {
-  __m512i idx = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32((int)ldb));
-  const float *b16 = b + 16 * ldb;
-  for (int64_t kk = 0; kk < k; kk++) {
-    _mm512_storeu_ps(p + kk * NR, _mm512_i32gather_ps(idx, b + kk, 4));
-    _mm512_storeu_ps(p + kk * NR + 16, _mm512_i32gather_ps(idx, b16 + kk, 4));
-  }
-}
+static void pack_panel_avx512(int64_t k, const float *b, int64_t ldb,
+                              float *p);
 #endif
 
 void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
@@ -237,6 +225,31 @@ AVX512 INLINE void transpose16(__m512 r[16]) {
   _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) r[j] = t[j];
 }
 
+/* One full panel of 32 rows: 16 x 16 blocks transposed in registers and
+ * stored contiguously, the last k % 16 values by gathers of 16 rows (the
+ * scalar loop's writes, 32 floats apart, cost several times more: a tenth
+ * of a windowed call at n = 16384). */
+static AVX512 void pack_panel_avx512(int64_t k, const float *b, int64_t ldb,
+                                     float *p) {
+  __m512i idx = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32((int)ldb));
+  int64_t kk = 0;
+  for (; kk + 16 <= k; kk += 16)
+    for (int half = 0; half < 2; half++) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(b + (half * 16 + i) * ldb + kk);
+      transpose16(r);
+      for (int t = 0; t < 16; t++)
+        _mm512_storeu_ps(p + (kk + t) * NR + half * 16, r[t]);
+    }
+  const float *b16 = b + 16 * ldb;
+  for (; kk < k; kk++) {
+    _mm512_storeu_ps(p + kk * NR, _mm512_i32gather_ps(idx, b + kk, 4));
+    _mm512_storeu_ps(p + kk * NR + 16, _mm512_i32gather_ps(idx, b16 + kk, 4));
+  }
+}
 /* NT for at most 16 keys (b's n <= 16 rows) and k <= NT_SMALL_K: the keys
  * transposed into one 16-wide panel on the stack, then the narrow tile.  A small
  * request's scores (16 queries, 16 keys, Dk 64) took OpenBLAS ~0.55 us,
