@@ -389,15 +389,21 @@ typedef struct core_ctx {
   float **scratch; /* per thread */
   float *kpack;    /* keys packed per (b, key head), or NULL: see scores() */
   size_t kpack_head; /* floats per (b, key head) in kpack */
+  size_t upack_at; /* > 0: a window's units pack their band's keys at this
+                      float of their scratch (see plan_core) */
 } core_ctx;
 
 /* S[rows, w] (row stride lds) = scale * Q rows K[j0, j0 + w)^T for batch b,
  * key head hk, Q rows from qrow.  Packed keys are used where the tile starts
- * on a panel; other calls go to cblas_sgemm. */
+ * on a panel: a unit's own (upan, keys from ub on) or the call's; other
+ * calls go to cblas_sgemm. */
 static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
                    int64_t j0, int64_t w, const float *qrow, float *S,
-                   int64_t lds) {
-  if (c->kpack && j0 % ATTN__PANEL == 0) {
+                   int64_t lds, const float *upan, int64_t ub) {
+  if (upan && (j0 - ub) % ATTN__PANEL == 0) {
+    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
+                         upan + (j0 - ub) * c->Dk, S, lds);
+  } else if (c->kpack && j0 % ATTN__PANEL == 0) {
     const float *pan = c->kpack + (size_t)(b * (c->H / c->group) + hk) *
                                       c->kpack_head;
     attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
@@ -540,7 +546,7 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       int64_t jv = row_vbeg(c, b, i0 + r0), j0 = panel_floor(jv);
       if (w > j0)
         scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld,
-               S + r0 * Lk + j0, Lk);
+               S + r0 * Lk + j0, Lk, NULL, 0);
       for (int64_t r = r0; r < r1; r++) {
         int64_t i = i0 + r, e = row_end(c, b, i), v0 = row_vbeg(c, b, i);
         float *row = S + r * Lk;
@@ -592,9 +598,10 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
                            int64_t i0, int64_t r0, int64_t r1, int64_t j0,
                            int64_t w, float *S, float *O, float *mrun,
                            double *lrun, int64_t hk, const float *qp,
-                           const float *vp) {
+                           const float *vp, const float *upan, int64_t ub) {
   int64_t tk = c->tk, Dv = c->Dv;
-  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk);
+  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk, upan,
+         ub);
   for (int64_t r = r0; r < r1; r++) {
     /* this row's keys of the tile: [v0, e) (relative to j0) */
     int64_t i = i0 + r, e = row_end(c, b, i) - j0, v0 = row_vbeg(c, b, i) - j0;
@@ -659,14 +666,25 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
     /* A window's left edge: groups of WINDOW_ROWS rows, each over its own
      * band only, from the panel of its first row's first key to its last
      * row's last key, in tiles of tk: the keys left of the band are never
-     * computed, and a group's band (rows + window) is often one tile. */
+     * computed, and a group's band (rows + window) is often one tile.
+     * When planned, the unit first packs its own band's keys (cache-sized)
+     * instead of reading the call's packed keys. */
+    const float *upan = NULL;
+    int64_t ub = panel_floor(row_vbeg(c, b, i0));
+    if (c->upack_at && jend > ub) {
+      float *pp = c->scratch[tid] + c->upack_at;
+      attn__pack_nt(jend - ub, c->Dk,
+                    c->k.data + b * c->k.sb + hk * c->k.sh + ub * c->k.ld,
+                    c->k.ld, pp);
+      upan = pp;
+    }
     for (int64_t r0 = 0; r0 < m; r0 += WINDOW_ROWS) {
       int64_t r1 = r0 + WINDOW_ROWS < m ? r0 + WINDOW_ROWS : m;
       int64_t hi = row_end(c, b, i0 + r1 - 1);
       for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi;
            j0 += tk)
         streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk,
-                       S, O, mrun, lrun, hk, qp, vp);
+                       S, O, mrun, lrun, hk, qp, vp, upan, ub);
     }
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
@@ -681,7 +699,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
         if (w > tn) w = tn;
         if (w <= 0) continue; /* these rows see no key of this tile */
         streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
-                       vp);
+                       vp, NULL, 0);
       }
     }
   }
@@ -705,7 +723,25 @@ typedef struct core_plan {
   int threads;
   size_t scratch_floats;
   size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
+  size_t upack_at; /* see core_ctx */
 } core_plan;
+
+/* Keys a block of tq query rows can see at most when a window bounds them
+ * on the left and something (causal or the window) on the right; else -1. */
+static int64_t band_keys(const attn_attend_opts *o, int64_t Lq, int64_t Lk,
+                         int64_t tq) {
+  if (!o->has_window || o->window_left < 0 || o->window_left >= Lk + Lq)
+    return -1;
+  int64_t rext = -1; /* keys right of i + Lk - Lq a row may see */
+  if (o->causal == ATTN_CAUSAL_BOTTOM_RIGHT) rext = 0;
+  if (o->causal == ATTN_CAUSAL_TOP_LEFT) rext = Lq > Lk ? Lq - Lk : 0;
+  if (o->window_right >= 0 && o->window_right < Lk + Lq &&
+      (rext < 0 || o->window_right < rext))
+    rext = o->window_right;
+  if (rext < 0) return -1;
+  int64_t band = tq + o->window_left + rext;
+  return band < Lk ? band : Lk;
+}
 
 static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
                              int64_t Lk, int64_t Dk, int64_t Dv,
@@ -748,11 +784,22 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
     if (!attn_size_mul((size_t)pl->tq, (size_t)Lk, &f))
       return attn_diag_set(d, ATTN_ETOOBIG, "scores block overflows");
   }
+  /* A window narrower than half the keys: each streaming unit packs its
+   * own band (tq + window keys, plus a panel's alignment) into its scratch,
+   * where it stays in cache; the call's packed keys, a buffer as large as
+   * K written once and read from memory again, and its page faults were a
+   * tenth of a windowed call at n = 16384. */
+  int64_t band = band_keys(o, Lq, Lk, pl->tq);
+  if (pl->streaming && attn__gemm_packs() && Lq >= PACK_MIN_ROWS &&
+      band > 0 && 2 * band <= Lk) {
+    pl->upack_at = (f + 15) / 16 * 16; /* 64-byte aligned panels */
+    f = pl->upack_at + attn__pack_floats(band + ATTN__PANEL, Dk);
+  }
   pl->scratch_floats = f;
   /* Keys packed once per (b, key head) for the AVX-512 NT kernel when
    * enough query rows reuse them (packing costs about what 32 rows of
    * scores do). */
-  if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS) {
+  if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !pl->upack_at) {
     size_t per = attn__pack_floats(Lk, Dk), all;
     if (attn_size_mul(per, (size_t)B * (size_t)Hkv, &all)) {
       pl->kpack_head = per;
@@ -827,6 +874,7 @@ static void run_core(core_ctx *c, const core_plan *pl) {
   c->tk = pl->tk;
   c->nqb = pl->nqb;
   c->streaming = pl->streaming;
+  c->upack_at = pl->upack_at;
   c->kpack = NULL;
   if (pl->kpack_floats) {
     c->kpack = alloc_floats(pl->kpack_floats);
