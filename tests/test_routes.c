@@ -6,9 +6,6 @@
  * the completion. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "../src/server/internal.h"
 #include "attn/config.h"
@@ -205,144 +202,6 @@ START_TEST(test_encoding_and_header_len) {
 }
 END_TEST
 
-/* attn__header_number: what http.c reads Content-Length and
- * Inference-Header-Content-Length with. */
-START_TEST(test_header_number) {
-  uint64_t v = 7;
-  ck_assert_int_eq(attn__header_number(NULL, &v), 0);
-  ck_assert_int_eq(attn__header_number("", &v), 0);
-  ck_assert_int_eq(attn__header_number("+1", &v), 0);
-  ck_assert_int_eq(attn__header_number("1x", &v), 0);
-  ck_assert_uint_eq(v, 7);
-  ck_assert_int_eq(attn__header_number(" \t42\t ", &v), 1);
-  ck_assert_uint_eq(v, 42);
-  ck_assert_int_eq(attn__header_number("18446744073709551615", &v), 1);
-  ck_assert_uint_eq(v, UINT64_MAX);
-  ck_assert_int_eq(attn__header_number("18446744073709551616", &v), 2);
-  ck_assert_uint_eq(v, UINT64_MAX);
-}
-END_TEST
-
-/* attn__inflate on its own: a body that needs several doublings of the
- * output, exactly at the limit and one byte over, every truncation point
- * of a small stream, two gzip members; each result is compared with the
- * original bytes. */
-START_TEST(test_inflate) {
-  enum { N = 300000 };
-  unsigned char *plain = malloc(N), *z = malloc(N + 1024);
-  ck_assert_ptr_nonnull(plain);
-  ck_assert_ptr_nonnull(z);
-  uint32_t x = 1;
-  for (size_t i = 0; i < N; i++) { /* compressible but not trivial */
-    x = x * 1103515245u + 12345u;
-    plain[i] = (x >> 28) == 0 ? (unsigned char)(x >> 20) : 'a';
-  }
-  z_stream zs;
-  memset(&zs, 0, sizeof zs);
-  ck_assert_int_eq(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                                Z_DEFAULT_STRATEGY), Z_OK);
-  zs.next_in = plain;
-  zs.avail_in = N;
-  zs.next_out = z;
-  zs.avail_out = N + 1024;
-  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  size_t zn = zs.total_out;
-  deflateEnd(&zs);
-  ck_assert_uint_lt(zn, N / 4); /* so the output must grow several times */
-  char *mem;
-  size_t len;
-  attn_diag d = {{0}};
-  for (size_t pad = 0; pad < 64; pad += 21) {
-    ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N, pad, &mem,
-                                   &len, &d), ATTN_OK);
-    ck_assert_uint_eq(len, N);
-    ck_assert_uint_eq((uintptr_t)mem % 64, 0);
-    ck_assert_int_eq(memcmp(mem + pad, plain, N), 0);
-    free(mem);
-  }
-  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N - 1, 0, &mem,
-                                 &len, &d), ATTN_ETOOBIG);
-  ck_assert_ptr_null(mem);
-  ck_assert_ptr_nonnull(strstr(d.msg, "max_body_bytes=299999"));
-  /* gzip data is not deflate (zlib or raw) */
-  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_DEFLATE, N, 0, &mem,
-                                 &len, &d), ATTN_EPARSE);
-  /* every cut of a short stream fails cleanly (ASan checks the frees) */
-  uLongf sn = 200;
-  unsigned char small[200];
-  ck_assert_int_eq(compress(small, &sn, plain, 100), Z_OK);
-  for (size_t cut = 0; cut < sn; cut++) {
-    attn_status st = attn__inflate((char *)small, cut, ATTN_ENC_DEFLATE, N, 0,
-                                   &mem, &len, &d);
-    ck_assert_int_eq(st, ATTN_EPARSE);
-    ck_assert_ptr_null(mem);
-  }
-  ck_assert_int_eq(attn__inflate((char *)small, sn, ATTN_ENC_DEFLATE, 100, 0,
-                                 &mem, &len, &d), ATTN_OK);
-  ck_assert_uint_eq(len, 100);
-  ck_assert_int_eq(memcmp(mem, plain, 100), 0);
-  free(mem);
-  /* gzip members in a row are one body: the first 100 bytes as one
-   * member, the next 100 as another; cut, corrupt or followed by junk,
-   * the second member fails with its offset in the whole body */
-  unsigned char two[600];
-  size_t tn = 0, first = 0;
-  for (int k = 0; k < 2; k++) {
-    memset(&zs, 0, sizeof zs);
-    ck_assert_int_eq(
-        deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
-        Z_OK);
-    zs.next_in = plain + 100 * k;
-    zs.avail_in = 100;
-    zs.next_out = two + tn;
-    zs.avail_out = (uInt)(sizeof two - 8 - tn);
-    ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-    tn += zs.total_out;
-    deflateEnd(&zs);
-    if (k == 0) first = tn;
-  }
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 5, &mem, &len, &d),
-      ATTN_OK);
-  ck_assert_uint_eq(len, 200);
-  ck_assert_int_eq(memcmp(mem + 5, plain, 200), 0);
-  free(mem);
-  /* exactly 200 bytes fit; 199 do not, the second member passing it */
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 200, 0, &mem, &len, &d),
-      ATTN_OK);
-  ck_assert_uint_eq(len, 200);
-  free(mem);
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 199, 0, &mem, &len, &d),
-      ATTN_ETOOBIG);
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn - 1, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
-      ATTN_EPARSE);
-  ck_assert_ptr_nonnull(strstr(d.msg, "ends inside the compressed stream"));
-  memcpy(two + tn, "junk", 4);
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn + 4, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
-      ATTN_EPARSE);
-  char want[96];
-  snprintf(want, sizeof want,
-           "4 bytes after the end of the compressed "
-           "stream (at byte %zu)",
-           tn);
-  ck_assert_str_eq(strstr(d.msg, "4 bytes"), want);
-  two[first + 10] ^= 0xff; /* the second member's first deflate byte */
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
-      ATTN_EPARSE);
-  ck_assert_ptr_nonnull(strstr(d.msg, "corrupt data near byte"));
-  unsigned long near = strtoul(strstr(d.msg, "near byte ") + 10, NULL, 10);
-  ck_assert_uint_gt(near, first);
-  ck_assert_ptr_null(mem);
-  free(plain);
-  free(z);
-}
-END_TEST
-
 START_TEST(test_draining) {
   atomic_store(&srv.draining, true);
   attn_http_resp r = route("GET", "/v2/health/ready", NULL, NULL,
@@ -471,55 +330,6 @@ START_TEST(test_queue_full_and_expiry) {
 }
 END_TEST
 
-/* peers.c without libmicrohttpd: socketpairs stand for connections; the
- * test sweeps by hand (no sweeper thread). */
-START_TEST(test_peer_sweeps) {
-  attn_peers *p = NULL;
-  attn_diag d;
-  ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
-  int gone[2], alive[2], busy[2], again[2];
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, gone), 0);
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, alive), 0);
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, again), 0);
-  attn_peer *g = attn__peer_open(p, gone[0]);
-  attn_peer *a = attn__peer_open(p, alive[0]);
-  attn_peer *b = attn__peer_open(p, busy[0]);
-  attn_peer *r = attn__peer_open(p, again[0]);
-  ck_assert(g && a && b && r);
-  attn__peer_begin(b);
-  close(gone[1]); /* the clients of gone, busy and again leave */
-  close(busy[1]);
-  close(again[1]);
-  ck_assert_int_eq(write(alive[1], "x", 1), 1); /* bytes waiting: alive */
-  ck_assert_int_eq(attn__peers_sweep(p), 0);    /* first look: none */
-  attn__peer_begin(r); /* a request begins between the looks (pipelined) */
-  attn__peer_end(r);
-  ck_assert_int_eq(attn__peers_sweep(p), 1); /* gone only */
-  ck_assert_int_eq(attn__peers_closed(p), 1);
-  char c;
-  ck_assert_int_eq(send(gone[0], "y", 1, MSG_NOSIGNAL), -1); /* shut down */
-  ck_assert_int_eq(attn__peers_sweep(p), 1); /* again, seen twice now */
-  ck_assert_int_eq(attn__peers_sweep(p), 0); /* busy is never touched */
-  attn__peer_end(b);
-  ck_assert_int_eq(attn__peers_sweep(p), 0); /* once idle: first look */
-  ck_assert_int_eq(attn__peers_sweep(p), 1);
-  ck_assert_int_eq(attn__peers_closed(p), 3);
-  ck_assert_int_eq(recv(alive[0], &c, 1, MSG_DONTWAIT), 1); /* untouched */
-  ck_assert_int_eq(send(alive[0], "z", 1, MSG_NOSIGNAL), 1);
-  attn__peer_close(p, g);
-  attn__peer_close(p, a);
-  attn__peer_close(p, NULL);
-  attn__peers_destroy(p); /* frees b and r still registered */
-  close(gone[0]);
-  close(alive[0]);
-  close(alive[1]);
-  close(busy[0]);
-  close(again[0]);
-  attn__peers_destroy(NULL);
-}
-END_TEST
-
 Suite *routes_suite(void) {
   Suite *s = suite_create("routes");
   TCase *tc = tcase_create("routes");
@@ -527,13 +337,10 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_health_and_metadata);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_encoding_and_header_len);
-  tcase_add_test(tc, test_header_number);
-  tcase_add_test(tc, test_inflate);
   tcase_add_test(tc, test_draining);
   tcase_add_test(tc, test_unready_still_serves);
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);
-  tcase_add_test(tc, test_peer_sweeps);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,0 +1,143 @@
+/* test_inflate.c - attn__inflate (src/server/inflate.c), the undoing of
+ * Content-Encoding gzip and deflate, on its own: no request, no server. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "../src/server/internal.h"
+#include "unit.h"
+
+/* attn__inflate on its own: a body that needs several doublings of the
+ * output, exactly at the limit and one byte over, every truncation point
+ * of a small stream, two gzip members; each result is compared with the
+ * original bytes. */
+START_TEST(test_inflate) {
+  enum { N = 300000 };
+  unsigned char *plain = malloc(N), *z = malloc(N + 1024);
+  ck_assert_ptr_nonnull(plain);
+  ck_assert_ptr_nonnull(z);
+  uint32_t x = 1;
+  for (size_t i = 0; i < N; i++) { /* compressible but not trivial */
+    x = x * 1103515245u + 12345u;
+    plain[i] = (x >> 28) == 0 ? (unsigned char)(x >> 20) : 'a';
+  }
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  ck_assert_int_eq(
+      deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+      Z_OK);
+  zs.next_in = plain;
+  zs.avail_in = N;
+  zs.next_out = z;
+  zs.avail_out = N + 1024;
+  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  size_t zn = zs.total_out;
+  deflateEnd(&zs);
+  ck_assert_uint_lt(zn, N / 4); /* so the output must grow several times */
+  char *mem;
+  size_t len;
+  attn_diag d = {{0}};
+  for (size_t pad = 0; pad < 64; pad += 21) {
+    ck_assert_int_eq(
+        attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N, pad, &mem, &len, &d),
+        ATTN_OK);
+    ck_assert_uint_eq(len, N);
+    ck_assert_uint_eq((uintptr_t)mem % 64, 0);
+    ck_assert_int_eq(memcmp(mem + pad, plain, N), 0);
+    free(mem);
+  }
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N - 1, 0, &mem, &len, &d),
+      ATTN_ETOOBIG);
+  ck_assert_ptr_null(mem);
+  ck_assert_ptr_nonnull(strstr(d.msg, "max_body_bytes=299999"));
+  /* gzip data is not deflate (zlib or raw) */
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_DEFLATE, N, 0, &mem, &len, &d),
+      ATTN_EPARSE);
+  /* every cut of a short stream fails cleanly (ASan checks the frees) */
+  uLongf sn = 200;
+  unsigned char small[200];
+  ck_assert_int_eq(compress(small, &sn, plain, 100), Z_OK);
+  for (size_t cut = 0; cut < sn; cut++) {
+    attn_status st = attn__inflate((char *)small, cut, ATTN_ENC_DEFLATE, N, 0,
+                                   &mem, &len, &d);
+    ck_assert_int_eq(st, ATTN_EPARSE);
+    ck_assert_ptr_null(mem);
+  }
+  ck_assert_int_eq(attn__inflate((char *)small, sn, ATTN_ENC_DEFLATE, 100, 0,
+                                 &mem, &len, &d),
+                   ATTN_OK);
+  ck_assert_uint_eq(len, 100);
+  ck_assert_int_eq(memcmp(mem, plain, 100), 0);
+  free(mem);
+  /* gzip members in a row are one body: the first 100 bytes as one
+   * member, the next 100 as another; cut, corrupt or followed by junk,
+   * the second member fails with its offset in the whole body */
+  unsigned char two[600];
+  size_t tn = 0, first = 0;
+  for (int k = 0; k < 2; k++) {
+    memset(&zs, 0, sizeof zs);
+    ck_assert_int_eq(
+        deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+        Z_OK);
+    zs.next_in = plain + 100 * k;
+    zs.avail_in = 100;
+    zs.next_out = two + tn;
+    zs.avail_out = (uInt)(sizeof two - 8 - tn);
+    ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    tn += zs.total_out;
+    deflateEnd(&zs);
+    if (k == 0) first = tn;
+  }
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 5, &mem, &len, &d),
+      ATTN_OK);
+  ck_assert_uint_eq(len, 200);
+  ck_assert_int_eq(memcmp(mem + 5, plain, 200), 0);
+  free(mem);
+  /* exactly 200 bytes fit; 199 do not, the second member passing it */
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 200, 0, &mem, &len, &d),
+      ATTN_OK);
+  ck_assert_uint_eq(len, 200);
+  free(mem);
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 199, 0, &mem, &len, &d),
+      ATTN_ETOOBIG);
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn - 1, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
+      ATTN_EPARSE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "ends inside the compressed stream"));
+  memcpy(two + tn, "junk", 4);
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn + 4, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
+      ATTN_EPARSE);
+  char want[96];
+  snprintf(want, sizeof want,
+           "4 bytes after the end of the compressed "
+           "stream (at byte %zu)",
+           tn);
+  ck_assert_str_eq(strstr(d.msg, "4 bytes"), want);
+  two[first + 10] ^= 0xff; /* the second member's first deflate byte */
+  ck_assert_int_eq(
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
+      ATTN_EPARSE);
+  ck_assert_ptr_nonnull(strstr(d.msg, "corrupt data near byte"));
+  unsigned long near = strtoul(strstr(d.msg, "near byte ") + 10, NULL, 10);
+  ck_assert_uint_gt(near, first);
+  ck_assert_ptr_null(mem);
+  free(plain);
+  free(z);
+}
+END_TEST
+
+Suite *inflate_suite(void) {
+  Suite *s = suite_create("inflate");
+  TCase *tc = tcase_create("inflate");
+  tcase_add_test(tc, test_inflate);
+  suite_add_tcase(s, tc);
+  return s;
+}
