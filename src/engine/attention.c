@@ -1006,13 +1006,27 @@ static void rope_copy_unit(void *vctx, int64_t u, int tid) {
   }
 }
 
-/* Floats of sdpa's rotated copies of q and k, and of the tables. */
+/* a * b * c * d floats, or SIZE_MAX when that overflows (then every size
+ * check and allocation fails). */
+static size_t floats4(int64_t a, int64_t b, int64_t c, int64_t d) {
+  size_t n;
+  if (!attn_size_mul((size_t)a, (size_t)b, &n) ||
+      !attn_size_mul(n, (size_t)c, &n) || !attn_size_mul(n, (size_t)d, &n))
+    return SIZE_MAX;
+  return n;
+}
+
+/* Floats of sdpa's rotated copies of q and k, and of the tables (SIZE_MAX
+ * when too many). */
 static size_t sdpa_rope_floats(const attn_sdpa_problem *p,
                                const rope_tabs *t) {
+  size_t n;
   if (!t->on) return 0;
-  return (size_t)(p->B * p->H * p->Lq * p->Dk) +
-         (size_t)(p->B * p->Hkv * p->Lk * p->Dk) +
-         rope_floats(t, p->Lq, p->Lk);
+  if (!attn_size_add(floats4(p->B, p->H, p->Lq, p->Dk),
+                     floats4(p->B, p->Hkv, p->Lk, p->Dk), &n) ||
+      !attn_size_add(n, rope_floats(t, p->Lq, p->Lk), &n))
+    return SIZE_MAX;
+  return n;
 }
 
 /* ---- ALiBi slopes -------------------------------------------------------- */
@@ -1120,8 +1134,8 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
   rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
   if (rt.on) {
     if (rope_build(&rt, p->Lq, p->Lk) ||
-        !(qr = alloc_floats((size_t)(p->B * p->H * p->Lq * p->Dk))) ||
-        !(kr = alloc_floats((size_t)(p->B * p->Hkv * p->Lk * p->Dk)))) {
+        !(qr = alloc_floats(floats4(p->B, p->H, p->Lq, p->Dk))) ||
+        !(kr = alloc_floats(floats4(p->B, p->Hkv, p->Lk, p->Dk)))) {
       free(rt.mem);
       free(qr);
       free_scratch(scratch, pl.threads);
