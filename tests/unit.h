@@ -10,6 +10,10 @@
 #define ATTN_TESTS_UNIT_H
 
 #include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifndef ATTN_UNIT_SUITES /* set by tests/meson.build */
 #error "ATTN_UNIT_SUITES(X) is not defined: build the tests with meson"
@@ -18,6 +22,39 @@
 #define ATTN_UNIT_DECLARE(name) Suite *name##_suite(void);
 ATTN_UNIT_SUITES(ATTN_UNIT_DECLARE)
 #undef ATTN_UNIT_DECLARE
+
+/* ---- helpers more than one test file uses ------------------------------ */
+
+/* A copy of s that the test owns (a failed allocation fails the test). */
+static inline char *xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  ck_assert_ptr_nonnull(p);
+  memcpy(p, s, n);
+  return p;
+}
+
+/* A copy of s with every ' turned into ": JSON in test tables is written
+ * with ' for " to stay readable. */
+static inline char *unquote(const char *s) {
+  size_t n = strlen(s);
+  char *p = malloc(n + 1);
+  ck_assert_ptr_nonnull(p);
+  for (size_t i = 0; i <= n; i++) p[i] = s[i] == '\'' ? '"' : s[i];
+  return p;
+}
+
+/* xorshift64: the next of a cheap, repeatable sequence of random bits. */
+static inline uint64_t xs64(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* p[0, n) parses with attn_json_parse and with cJSON to the same tree
+ * (test_json.c; test_codec.c runs it on its tables' bodies). */
+void check_like_cjson(const char *p, size_t n, const char *ctx);
 
 /* Directory holding tests/ data (golden vectors); set by meson. */
 #ifndef ATTN_TEST_DATA_DIR
