@@ -593,7 +593,10 @@ START_TEST(list_random_bits) {
   int impls = 0;
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     impls++;
     rng = 0x853c49e6748fea9bu;
     for (uint32_t done = 0; done < (1u << 22);) {
@@ -611,7 +614,10 @@ END_TEST
 START_TEST(list_unit_interval) {
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     rng = 0xda3e39cb94b95bdbu;
     for (uint32_t done = 0; done < (1u << 20);) {
       size_t n = 1280 + rnd32() % 17;
@@ -704,7 +710,10 @@ START_TEST(list_special_values) {
   ck_assert_uint_le(nsp, N_OF(sp));
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     check_list(sp, nsp, impl);
     for (size_t i = 0; i < nsp; i++) check_list(sp + i, 1, impl);
     /* each special value at each of the 16 lane positions */
@@ -741,7 +750,10 @@ START_TEST(zero_blocks_in_groups) {
   static char got[ATTN_F32_ROWS_MAX_CHARS(6, 16) + GUARD];
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     rng = 0x0badc0ffee0ddf00u;
     for (unsigned pat = 0; pat < 64; pat++) {
       for (size_t i = 0; i < N_OF(v); i++)
@@ -778,7 +790,10 @@ END_TEST
 START_TEST(list_every_length) {
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     rng = 0x2545f4914f6cdd1du;
     for (size_t n = 0; n <= 70; n++)
       for (size_t off = 0; off < 16; off++)
@@ -887,7 +902,10 @@ START_TEST(rows_match_lists) {
                          : from_bits(rnd32());
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     for (size_t cols = 0; cols <= 40; cols++)
       for (size_t rows = 0; rows <= 4; rows++)
         for (size_t ld = cols; ld <= cols + 17 && rows * ld <= N_OF(v);
@@ -918,7 +936,10 @@ START_TEST(rows_every_width) {
   static char got[ATTN_F32_ROWS_MAX_CHARS(9, 70) + GUARD];
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     rng = 0x6a09e667f3bcc908u;
     for (size_t cols = 1; cols <= 70; cols++)
       for (int kind = 0; kind < 2; kind++) {
@@ -976,7 +997,10 @@ START_TEST(json_f32_rows_paths) {
                               {300, 7, 7},   {2, 1024, 1030}, {3, 1025, 1025},
                               {2, 2100, 2100}, {1, 3, 3}};
   for (size_t k = 0; k < N_OF(impl_names); k++) {
-    if (!attn__f32fmt_set_impl(impl_names[k])) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl_names[k])) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl_names[k]);
+      continue;
+    }
     for (size_t t = 0; t < N_OF(shapes); t++) {
       size_t rows = shapes[t][0], cols = shapes[t][1], ld = shapes[t][2];
       attn_buf got, want;
@@ -1012,7 +1036,10 @@ START_TEST(json_f32_list_paths) {
   size_t ns[] = {0, 1, 15, 16, 17, 1023, 1024, 1025, 2600};
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     const char *impl = impl_names[k];
-    if (!attn__f32fmt_set_impl(impl)) continue; /* CPU lacks it */
+    if (!attn__f32fmt_set_impl(impl)) { /* the CPU lacks it */
+      UNIT_SKIPPED(impl);
+      continue;
+    }
     for (size_t t = 0; t < N_OF(ns); t++)
       for (int lead = 0; lead < 2; lead++)
         for (int64_t stride = 1; stride <= 2; stride++) {

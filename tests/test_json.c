@@ -486,11 +486,15 @@ static const char *const json_impls[] = {"avx512", "avx2", "sse2", "scalar"};
 #define N_JSON_IMPLS ((int)(sizeof json_impls / sizeof *json_impls))
 
 /* Make packed arrays use path i for this test; false when the CPU lacks
- * it.  Check forks per test, so the choice dies with the test (and
- * CK_FORK=no runs restore it in use_default_json_impl). */
-static bool use_json_impl(int i) {
-  return attn__json_set_impl(json_impls[i]) != 0;
+ * it, which is then said for the calling test (unit_skipped, unit.h).
+ * Check forks per test, so the choice dies with the test (and CK_FORK=no
+ * runs restore it in use_default_json_impl). */
+static bool use_json_impl_in(int i, const char *func) {
+  if (attn__json_set_impl(json_impls[i])) return true;
+  unit_skipped(func, json_impls[i]);
+  return false;
 }
+#define use_json_impl(i) use_json_impl_in((i), __func__)
 
 static void use_default_json_impl(void) {
   for (int i = 0; i < N_JSON_IMPLS; i++)

@@ -23,6 +23,16 @@
 ATTN_UNIT_SUITES(ATTN_UNIT_DECLARE)
 #undef ATTN_UNIT_DECLARE
 
+/* ---- variants a CPU lacks ------------------------------------------------ */
+
+/* A test that runs each SIMD path (AVX-512, AVX2, ...) leaves out those the
+ * CPU lacks, and says so: UNIT_SKIPPED("avx512") writes a line
+ *   skipped: json_packed_like_plain [avx512]: not on this CPU
+ * on stderr, once per test and variant, naming the function it is called
+ * in (for a Check test, the test). */
+#define UNIT_SKIPPED(variant) unit_skipped(__func__, (variant))
+void unit_skipped(const char *func, const char *variant);
+
 /* ---- helpers more than one test file uses ------------------------------ */
 
 /* A copy of s that the test owns (a failed allocation fails the test). */

@@ -5,9 +5,31 @@
  * tests/meson.build), in that order.  CK_RUN_SUITE=name (Check's own
  * variable) runs a single suite, CK_RUN_CASE=name a single test case, while
  * developing.  Exit status is 0 only when every check passed. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "unit.h"
+
+/* UNIT_SKIPPED: one line per function and variant.  Check runs each test
+ * in a process of its own, so a test that meets a missing variant many
+ * times (a helper called in a loop) says it once; with CK_FORK=no, once
+ * per run. */
+void unit_skipped(const char *func, const char *variant) {
+  static struct { const char *func, *variant; } seen[64];
+  static int n_seen;
+  for (int i = 0; i < n_seen; i++)
+    if (seen[i].func == func && strcmp(seen[i].variant, variant) == 0) return;
+  if (n_seen < (int)(sizeof seen / sizeof *seen)) {
+    seen[n_seen].func = func;
+    seen[n_seen].variant = variant;
+    n_seen++;
+  }
+  size_t n = strlen(func); /* START_TEST(x) defines x_fn */
+  if (n > 3 && strcmp(func + n - 3, "_fn") == 0) n -= 3;
+  fprintf(stderr, "skipped: %.*s [%s]: not on this CPU\n", (int)n, func,
+          variant);
+}
 
 int main(void) {
   SRunner *sr = srunner_create(NULL);
