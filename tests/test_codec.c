@@ -888,8 +888,8 @@ START_TEST(v2_binary_equals_json) {
       const char *blob = body + hl + (size_t)k * sizeof f;
       ck_assert_str_eq(a.inputs[k].name, b.inputs[k].name);
       ck_assert_msg(same_tensor(&a.inputs[k].tensor, t),
-                    "input %d differs between JSON and binary (offset %zu)",
-                    k, off);
+                    "input %d differs between JSON and binary (offset %zu)", k,
+                    off);
       ck_assert_int_eq(t->owns, (uintptr_t)blob % 4 != 0);
       if (!t->owns) ck_assert_ptr_eq(t->data, blob);
     }
@@ -1351,7 +1351,7 @@ START_TEST(bodies_parse_like_cjson) {
 }
 END_TEST
 
-/* ---- error JSON ----------------------------------------------------------- */
+/* ---- error JSON ---------------------------------------------------------- */
 
 static const struct {
   const char *in, *out;

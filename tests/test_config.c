@@ -220,11 +220,11 @@ START_TEST(test_set_each_type) {
   ck_assert_int_eq(c.log_level, ATTN_LOG_ERROR);
   ck_assert_int_eq(attn_config_set(&c, "log_format", "text", &d), ATTN_OK);
   ck_assert_int_eq(c.log_format, ATTN_LOG_TEXT);
-  ck_assert_int_eq(
-      attn_config_set(&c, "cpu_scheduling_policy", "other", &d), ATTN_OK);
+  ck_assert_int_eq(attn_config_set(&c, "cpu_scheduling_policy", "other", &d),
+                   ATTN_OK);
   ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_OTHER);
-  ck_assert_int_eq(
-      attn_config_set(&c, "cpu_scheduling_policy", "batch", &d), ATTN_OK);
+  ck_assert_int_eq(attn_config_set(&c, "cpu_scheduling_policy", "batch", &d),
+                   ATTN_OK);
   ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_BATCH);
   ck_assert_int_eq(attn_config_set(&c, "models_dir", "/a b/c", &d), ATTN_OK);
   ck_assert_str_eq(c.models_dir, "/a b/c");
@@ -523,9 +523,9 @@ START_TEST(test_shipped_file_equals_defaults) {
    * directory that the default, config/models, names from the source
    * root. */
   ck_assert_str_eq(c.models_dir, ATTN_SOURCE_DIR "/config/models");
-  ck_assert_str_eq(c.models_dir_from,
-                   ATTN_SOURCE_DIR "/config/attnd.json: models_dir 'models', "
-                                   "relative to the file's folder");
+  ck_assert_str_eq(c.models_dir_from, ATTN_SOURCE_DIR
+                   "/config/attnd.json: models_dir 'models', "
+                   "relative to the file's folder");
   memcpy(c.models_dir, def.models_dir, sizeof c.models_dir);
   memset(c.models_dir_from, 0, sizeof c.models_dir_from);
   ck_assert_msg(memcmp(&c, &def, sizeof c) == 0,
@@ -1078,11 +1078,13 @@ START_TEST(test_cpus_allowed) {
   char why[160];
   ck_assert_int_eq(attn_cpus_allowed(8, 0, 0, NULL, 0), 8);
   ck_assert_int_eq(attn_cpus_allowed(8, 3, 0, why, sizeof why), 3);
-  ck_assert_str_eq(why, "3 CPUs allowed: no cgroup CPU quota, 3 in the "
-                        "affinity mask, 8 online");
+  ck_assert_str_eq(why,
+                   "3 CPUs allowed: no cgroup CPU quota, 3 in the "
+                   "affinity mask, 8 online");
   ck_assert_int_eq(attn_cpus_allowed(4, 4, 1.5, why, sizeof why), 2);
-  ck_assert_str_eq(why, "2 CPUs allowed: cgroup CPU quota 1.5 CPUs, 4 in the "
-                        "affinity mask, 4 online");
+  ck_assert_str_eq(why,
+                   "2 CPUs allowed: cgroup CPU quota 1.5 CPUs, 4 in the "
+                   "affinity mask, 4 online");
   ck_assert_int_eq(attn_cpus_allowed(4, 4, 2.0, NULL, 0), 2);
   ck_assert_int_eq(attn_cpus_allowed(4, 4, 2.0000001, NULL, 0), 2);
   ck_assert_int_eq(attn_cpus_allowed(4, 2, 3.0, NULL, 0), 2);
@@ -1114,12 +1116,12 @@ START_TEST(test_cli_healthcheck) {
                    ATTN_OK);
   ck_assert_int_eq(a, ATTN_CLI_HEALTHCHECK);
   ck_assert_int_eq(c.port, 5);
-  char *argv2[] = {"attnd", "--healthcheck", "http://[::1]:7/x", "--port",
-                   "5", NULL};
+  char *argv2[] = {"attnd", "--healthcheck", "http://[::1]:7/x", "--port", "5",
+                   NULL};
   ck_assert(attn_config_healthcheck_arg(5, argv2, &url));
   ck_assert_str_eq(url, "http://[::1]:7/x");
-  char *argv3[] = {"attnd", "--port", "5", "--healthcheck", "--log-level",
-                   "warn", NULL};
+  char *argv3[] = {"attnd",       "--port", "5", "--healthcheck",
+                   "--log-level", "warn",   NULL};
   ck_assert(attn_config_healthcheck_arg(6, argv3, &url));
   ck_assert_ptr_null(url);
   ck_assert_int_eq(cli_run(&c, &a, NULL, argv3, 6, &d), ATTN_OK);

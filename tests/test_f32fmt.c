@@ -992,9 +992,9 @@ START_TEST(json_f32_rows_paths) {
   for (size_t i = 0; i < N_OF(v); i++)
     v[i] = i % 61 == 2 ? NAN : from_bits(rnd32());
   const size_t shapes[][3] = {/* rows, cols, ld */
-                              {0, 5, 5},     {1, 0, 0},     {3, 0, 4},
-                              {16, 16, 16},  {16, 64, 64},  {5, 7, 9},
-                              {300, 7, 7},   {2, 1024, 1030}, {3, 1025, 1025},
+                              {0, 5, 5},       {1, 0, 0},       {3, 0, 4},
+                              {16, 16, 16},    {16, 64, 64},    {5, 7, 9},
+                              {300, 7, 7},     {2, 1024, 1030}, {3, 1025, 1025},
                               {2, 2100, 2100}, {1, 3, 3}};
   for (size_t k = 0; k < N_OF(impl_names); k++) {
     if (!attn__f32fmt_set_impl(impl_names[k])) { /* the CPU lacks it */

@@ -89,9 +89,9 @@ START_TEST(test_default_url) {
   attn_diag d = {{0}};
   attn_url u;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ck_assert_int_eq(attn_healthcheck_url(cases[i].host, cases[i].port, buf,
-                                          sizeof buf, &d),
-                     ATTN_OK);
+    ck_assert_int_eq(
+        attn_healthcheck_url(cases[i].host, cases[i].port, buf, sizeof buf, &d),
+        ATTN_OK);
     ck_assert_str_eq(buf, cases[i].want);
     /* what it makes, it parses back */
     ck_assert_int_eq(attn_url_parse(buf, &u, &d), ATTN_OK);

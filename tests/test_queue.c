@@ -69,7 +69,10 @@ typedef struct tjob {
   atomic_int worker;
 } tjob;
 
+/* (clang-format 14 would write "(j)-offsetof", taking (j) for a cast) */
+/* clang-format off */
 #define TJOB(j) ((tjob *)((char *)(j) - offsetof(tjob, job)))
+/* clang-format on */
 
 static void tjob_run(attn_job *j, int worker, uint64_t waited_ns) {
   tjob *t = TJOB(j);
@@ -706,7 +709,7 @@ static void sjob_run(attn_job *j, int worker, uint64_t waited_ns) {
 
 typedef struct producer {
   attn_queue *q;
-  sjob *jobs; /* [S_PER] */
+  sjob *jobs;    /* [S_PER] */
   uint64_t busy; /* EBUSY answers seen */
   int errors;    /* anything but OK / EBUSY */
 } producer;

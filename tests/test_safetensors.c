@@ -66,13 +66,13 @@ static void expect_fail(const char *header, const void *data, size_t dlen,
 
 static const float F6[6] = {1.0f, -2.0f, 0.5f, 3.25f, -0.125f, 100.0f};
 
-/* ---- good files ------------------------------------------------------------ */
+/* ---- good files ---------------------------------------------------------- */
 
 START_TEST(all_dtypes) {
   unsigned char data[24 + 4 + 4 + 16];
-  memcpy(data, F6, 24); /* F32 [2,3] */
-  const uint16_t h16[2] = {0x3C00, 0xC000};    /* 1, -2 */
-  const uint16_t bf16[2] = {0x3F80, 0xC040};   /* 1, -3 */
+  memcpy(data, F6, 24);                      /* F32 [2,3] */
+  const uint16_t h16[2] = {0x3C00, 0xC000};  /* 1, -2 */
+  const uint16_t bf16[2] = {0x3F80, 0xC040}; /* 1, -3 */
   const double f64[2] = {0.25, -1e10};
   memcpy(data + 24, h16, 4);
   memcpy(data + 28, bf16, 4);
@@ -177,15 +177,15 @@ START_TEST(load_file) {
   unlink(path);
   free(b.p);
 
-  ck_assert_int_eq(attn_safetensors_load("/nonexistent/x.safetensors", 0, &st,
-                                         &d),
-                   ATTN_EIO);
+  ck_assert_int_eq(
+      attn_safetensors_load("/nonexistent/x.safetensors", 0, &st, &d),
+      ATTN_EIO);
   ck_assert_ptr_null(st);
   ck_assert_ptr_nonnull(strstr(d.msg, "/nonexistent/x.safetensors"));
 }
 END_TEST
 
-/* ---- malformed files --------------------------------------------------------- */
+/* ---- malformed files ----------------------------------------------------- */
 
 START_TEST(truncated) {
   attn_safetensors *st = (attn_safetensors *)1;
@@ -198,32 +198,39 @@ START_TEST(truncated) {
 
   /* header length beyond the file */
   sbuf b = st_file("{}", NULL, 0, 1000);
-  ck_assert_int_eq(attn_safetensors_parse(b.p, b.n, "t.safetensors", 0, &st, &d),
-                   ATTN_EPARSE);
+  ck_assert_int_eq(
+      attn_safetensors_parse(b.p, b.n, "t.safetensors", 0, &st, &d),
+      ATTN_EPARSE);
   ck_assert_ptr_nonnull(strstr(d.msg, "truncated"));
   free(b.p);
   /* header length absurdly large (overflow bait) */
   b = st_file("{}", NULL, 0, UINT64_MAX);
-  ck_assert_int_eq(attn_safetensors_parse(b.p, b.n, "t.safetensors", 0, &st, &d),
-                   ATTN_EPARSE);
+  ck_assert_int_eq(
+      attn_safetensors_parse(b.p, b.n, "t.safetensors", 0, &st, &d),
+      ATTN_EPARSE);
   free(b.p);
   /* data cut short: tensor needs 24 bytes, 12 present */
-  expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}",
-              F6, 12, ATTN_EPARSE, "'w'", "outside the data section");
+  expect_fail(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}", F6,
+      12, ATTN_EPARSE, "'w'", "outside the data section");
 }
 END_TEST
 
 START_TEST(bad_offsets) {
-  expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
-              F6, 24, ATTN_EPARSE, "'w'", "outside");
-  expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}",
-              F6, 12, ATTN_EPARSE, "'w'", "hold 12 bytes");
+  expect_fail(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", F6,
+      24, ATTN_EPARSE, "'w'", "outside");
+  expect_fail(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", F6,
+      12, ATTN_EPARSE, "'w'", "hold 12 bytes");
   expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}",
               F6, 8, ATTN_EPARSE, "'w'", "data_offsets");
-  expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}",
-              F6, 8, ATTN_EPARSE, "'w'", "data_offsets");
-  expect_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}",
-              F6, 8, ATTN_EPARSE, "'w'", "data_offsets");
+  expect_fail(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", F6,
+      8, ATTN_EPARSE, "'w'", "data_offsets");
+  expect_fail(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}", F6,
+      8, ATTN_EPARSE, "'w'", "data_offsets");
   expect_fail(
       "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,"
       "18446744073709551616]}}",
@@ -250,16 +257,19 @@ START_TEST(overlap_and_holes) {
       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
       F6, 20, ATTN_EPARSE, "'b'", "hole");
   /* trailing bytes no tensor covers */
-  expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-              F6, 24, ATTN_EPARSE, "cover 8 bytes", NULL);
+  expect_fail(
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", F6,
+      24, ATTN_EPARSE, "cover 8 bytes", NULL);
 }
 END_TEST
 
 START_TEST(dtypes_and_fields) {
-  expect_fail("{\"i\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-              F6, 8, ATTN_EUNSUPPORTED, "'i'", "I32");
-  expect_fail("{\"i\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-              F6, 8, ATTN_EPARSE, "'i'", "F33");
+  expect_fail(
+      "{\"i\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}", F6, 8,
+      ATTN_EUNSUPPORTED, "'i'", "I32");
+  expect_fail(
+      "{\"i\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", F6, 8,
+      ATTN_EPARSE, "'i'", "F33");
   expect_fail("{\"i\":{\"dtype\":7,\"shape\":[2],\"data_offsets\":[0,8]}}", F6,
               8, ATTN_EPARSE, "'i'", "dtype");
   expect_fail("{\"i\":{\"shape\":[2],\"data_offsets\":[0,8]}}", F6, 8,
@@ -268,8 +278,9 @@ START_TEST(dtypes_and_fields) {
       "{\"i\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
       "\"extra\":1}}",
       F6, 8, ATTN_EPARSE, "'i'", "'extra'");
-  expect_fail("{\"i\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
-              F6, 8, ATTN_EPARSE, "'i'", "shape[0]");
+  expect_fail(
+      "{\"i\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", F6,
+      8, ATTN_EPARSE, "'i'", "shape[0]");
   expect_fail(
       "{\"i\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],"
       "\"data_offsets\":[0,8]}}",
@@ -298,16 +309,17 @@ START_TEST(bad_header) {
       24, 0);
   attn_safetensors *st = NULL;
   attn_diag d = {{0}};
-  ck_assert_int_eq(attn_safetensors_parse(b.p, b.n, "t.safetensors", 5, &st, &d),
-                   ATTN_ETOOBIG);
+  ck_assert_int_eq(
+      attn_safetensors_parse(b.p, b.n, "t.safetensors", 5, &st, &d),
+      ATTN_ETOOBIG);
   ck_assert_ptr_null(st);
-  ck_assert_int_eq(attn_safetensors_parse(b.p, b.n, "t.safetensors", 6, &st, &d),
-                   ATTN_OK);
+  ck_assert_int_eq(
+      attn_safetensors_parse(b.p, b.n, "t.safetensors", 6, &st, &d), ATTN_OK);
   attn_safetensors_destroy(st);
   /* every prefix of a good file fails cleanly */
   for (size_t n = 0; n < b.n; n++) {
-    ck_assert_int_ne(attn_safetensors_parse(b.p, n, "t.safetensors", 0, &st, &d),
-                     ATTN_OK);
+    ck_assert_int_ne(
+        attn_safetensors_parse(b.p, n, "t.safetensors", 0, &st, &d), ATTN_OK);
     ck_assert_ptr_null(st);
   }
   free(b.p);
