@@ -103,6 +103,36 @@ static void free_masks(masks *m) {
   free(m->len);
 }
 
+/* bf16 runs of the tables (attn_precision): set by the bf16 tests; the
+ * cases then ask for ATTN_PRECISION_BF16 and are compared with the bf16
+ * reference and with the double reference of the unrounded problem.  The
+ * worst errors seen are kept for the report. */
+static int bf16_run;
+static double bf16_worst_out64, bf16_worst_w64, bf16_worst_outref,
+    bf16_worst_wref;
+static long bf16_bits_differ, bf16_bits_compared;
+
+/* |got - ref| <= abs + rel |ref| for each element; returns the number of
+ * mismatches (reporting the first); *worst (if given) keeps the largest
+ * |got - ref| / (abs + rel |ref|) * abs, the error in the bound's units. */
+static int compare_tol(const char *what, const float *got, const double *ref,
+                       size_t n, const char *ctx, double abs, double rel,
+                       double *worst) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - ref[i]);
+    double lim = abs + rel * fabs(ref[i]);
+    if (worst && e / lim * abs > *worst) *worst = e / lim * abs;
+    if (!(e <= lim)) {
+      if (!bad)
+        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n",
+                ctx, what, i, got[i], ref[i], e);
+      bad++;
+    }
+  }
+  return bad;
+}
+
 /* Compare; returns the number of mismatches (reporting the first). */
 static int compare(const char *what, const float *got, const double *ref,
                    size_t n, const char *ctx) {
@@ -223,6 +253,69 @@ static int exact_zeros(const float *w, const double *ref, size_t n,
 static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
                            uint64_t seed);
 
+/* bf16 bounds (engine.h, attn_precision): against the double reference of
+ * the unrounded problem, outputs within 1e-2 (1 + |ref|) and weights
+ * within 4e-3; against the bf16 reference (the same roundings, sums in
+ * double), the differences that fp32 sums and the paths' roundings of the
+ * probabilities leave (a probability whose fp32 value straddles a bf16
+ * rounding boundary moves by one bf16 step). */
+#define BF16_OUT_TOL 1e-2
+#define BF16_W_TOL 4e-3
+/* Outputs: the paths round different probabilities (engine.h), each
+ * rounding moving p_j v_j by at most 2^-9 of it: at most 2^-8 sum p|v|,
+ * 2^-8 max |v| (+ 2^-8 of |ref| for mha's W_O).  Weights: fp32 sums. */
+#define BF16_REF_TOL 4e-3
+#define BF16_REF_W_TOL 1e-4
+/* mha: fp32 and double projections round to bf16 differently wherever a
+ * value straddles a rounding boundary (Q, K, V, the heads' output: each a
+ * 2^-9 step), and W_O sums those: four steps' worth, 2^-6. */
+#define BF16_REF_TOL_MHA 0x1p-6
+
+static int bf16_compare(const float *out, const float *w, const double *ro,
+                        const double *rw, const double *ro64,
+                        const double *rw64, size_t no, size_t nw, size_t lk,
+                        double ref_tol, const char *ctx) {
+  int bad = compare_tol("out vs double", out, ro64, no, ctx, BF16_OUT_TOL,
+                        BF16_OUT_TOL, &bf16_worst_out64) +
+            compare_tol("out vs bf16 ref", out, ro, no, ctx, ref_tol, ref_tol,
+                        &bf16_worst_outref) +
+            exact_zeros(out, ro64, no, ctx); /* fully blocked rows: 0 */
+  if (w) {
+    bad += compare_tol("weights vs double", w, rw64, nw, ctx, BF16_W_TOL, 0,
+                       &bf16_worst_w64) +
+           compare_tol("weights vs bf16 ref", w, rw, nw, ctx, BF16_REF_W_TOL,
+                       0, &bf16_worst_wref);
+    bad += check_rows(w, rw64, nw / lk, lk, ctx);
+    bad += exact_zeros(w, rw64, nw, ctx);
+  }
+  return bad;
+}
+
+/* Elements of a and b (n floats) whose bits differ. */
+static long bits_differ(const float *a, const float *b, size_t n) {
+  long d = 0;
+  for (size_t i = 0; i < n; i++) d += memcmp(a + i, b + i, sizeof *a) != 0;
+  return d;
+}
+
+/* Counts for the report: values of the fast kernel's outputs (out, w)
+ * whose bits differ from the portable one's (out2, w2); w NULL: none. */
+static void bf16_count_bits(const float *out, const float *out2, size_t no,
+                            const float *w, const float *w2, size_t nw) {
+  bf16_bits_differ += bits_differ(out, out2, no);
+  bf16_bits_compared += (long)no;
+  if (w) {
+    bf16_bits_differ += bits_differ(w, w2, nw);
+    bf16_bits_compared += (long)nw;
+  }
+}
+
+/* 1 when the fast bf16 kernel is in use (then the bf16 cases run again
+ * with the portable one and compare bits). */
+static int bf16_fast_in_use(void) {
+  return strcmp(attn__bf16_name(), "avx512bf16") == 0;
+}
+
 /* Run one sdpa case on every path; q is laid out [B, Lq, H*Dk] (heads as
  * column blocks) to exercise strided views, k and v [B, Hkv, Lk, D]. */
 static int run_sdpa_case(const sdpa_case *c, uint64_t seed) {
@@ -257,15 +350,28 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
   if (c->scale) {
     p.o.has_scale = 1;
     p.o.scale = 0.37f;
+    /* bf16: the bound is for logits of unit scale (the default scale on
+     * inputs of unit variance); 0.37 at Dk = 64 triples them, and bf16's
+     * error in a logit grows with it */
+    if (bf16_run) p.o.scale = (float)(0.9 / sqrt((double)c->Dk));
   }
   masks m;
   make_masks(c, &p.o, &m);
   float *slopes = malloc((size_t)c->H * sizeof *slopes);
   apply_variant(vo, &p.o, c->H, c->Dk, slopes);
   double *ro = malloc(no * sizeof *ro), *rw = malloc(nw * sizeof *rw);
+  double *ro64 = NULL, *rw64 = NULL;
+  if (bf16_run) { /* the double reference of the unrounded problem */
+    ro64 = malloc(no * sizeof *ro64);
+    rw64 = malloc(nw * sizeof *rw64);
+    ck_assert_int_eq(attn_ref_sdpa(&p, ro64, c->weights ? rw64 : NULL, NULL),
+                     ATTN_OK);
+    p.o.precision = ATTN_PRECISION_BF16;
+  }
   ck_assert_int_eq(attn_ref_sdpa(&p, ro, c->weights ? rw : NULL, NULL),
                    ATTN_OK);
   float *out = malloc(no * sizeof *out), *w = malloc(nw * sizeof *w);
+  float *out2 = malloc(no * sizeof *out2), *w2 = malloc(nw * sizeof *w2);
   attn_path paths[2] = {ATTN_PATH_MATERIALISED, ATTN_PATH_STREAMING};
   int npaths = c->weights == ATTN_WEIGHTS_NONE ? 2 : 1;
   /* default tiles; tiny ones; tiles whose key blocks start on 32-key
@@ -290,6 +396,20 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
           bad++;
           continue;
         }
+        if (bf16_run) {
+          bad += bf16_compare(out, c->weights ? w : NULL, ro, rw, ro64, rw64,
+                              no, nw, (size_t)c->Lk, BF16_REF_TOL, ctx);
+          if (bf16_fast_in_use()) { /* the portable kernel: the same bits */
+            ck_assert(attn__set_bf16("portable"));
+            ck_assert_int_eq(attn_sdpa(&p, &x, (attn_mview){out2, ov.sb, ov.sh,
+                                                            ov.ld},
+                                       c->weights ? w2 : NULL, &d),
+                             ATTN_OK);
+            ck_assert(attn__set_bf16("avx512bf16"));
+            bf16_count_bits(out, out2, no, c->weights ? w : NULL, w2, nw);
+          }
+          continue;
+        }
         bad += compare("out", out, ro, no, ctx);
         if (c->weights) {
           bad += compare("weights", w, rw, nw, ctx);
@@ -297,6 +417,10 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
           bad += exact_zeros(w, rw, nw, ctx);
         }
       }
+  free(out2);
+  free(w2);
+  free(ro64);
+  free(rw64);
   free(slopes);
   free(q);
   free(k);
@@ -682,6 +806,19 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
   float *bk = c->bias && !bpack ? rnd_buf((size_t)kw) : NULL;
   float *bv = c->bias && !bpack ? rnd_buf((size_t)kw) : NULL;
   float *bo = c->bias ? rnd_buf((size_t)c->E) : NULL;
+  if (bf16_run) { /* PyTorch's scale of weights, U(+-sqrt(3 / in)):
+                    projections of the inputs' magnitude (engine.h's
+                    bound is for those) */
+    float *ws[] = {wpack, wq, wk, wv, wo};
+    size_t wn[] = {packed ? (size_t)(c->E + 2 * kw) * c->E : 0,
+                   packed ? 0 : (size_t)c->E * c->E,
+                   packed ? 0 : (size_t)kdim * kw,
+                   packed ? 0 : (size_t)vdim * kw, (size_t)c->E * c->E};
+    int win[] = {c->E, c->E, kdim, vdim, c->E};
+    for (int i = 0; i < 5; i++)
+      for (size_t j = 0; j < wn[i]; j++)
+        ws[i][j] *= (float)sqrt(3.0 / win[i]);
+  }
   attn_wlayout lay = c->torch_layout == 1 ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
   attn_mha_problem p = {.B = c->B, .Lq = c->Lq, .Lk = Lk, .E = c->E,
                         .H = c->H, .Hkv = c->Hkv, .kdim = kdim, .vdim = vdim,
@@ -722,6 +859,15 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
                   : (size_t)c->B * c->Lq * Lk;
   double *ro = malloc(no * sizeof *ro), *rw = malloc(nw * sizeof *rw);
   float *out = malloc(no * sizeof *out), *w = malloc(nw * sizeof *w);
+  float *out2 = malloc(no * sizeof *out2), *w2 = malloc(nw * sizeof *w2);
+  double *ro64 = NULL, *rw64 = NULL;
+  if (bf16_run) { /* the double reference of the unrounded problem */
+    ro64 = malloc(no * sizeof *ro64);
+    rw64 = malloc(nw * sizeof *rw64);
+    ck_assert_int_eq(attn_ref_mha(&p, ro64, c->weights ? rw64 : NULL, NULL),
+                     ATTN_OK);
+    p.o.precision = ATTN_PRECISION_BF16;
+  }
   ck_assert_int_eq(attn_ref_mha(&p, ro, c->weights ? rw : NULL, NULL), ATTN_OK);
   attn_bytes by;
   ck_assert_int_eq(attn_mha_bytes(&p, NULL, &by, NULL), ATTN_OK);
@@ -746,12 +892,28 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
         bad++;
         continue;
       }
+      if (bf16_run) {
+        bad += bf16_compare(out, c->weights ? w : NULL, ro, rw, ro64, rw64, no,
+                            nw, (size_t)Lk, BF16_REF_TOL_MHA, ctx);
+        if (bf16_fast_in_use()) { /* the portable kernel: the same bits */
+          ck_assert(attn__set_bf16("portable"));
+          ck_assert_int_eq(attn_mha(&p, &x, out2, c->weights ? w2 : NULL, &d),
+                           ATTN_OK);
+          ck_assert(attn__set_bf16("avx512bf16"));
+          bf16_count_bits(out, out2, no, c->weights ? w : NULL, w2, nw);
+        }
+        continue;
+      }
       bad += compare("out", out, ro, no, ctx);
       if (c->weights) {
         bad += compare("weights", w, rw, nw, ctx);
         bad += exact_zeros(w, rw, nw, ctx);
       }
     }
+  free(out2);
+  free(w2);
+  free(ro64);
+  free(rw64);
   free(slopes);
   free(xq); free(xk); free(xv); free(wpack); free(bpack); free(wq); free(wk); free(wv);
   free(wo); free(bq); free(bk); free(bv); free(bo); free(ro); free(rw);
@@ -1050,11 +1212,12 @@ START_TEST(test_mha_misuse) {
 }
 END_TEST
 
-/* Same inputs, same bits, whatever the thread count. */
-START_TEST(test_deterministic) {
+/* Same inputs, same bits, whatever the thread count (1 or threads). */
+static void check_deterministic(attn_precision prec, uint64_t seed,
+                                int threads) {
   sdpa_case c = {3, 8, 2, 40, 70, 16, 16, 1, M_ADD2, K_BOOL,
                  ATTN_WEIGHTS_NONE, 0, 0};
-  rng_seed(42);
+  rng_seed(seed);
   size_t nq = (size_t)3 * 8 * 40 * 16, nk = (size_t)3 * 2 * 70 * 16;
   float *q = rnd_buf(nq), *k = rnd_buf(nk), *v = rnd_buf(nk);
   float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4);
@@ -1064,15 +1227,20 @@ START_TEST(test_deterministic) {
                          .v = {v, 2 * 70 * 16, 70 * 16, 16}};
   masks m;
   p.o.causal = 1;
+  p.o.precision = prec;
   make_masks(&c, &p.o, &m);
   attn_mview ov1 = {o1, 8 * 40 * 16, 40 * 16, 16}, ov2 = ov1;
   ov2.data = o2;
-  attn_exec x1 = {.threads = 1}, x2 = {.threads = 2};
+  attn_exec x1 = {.threads = 1}, x2 = {.threads = threads};
   ck_assert_int_eq(attn_sdpa(&p, &x1, ov1, NULL, NULL), ATTN_OK);
   ck_assert_int_eq(attn_sdpa(&p, &x2, ov2, NULL, NULL), ATTN_OK);
   ck_assert_int_eq(memcmp(o1, o2, nq * 4), 0);
   free(q); free(k); free(v); free(o1); free(o2);
   free_masks(&m);
+}
+
+START_TEST(test_deterministic) {
+  check_deterministic(ATTN_PRECISION_FP32, 42, 2);
 }
 END_TEST
 
@@ -1404,6 +1572,264 @@ START_TEST(test_tables_blas_gemm) {
 }
 END_TEST
 
+/* ---- bf16 (attn_precision ATTN_PRECISION_BF16) -------------------------- */
+
+static void bf16_reset(void) {
+  bf16_worst_out64 = bf16_worst_w64 = bf16_worst_outref = bf16_worst_wref = 0;
+  bf16_bits_differ = bf16_bits_compared = 0;
+}
+
+/* The worst errors of a bf16 table run, in the bounds' units (an error of
+ * e at |ref| = r counts as e / (1 + r) for outputs). */
+static void bf16_report(const char *what) {
+  fprintf(stderr,
+          "bf16 %s (%s): worst output error vs double %.3g (bound %g), "
+          "weights %.3g (bound %g); vs the bf16 reference %.3g, %.3g "
+          "(bounds %g or %g for mha, %g); portable vs fast: %ld of %ld values differ\n",
+          what, attn__bf16_name(), bf16_worst_out64, BF16_OUT_TOL,
+          bf16_worst_w64, BF16_W_TOL, bf16_worst_outref, bf16_worst_wref,
+          BF16_REF_TOL, BF16_REF_TOL_MHA, BF16_REF_W_TOL, bf16_bits_differ, bf16_bits_compared);
+}
+
+/* Rounding to nearest even, infinities, NaN, subnormals to signed zero,
+ * overflow to infinity; the vector conversion equals the scalar one. */
+START_TEST(test_bf16_round) {
+  static const struct {
+    float x;
+    uint16_t want;
+  } t[] = {
+      {1.0f, 0x3f80},
+      {1.0f + 0x1p-8f, 0x3f80},              /* tie: to even */
+      {1.0f + 0x1p-7f + 0x1p-8f, 0x3f82},    /* tie: to even (up) */
+      {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81},   /* above the tie */
+      {-2.5f, 0xc020},
+      {INFINITY, 0x7f80},
+      {-INFINITY, 0xff80},
+      {1e-39f, 0x0000},                      /* subnormal: +0 */
+      {-1e-39f, 0x8000},                     /* subnormal: -0 */
+      {0x1p-126f, 0x0080},                   /* FLT_MIN stays */
+      {3.4028235e38f, 0x7f80},               /* FLT_MAX rounds up: inf */
+      {3.3e38f, 0x7f78},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    ck_assert_msg(attn__bf16(t[i].x) == t[i].want, "bf16(%a) = %04x, want %04x",
+                  (double)t[i].x, attn__bf16(t[i].x), t[i].want);
+  ck_assert(isnan(attn__bf16_f32(attn__bf16(NAN))));
+  const char *was = attn__bf16_name();
+  static const char *const kern[] = {"portable", "avx512bf16"};
+  rng_seed(77);
+  for (int k = 0; k < 2; k++) {
+    if (!attn__set_bf16(kern[k])) continue;
+    for (int n = 0; n < 70; n++) {
+      float x[70];
+      uint16_t h[72];
+      for (int j = 0; j < n; j++) {
+        uint32_t u = (uint32_t)rng_next();
+        memcpy(&x[j], &u, sizeof u);
+        if (isnan(x[j])) x[j] = 1.0f; /* NaN payloads may differ */
+      }
+      h[n] = 0xabcd;
+      attn__bf16_convert(x, n, h);
+      ck_assert_uint_eq(h[n], 0xabcd);
+      for (int j = 0; j < n; j++)
+        ck_assert_msg(h[j] == attn__bf16(x[j]), "%s: %a -> %04x, want %04x",
+                      kern[k], (double)x[j], h[j], attn__bf16(x[j]));
+    }
+  }
+  ck_assert(attn__set_bf16(was));
+}
+END_TEST
+
+/* gemm.c's bf16 products on every edge of the fp32 kernels' test (rows
+ * 1..14 and 25, columns across 16- and 32-wide blocks, inner sizes 1..65,
+ * odd ones padded), from a panel's first column and from inside one
+ * (off), overwrite and accumulate, both packings: within 1e-6 sum |a b|
+ * of the double sum of the rounded operands, columns past n untouched,
+ * and the fast kernel (where the CPU has it) equal to the portable one
+ * bit for bit. */
+START_TEST(test_bf16_gemm_kernels) {
+  static const int ms[] = {1, 2, 5, 6, 7, 11, 12, 13, 14, 25};
+  static const int ns[] = {1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 70};
+  static const int ks[] = {1, 3, 16, 64, 65};
+  const char *was = attn__bf16_name();
+  int fast = attn__set_bf16("avx512bf16"), bad = 0, diff = 0;
+  if (!fast) fprintf(stderr, "bf16 gemm: no AVX512-BF16 here, portable only\n");
+  rng_seed(13);
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (int off = 0; off <= 5; off += 5)
+          for (int form = 0; form < 2; form++) {
+            int64_t m = ms[mi], n = ns[ni], k = ks[ki], nt = n + off;
+            int64_t k2 = (k + 1) & ~1, ldc = n + 5, ldb = form ? nt + 3 : k + 2;
+            float *a = rnd_buf((size_t)(m * k));
+            float *b = rnd_buf((size_t)(form ? k * ldb : nt * ldb));
+            float *c0 = rnd_buf((size_t)(m * ldc));
+            uint16_t *ab = calloc((size_t)(m * k2), sizeof *ab);
+            size_t pe = attn__bf16_pack_elems(nt, k);
+            uint16_t *pan = aligned_alloc(64, (pe * 2 + 63) / 64 * 64);
+            float *c[2][2];
+            for (int64_t i = 0; i < m; i++)
+              for (int64_t t = 0; t < k; t++)
+                ab[i * k2 + t] = attn__bf16(a[i * k + t]);
+            if (form)
+              attn__bf16_pack_nn(nt, k, b, ldb, pan);
+            else
+              attn__bf16_pack_nt(nt, k, b, ldb, pan);
+            for (int kern = 0; kern < 1 + fast; kern++) {
+              ck_assert(attn__set_bf16(kern ? "avx512bf16" : "portable"));
+              for (int acc = 0; acc < 2; acc++) {
+                c[kern][acc] = malloc((size_t)(m * ldc) * sizeof(float));
+                memcpy(c[kern][acc], c0, (size_t)(m * ldc) * sizeof(float));
+                attn__bf16_gemm(m, n, k2 / 2, 0.3f, ab, k2, pan,
+                                attn__bf16_panel_stride(k), off, acc,
+                                c[kern][acc], ldc);
+              }
+            }
+            for (int acc = 0; acc < 2; acc++) {
+              const float *got = c[0][acc];
+              for (int64_t i = 0; i < m; i++) {
+                for (int64_t j = 0; j < n; j++) {
+                  double sum = 0, mag = 0;
+                  for (int64_t t = 0; t < k; t++) {
+                    double bv = form ? b[t * ldb + off + j]
+                                     : b[(off + j) * ldb + t];
+                    double pr = (double)attn__bf16_round(a[i * k + t]) *
+                                attn__bf16_round((float)bv);
+                    sum += pr;
+                    mag += fabs(pr);
+                  }
+                  double want = 0.3 * sum + (acc ? c0[i * ldc + j] : 0.0);
+                  double e = fabs(got[i * ldc + j] - want);
+                  if (!(e <= 1e-6 * (0.3 * mag + (acc ? fabs(c0[i * ldc + j])
+                                                      : 0.0)) + 1e-30)) {
+                    if (!bad)
+                      fprintf(stderr,
+                              "bf16 gemm m=%lld n=%lld k=%lld off=%d form=%d "
+                              "acc=%d [%lld,%lld] %.9g vs %.9g\n",
+                              (long long)m, (long long)n, (long long)k, off,
+                              form, acc, (long long)i, (long long)j,
+                              got[i * ldc + j], want);
+                    bad++;
+                  }
+                }
+                bad += memcmp(got + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
+              }
+              if (fast) {
+                long dd = bits_differ(c[0][acc], c[1][acc], (size_t)(m * ldc));
+                if (dd && !diff)
+                  fprintf(stderr,
+                          "bf16 gemm m=%lld n=%lld k=%lld off=%d form=%d "
+                          "acc=%d: fast and portable differ in %ld values\n",
+                          (long long)m, (long long)n, (long long)k, off, form,
+                          acc, dd);
+                diff += (int)dd;
+                free(c[1][acc]);
+              }
+              free(c[0][acc]);
+            }
+            free(a); free(b); free(c0); free(ab); free(pan);
+          }
+  ck_assert(attn__set_bf16(was));
+  if (diff) fprintf(stderr, "bf16 gemm: fast and portable differ in %d\n", diff);
+  ck_assert_int_eq(bad, 0);
+  ck_assert_int_eq(diff, 0);
+}
+END_TEST
+
+/* Every sdpa table (the mixed one, fully blocked rows, the variants on
+ * every shape, every variant with every weights mode) in bf16: bounds
+ * against double and against the bf16 reference; with the fast kernel,
+ * the portable one gives the same bits. */
+START_TEST(test_bf16_sdpa_tables) {
+  int bad = 0;
+  bf16_reset();
+  bf16_run = 1;
+  bad += run_sdpa_mixed(60000);
+  for (int s = 0; s < NSHAPES; s++)
+    for (int w = 0; w < 3; w++) {
+      sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                     shapes[s][4], shapes[s][5], shapes[s][6], 0,
+                     w == 1 ? M_ADD2 : M_BOOL2, w == 2 ? K_LEN : K_NONE,
+                     (attn_weights_mode)w, 0, 1};
+      bad += run_sdpa_case(&c, (uint64_t)(61000 + s * 3 + w));
+    }
+  for (int s = 0; s < NSHAPES + NLONG; s++)
+    for (int v = 0; v < NVARIANTS; v++)
+      bad += run_variant(s, v, (uint64_t)(62000 + s * 101 + v));
+  bf16_run = 0;
+  bf16_report("sdpa tables");
+  ck_assert_int_eq(bad, 0);
+  ck_assert_int_eq(bf16_bits_differ, 0);
+}
+END_TEST
+
+START_TEST(test_bf16_mha_tables) {
+  static const mha_case cases[] = {
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_BOOL},
+      {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD2, K_NONE},
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+  };
+  int bad = 0;
+  bf16_reset();
+  bf16_run = 1;
+  bad += run_mha_table();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int v = 0; v < NVARIANTS; v++)
+      bad += run_mha_case_v(&cases[i], &variants[v], 63000 + i * 100 + v);
+  bf16_run = 0;
+  bf16_report("mha tables");
+  ck_assert_int_eq(bad, 0);
+  ck_assert_int_eq(bf16_bits_differ, 0);
+}
+END_TEST
+
+/* The portable kernel alone (what a CPU without AVX512-BF16 runs) on the
+ * mixed tables, against the references. */
+START_TEST(test_bf16_portable) {
+  const char *was = attn__bf16_name();
+  ck_assert(attn__set_bf16("portable"));
+  bf16_reset();
+  bf16_run = 1;
+  int bad = run_sdpa_mixed(64000) + run_mha_table() + run_variants_mixed(65000);
+  bf16_run = 0;
+  bf16_report("portable kernel, mixed tables");
+  ck_assert(attn__set_bf16(was));
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* An unknown precision is refused; bf16 bits do not depend on threads;
+ * the kernel names. */
+START_TEST(test_bf16_misc) {
+  tiny t;
+  attn_diag d = {{0}};
+  tiny_init(&t);
+  t.p.o.precision = (attn_precision)2;
+  ck_assert_int_eq(attn_sdpa_check(&t.p, &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "precision"));
+  t.p.o.precision = ATTN_PRECISION_BF16;
+  ck_assert_int_eq(tiny_run(&t, &d), ATTN_OK);
+  ck_assert_str_eq(attn_engine_kernel_for(ATTN_PRECISION_BF16),
+                   attn_engine_bf16_kernel_name());
+  ck_assert_str_eq(attn_engine_kernel_for(ATTN_PRECISION_FP32),
+                   attn__gemm_name());
+  ck_assert_str_eq(attn_engine_bf16_kernel_name(),
+                   attn_engine_bf16_native() ? "avx512bf16" : "portable");
+  check_deterministic(ATTN_PRECISION_BF16, 43, 3);
+  attn_sdpa_problem p = t.p;
+  attn_exec x1 = {.threads = 1};
+  attn_bytes b32, b16;
+  p.o.precision = ATTN_PRECISION_FP32;
+  ck_assert_int_eq(attn_sdpa_bytes(&p, &x1, &b32, NULL), ATTN_OK);
+  p.o.precision = ATTN_PRECISION_BF16;
+  ck_assert_int_eq(attn_sdpa_bytes(&p, &x1, &b16, NULL), ATTN_OK);
+  ck_assert_uint_eq(b16.out, b32.out);
+  ck_assert_uint_gt(b16.workspace, b32.workspace); /* the bf16 panels */
+}
+END_TEST
+
 Suite *engine_suite(void) {
   Suite *s = suite_create("engine");
   TCase *tc = tcase_create("core");
@@ -1432,5 +1858,14 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_sdpa_top_left);
   tcase_add_test(tc, test_mha_variants);
   suite_add_tcase(s, tc);
+  TCase *tb = tcase_create("bf16");
+  tcase_set_timeout(tb, 300);
+  tcase_add_test(tb, test_bf16_round);
+  tcase_add_test(tb, test_bf16_gemm_kernels);
+  tcase_add_test(tb, test_bf16_sdpa_tables);
+  tcase_add_test(tb, test_bf16_mha_tables);
+  tcase_add_test(tb, test_bf16_portable);
+  tcase_add_test(tb, test_bf16_misc);
+  suite_add_tcase(s, tb);
   return s;
 }

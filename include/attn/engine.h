@@ -116,6 +116,32 @@ typedef struct attn_rotary {
   int64_t query_offset; /* |query_offset| <= INT_MAX */
 } attn_rotary;
 
+/* Arithmetic of a call (attn_attend_opts.precision).
+ * ATTN_PRECISION_BF16: the operands of every matrix product are rounded to
+ * bfloat16 (round to nearest even; fp32 subnormals become 0): for sdpa q,
+ * k (after rotary) and v; for mha the inputs xq, xk, xv, the four
+ * projection weights, the projected Q, K (after bias and rotary) and V,
+ * and the heads' output before W_O.  The softmax probabilities enter P V
+ * rounded to bfloat16: the materialised path rounds the normalised
+ * probabilities; the streaming path rounds exp(s - running max) and
+ * divides its fp32 output by the row's sum (in double, of the unrounded
+ * values) at the end, so the two differ by bf16 roundings.  Every product
+ * accumulates in fp32; scaling, softcap, ALiBi, masks, biases and the
+ * softmax are fp32 as in ATTN_PRECISION_FP32; outputs and weights are fp32
+ * (the weights are the unrounded probabilities).  A fully blocked row
+ * still gives output 0 and weights 0.
+ * Bound (tests/test_engine.c, on random inputs of magnitude <= 1 and head
+ * dims <= 128, against the double reference of the unrounded problem):
+ * outputs within 1e-2 x (1 + |ref|), weights within 4e-3.
+ * Kernels: vdpbf16ps where the CPU has AVX512-BF16, else a portable kernel
+ * with the same rounding and summation order (the same bits, unless a
+ * partial sum falls below FLT_MIN, which vdpbf16ps flushes to 0) and no
+ * speed-up.  attn_engine_kernel_for() names the kernel a call uses. */
+typedef enum {
+  ATTN_PRECISION_FP32 = 0, /* fp32 throughout (the default) */
+  ATTN_PRECISION_BF16 = 1  /* bf16 operands, fp32 accumulation */
+} attn_precision;
+
 /* Options shared by sdpa and mha.  Zero-initialised is plain attention.
  * A score is built in this order, for query head h, query i, key j:
  *   s = scale * q_i . k_j                    (q, k after rotary, if on)
@@ -136,7 +162,8 @@ typedef struct attn_rotary {
  * the keys right of the diagonal: use 0 or -1); softcap negative or not
  * finite; a slope that is not finite; rotary dims odd, negative or larger
  * than the head dim (or, with dims = 0, an odd head dim), base <= 1 or not
- * finite (0 = default), |query_offset| > INT_MAX. */
+ * finite (0 = default), |query_offset| > INT_MAX; a precision other than
+ * ATTN_PRECISION_FP32 and ATTN_PRECISION_BF16. */
 typedef struct attn_attend_opts {
   int causal;             /* attn_causal: 0 none, 1 bottom-right, 2 top-left */
   int has_scale;          /* 0: scale = 1/sqrt(Dk) */
@@ -155,6 +182,11 @@ typedef struct attn_attend_opts {
   const float *alibi_slopes;
   float softcap;          /* > 0: logit soft-capping (Gemma 2: 50); 0 = off */
   attn_rotary rotary;
+  /* ATTN_PRECISION_FP32 (0) or ATTN_PRECISION_BF16 (see attn_precision).
+   * An option of the problem rather than of attn_exec because it changes
+   * the answer, not only how it is computed: the reference kernels
+   * (attn_ref_*) read it too and round the same way. */
+  attn_precision precision;
 } attn_attend_opts;
 
 /* The standard ALiBi slopes for H heads (Press et al., the reference
@@ -275,9 +307,26 @@ const char *attn_engine_blas_better_core(void);
  * "avx512", "avx2" or "scalar". */
 const char *attn_engine_kernel_name(void);
 
+/* 1 when this CPU has AVX512-BF16 (vdpbf16ps): bf16 calls then run the
+ * fast kernel, else the portable one.  Any thread. */
+int attn_engine_bf16_native(void);
+
+/* The kernel that bf16 calls use: "avx512bf16" or "portable". */
+const char *attn_engine_bf16_kernel_name(void);
+
+/* The matrix-product kernel a call of precision p runs now: for
+ * ATTN_PRECISION_BF16 attn_engine_bf16_kernel_name(), for fp32 gemm.c's
+ * "avx512", "avx2" or "blas" (OpenBLAS for every product).  For a
+ * response's timing: precision and kernel actually used. */
+const char *attn_engine_kernel_for(attn_precision p);
+
 /* ---- Reference kernels (src/engine/ref.c) --------------------------------
  * Plain, unblocked, double-precision implementations of the same contracts,
- * used by tests and benchmarks to check the fast paths.  out is contiguous
+ * used by tests and benchmarks to check the fast paths.  With
+ * o.precision = ATTN_PRECISION_BF16 they round as attn_precision says
+ * (rotary applied in double before the rounding; the probabilities
+ * normalised, then rounded, for P V), accumulating in double: the scalar
+ * reference of the bf16 kernels.  out is contiguous
  * [B,H,Lq,Dv] (sdpa) or [B,Lq,E] (mha); weights as above or NULL. */
 attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
                           double *weights, attn_diag *d);

@@ -309,6 +309,11 @@ static attn_status check_opts(const attn_attend_opts *o, int64_t B, int64_t H,
       o->weights != ATTN_WEIGHTS_MEAN)
     return attn_diag_set(d, ATTN_EINVAL, "unknown attention-weights mode %d",
                          (int)o->weights);
+  if (o->precision != ATTN_PRECISION_FP32 &&
+      o->precision != ATTN_PRECISION_BF16)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "precision is %d; expected 0 (fp32) or 1 (bf16)",
+                         (int)o->precision);
   return ATTN_OK;
 }
 
@@ -391,6 +396,14 @@ typedef struct core_ctx {
   size_t kpack_head; /* floats per (b, key head) in kpack */
   size_t upack_at; /* > 0: a window's units pack their band's keys at this
                       float of their scratch (see plan_core) */
+  /* bf16 (attn_precision): keys and values packed per (b, key head) as
+   * bf16 panels (gemm.c), and in each thread's scratch from float bf_at
+   * on the unit's query rows in bf16 (tq rows of Dk2 values) and then a
+   * group's probabilities in bf16 (rows of pb_ld values) */
+  int bf16;
+  int64_t Dk2, pb_ld;
+  uint16_t *kb, *vb;
+  size_t kb_head, vb_head, bf_at, pb_at;
 } core_ctx;
 
 /* S[rows, w] (row stride lds) = scale * Q rows K[j0, j0 + w)^T for batch b,
@@ -399,8 +412,16 @@ typedef struct core_ctx {
  * calls go to cblas_sgemm. */
 static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
                    int64_t j0, int64_t w, const float *qrow, float *S,
-                   int64_t lds, const float *upan, int64_t ub) {
-  if (upan && (j0 - ub) % ATTN__PANEL == 0) {
+                   int64_t lds, const float *upan, int64_t ub,
+                   const uint16_t *qb) {
+  if (c->bf16) { /* qb: the rows in bf16 */
+    int64_t ps = attn__bf16_panel_stride(c->Dk);
+    const uint16_t *pan =
+        c->kb + (size_t)(b * (c->H / c->group) + hk) * c->kb_head;
+    attn__bf16_gemm(rows, w, c->Dk2 / 2, c->scale, qb, c->Dk2,
+                    pan + (j0 / ATTN__PANEL) * ps, ps, j0 % ATTN__PANEL, 0, S,
+                    lds);
+  } else if (upan && (j0 - ub) % ATTN__PANEL == 0) {
     attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
                          upan + (j0 - ub) * c->Dk, S, lds);
   } else if (c->kpack && j0 % ATTN__PANEL == 0) {
@@ -413,6 +434,43 @@ static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
     attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, c->q.ld, kp, c->k.ld, S,
                   lds);
   }
+}
+
+/* bf16: the unit's bf16 area of thread tid (see core_ctx). */
+static inline uint16_t *bf_area(const core_ctx *c, int tid) {
+  return (uint16_t *)(void *)(c->scratch[tid] + c->bf_at);
+}
+
+/* bf16: query rows [i0, i0 + m) of head (b, h) rounded into qb (rows of
+ * Dk2 values, a zero after an odd Dk). */
+static void q_bf16(const core_ctx *c, int64_t b, int64_t h, int64_t i0,
+                   int64_t m, uint16_t *qb) {
+  for (int64_t r = 0; r < m; r++) {
+    const float *q = c->q.data + b * c->q.sb + h * c->q.sh + (i0 + r) * c->q.ld;
+    attn__bf16_convert(q, c->Dk, qb + r * c->Dk2);
+    if (c->Dk2 > c->Dk) qb[r * c->Dk2 + c->Dk] = 0;
+  }
+}
+
+/* bf16: o[rows, Dv] = P V (+ o when acc) over keys [s, e) of key head
+ * (b, hk); P's row r at P + r * ldp holds key s at column 0.  The rows go
+ * to pb in bf16 from the even key s2 <= s (zeros before s and after e),
+ * so that their pairs are the value panels' pairs. */
+static void pv_bf16(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
+                    const float *P, int64_t ldp, int64_t s, int64_t e,
+                    float *o, int64_t ldo, int acc, uint16_t *pb) {
+  int64_t s2 = s & ~(int64_t)1, e2 = (e + 1) & ~(int64_t)1;
+  for (int64_t r = 0; r < rows; r++) {
+    uint16_t *d = pb + r * c->pb_ld;
+    if (s > s2) d[0] = 0;
+    attn__bf16_convert(P + r * ldp, e - s, d + (s - s2));
+    if (e2 > e) d[e - s2] = 0;
+  }
+  const uint16_t *pan = c->vb +
+                        (size_t)(b * (c->H / c->group) + hk) * c->vb_head +
+                        (s2 / 2) * 2 * ATTN__PANEL;
+  attn__bf16_gemm(rows, c->Dv, (e2 - s2) / 2, 1.0f, pb, c->pb_ld, pan,
+                  attn__bf16_panel_stride(c->Lk), 0, acc, o, ldo);
 }
 
 /* Keys visible from query i form the band [row_vbeg, row_end): both ends
@@ -534,6 +592,12 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
     float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
     float *S = per_head ? c->weights + ((b * c->H + h) * c->Lq + i0) * Lk
                         : c->scratch[tid];
+    uint16_t *qb = NULL, *pb = NULL;
+    if (c->bf16) {
+      qb = bf_area(c, tid);
+      pb = qb + c->pb_at;
+      q_bf16(c, b, h, i0, m, qb);
+    }
     /* Row groups of MAT_ROWS: scores, softmax and P V for a group while
      * its scores are still in L2, each group only as wide as its last row
      * sees (a causal diagonal). */
@@ -546,7 +610,7 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       int64_t jv = row_vbeg(c, b, i0 + r0), j0 = panel_floor(jv);
       if (w > j0)
         scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld,
-               S + r0 * Lk + j0, Lk, NULL, 0);
+               S + r0 * Lk + j0, Lk, NULL, 0, qb ? qb + r0 * c->Dk2 : NULL);
       for (int64_t r = r0; r < r1; r++) {
         int64_t i = i0 + r, e = row_end(c, b, i), v0 = row_vbeg(c, b, i);
         float *row = S + r * Lk;
@@ -567,7 +631,10 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       }
       /* P V from the group's first visible key: the columns before it,
        * computed to start on a panel, are zeros in every row */
-      if (w > jv)
+      if (w > jv && c->bf16)
+        pv_bf16(c, b, hk, r1 - r0, S + r0 * Lk + jv, Lk, jv, w,
+                op + r0 * c->out.ld, c->out.ld, 0, pb);
+      else if (w > jv)
         attn__gemm_nn(r1 - r0, c->Dv, w - jv, S + r0 * Lk + jv, Lk,
                       vp + jv * c->v.ld, c->v.ld, 0, op + r0 * c->out.ld,
                       c->out.ld);
@@ -598,10 +665,11 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
                            int64_t i0, int64_t r0, int64_t r1, int64_t j0,
                            int64_t w, float *S, float *O, float *mrun,
                            double *lrun, int64_t hk, const float *qp,
-                           const float *vp, const float *upan, int64_t ub) {
+                           const float *vp, const float *upan, int64_t ub,
+                           uint16_t *qb) {
   int64_t tk = c->tk, Dv = c->Dv;
   scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk, upan,
-         ub);
+         ub, qb ? qb + r0 * c->Dk2 : NULL);
   for (int64_t r = r0; r < r1; r++) {
     /* this row's keys of the tile: [v0, e) (relative to j0) */
     int64_t i = i0 + r, e = row_end(c, b, i) - j0, v0 = row_vbeg(c, b, i) - j0;
@@ -636,7 +704,10 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
    * every row: the columns computed to start on a panel) */
   int64_t jv = row_vbeg(c, b, i0 + r0) - j0;
   if (jv < 0) jv = 0;
-  if (jv < w)
+  if (jv < w && qb)
+    pv_bf16(c, b, hk, r1 - r0, S + r0 * tk + jv, tk, j0 + jv, j0 + w,
+            O + r0 * Dv, Dv, 1, qb + c->pb_at);
+  else if (jv < w)
     attn__gemm_nn(r1 - r0, Dv, w - jv, S + r0 * tk + jv, tk,
                   vp + (j0 + jv) * c->v.ld, c->v.ld, 1, O + r0 * Dv, Dv);
 }
@@ -656,6 +727,11 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   float *S = c->scratch[tid] + 2 * c->tq;
   float *O = S + c->tq * tk;
   float *mrun = O + c->tq * Dv;
+  uint16_t *qb = NULL;
+  if (c->bf16) {
+    qb = bf_area(c, tid);
+    q_bf16(c, b, h, i0, m, qb);
+  }
 
   memset(O, 0, m * Dv * sizeof *O);
   for (int64_t r = 0; r < m; r++) {
@@ -684,7 +760,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
       for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi;
            j0 += tk)
         streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk,
-                       S, O, mrun, lrun, hk, qp, vp, upan, ub);
+                       S, O, mrun, lrun, hk, qp, vp, upan, ub, qb);
     }
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
@@ -699,7 +775,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
         if (w > tn) w = tn;
         if (w <= 0) continue; /* these rows see no key of this tile */
         streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
-                       vp, NULL, 0);
+                       vp, NULL, 0, qb);
       }
     }
   }
@@ -724,6 +800,10 @@ typedef struct core_plan {
   size_t scratch_floats;
   size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
   size_t upack_at; /* see core_ctx */
+  int bf16; /* attn_precision BF16: the fields below as in core_ctx */
+  int64_t Dk2, pb_ld;
+  size_t bf_at, pb_at, kb_head, vb_head;
+  size_t bf_panel_floats; /* the bf16 key and value panels, in floats */
 } core_plan;
 
 /* Keys a block of tq query rows can see at most when a window bounds them
@@ -790,16 +870,45 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
    * K written once and read from memory again, and its page faults were a
    * tenth of a windowed call at n = 16384. */
   int64_t band = band_keys(o, Lq, Lk, pl->tq);
-  if (pl->streaming && attn__gemm_packs() && Lq >= PACK_MIN_ROWS &&
+  int bf = o->precision == ATTN_PRECISION_BF16;
+  if (pl->streaming && attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !bf &&
       band > 0 && 2 * band <= Lk) {
     pl->upack_at = (f + 15) / 16 * 16; /* 64-byte aligned panels */
     f = pl->upack_at + attn__pack_floats(band + ATTN__PANEL, Dk);
+  }
+  /* bf16: every product reads packed bf16 panels of the keys and values
+   * (per call, whatever the shape: the kernels take nothing else; a
+   * window's units read them too, no band packing), and each thread
+   * converts its unit's query rows and a group's probabilities (at most
+   * MAT_ROWS rows of Lk keys, or tq rows of a tk-key tile, plus a pair's
+   * alignment) into its scratch. */
+  if (bf) {
+    int64_t prow = pl->streaming ? pl->tq
+                                 : pl->tq < MAT_ROWS ? pl->tq : MAT_ROWS;
+    size_t qe, pe, kall, vall, all;
+    pl->bf16 = 1;
+    pl->Dk2 = (Dk + 1) & ~(int64_t)1;
+    pl->pb_ld = ((pl->streaming ? pl->tk : Lk) + 3) & ~(int64_t)1;
+    qe = ((size_t)pl->tq * (size_t)pl->Dk2 + 31) / 32 * 32;
+    if (!attn_size_mul((size_t)prow, (size_t)pl->pb_ld, &pe) ||
+        !attn_size_add(qe, pe, &pe))
+      return attn_diag_set(d, ATTN_ETOOBIG, "bf16 scratch overflows");
+    pl->bf_at = (f + 15) / 16 * 16;
+    pl->pb_at = qe;
+    f = pl->bf_at + (pe + 1) / 2;
+    pl->kb_head = attn__bf16_pack_elems(Lk, Dk);
+    pl->vb_head = attn__bf16_pack_elems(Dv, Lk);
+    if (!attn_size_mul(pl->kb_head, (size_t)B * (size_t)Hkv, &kall) ||
+        !attn_size_mul(pl->vb_head, (size_t)B * (size_t)Hkv, &vall) ||
+        !attn_size_add(kall, vall, &all))
+      return attn_diag_set(d, ATTN_ETOOBIG, "bf16 panels overflow");
+    pl->bf_panel_floats = (all + 1) / 2;
   }
   pl->scratch_floats = f;
   /* Keys packed once per (b, key head) for the AVX-512 NT kernel when
    * enough query rows reuse them (packing costs about what 32 rows of
    * scores do). */
-  if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !pl->upack_at) {
+  if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !pl->upack_at && !bf) {
     size_t per = attn__pack_floats(Lk, Dk), all;
     if (attn_size_mul(per, (size_t)B * (size_t)Hkv, &all)) {
       pl->kpack_head = per;
@@ -863,19 +972,46 @@ static void pack_unit(void *vctx, int64_t u, int tid) {
   const core_ctx *c = vctx;
   int64_t Hkv = c->H / c->group, b = u / Hkv, hk = u % Hkv;
   (void)tid;
+  if (c->bf16) {
+    attn__bf16_pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh,
+                       c->k.ld, c->kb + (size_t)u * c->kb_head);
+    attn__bf16_pack_nn(c->Dv, c->Lk, c->v.data + b * c->v.sb + hk * c->v.sh,
+                       c->v.ld, c->vb + (size_t)u * c->vb_head);
+    return;
+  }
   attn__pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh,
                 c->k.ld, c->kpack + (size_t)u * c->kpack_head);
 }
 
 /* Packs the keys when planned (if that memory cannot be had, the unpacked
- * cblas path runs instead: same answer within rounding), then the units. */
-static void run_core(core_ctx *c, const core_plan *pl) {
+ * cblas path runs instead: same answer within rounding), then the units.
+ * bf16 needs its panels: ATTN_ENOMEM without them, nothing computed. */
+static attn_status run_core(core_ctx *c, const core_plan *pl) {
   c->tq = pl->tq;
   c->tk = pl->tk;
   c->nqb = pl->nqb;
   c->streaming = pl->streaming;
   c->upack_at = pl->upack_at;
   c->kpack = NULL;
+  c->bf16 = pl->bf16;
+  if (c->bf16) {
+    float *mem = alloc_floats(pl->bf_panel_floats);
+    if (!mem) return ATTN_ENOMEM;
+    c->Dk2 = pl->Dk2;
+    c->pb_ld = pl->pb_ld;
+    c->bf_at = pl->bf_at;
+    c->pb_at = pl->pb_at;
+    c->kb_head = pl->kb_head;
+    c->vb_head = pl->vb_head;
+    c->kb = (uint16_t *)(void *)mem;
+    c->vb = c->kb + (size_t)c->B * (size_t)(c->H / c->group) * c->kb_head;
+    attn__parallel_for(pl->threads, c->B * (c->H / c->group), pack_unit, c);
+    attn__parallel_for(pl->threads, pl->units,
+                       pl->streaming ? streaming_unit : materialised_unit, c);
+    free(mem);
+    c->kb = c->vb = NULL;
+    return ATTN_OK;
+  }
   if (pl->kpack_floats) {
     c->kpack = alloc_floats(pl->kpack_floats);
     c->kpack_head = pl->kpack_head;
@@ -886,6 +1022,7 @@ static void run_core(core_ctx *c, const core_plan *pl) {
                      pl->streaming ? streaming_unit : materialised_unit, c);
   free(c->kpack);
   c->kpack = NULL;
+  return ATTN_OK;
 }
 
 static float default_scale(const attn_attend_opts *o, int64_t Dk) {
@@ -1061,6 +1198,7 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
   rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
   if (!attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &ws) ||
       !attn_size_add(ws, pl.kpack_floats, &ws) ||
+      !attn_size_add(ws, pl.bf_panel_floats, &ws) ||
       !attn_size_add(ws, sdpa_rope_floats(p, &rt), &ws) ||
       !attn_size_mul(ws, sizeof(float), &ws))
     return attn_diag_set(d, ATTN_ETOOBIG, "workspace size overflows");
@@ -1149,11 +1287,13 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     c.q = (attn_view){qr, p->H * p->Lq * p->Dk, p->Lq * p->Dk, p->Dk};
     c.k = (attn_view){kr, p->Hkv * p->Lk * p->Dk, p->Lk * p->Dk, p->Dk};
   }
-  run_core(&c, &pl);
+  s = run_core(&c, &pl);
   free_scratch(scratch, pl.threads);
   free(rt.mem);
   free(qr);
   free(kr);
+  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 key and value "
+                                    "panels");
   return ATTN_OK;
 }
 
@@ -1243,6 +1383,22 @@ static attn_status mha_sizes_of(const attn_mha_problem *p, mha_sizes *z) {
   return ATTN_OK;
 }
 
+/* bf16: the four weights' panels and the projections' per-thread rows
+ * (an upper bound: all four weights at once), in floats. */
+static size_t mha_bf16_floats(const attn_mha_problem *p, int threads) {
+  if (p->o.precision != ATTN_PRECISION_BF16) return 0;
+  int64_t kw = p->Hkv * (p->E / p->H), in2 = p->E;
+  if (p->kdim > in2) in2 = p->kdim;
+  if (p->vdim > in2) in2 = p->vdim;
+  in2 = (in2 + 1) & ~(int64_t)1;
+  size_t n = 2 * attn__bf16_pack_elems(p->E, p->E) +
+             attn__bf16_pack_elems(kw, p->kdim) +
+             attn__bf16_pack_elems(kw, p->vdim) +
+             (size_t)clamp_threads(threads, MAX_THREADS) * PROJ_ROWS *
+                 (size_t)in2;
+  return n / 2 + 64;
+}
+
 attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
                            attn_bytes *bytes, attn_diag *d) {
   attn_mha_problem p;
@@ -1261,6 +1417,8 @@ attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
   if (mha_sizes_of(&p, &z) ||
       !attn_size_mul(pl.scratch_floats, (size_t)pl.threads, &f) ||
       !attn_size_add(f, pl.kpack_floats, &f) ||
+      !attn_size_add(f, pl.bf_panel_floats, &f) ||
+      !attn_size_add(f, mha_bf16_floats(&p, x ? x->threads : 1), &f) ||
       !attn_size_add(f, rope_floats(&rt, p.Lq, p.Lk), &f) ||
       !attn_size_add(f, z.q, &f) || !attn_size_add(f, z.k, &f) ||
       !attn_size_add(f, z.v, &f) ||
@@ -1280,6 +1438,7 @@ typedef struct proj_job {
   float *y;
   int64_t ldx, ldy; /* row strides of x and y; 0 = in and out */
   float *wpack;     /* an [out, in] weight packed for the NT kernel, or NULL */
+  uint16_t *wb;     /* bf16: the weight's panels (gemm.c) */
 } proj_job;
 
 /* Rotary positions on a job's output heads: heads of Dh values from
@@ -1296,6 +1455,11 @@ typedef struct proj_ctx {
   int64_t chunks[3];
   int njobs;
   rope_seg rope[3][2]; /* per job: q, k (the fused job has both) */
+  /* bf16: the weights packed as bf16 panels, each chunk's input rows
+   * rounded into its thread's xb (PROJ_ROWS rows of xb_ld values) */
+  int bf16;
+  uint16_t *xb;
+  int64_t xb_ld;
 } proj_ctx;
 
 static void proj_unit(void *vctx, int64_t u, int tid) {
@@ -1308,7 +1472,17 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   int64_t r1 = r0 + PROJ_ROWS < p->rows ? r0 + PROJ_ROWS : p->rows;
   int64_t ldx = p->ldx ? p->ldx : p->in, ldy = p->ldy ? p->ldy : p->out;
   int64_t ldw = attn__weight_ld(p->w, p->in, p->out);
-  if (p->w->layout == ATTN_W_IN_OUT)
+  if (c->bf16) {
+    uint16_t *xb = c->xb + (size_t)tid * PROJ_ROWS * (size_t)c->xb_ld;
+    int64_t in2 = (p->in + 1) & ~(int64_t)1;
+    for (int64_t r = r0; r < r1; r++) {
+      attn__bf16_convert(p->x + r * ldx, p->in, xb + (r - r0) * c->xb_ld);
+      if (in2 > p->in) xb[(r - r0) * c->xb_ld + p->in] = 0;
+    }
+    attn__bf16_gemm(r1 - r0, p->out, in2 / 2, 1.0f, xb, c->xb_ld, p->wb,
+                    attn__bf16_panel_stride(p->in), 0, 0, p->y + r0 * ldy,
+                    ldy);
+  } else if (p->w->layout == ATTN_W_IN_OUT)
     attn__gemm_nn(r1 - r0, p->out, p->in, p->x + r0 * ldx, ldx, p->w->data,
                   ldw, 0, p->y + r0 * ldy, ldy);
   else if (p->wpack)
@@ -1334,28 +1508,60 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
 }
 
 /* Weights stored [out, in] are packed for the NT kernel when enough rows
- * use them (without the memory, cblas_sgemm takes them as they are). */
-static void run_proj(proj_ctx *c, int threads) {
-  int64_t total = 0, work = 0;
+ * use them (without the memory, cblas_sgemm takes them as they are).
+ * bf16: every weight is packed as bf16 panels and each thread gets a
+ * buffer for its chunk's rounded input rows; ATTN_ENOMEM (nothing
+ * computed) without that memory. */
+static attn_status run_proj(proj_ctx *c, int threads) {
+  int64_t total = 0, work = 0, in2max = 2;
+  attn_status s = ATTN_OK;
+  c->xb = NULL;
   for (int j = 0; j < c->njobs; j++) {
     proj_job *p = &c->job[j];
     c->chunks[j] = (p->rows + PROJ_ROWS - 1) / PROJ_ROWS;
     total += c->chunks[j];
     work += p->rows * p->in * p->out;
     p->wpack = NULL;
-    if (p->w->layout == ATTN_W_OUT_IN && attn__gemm_packs() &&
-        p->rows >= PACK_MIN_ROWS) {
+    p->wb = NULL;
+    if (c->bf16) {
+      int64_t ldw = attn__weight_ld(p->w, p->in, p->out);
+      if (((p->in + 1) & ~(int64_t)1) > in2max)
+        in2max = (p->in + 1) & ~(int64_t)1;
+      p->wb = (uint16_t *)(void *)alloc_floats(
+          (attn__bf16_pack_elems(p->out, p->in) + 1) / 2);
+      if (!p->wb) {
+        s = ATTN_ENOMEM;
+        continue;
+      }
+      if (p->w->layout == ATTN_W_IN_OUT)
+        attn__bf16_pack_nn(p->out, p->in, p->w->data, ldw, p->wb);
+      else
+        attn__bf16_pack_nt(p->out, p->in, p->w->data, ldw, p->wb);
+    } else if (p->w->layout == ATTN_W_OUT_IN && attn__gemm_packs() &&
+               p->rows >= PACK_MIN_ROWS) {
       if ((p->wpack = alloc_floats(attn__pack_floats(p->out, p->in))))
         attn__pack_nt(p->out, p->in, p->w->data,
                       attn__weight_ld(p->w, p->in, p->out), p->wpack);
     }
   }
   if ((double)work < SMALL_CALL_WORK) threads = 1;
-  attn__parallel_for(threads, total, proj_unit, c);
+  threads = clamp_threads(threads, total);
+  if (c->bf16 && !s) {
+    c->xb_ld = in2max;
+    c->xb = (uint16_t *)(void *)alloc_floats(
+        (size_t)threads * PROJ_ROWS * (size_t)in2max / 2);
+    if (!c->xb) s = ATTN_ENOMEM;
+  }
+  if (!s) attn__parallel_for(threads, total, proj_unit, c);
   for (int j = 0; j < c->njobs; j++) {
     free(c->job[j].wpack);
+    free(c->job[j].wb);
     c->job[j].wpack = NULL;
+    c->job[j].wb = NULL;
   }
+  free(c->xb);
+  c->xb = NULL;
+  return s;
 }
 
 static attn_status check_weight_values(const char *name, const attn_weight *w,
@@ -1488,24 +1694,28 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
     goto done;
   }
 
-  proj_ctx pc = {.njobs = fused ? 1 : 3};
+  int bf = p->o.precision == ATTN_PRECISION_BF16;
+  proj_ctx pc = {.njobs = fused ? 1 : 3, .bf16 = bf};
   if (fused) {
     pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w3, b3, Q,
-                           0, 0, NULL};
+                           0, 0, NULL, NULL};
   } else {
     pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q,
-                           0, 0, NULL};
+                           0, 0, NULL, NULL};
     pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K,
-                           0, 0, NULL};
+                           0, 0, NULL, NULL};
     pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V,
-                           0, 0, NULL};
+                           0, 0, NULL, NULL};
   }
   if (rt.on) { /* rotate Q and K heads as their rows are projected */
     pc.rope[0][0] = (rope_seg){rt.qcs, rt.qsn, 0, p->H, Dh, p->Lq, &rt};
     pc.rope[fused ? 0 : 1][fused] =
         (rope_seg){rt.kcs, rt.ksn, fused ? p->E : 0, p->Hkv, Dh, p->Lk, &rt};
   }
-  run_proj(&pc, x->threads);
+  if ((s = run_proj(&pc, x->threads))) {
+    s = attn_diag_set(d, s, "cannot allocate the bf16 projection weights");
+    goto done;
+  }
   const float *Kp = fused ? Q + p->E : K, *Vp = fused ? Q + 2 * p->E : V;
 
   core_ctx c = {.B = p->B,
@@ -1524,12 +1734,18 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
                 .softcap = p->o.softcap,
                 .weights = weights,
                 .scratch = scratch};
-  run_core(&c, &pl);
+  if ((s = run_core(&c, &pl))) {
+    s = attn_diag_set(d, s, "cannot allocate the bf16 key and value panels");
+    goto done;
+  }
 
-  proj_ctx po = {.njobs = 1};
+  proj_ctx po = {.njobs = 1, .bf16 = bf};
   po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
-                         ldq, 0, NULL};
-  run_proj(&po, x->threads);
+                         ldq, 0, NULL, NULL};
+  if ((s = run_proj(&po, x->threads))) {
+    s = attn_diag_set(d, s, "cannot allocate the bf16 projection weights");
+    goto done;
+  }
   s = ATTN_OK;
 done:
   free_scratch(scratch, pl.threads);

@@ -38,6 +38,7 @@
  * or by tests and benchmarks before engine calls.
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -570,4 +571,246 @@ void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n,
               (int)k, 1.0f, a, (int)lda, b, (int)ldb, acc ? 1.0f : 0.0f, c,
               (int)ldc);
+}
+
+/* ---- bfloat16 products ---------------------------------------------------
+ * For attn_precision ATTN_PRECISION_BF16 (engine.h): the same products on
+ * bf16 operands with fp32 accumulation.  The right-hand operand is packed
+ * into 32-column panels of bf16 pairs (internal.h): keys and [out, in]
+ * weights from rows (attn__bf16_pack_nt), values and [in, out] weights
+ * from columns (attn__bf16_pack_nn); the left-hand one is bf16 rows whose
+ * consecutive pairs a 32-bit broadcast reads.
+ *  - AVX512-BF16 (Zen 4 and 5, Cooper Lake, Sapphire Rapids and later):
+ *    the fp32 kernels' register tile, 12 rows x 32 columns in 24 zmm
+ *    accumulators, but each step is a pair of inner values: two loads of
+ *    the panel, 12 broadcasts of a pair, 24 vdpbf16ps, each 32
+ *    multiply-adds where an FMA does 16.
+ *  - portable: the same chain in C, one output at a time over the pairs,
+ *    odd product then even product, each added to the fp32 sum with one
+ *    rounding (a product of two bf16 values is exact in fp32, so this is
+ *    what vdpbf16ps computes).  No faster than fp32; it exists so that a
+ *    bf16 request means the same numbers on every CPU.
+ * Columns that do not start on a panel (off > 0: a streaming key tile
+ * that starts inside a panel) are computed into a 12 x 32 block on the
+ * stack and copied. */
+size_t attn__bf16_pack_elems(int64_t n, int64_t k) {
+  return (size_t)((n + NR - 1) / NR) * (size_t)attn__bf16_panel_stride(k);
+}
+
+void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k), kp = (k + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    int64_t nr = n - j0 < NR ? n - j0 : NR;
+    if (nr < NR || k % 2) memset(p, 0, (size_t)ps * sizeof *p);
+    for (int64_t jj = 0; jj < nr; jj++) {
+      const float *row = b + (j0 + jj) * ldb;
+      for (int64_t kk = 0; kk < k; kk++)
+        p[(kk / 2) * 2 * NR + 2 * jj + (kk & 1)] = attn__bf16(row[kk]);
+    }
+    (void)kp;
+  }
+}
+
+void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k);
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    int64_t nr = n - j0 < NR ? n - j0 : NR;
+    if (nr < NR || k % 2) memset(p, 0, (size_t)ps * sizeof *p);
+    for (int64_t kk = 0; kk < k; kk++) {
+      const float *row = b + kk * ldb + j0;
+      uint16_t *d = p + (kk / 2) * 2 * NR + (kk & 1);
+      for (int64_t jj = 0; jj < nr; jj++) d[2 * jj] = attn__bf16(row[jj]);
+    }
+  }
+}
+
+enum { BF16_PORTABLE, BF16_AVX512 };
+static int bf16_kernel;
+
+#ifdef ATTN_GEMM_X86
+#define BF16K __attribute__((target("avx512f,avx512bf16")))
+
+static BF16K void convert_avx512bf16(const float *src, int64_t n,
+                                     uint16_t *dst) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + j));
+    _mm256_storeu_si256((__m256i *)(void *)(dst + j), (__m256i)h);
+  }
+  for (; j < n; j++) dst[j] = attn__bf16(src[j]);
+}
+
+/* C[mr, <= 32] = alpha * A[mr, 2 kp] P (+ C when acc) for one panel P. */
+BF16K INLINE void tile_bf16(const int mr, int64_t kp, const uint16_t *a,
+                            int64_t lda, const uint16_t *p, float alpha,
+                            int acc, float *c, int64_t ldc, __mmask16 m0,
+                            __mmask16 m1) {
+  __m512 c0[MR], c1[MR];
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
+      _mm512_setzero_ps();
+  for (int64_t t = 0; t < kp; t++) {
+    __m512i b0 = _mm512_loadu_si512((const void *)(p + t * 2 * NR));
+    __m512i b1 = _mm512_loadu_si512((const void *)(p + t * 2 * NR + NR));
+    _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+      int32_t pair;
+      memcpy(&pair, a + r * lda + 2 * t, sizeof pair);
+      __m512i x = _mm512_set1_epi32(pair);
+      c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)x, (__m512bh)b0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)x, (__m512bh)b1);
+    }
+  }
+  __m512 al = _mm512_set1_ps(alpha);
+  _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
+    __m512 x0, x1;
+    if (acc) { /* one rounding, as fmaf in the portable kernel */
+      x0 = _mm512_fmadd_ps(c0[r], al, _mm512_maskz_loadu_ps(m0, c + r * ldc));
+      x1 = _mm512_fmadd_ps(c1[r], al,
+                           _mm512_maskz_loadu_ps(m1, c + r * ldc + 16));
+    } else {
+      x0 = _mm512_mul_ps(c0[r], al);
+      x1 = _mm512_mul_ps(c1[r], al);
+    }
+    _mm512_mask_storeu_ps(c + r * ldc, m0, x0);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, x1);
+  }
+}
+
+static BF16K void block_bf16(int mr, int64_t kp, const uint16_t *a,
+                             int64_t lda, const uint16_t *p, float alpha,
+                             int acc, float *c, int64_t ldc, __mmask16 m0,
+                             __mmask16 m1) {
+  switch (mr) {
+#define X(n)                                                    \
+  case n:                                                       \
+    tile_bf16(n, kp, a, lda, p, alpha, acc, c, ldc, m0, m1);    \
+    break;
+    ROW_CASES(X)
+#undef X
+  }
+}
+#endif /* ATTN_GEMM_X86 */
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define BF16_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BF16_CLONES
+#endif
+
+/* The portable tile: C[mr, cols] (cols <= 32) as tile_bf16 computes it. */
+BF16_CLONES static void block_bf16_portable(int mr, int64_t kp,
+                                            const uint16_t *a, int64_t lda,
+                                            const uint16_t *p, float alpha,
+                                            int acc, float *c, int64_t ldc,
+                                            int64_t cols) {
+  float t[NR];
+  for (int r = 0; r < mr; r++) {
+    for (int j = 0; j < NR; j++) t[j] = 0.0f;
+    const uint16_t *ar = a + r * lda;
+    for (int64_t s = 0; s < kp; s++) {
+      float a0 = attn__bf16_f32(ar[2 * s]), a1 = attn__bf16_f32(ar[2 * s + 1]);
+      const uint16_t *q = p + s * 2 * NR;
+      for (int j = 0; j < NR; j++) {
+        float u = t[j] + a1 * attn__bf16_f32(q[2 * j + 1]);
+        t[j] = u + a0 * attn__bf16_f32(q[2 * j]);
+      }
+    }
+    for (int64_t j = 0; j < cols; j++)
+      c[r * ldc + j] = acc ? fmaf(t[j], alpha, c[r * ldc + j]) : t[j] * alpha;
+  }
+}
+
+void attn__bf16_convert(const float *src, int64_t n, uint16_t *dst) {
+#ifdef ATTN_GEMM_X86
+  if (bf16_kernel == BF16_AVX512) {
+    convert_avx512bf16(src, n, dst);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < n; j++) dst[j] = attn__bf16(src[j]);
+}
+
+/* Rows [0, m) of one panel's columns [lo, hi) (0 <= lo < hi <= 32) into
+ * c (c's column 0 is the panel's column lo). */
+static void panel_bf16(int64_t m, int64_t lo, int64_t hi, int64_t kp,
+                       float alpha, const uint16_t *a, int64_t lda,
+                       const uint16_t *p, int acc, float *c, int64_t ldc) {
+  for (int64_t i0 = 0; i0 < m; i0 += MR) {
+    int mr = m - i0 < MR ? (int)(m - i0) : MR;
+    const uint16_t *ai = a + i0 * lda;
+    float *ci = c + i0 * ldc;
+    if (lo > 0) { /* via a block on the stack, then the wanted columns */
+      float tmp[MR * NR];
+      panel_bf16(mr, 0, hi, kp, 1.0f, ai, lda, p, 0, tmp, NR);
+      for (int r = 0; r < mr; r++)
+        for (int64_t j = lo; j < hi; j++)
+          ci[r * ldc + j - lo] =
+              acc ? fmaf(tmp[r * NR + j], alpha, ci[r * ldc + j - lo])
+                  : tmp[r * NR + j] * alpha;
+      continue;
+    }
+#ifdef ATTN_GEMM_X86
+    if (bf16_kernel == BF16_AVX512) {
+      block_bf16(mr, kp, ai, lda, p, alpha, acc, ci, ldc, lane_mask(hi),
+                 lane_mask(hi - 16));
+      continue;
+    }
+#endif
+    block_bf16_portable(mr, kp, ai, lda, p, alpha, acc, ci, ldc, hi);
+  }
+}
+
+void attn__bf16_gemm(int64_t m, int64_t n, int64_t kp, float alpha,
+                     const uint16_t *a, int64_t lda, const uint16_t *b,
+                     int64_t bstride, int64_t off, int acc, float *c,
+                     int64_t ldc) {
+  for (int64_t q = 0; q * NR < off + n; q++) {
+    int64_t lo = q * NR > off ? q * NR : off;
+    int64_t hi = (q + 1) * NR < off + n ? (q + 1) * NR : off + n;
+    panel_bf16(m, lo - q * NR, hi - q * NR, kp, alpha, a, lda,
+               b + q * bstride, acc, c + (lo - off), ldc);
+  }
+}
+
+static int have_bf16(void) {
+#ifdef ATTN_GEMM_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
+__attribute__((constructor)) static void pick_bf16(void) {
+  bf16_kernel = have_bf16() ? BF16_AVX512 : BF16_PORTABLE;
+}
+
+const char *attn__bf16_name(void) {
+  return bf16_kernel == BF16_AVX512 ? "avx512bf16" : "portable";
+}
+
+int attn__set_bf16(const char *name) {
+  if (strcmp(name, "portable") == 0) {
+    bf16_kernel = BF16_PORTABLE;
+    return 1;
+  }
+  if (strcmp(name, "avx512bf16") == 0 && have_bf16()) {
+    bf16_kernel = BF16_AVX512;
+    return 1;
+  }
+  return 0;
+}
+
+int attn_engine_bf16_native(void) { return have_bf16(); }
+
+const char *attn_engine_bf16_kernel_name(void) { return attn__bf16_name(); }
+
+const char *attn_engine_kernel_for(attn_precision p) {
+  return p == ATTN_PRECISION_BF16 ? attn__bf16_name() : attn__gemm_name();
 }

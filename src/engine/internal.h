@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attn/engine.h"
 
@@ -98,6 +99,72 @@ const char *attn__gemm_name(void);
  * AVX2 and FMA) or "blas".  The default is the first the CPU has.  For
  * tests and benchmarks: before engine calls, never during one. */
 int attn__set_gemm(const char *name);
+
+/* ---- gemm.c: bfloat16 products (attn_precision ATTN_PRECISION_BF16) ----
+ * Operands are bfloat16 (uint16_t, the top half of an fp32), accumulation
+ * fp32.  A right-hand operand is packed into panels of 32 columns, each
+ * stored [kpairs][32][2]: pair t of column j holds its inner values 2t and
+ * 2t + 1 side by side (zeros past the last column or inner value), the
+ * layout vdpbf16ps reads.  A left-hand operand is bf16 rows whose pair t
+ * is at row + 2t (row stride even, a zero after an odd last value). */
+
+/* x rounded to bfloat16, to nearest even; NaN stays NaN (quiet), values
+ * below FLT_MIN in magnitude (fp32 subnormals) become a signed zero, as
+ * vcvtneps2bf16 and vdpbf16ps (DAZ) treat them. */
+static inline uint16_t attn__bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float attn__bf16_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+/* x rounded to bfloat16 and back. */
+static inline float attn__bf16_round(float x) {
+  return attn__bf16_f32(attn__bf16(x));
+}
+
+/* uint16_t elements of the panels for n columns of k inner values. */
+size_t attn__bf16_pack_elems(int64_t n, int64_t k);
+/* Elements from one panel to the next for k inner values. */
+static inline int64_t attn__bf16_panel_stride(int64_t k) {
+  return (k + 1) / 2 * 2 * ATTN__PANEL;
+}
+/* Pack n columns of k values: _nt from b[n][k] (column j is row j of b:
+ * keys, [out, in] weights), _nn from b[k][n] (values, [in, out]
+ * weights); ldb is b's row stride.  Rounded by attn__bf16. */
+void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels);
+void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels);
+/* dst[j] = attn__bf16(src[j]) for j < n (the vector conversion where the
+ * fast kernel is in use: the same bits). */
+void attn__bf16_convert(const float *src, int64_t n, uint16_t *dst);
+/* c[m, n] = alpha * a[m, 2 kp] B (+ c's old value when acc), where B's
+ * columns are columns [off, off + n) (off < 32) of the panels b, b +
+ * bstride, ...; a's rows have stride lda (even).  Every output is one fp32
+ * chain over the pairs in order, each pair adding its odd then its even
+ * product (vdpbf16ps's order, checked on Zen 4; the products of bf16
+ * values are exact, so each step is one rounding), then times alpha, or
+ * fma(sum, alpha, old) when acc: the fast and portable kernels agree bit
+ * for bit unless a partial sum falls below FLT_MIN (vdpbf16ps flushes
+ * it). */
+void attn__bf16_gemm(int64_t m, int64_t n, int64_t kp, float alpha,
+                     const uint16_t *a, int64_t lda, const uint16_t *b,
+                     int64_t bstride, int64_t off, int acc, float *c,
+                     int64_t ldc);
+/* "avx512bf16" or "portable". */
+const char *attn__bf16_name(void);
+/* Use "avx512bf16" (0 when the CPU lacks AVX512-BF16) or "portable".
+ * The default is the first the CPU has.  For tests and benchmarks: before
+ * engine calls, never during one. */
+int attn__set_bf16(const char *name);
 
 /* ---- shared by attention.c and ref.c ----------------------------------- */
 

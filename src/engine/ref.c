@@ -6,6 +6,11 @@
  * threaded.  Tests and benchmarks compare the fast paths against it.  It
  * shares validation with the fast path (attn_*_check) so that both accept
  * exactly the same problems.  Thread-safe; allocates only temporaries.
+ * With o.precision = ATTN_PRECISION_BF16 it is the scalar reference of the
+ * bf16 kernels: every operand of a product rounded to bfloat16 where the
+ * engine rounds it (attn__bf16, internal.h: q and k after rotary, v, the
+ * normalised probabilities for P V; for mha also the inputs, the weights
+ * and the heads' output before W_O), products summed in double.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -86,6 +91,17 @@ static void rotate_qk(const attn_attend_opts *o, double *q, double *k,
   rotate(k, B * Hkv, Lk, D, 0, rot);
 }
 
+/* x rounded to bfloat16 (through float, as the engine holds it). */
+static double bf(double x) { return (double)attn__bf16_round((float)x); }
+
+static void bf_all(double *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = bf(x[i]);
+}
+
+static int is_bf16(const attn_attend_opts *o) {
+  return o->precision == ATTN_PRECISION_BF16;
+}
+
 static attn_status ref_core(const ref_in *r, double *out, double *weights) {
   int64_t Lk = r->Lk, group = r->H / r->Hkv;
   double scale = r->o->has_scale ? (double)r->o->scale : 1.0 / sqrt((double)r->Dk);
@@ -122,7 +138,8 @@ static attn_status ref_core(const ref_in *r, double *out, double *weights) {
         for (int64_t t = 0; t < r->Dv; t++) {
           double acc = 0.0;
           for (int64_t j = 0; j < Lk; j++)
-            acc += p[j] * r->v[((b * r->Hkv + hk) * Lk + j) * r->Dv + t];
+            acc += (is_bf16(r->o) ? bf(p[j]) : p[j]) *
+                   r->v[((b * r->Hkv + hk) * Lk + j) * r->Dv + t];
           oi[t] = acc;
         }
         if (weights && r->o->weights == ATTN_WEIGHTS_PER_HEAD)
@@ -161,6 +178,11 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
     s = ATTN_ENOMEM;
   } else {
     rotate_qk(&p->o, q, k, p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk);
+    if (is_bf16(&p->o)) {
+      bf_all(q, (size_t)(p->B * p->H * p->Lq * p->Dk));
+      bf_all(k, (size_t)(p->B * p->Hkv * p->Lk * p->Dk));
+      bf_all(v, (size_t)(p->B * p->Hkv * p->Lk * p->Dv));
+    }
     ref_in r = {p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, q, k, v, &p->o};
     s = ref_core(&r, out, weights);
   }
@@ -170,9 +192,11 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
   return s;
 }
 
-/* y[rows, out] = x[rows, in] * W + bias, W as stored by attn_weight. */
+/* y[rows, out] = x[rows, in] * W + bias, W as stored by attn_weight; x
+ * and W rounded to bf16 when bf16. */
 static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
-                        const attn_weight *w, const float *bias, double *y) {
+                        const attn_weight *w, const float *bias, double *y,
+                        int bf16) {
   int64_t ld = attn__weight_ld(w, in, outc);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t o = 0; o < outc; o++) {
@@ -180,7 +204,12 @@ static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
       for (int64_t t = 0; t < in; t++) {
         double wt = w->layout == ATTN_W_IN_OUT ? w->data[t * ld + o]
                                                : w->data[o * ld + t];
-        acc += (double)x[r * in + t] * wt;
+        double xt = x[r * in + t];
+        if (bf16) {
+          wt = bf(wt);
+          xt = bf(xt);
+        }
+        acc += xt * wt;
       }
       y[r * outc + o] = acc;
     }
@@ -213,15 +242,21 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
   double *q4 = NULL, *k4 = NULL, *v4 = NULL, *o4 = NULL;
   s = ATTN_ENOMEM;
   if (!Q || !K || !V) goto done;
-  ref_project(p.xq, p.B * p.Lq, p.E, p.E, &p.wq, p.bq, Q);
-  ref_project(p.xk, p.B * p.Lk, p.kdim, kw, &p.wk, p.bk, K);
-  ref_project(p.xv, p.B * p.Lk, p.vdim, kw, &p.wv, p.bv, V);
+  int bf16 = is_bf16(&p.o);
+  ref_project(p.xq, p.B * p.Lq, p.E, p.E, &p.wq, p.bq, Q, bf16);
+  ref_project(p.xk, p.B * p.Lk, p.kdim, kw, &p.wk, p.bk, K, bf16);
+  ref_project(p.xv, p.B * p.Lk, p.vdim, kw, &p.wv, p.bv, V, bf16);
   q4 = split_heads(Q, p.B, p.Lq, p.H, Dh);
   k4 = split_heads(K, p.B, p.Lk, p.Hkv, Dh);
   v4 = split_heads(V, p.B, p.Lk, p.Hkv, Dh);
   o4 = malloc((size_t)(p.B * p.H * p.Lq * Dh) * sizeof *o4);
   if (!q4 || !k4 || !v4 || !o4) goto done;
   rotate_qk(&p.o, q4, k4, p.B, p.H, p.Hkv, p.Lq, p.Lk, Dh);
+  if (bf16) {
+    bf_all(q4, (size_t)(p.B * p.H * p.Lq * Dh));
+    bf_all(k4, (size_t)(p.B * p.Hkv * p.Lk * Dh));
+    bf_all(v4, (size_t)(p.B * p.Hkv * p.Lk * Dh));
+  }
   ref_in r = {p.B, p.H, p.Hkv, p.Lq, p.Lk, Dh, Dh, q4, k4, v4, &p.o};
   if ((s = ref_core(&r, o4, weights))) goto done;
   /* concat heads back into Q's layout, then the output projection */
@@ -236,10 +271,11 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
     for (int64_t r0 = 0; r0 < p.B * p.Lq; r0++)
       for (int64_t o = 0; o < p.E; o++) {
         double acc = p.bo ? p.bo[o] : 0.0;
-        for (int64_t t = 0; t < p.E; t++)
-          acc += Q[r0 * p.E + t] * (p.wo.layout == ATTN_W_IN_OUT
-                                        ? p.wo.data[t * ld + o]
-                                        : p.wo.data[o * ld + t]);
+        for (int64_t t = 0; t < p.E; t++) {
+          double wt = p.wo.layout == ATTN_W_IN_OUT ? p.wo.data[t * ld + o]
+                                                   : p.wo.data[o * ld + t];
+          acc += bf16 ? bf(Q[r0 * p.E + t]) * bf(wt) : Q[r0 * p.E + t] * wt;
+        }
         out[r0 * p.E + o] = acc;
       }
   }
