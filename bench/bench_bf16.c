@@ -1,0 +1,145 @@
+/* bench_bf16.c - what attn_precision ATTN_PRECISION_BF16 buys (engine.h):
+ * attn_mha self-attention in fp32 and in bf16 on the same inputs, without
+ * weights and with per-head weights.
+ *
+ * DESIGN
+ * The machine is shared and its speed drifts, so the comparison is a
+ * ratio measured in one run: the two precisions' calls alternate (fp32
+ * then bf16, bf16 then fp32, ...), and the speed-up is the median over
+ * the rounds of each round's own ratio (the ratio of the medians beside
+ * it).  One warm-up call of each first.  Inputs U(-1, 1), weights of
+ * PyTorch's scale U(+-sqrt(3 / d_model)), [out, in] layout (a state_dict's
+ * in_proj_weight), biases.  The bf16 kernel is the engine's choice
+ * (attn_engine_bf16_kernel_name(); "portable" on a CPU without
+ * AVX512-BF16, where no speed-up is expected).
+ * Usage:
+ *   bench_bf16 [n] [d_model] [heads] [reps] [threads] [weights]
+ * weights: 0 none (default), 1 per head, 2 mean.  Defaults n = 2048,
+ * d_model = 512, heads = 8, 7 rounds, 1 thread.  Reports only. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn/engine.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float *random_buf(size_t n, unsigned *seed, float amp) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  if (!p) {
+    fprintf(stderr, "bench_bf16: out of memory\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1664525u + 1013904223u;
+    p[i] = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * 2.0f * amp;
+  }
+  return p;
+}
+
+static long arg(int argc, char **argv, int i, long dflt) {
+  if (argc <= i) return dflt;
+  char *end;
+  long v = strtol(argv[i], &end, 10);
+  if (*end || v < 0) {
+    fprintf(stderr, "bench_bf16: bad argument '%s'\n", argv[i]);
+    exit(2);
+  }
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *t, int k) {
+  qsort(t, (size_t)k, sizeof *t, cmp_double);
+  return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+}
+
+static double run(attn_mha_problem *p, const attn_exec *x, float *out,
+                  float *w, attn_precision prec) {
+  attn_diag d = {{0}};
+  p->o.precision = prec;
+  double t0 = now();
+  if (attn_mha(p, x, out, w, &d) != ATTN_OK) {
+    fprintf(stderr, "bench_bf16: %s\n", d.msg);
+    exit(1);
+  }
+  return now() - t0;
+}
+
+int main(int argc, char **argv) {
+  long n = arg(argc, argv, 1, 2048), E = arg(argc, argv, 2, 512);
+  long H = arg(argc, argv, 3, 8), reps = arg(argc, argv, 4, 7);
+  long threads = arg(argc, argv, 5, 1), wmode = arg(argc, argv, 6, 0);
+  if (n < 1 || E < 1 || H < 1 || E % H || reps < 1 || reps > 1000 ||
+      wmode > 2) {
+    fprintf(stderr, "usage: bench_bf16 [n] [d_model] [heads] [reps] "
+                    "[threads] [weights 0|1|2]\n");
+    return 2;
+  }
+  unsigned seed = 12345;
+  float amp = (float)sqrt(3.0 / (double)E);
+  float *x = random_buf((size_t)n * E, &seed, 1.0f);
+  float *win = random_buf((size_t)3 * E * E, &seed, amp);
+  float *wo = random_buf((size_t)E * E, &seed, amp);
+  float *bin = random_buf((size_t)3 * E, &seed, 0.1f);
+  float *bo = random_buf((size_t)E, &seed, 0.1f);
+  float *out = malloc((size_t)n * E * sizeof *out);
+  size_t nw = wmode == 1 ? (size_t)H * n * n : wmode == 2 ? (size_t)n * n : 0;
+  float *w = nw ? malloc(nw * sizeof *w) : NULL;
+  if (!out || (nw && !w)) {
+    fprintf(stderr, "bench_bf16: out of memory\n");
+    return 1;
+  }
+  attn_mha_problem p = {
+      .B = 1, .Lq = n, .Lk = n, .E = E, .H = H, .Hkv = H, .kdim = E,
+      .vdim = E, .xq = x,
+      .wq = {win, ATTN_W_OUT_IN, E},
+      .wk = {win + (size_t)E * E, ATTN_W_OUT_IN, E},
+      .wv = {win + (size_t)2 * E * E, ATTN_W_OUT_IN, E},
+      .wo = {wo, ATTN_W_OUT_IN, 0},
+      .bq = bin, .bk = bin + E, .bv = bin + 2 * E, .bo = bo};
+  p.o.weights = (attn_weights_mode)wmode;
+  attn_exec ex = {.threads = (int)threads};
+  printf("bench_bf16: n=%ld d_model=%ld heads=%ld threads=%ld weights=%s; "
+         "bf16 kernel %s, fp32 products %s, OpenBLAS %s\n",
+         n, E, H, threads,
+         wmode == 1 ? "per-head" : wmode == 2 ? "mean" : "none",
+         attn_engine_bf16_kernel_name(),
+         attn_engine_kernel_for(ATTN_PRECISION_FP32), attn_engine_blas_core());
+  run(&p, &ex, out, w, ATTN_PRECISION_FP32); /* warm-up */
+  run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+  double *t32 = malloc((size_t)reps * sizeof *t32);
+  double *t16 = malloc((size_t)reps * sizeof *t16);
+  double *ratio = malloc((size_t)reps * sizeof *ratio);
+  for (long r = 0; r < reps; r++) {
+    if (r % 2 == 0) {
+      t32[r] = run(&p, &ex, out, w, ATTN_PRECISION_FP32);
+      t16[r] = run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+    } else {
+      t16[r] = run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+      t32[r] = run(&p, &ex, out, w, ATTN_PRECISION_FP32);
+    }
+    ratio[r] = t32[r] / t16[r];
+  }
+  double flops = attn_mha_flops(&p);
+  double m32 = median(t32, (int)reps), m16 = median(t16, (int)reps);
+  printf("fp32 median %.1f ms (%.0f GFLOP/s)\n", m32 * 1e3, flops / m32 * 1e-9);
+  printf("bf16 median %.1f ms (%.0f GFLOP/s)\n", m16 * 1e3, flops / m16 * 1e-9);
+  printf("speed-up bf16 over fp32: median of round ratios %.2fx (ratio of "
+         "medians %.2fx, %ld rounds)\n",
+         median(ratio, (int)reps), m32 / m16, reps);
+  free(x); free(win); free(wo); free(bin); free(bo); free(out); free(w);
+  free(t32); free(t16); free(ratio);
+  return 0;
+}
