@@ -14,8 +14,12 @@
  * AVX512-BF16, where no speed-up is expected).
  * Usage:
  *   bench_bf16 [n] [d_model] [heads] [reps] [threads] [weights]
+ *   bench_bf16 io n heads d_head dir
  * weights: 0 none (default), 1 per head, 2 mean.  Defaults n = 2048,
- * d_model = 512, heads = 8, 7 rounds, 1 thread.  Reports only. */
+ * d_model = 512, heads = 8, 7 rounds, 1 thread.  Reports only.
+ * io: attn_sdpa on dir/q.f32, k.f32, v.f32 (raw fp32 [heads][n][d_head]),
+ * per-head weights, in bf16 and fp32, into dir/out_bf16.f32, w_bf16.f32,
+ * out_fp32.f32, w_fp32.f32 (bench/compare_bf16.py, against PyTorch). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,7 +81,64 @@ static double run(attn_mha_problem *p, const attn_exec *x, float *out,
   return now() - t0;
 }
 
+static float *load(const char *dir, const char *name, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  float *p = malloc(n * sizeof *p);
+  if (!f || !p || fread(p, sizeof *p, n, f) != n) {
+    fprintf(stderr, "bench_bf16: cannot read %zu floats from %s\n", n, path);
+    exit(1);
+  }
+  fclose(f);
+  return p;
+}
+
+static void save(const char *dir, const char *name, const float *p, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(p, sizeof *p, n, f) != n || fclose(f)) {
+    fprintf(stderr, "bench_bf16: cannot write %s\n", path);
+    exit(1);
+  }
+}
+
+static int io(int argc, char **argv) {
+  long n = arg(argc, argv, 2, 0), H = arg(argc, argv, 3, 0);
+  long D = arg(argc, argv, 4, 0);
+  if (argc != 6 || n < 1 || H < 1 || D < 1) {
+    fprintf(stderr, "usage: bench_bf16 io n heads d_head dir\n");
+    return 2;
+  }
+  const char *dir = argv[5];
+  size_t nq = (size_t)H * n * D, nw = (size_t)H * n * n;
+  float *q = load(dir, "q.f32", nq), *k = load(dir, "k.f32", nq);
+  float *v = load(dir, "v.f32", nq);
+  float *out = malloc(nq * sizeof *out), *w = malloc(nw * sizeof *w);
+  attn_sdpa_problem p = {.B = 1, .H = H, .Hkv = H, .Lq = n, .Lk = n, .Dk = D,
+                         .Dv = D, .q = {q, (int64_t)nq, n * D, D},
+                         .k = {k, (int64_t)nq, n * D, D},
+                         .v = {v, (int64_t)nq, n * D, D}};
+  p.o.weights = ATTN_WEIGHTS_PER_HEAD;
+  attn_mview ov = {out, (int64_t)nq, n * D, D};
+  attn_diag d = {{0}};
+  for (int bf = 0; bf < 2; bf++) {
+    p.o.precision = bf ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
+    if (attn_sdpa(&p, NULL, ov, w, &d) != ATTN_OK) {
+      fprintf(stderr, "bench_bf16: %s\n", d.msg);
+      return 1;
+    }
+    save(dir, bf ? "out_bf16.f32" : "out_fp32.f32", out, nq);
+    save(dir, bf ? "w_bf16.f32" : "w_fp32.f32", w, nw);
+  }
+  printf("bf16 kernel %s\n", attn_engine_bf16_kernel_name());
+  free(q); free(k); free(v); free(out); free(w);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "io") == 0) return io(argc, argv);
   long n = arg(argc, argv, 1, 2048), E = arg(argc, argv, 2, 512);
   long H = arg(argc, argv, 3, 8), reps = arg(argc, argv, 4, 7);
   long threads = arg(argc, argv, 5, 1), wmode = arg(argc, argv, 6, 0);

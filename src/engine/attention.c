@@ -42,6 +42,17 @@
  * memory: Q, K, V projections, the per-thread scratch, and the packed keys
  * (as large as K) or a packed weight.
  *
+ * bf16 (attn_precision): the same units and passes; the products read
+ * bf16 operands (gemm.c): keys and values packed per (b, key head) into
+ * bf16 panels before the units run (always, whatever the shape, and no
+ * per-unit band packing), each unit's query rows and each group's
+ * probabilities rounded into its thread's scratch, values paired from an
+ * even key (a zero before an odd first key).  mha packs its four weights
+ * into bf16 panels on every call and rounds each chunk's input rows;
+ * rotary is applied to the fp32 q and k, which are rounded after it.
+ * Scores, masks, softmax and outputs stay fp32, so the fp32 code is
+ * unchanged and fp32 calls give the same bits as before.
+ *
  * Invariants: every public entry validates shapes (attn_*_check) and values
  * (non-finite scan) before allocating or computing; allocation happens
  * before any thread starts, so the parallel part cannot fail.
