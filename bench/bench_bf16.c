@@ -69,8 +69,8 @@ static double median(double *t, int k) {
   return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
 }
 
-static double run(attn_mha_problem *p, const attn_exec *x, float *out,
-                  float *w, attn_precision prec) {
+static double run(attn_mha_problem *p, const attn_exec *x, float *out, float *w,
+                  attn_precision prec) {
   attn_diag d = {{0}};
   p->o.precision = prec;
   double t0 = now();
@@ -116,8 +116,14 @@ static int io(int argc, char **argv) {
   float *q = load(dir, "q.f32", nq), *k = load(dir, "k.f32", nq);
   float *v = load(dir, "v.f32", nq);
   float *out = malloc(nq * sizeof *out), *w = malloc(nw * sizeof *w);
-  attn_sdpa_problem p = {.B = 1, .H = H, .Hkv = H, .Lq = n, .Lk = n, .Dk = D,
-                         .Dv = D, .q = {q, (int64_t)nq, n * D, D},
+  attn_sdpa_problem p = {.B = 1,
+                         .H = H,
+                         .Hkv = H,
+                         .Lq = n,
+                         .Lk = n,
+                         .Dk = D,
+                         .Dv = D,
+                         .q = {q, (int64_t)nq, n * D, D},
                          .k = {k, (int64_t)nq, n * D, D},
                          .v = {v, (int64_t)nq, n * D, D}};
   p.o.weights = ATTN_WEIGHTS_PER_HEAD;
@@ -133,7 +139,11 @@ static int io(int argc, char **argv) {
     save(dir, bf ? "w_bf16.f32" : "w_fp32.f32", w, nw);
   }
   printf("bf16 kernel %s\n", attn_engine_bf16_kernel_name());
-  free(q); free(k); free(v); free(out); free(w);
+  free(q);
+  free(k);
+  free(v);
+  free(out);
+  free(w);
   return 0;
 }
 
@@ -144,8 +154,9 @@ int main(int argc, char **argv) {
   long threads = arg(argc, argv, 5, 1), wmode = arg(argc, argv, 6, 0);
   if (n < 1 || E < 1 || H < 1 || E % H || reps < 1 || reps > 1000 ||
       wmode > 2) {
-    fprintf(stderr, "usage: bench_bf16 [n] [d_model] [heads] [reps] "
-                    "[threads] [weights 0|1|2]\n");
+    fprintf(stderr,
+            "usage: bench_bf16 [n] [d_model] [heads] [reps] "
+            "[threads] [weights 0|1|2]\n");
     return 2;
   }
   unsigned seed = 12345;
@@ -162,22 +173,34 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_bf16: out of memory\n");
     return 1;
   }
-  attn_mha_problem p = {
-      .B = 1, .Lq = n, .Lk = n, .E = E, .H = H, .Hkv = H, .kdim = E,
-      .vdim = E, .xq = x,
-      .wq = {win, ATTN_W_OUT_IN, E},
-      .wk = {win + (size_t)E * E, ATTN_W_OUT_IN, E},
-      .wv = {win + (size_t)2 * E * E, ATTN_W_OUT_IN, E},
-      .wo = {wo, ATTN_W_OUT_IN, 0},
-      .bq = bin, .bk = bin + E, .bv = bin + 2 * E, .bo = bo};
+  attn_mha_problem p = {.B = 1,
+                        .Lq = n,
+                        .Lk = n,
+                        .E = E,
+                        .H = H,
+                        .Hkv = H,
+                        .kdim = E,
+                        .vdim = E,
+                        .xq = x,
+                        .wq = {win, ATTN_W_OUT_IN, E},
+                        .wk = {win + (size_t)E * E, ATTN_W_OUT_IN, E},
+                        .wv = {win + (size_t)2 * E * E, ATTN_W_OUT_IN, E},
+                        .wo = {wo, ATTN_W_OUT_IN, 0},
+                        .bq = bin,
+                        .bk = bin + E,
+                        .bv = bin + 2 * E,
+                        .bo = bo};
   p.o.weights = (attn_weights_mode)wmode;
   attn_exec ex = {.threads = (int)threads};
-  printf("bench_bf16: n=%ld d_model=%ld heads=%ld threads=%ld weights=%s; "
-         "bf16 kernel %s, fp32 products %s, OpenBLAS %s\n",
-         n, E, H, threads,
-         wmode == 1 ? "per-head" : wmode == 2 ? "mean" : "none",
-         attn_engine_bf16_kernel_name(),
-         attn_engine_kernel_for(ATTN_PRECISION_FP32), attn_engine_blas_core());
+  printf(
+      "bench_bf16: n=%ld d_model=%ld heads=%ld threads=%ld weights=%s; "
+      "bf16 kernel %s, fp32 products %s, OpenBLAS %s\n",
+      n, E, H, threads,
+      wmode == 1   ? "per-head"
+      : wmode == 2 ? "mean"
+                   : "none",
+      attn_engine_bf16_kernel_name(),
+      attn_engine_kernel_for(ATTN_PRECISION_FP32), attn_engine_blas_core());
   run(&p, &ex, out, w, ATTN_PRECISION_FP32); /* warm-up */
   run(&p, &ex, out, w, ATTN_PRECISION_BF16);
   double *t32 = malloc((size_t)reps * sizeof *t32);
@@ -197,10 +220,19 @@ int main(int argc, char **argv) {
   double m32 = median(t32, (int)reps), m16 = median(t16, (int)reps);
   printf("fp32 median %.1f ms (%.0f GFLOP/s)\n", m32 * 1e3, flops / m32 * 1e-9);
   printf("bf16 median %.1f ms (%.0f GFLOP/s)\n", m16 * 1e3, flops / m16 * 1e-9);
-  printf("speed-up bf16 over fp32: median of round ratios %.2fx (ratio of "
-         "medians %.2fx, %ld rounds)\n",
-         median(ratio, (int)reps), m32 / m16, reps);
-  free(x); free(win); free(wo); free(bin); free(bo); free(out); free(w);
-  free(t32); free(t16); free(ratio);
+  printf(
+      "speed-up bf16 over fp32: median of round ratios %.2fx (ratio of "
+      "medians %.2fx, %ld rounds)\n",
+      median(ratio, (int)reps), m32 / m16, reps);
+  free(x);
+  free(win);
+  free(wo);
+  free(bin);
+  free(bo);
+  free(out);
+  free(w);
+  free(t32);
+  free(t16);
+  free(ratio);
   return 0;
 }
