@@ -40,7 +40,9 @@
  * column block h), writing each head's output over its own Q block (no
  * longer needed), then projects that concatenation with W_O.  Peak extra
  * memory: Q, K, V projections, the per-thread scratch, and the packed keys
- * (as large as K) or a packed weight.
+ * (as large as K) or a packed weight.  attn_mha runs these as stages
+ * (mha_prepare: every check; mha_alloc; mha_project_in; mha_attend;
+ * mha_project_out; mha_free); plan_core plans the core for both entries.
  *
  * bf16 (attn_precision): the same units and passes; the products read
  * bf16 operands (gemm.c): keys and values packed per (b, key head) into
@@ -406,7 +408,7 @@ typedef struct core_ctx {
   float *kpack;    /* keys packed per (b, key head), or NULL: see scores() */
   size_t kpack_head; /* floats per (b, key head) in kpack */
   size_t upack_at; /* > 0: a window's units pack their band's keys at this
-                      float of their scratch (see plan_core) */
+                      float of their scratch (see plan_unit_scratch) */
   /* bf16 (attn_precision): keys and values packed per (b, key head) as
    * bf16 panels (gemm.c), and in each thread's scratch from float bf_at
    * on the unit's query rows in bf16 (tq rows of Dk2 values) and then a
@@ -834,13 +836,12 @@ static int64_t band_keys(const attn_attend_opts *o, int64_t Lq, int64_t Lk,
   return band < Lk ? band : Lk;
 }
 
-static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
-                             int64_t Lk, int64_t Dk, int64_t Dv,
-                             const attn_attend_opts *o, const attn_exec *x,
-                             core_plan *pl, attn_diag *d) {
-  attn_exec dflt = {0};
-  if (!x) x = &dflt;
-  memset(pl, 0, sizeof *pl);
+/* The path, the tile sizes, the units and the threads of a call (x not
+ * NULL). */
+static attn_status plan_tiles(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
+                              int64_t Dv, const attn_attend_opts *o,
+                              const attn_exec *x, core_plan *pl,
+                              attn_diag *d) {
   if (x->path == ATTN_PATH_STREAMING && o->weights != ATTN_WEIGHTS_NONE)
     return attn_diag_set(d, ATTN_EINVAL,
                          "the streaming path cannot return attention weights");
@@ -864,15 +865,24 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
   if ((double)B * (double)H * (double)Lq * (double)Lk * (double)Dv <
       SMALL_CALL_WORK)
     pl->threads = 1;
-  size_t f;
+  return ATTN_OK;
+}
+
+/* Floats of a unit's fp32 scratch into *f: the streaming state or the
+ * materialised path's block of scores, then a window's band of packed keys
+ * (pl->upack_at). */
+static attn_status plan_unit_scratch(const attn_attend_opts *o, int64_t Lq,
+                                     int64_t Lk, int64_t Dk, int64_t Dv,
+                                     int bf, core_plan *pl, size_t *f,
+                                     attn_diag *d) {
   if (pl->streaming) {
     /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq] */
-    f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
-        (size_t)pl->tq * (size_t)Dv + (size_t)pl->tq;
+    *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
+         (size_t)pl->tq * (size_t)Dv + (size_t)pl->tq;
   } else if (o->weights == ATTN_WEIGHTS_PER_HEAD) {
-    f = 0;
+    *f = 0;
   } else {
-    if (!attn_size_mul((size_t)pl->tq, (size_t)Lk, &f))
+    if (!attn_size_mul((size_t)pl->tq, (size_t)Lk, f))
       return attn_diag_set(d, ATTN_ETOOBIG, "scores block overflows");
   }
   /* A window narrower than half the keys: each streaming unit packs its
@@ -881,44 +891,51 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
    * K written once and read from memory again, and its page faults were a
    * tenth of a windowed call at n = 16384. */
   int64_t band = band_keys(o, Lq, Lk, pl->tq);
-  int bf = o->precision == ATTN_PRECISION_BF16;
   if (pl->streaming && attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !bf &&
       band > 0 && 2 * band <= Lk) {
-    pl->upack_at = (f + 15) / 16 * 16; /* 64-byte aligned panels */
-    f = pl->upack_at + attn__pack_floats(band + ATTN__PANEL, Dk);
+    pl->upack_at = (*f + 15) / 16 * 16; /* 64-byte aligned panels */
+    *f = pl->upack_at + attn__pack_floats(band + ATTN__PANEL, Dk);
   }
-  /* bf16: every product reads packed bf16 panels of the keys and values
-   * (per call, whatever the shape: the kernels take nothing else; a
-   * window's units read them too, no band packing), and each thread
-   * converts its unit's query rows and a group's probabilities (at most
-   * MAT_ROWS rows of Lk keys, or tq rows of a tk-key tile, plus a pair's
-   * alignment) into its scratch. */
-  if (bf) {
-    int64_t prow = pl->streaming ? pl->tq
-                                 : pl->tq < MAT_ROWS ? pl->tq : MAT_ROWS;
-    size_t qe, pe, kall, vall, all;
-    pl->bf16 = 1;
-    pl->Dk2 = (Dk + 1) & ~(int64_t)1;
-    pl->pb_ld = ((pl->streaming ? pl->tk : Lk) + 3) & ~(int64_t)1;
-    qe = ((size_t)pl->tq * (size_t)pl->Dk2 + 31) / 32 * 32;
-    if (!attn_size_mul((size_t)prow, (size_t)pl->pb_ld, &pe) ||
-        !attn_size_add(qe, pe, &pe))
-      return attn_diag_set(d, ATTN_ETOOBIG, "bf16 scratch overflows");
-    pl->bf_at = (f + 15) / 16 * 16;
-    pl->pb_at = qe;
-    f = pl->bf_at + (pe + 1) / 2;
-    pl->kb_head = attn__bf16_pack_elems(Lk, Dk);
-    pl->vb_head = attn__bf16_pack_elems(Dv, Lk);
-    if (!attn_size_mul(pl->kb_head, (size_t)B * (size_t)Hkv, &kall) ||
-        !attn_size_mul(pl->vb_head, (size_t)B * (size_t)Hkv, &vall) ||
-        !attn_size_add(kall, vall, &all))
-      return attn_diag_set(d, ATTN_ETOOBIG, "bf16 panels overflow");
-    pl->bf_panel_floats = (all + 1) / 2;
-  }
-  pl->scratch_floats = f;
-  /* Keys packed once per (b, key head) for the AVX-512 NT kernel when
-   * enough query rows reuse them (packing costs about what 32 rows of
-   * scores do). */
+  return ATTN_OK;
+}
+
+/* bf16: every product reads packed bf16 panels of the keys and values
+ * (per call, whatever the shape: the kernels take nothing else; a
+ * window's units read them too, no band packing), and each thread
+ * converts its unit's query rows and a group's probabilities (at most
+ * MAT_ROWS rows of Lk keys, or tq rows of a tk-key tile, plus a pair's
+ * alignment) into its scratch, after the *f floats planned so far. */
+static attn_status plan_bf16(int64_t B, int64_t Hkv, int64_t Lk, int64_t Dk,
+                             int64_t Dv, core_plan *pl, size_t *f,
+                             attn_diag *d) {
+  int64_t prow = pl->streaming ? pl->tq
+                               : pl->tq < MAT_ROWS ? pl->tq : MAT_ROWS;
+  size_t qe, pe, kall, vall, all;
+  pl->bf16 = 1;
+  pl->Dk2 = (Dk + 1) & ~(int64_t)1;
+  pl->pb_ld = ((pl->streaming ? pl->tk : Lk) + 3) & ~(int64_t)1;
+  qe = ((size_t)pl->tq * (size_t)pl->Dk2 + 31) / 32 * 32;
+  if (!attn_size_mul((size_t)prow, (size_t)pl->pb_ld, &pe) ||
+      !attn_size_add(qe, pe, &pe))
+    return attn_diag_set(d, ATTN_ETOOBIG, "bf16 scratch overflows");
+  pl->bf_at = (*f + 15) / 16 * 16;
+  pl->pb_at = qe;
+  *f = pl->bf_at + (pe + 1) / 2;
+  pl->kb_head = attn__bf16_pack_elems(Lk, Dk);
+  pl->vb_head = attn__bf16_pack_elems(Dv, Lk);
+  if (!attn_size_mul(pl->kb_head, (size_t)B * (size_t)Hkv, &kall) ||
+      !attn_size_mul(pl->vb_head, (size_t)B * (size_t)Hkv, &vall) ||
+      !attn_size_add(kall, vall, &all))
+    return attn_diag_set(d, ATTN_ETOOBIG, "bf16 panels overflow");
+  pl->bf_panel_floats = (all + 1) / 2;
+  return ATTN_OK;
+}
+
+/* Keys packed once per (b, key head) for the AVX-512 NT kernel when
+ * enough query rows reuse them (packing costs about what 32 rows of
+ * scores do); not with a window's band packing nor in bf16. */
+static void plan_kpack(int64_t B, int64_t Hkv, int64_t Lq, int64_t Lk,
+                       int64_t Dk, int bf, core_plan *pl) {
   if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !pl->upack_at && !bf) {
     size_t per = attn__pack_floats(Lk, Dk), all;
     if (attn_size_mul(per, (size_t)B * (size_t)Hkv, &all)) {
@@ -926,6 +943,26 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
       pl->kpack_floats = all;
     }
   }
+}
+
+/* Plans a call: checks the path, then tiles and threads, scratch, bf16
+ * panels and packed keys, in that order (the first failure's diagnostic). */
+static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
+                             int64_t Lk, int64_t Dk, int64_t Dv,
+                             const attn_attend_opts *o, const attn_exec *x,
+                             core_plan *pl, attn_diag *d) {
+  attn_exec dflt = {0};
+  int bf = o->precision == ATTN_PRECISION_BF16;
+  size_t f = 0;
+  attn_status s;
+  if (!x) x = &dflt;
+  memset(pl, 0, sizeof *pl);
+  if ((s = plan_tiles(B, H, Lq, Lk, Dv, o, x, pl, d)) ||
+      (s = plan_unit_scratch(o, Lq, Lk, Dk, Dv, bf, pl, &f, d)) ||
+      (bf && (s = plan_bf16(B, Hkv, Lk, Dk, Dv, pl, &f, d))))
+    return s;
+  pl->scratch_floats = f;
+  plan_kpack(B, Hkv, Lq, Lk, Dk, bf, pl);
   return ATTN_OK;
 }
 
@@ -1223,20 +1260,12 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
   return ATTN_OK;
 }
 
-attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
-                      attn_mview out, float *weights, attn_diag *d) {
-  attn_status s = attn_sdpa_check(p, d);
-  core_plan pl;
-  float **scratch;
+/* sdpa's value checks, after its shape checks and plan: q, k and v (a view
+ * that is the one before it is not looked at twice), then the options'
+ * values. */
+static attn_status sdpa_check_values(const attn_sdpa_problem *p,
+                                     attn_diag *d) {
   int64_t at;
-  if (s) return s;
-  if (!out.data || out.ld < p->Dv)
-    return attn_diag_set(d, ATTN_EINVAL, "output view is NULL or too narrow");
-  if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
-    return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
-  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
-                     x, &pl, d)))
-    return s;
   if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
                            p->q.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
@@ -1258,7 +1287,43 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
-  if ((s = check_opt_values(&p->o, p->B, p->Lq, p->Lk, d))) return s;
+  return check_opt_values(&p->o, p->B, p->Lq, p->Lk, d);
+}
+
+/* sdpa's rotary positions (rt planned and on): q and k rotated in copies of
+ * the engine's own, *qr and *kr, which c's q and k then view.  ATTN_ENOMEM
+ * (nothing rotated) without the tables or the copies; the caller frees
+ * rt->mem, *qr and *kr either way. */
+static attn_status sdpa_rotate(const attn_sdpa_problem *p, int threads,
+                               rope_tabs *rt, float **qr, float **kr,
+                               core_ctx *c) {
+  if (rope_build(rt, p->Lq, p->Lk) ||
+      !(*qr = alloc_floats(floats4(p->B, p->H, p->Lq, p->Dk))) ||
+      !(*kr = alloc_floats(floats4(p->B, p->Hkv, p->Lk, p->Dk))))
+    return ATTN_ENOMEM;
+  rope_copy cq = {&p->q, *qr, p->H, p->Lq, p->Dk, rt->qcs, rt->qsn, rt};
+  rope_copy ck = {&p->k, *kr, p->Hkv, p->Lk, p->Dk, rt->kcs, rt->ksn, rt};
+  attn__parallel_for(threads, p->B * p->H, rope_copy_unit, &cq);
+  attn__parallel_for(threads, p->B * p->Hkv, rope_copy_unit, &ck);
+  c->q = (attn_view){*qr, p->H * p->Lq * p->Dk, p->Lq * p->Dk, p->Dk};
+  c->k = (attn_view){*kr, p->Hkv * p->Lk * p->Dk, p->Lk * p->Dk, p->Dk};
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
+                      attn_mview out, float *weights, attn_diag *d) {
+  attn_status s = attn_sdpa_check(p, d);
+  core_plan pl;
+  float **scratch;
+  if (s) return s;
+  if (!out.data || out.ld < p->Dv)
+    return attn_diag_set(d, ATTN_EINVAL, "output view is NULL or too narrow");
+  if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
+    return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
+                     x, &pl, d)) ||
+      (s = sdpa_check_values(p, d)))
+    return s;
   if ((s = alloc_scratch(&pl, &scratch)))
     return attn_diag_set(d, s, "cannot allocate attention workspace");
   core_ctx c = {.B = p->B,
@@ -1277,26 +1342,16 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
                 .softcap = p->o.softcap,
                 .weights = weights,
                 .scratch = scratch};
-  /* rotary positions: q and k rotated in copies of the engine's own */
   rope_tabs rt;
   float *qr = NULL, *kr = NULL;
   rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
-  if (rt.on) {
-    if (rope_build(&rt, p->Lq, p->Lk) ||
-        !(qr = alloc_floats(floats4(p->B, p->H, p->Lq, p->Dk))) ||
-        !(kr = alloc_floats(floats4(p->B, p->Hkv, p->Lk, p->Dk)))) {
-      free(rt.mem);
-      free(qr);
-      free_scratch(scratch, pl.threads);
-      return attn_diag_set(d, ATTN_ENOMEM,
-                           "cannot allocate the rotated query and key");
-    }
-    rope_copy cq = {&p->q, qr, p->H, p->Lq, p->Dk, rt.qcs, rt.qsn, &rt};
-    rope_copy ck = {&p->k, kr, p->Hkv, p->Lk, p->Dk, rt.kcs, rt.ksn, &rt};
-    attn__parallel_for(pl.threads, p->B * p->H, rope_copy_unit, &cq);
-    attn__parallel_for(pl.threads, p->B * p->Hkv, rope_copy_unit, &ck);
-    c.q = (attn_view){qr, p->H * p->Lq * p->Dk, p->Lq * p->Dk, p->Dk};
-    c.k = (attn_view){kr, p->Hkv * p->Lk * p->Dk, p->Lk * p->Dk, p->Dk};
+  if (rt.on && sdpa_rotate(p, pl.threads, &rt, &qr, &kr, &c)) {
+    free(rt.mem);
+    free(qr);
+    free(kr);
+    free_scratch(scratch, pl.threads);
+    return attn_diag_set(d, ATTN_ENOMEM,
+                         "cannot allocate the rotated query and key");
   }
   s = run_core(&c, &pl);
   free_scratch(scratch, pl.threads);
@@ -1662,73 +1717,107 @@ static int qkv_fusable(const attn_mha_problem *p, attn_weight *w3,
   return 1;
 }
 
-attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
-                     float *out, float *weights, attn_diag *d) {
-  attn_mha_problem pp, *p = &pp;
-  core_plan pl;
-  mha_sizes z;
+/* An mha call's buffers from allocation to clean-up: the Q, K and V
+ * projections (fused: one [B*L, 3E] buffer in Q holding q | k | v, and K,
+ * V NULL), head h being column block h of rows ldq (Q) or ldk (K, V)
+ * floats apart; the core's scratch; the rotary tables. */
+typedef struct mha_work {
+  int64_t Dh, kw, ldq, ldk;
+  int fused;
+  attn_weight w3; /* fused: the whole [E -> 3E] weight and its bias */
+  const float *b3;
+  float *Q, *K, *V;
+  float **scratch;
+  rope_tabs rt;
+} mha_work;
+
+/* mha's checks before any allocation: the problem normalised into *p, its
+ * shapes, the buffers, the plan (into *pl), the sizes (into *z), then the
+ * values. */
+static attn_status mha_prepare(const attn_mha_problem *in, const attn_exec *x,
+                               const float *out, const float *weights,
+                               attn_mha_problem *p, core_plan *pl,
+                               mha_sizes *z, attn_diag *d) {
   attn_status s;
-  float **scratch = NULL, *Q = NULL, *K = NULL, *V = NULL;
-  attn_exec dflt = {0};
-  if (!x) x = &dflt;
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
   attn__mha_normalise(in, p);
   if ((s = mha_check_norm(p, d))) return s;
   if (!out) return attn_diag_set(d, ATTN_EINVAL, "output buffer is NULL");
   if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
-  int64_t Dh = p->E / p->H, kw = p->Hkv * Dh;
-  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, Dh, Dh, &p->o, x, &pl,
+  int64_t Dh = p->E / p->H;
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, Dh, Dh, &p->o, x, pl,
                      d)))
     return s;
-  if (mha_sizes_of(p, &z))
+  if (mha_sizes_of(p, z))
     return attn_diag_set(d, ATTN_ETOOBIG, "problem size overflows");
-  if ((s = mha_check_values(p, d))) return s;
+  return mha_check_values(p, d);
+}
 
-  attn_weight w3;
-  const float *b3 = NULL;
-  int fused = qkv_fusable(p, &w3, &b3);
-  int64_t ldq = fused ? 3 * p->E : p->E, ldk = fused ? 3 * p->E : kw;
-  if (fused) {
-    Q = alloc_floats(z.q + z.k + z.v); /* [B*L, 3E]: q | k | v */
+/* Allocates w's projections, the scratch and the rotary tables; on failure
+ * what was allocated stays in *w for mha_free. */
+static attn_status mha_alloc(const attn_mha_problem *p, const core_plan *pl,
+                             const mha_sizes *z, mha_work *w, attn_diag *d) {
+  w->Dh = p->E / p->H;
+  w->kw = p->Hkv * w->Dh;
+  w->fused = qkv_fusable(p, &w->w3, &w->b3);
+  w->ldq = w->fused ? 3 * p->E : p->E;
+  w->ldk = w->fused ? 3 * p->E : w->kw;
+  if (w->fused) {
+    w->Q = alloc_floats(z->q + z->k + z->v); /* [B*L, 3E]: q | k | v */
   } else {
-    Q = alloc_floats(z.q);
-    K = alloc_floats(z.k);
-    V = alloc_floats(z.v);
+    w->Q = alloc_floats(z->q);
+    w->K = alloc_floats(z->k);
+    w->V = alloc_floats(z->v);
   }
-  rope_tabs rt;
-  rope_plan(&p->o, Dh, p->Lq, p->Lk, &rt);
-  if (!Q || (!fused && (!K || !V)) || alloc_scratch(&pl, &scratch) ||
-      rope_build(&rt, p->Lq, p->Lk)) {
-    s = attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
-                      (z.q + z.k + z.v) * sizeof(float) >> 20);
-    goto done;
-  }
+  rope_plan(&p->o, w->Dh, p->Lq, p->Lk, &w->rt);
+  if (!w->Q || (!w->fused && (!w->K || !w->V)) ||
+      alloc_scratch(pl, &w->scratch) || rope_build(&w->rt, p->Lq, p->Lk))
+    return attn_diag_set(d, ATTN_ENOMEM, "cannot allocate %zu MB of workspace",
+                         (z->q + z->k + z->v) * sizeof(float) >> 20);
+  return ATTN_OK;
+}
 
-  int bf = p->o.precision == ATTN_PRECISION_BF16;
-  proj_ctx pc = {.njobs = fused ? 1 : 3, .bf16 = bf};
+/* Projects the inputs into Q, K and V (one job when fused), rotating the Q
+ * and K heads as their rows are projected. */
+static attn_status mha_project_in(const attn_mha_problem *p, mha_work *w,
+                                  int threads, attn_diag *d) {
+  const rope_tabs *rt = &w->rt;
+  int64_t Dh = w->Dh, kw = w->kw;
+  int fused = w->fused;
+  proj_ctx pc = {.njobs = fused ? 1 : 3,
+                 .bf16 = p->o.precision == ATTN_PRECISION_BF16};
   if (fused) {
-    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w3, b3, Q,
-                           0, 0, NULL, NULL};
+    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w->w3, w->b3,
+                           w->Q, 0, 0, NULL, NULL};
   } else {
-    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, Q,
-                           0, 0, NULL, NULL};
-    pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, K,
-                           0, 0, NULL, NULL};
-    pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, V,
-                           0, 0, NULL, NULL};
+    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq,
+                           w->Q, 0, 0, NULL, NULL};
+    pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk,
+                           w->K, 0, 0, NULL, NULL};
+    pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv,
+                           w->V, 0, 0, NULL, NULL};
   }
-  if (rt.on) { /* rotate Q and K heads as their rows are projected */
-    pc.rope[0][0] = (rope_seg){rt.qcs, rt.qsn, 0, p->H, Dh, p->Lq, &rt};
+  if (rt->on) { /* rotate Q and K heads as their rows are projected */
+    pc.rope[0][0] = (rope_seg){rt->qcs, rt->qsn, 0, p->H, Dh, p->Lq, rt};
     pc.rope[fused ? 0 : 1][fused] =
-        (rope_seg){rt.kcs, rt.ksn, fused ? p->E : 0, p->Hkv, Dh, p->Lk, &rt};
+        (rope_seg){rt->kcs, rt->ksn, fused ? p->E : 0, p->Hkv, Dh, p->Lk, rt};
   }
-  if ((s = run_proj(&pc, x->threads))) {
-    s = attn_diag_set(d, s, "cannot allocate the bf16 projection weights");
-    goto done;
-  }
-  const float *Kp = fused ? Q + p->E : K, *Vp = fused ? Q + 2 * p->E : V;
+  attn_status s = run_proj(&pc, threads);
+  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 projection "
+                                    "weights");
+  return ATTN_OK;
+}
 
+/* The core on head views into the projections, each head's output written
+ * over its own Q block (no longer needed: see DESIGN). */
+static attn_status mha_attend(const attn_mha_problem *p, const mha_work *w,
+                              const core_plan *pl, float *weights,
+                              attn_diag *d) {
+  int64_t Dh = w->Dh, ldq = w->ldq, ldk = w->ldk;
+  float *Q = w->Q;
+  const float *Kp = w->fused ? Q + p->E : w->K;
+  const float *Vp = w->fused ? Q + 2 * p->E : w->V;
   core_ctx c = {.B = p->B,
                 .H = p->H,
                 .Lq = p->Lq,
@@ -1744,26 +1833,52 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
                 .scale = default_scale(&p->o, Dh),
                 .softcap = p->o.softcap,
                 .weights = weights,
-                .scratch = scratch};
-  if ((s = run_core(&c, &pl))) {
-    s = attn_diag_set(d, s, "cannot allocate the bf16 key and value panels");
-    goto done;
-  }
+                .scratch = w->scratch};
+  attn_status s = run_core(&c, pl);
+  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 key and value "
+                                    "panels");
+  return ATTN_OK;
+}
 
-  proj_ctx po = {.njobs = 1, .bf16 = bf};
-  po.job[0] = (proj_job){Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
-                         ldq, 0, NULL, NULL};
-  if ((s = run_proj(&po, x->threads))) {
-    s = attn_diag_set(d, s, "cannot allocate the bf16 projection weights");
-    goto done;
-  }
-  s = ATTN_OK;
-done:
-  free_scratch(scratch, pl.threads);
-  free(rt.mem);
-  free(Q);
-  free(K);
-  free(V);
+/* The concatenated heads (in Q) projected with W_O into out. */
+static attn_status mha_project_out(const attn_mha_problem *p,
+                                   const mha_work *w, float *out, int threads,
+                                   attn_diag *d) {
+  proj_ctx po = {.njobs = 1, .bf16 = p->o.precision == ATTN_PRECISION_BF16};
+  po.job[0] = (proj_job){w->Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
+                         w->ldq, 0, NULL, NULL};
+  attn_status s = run_proj(&po, threads);
+  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 projection "
+                                    "weights");
+  return ATTN_OK;
+}
+
+/* Frees what mha_alloc allocated (any of it NULL). */
+static void mha_free(mha_work *w, int threads) {
+  free_scratch(w->scratch, threads);
+  free(w->rt.mem);
+  free(w->Q);
+  free(w->K);
+  free(w->V);
+}
+
+/* Checks, allocates, projects Q, K and V, runs the core, projects the
+ * output, frees (the stages above). */
+attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
+                     float *out, float *weights, attn_diag *d) {
+  attn_mha_problem p;
+  core_plan pl;
+  mha_sizes z = {0};
+  mha_work w = {0};
+  attn_status s;
+  attn_exec dflt = {0};
+  if (!x) x = &dflt;
+  if ((s = mha_prepare(in, x, out, weights, &p, &pl, &z, d))) return s;
+  if (!(s = mha_alloc(&p, &pl, &z, &w, d)) &&
+      !(s = mha_project_in(&p, &w, x->threads, d)) &&
+      !(s = mha_attend(&p, &w, &pl, weights, d)))
+    s = mha_project_out(&p, &w, out, x->threads, d);
+  mha_free(&w, pl.threads);
   return s;
 }
 
