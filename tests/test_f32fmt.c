@@ -46,9 +46,9 @@
 #include "attn/f32fmt.h"
 #include "unit.h"
 
-/* The same source compiled with ATTN_F32FMT_PORTABLE, its external names
- * renamed (its list function is then the per-element loop over the
- * portable formatter). */
+/* The same sources (the conversion and the lists) compiled with
+ * ATTN_F32FMT_PORTABLE, their external names renamed (the list function is
+ * then the per-element loop over the portable formatter). */
 size_t attn_test_f32_portable(float v, char *out);
 size_t attn_test_f32_list_portable(const float *v, size_t n, char *out);
 size_t attn_test_f32_rows_portable(const float *v, size_t rows, size_t cols,
@@ -61,6 +61,7 @@ size_t attn_test_f32_rows_portable(const float *v, size_t rows, size_t cols,
 #define attn__f32fmt_set_impl attn_test_f32fmt_set_impl
 #define attn__f32fmt_impl_name attn_test_f32fmt_impl_name
 #include "../src/fmt/f32fmt.c"
+#include "../src/fmt/f32fmt_list.c"
 #undef attn_f32_shortest
 #undef attn_f32_shortest_list
 #undef attn_f32_shortest_rows

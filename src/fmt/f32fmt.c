@@ -41,9 +41,9 @@
  * compilers; -DATTN_F32FMT_PORTABLE forces it, and the unit test compares
  * it with the fast one on millions of inputs.
  *
- * Lists.  attn_f32_shortest_list prints v[0..n) joined by ','.  Its
- * portable version (list_portable, below) is the per-element loop and the
- * reference.  f32fmt_avx512.c does the same conversion 16 floats at a time
+ * Lists (f32fmt_list.c).  attn_f32_shortest_list prints v[0..n) joined
+ * by ','.  Its portable version (list_portable) is the per-element loop and
+ * the reference.  f32fmt_avx512.c does the same conversion 16 floats at a time
  * (same bytes, 3.2-3.6x the throughput on Zen 4), f32fmt_avx2.c 8 at a
  * time for CPUs without AVX-512 (same bytes, ~3-4.5x on Zen 3); a
  * constructor picks the first the CPU can run: avx512 (F/BW/DQ/VL/CD/VBMI),
@@ -366,106 +366,4 @@ size_t attn_f32_shortest(float v, char *out) {
   uint32_t dec = to_decimal(t | 0x800000u, (int)be - 150, 0, 0, &k);
   if (UNLIKELY(dec % 10 == 0)) return format_rare(out, bits >> 31, dec, k);
   return format(out, bits >> 31, dec, k, 0);
-}
-
-/* ---- lists ------------------------------------------------------------- */
-
-/* The reference: one attn_f32_shortest per element.  Each call may store
- * 16 bytes at p, which starts at most 17 * i bytes into out. */
-static size_t list_portable(const float *v, size_t n, char *out) {
-  char *p = out;
-  for (size_t i = 0; i < n; i++) {
-    if (i) *p++ = ',';
-    p += attn_f32_shortest(v[i], p);
-  }
-  return (size_t)(p - out);
-}
-
-/* Rows as "[..],[..]" through list_portable: the reference of the rows. */
-static size_t rows_portable(const float *v, size_t rows, size_t cols,
-                            size_t ld, char *out) {
-  char *p = out;
-  for (size_t r = 0; r < rows; r++) {
-    if (r) *p++ = ',';
-    *p++ = '[';
-    p += list_portable(v + r * ld, cols, p);
-    *p++ = ']';
-  }
-  return (size_t)(p - out);
-}
-
-typedef struct list_impl {
-  const char *name;
-  size_t (*fn)(const float *v, size_t n, char *out);
-  size_t (*rows)(const float *v, size_t rows, size_t cols, size_t ld,
-                 char *out);
-} list_impl;
-
-static const list_impl list_impls[] = {
-#if ATTN__F32_HAVE_AVX512
-    {"avx512", attn__f32_list_avx512, attn__f32_rows_avx512},
-#endif
-#if ATTN__F32_HAVE_AVX2
-    {"avx2", attn__f32_list_avx2, attn__f32_rows_avx2},
-#endif
-    {"portable", list_portable, rows_portable},
-};
-#define N_LIST_IMPLS (sizeof list_impls / sizeof list_impls[0])
-
-/* Written before main (constructor) and by the test hook only. */
-static const list_impl *list_active = &list_impls[N_LIST_IMPLS - 1];
-
-static int list_supported(const list_impl *m) {
-#if ATTN__F32_HAVE_AVX512
-  if (strcmp(m->name, "avx512") == 0) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512cd") &&
-           __builtin_cpu_supports("avx512vbmi");
-  }
-#endif
-#if ATTN__F32_HAVE_AVX2
-  if (strcmp(m->name, "avx2") == 0) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
-  }
-#endif
-  return strcmp(m->name, "portable") == 0;
-}
-
-#if ATTN__F32_HAVE_AVX512 || ATTN__F32_HAVE_AVX2
-__attribute__((constructor)) static void list_pick(void) {
-  for (size_t i = 0; i < N_LIST_IMPLS; i++)
-    if (list_supported(&list_impls[i])) {
-      list_active = &list_impls[i];
-      return;
-    }
-}
-#endif
-
-int attn__f32fmt_set_impl(const char *name) {
-  for (size_t i = 0; i < N_LIST_IMPLS; i++)
-    if (strcmp(list_impls[i].name, name) == 0 &&
-        list_supported(&list_impls[i])) {
-      list_active = &list_impls[i];
-      return 1;
-    }
-  return 0;
-}
-
-const char *attn__f32fmt_impl_name(void) {
-  return list_active->name;
-}
-
-size_t attn_f32_shortest_list(const float *v, size_t n, char *out) {
-  return list_active->fn(v, n, out);
-}
-
-size_t attn_f32_shortest_rows(const float *v, size_t rows, size_t cols,
-                              size_t ld, char *out) {
-  return list_active->rows(v, rows, cols, ld, out);
 }
