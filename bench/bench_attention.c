@@ -76,10 +76,10 @@ typedef struct int_list {
 
 typedef struct bench_opts {
   int_list ns, ds, hs, threads, causal, weights;
-  int reps;       /* 0 = adaptive */
-  int runs;       /* times the whole grid is run (best and range kept) */
-  int json;       /* --emit-json */
-  long rss_n;     /* --rss N; 0 = off */
+  int reps;   /* 0 = adaptive */
+  int runs;   /* times the whole grid is run (best and range kept) */
+  int json;   /* --emit-json */
+  long rss_n; /* --rss N; 0 = off */
   const char *load, *save;
 } bench_opts;
 
@@ -164,8 +164,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
 
 /* Parse "a,b,c" where each item is a number or one of the words in
  * names[] (mapped to its index).  Returns 0 on success. */
-static int parse_list(const char *s, long lo, long hi,
-                      const char *const *names, int_list *l) {
+static int parse_list(const char *s, long lo, long hi, const char *const *names,
+                      int_list *l) {
   char buf[256];
   size_t len = strlen(s);
   if (len >= sizeof buf) return -1;
@@ -215,8 +215,8 @@ static double sgemm_rate(int M, int N, int K, double budget) {
   fill_uniform(a, (size_t)M * K, 1.0f, &s);
   fill_uniform(b, (size_t)K * N, 1.0f, &s);
   double t0 = now_s();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K,
-              b, N, 0.0f, c, N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b,
+              N, 0.0f, c, N);
   double warm = now_s() - t0;
   int k = warm > 0 ? (int)(budget / warm) : 25;
   if (k < 3) k = 3;
@@ -224,8 +224,8 @@ static double sgemm_rate(int M, int N, int K, double budget) {
   double t[25];
   for (int i = 0; i < k; i++) {
     t0 = now_s();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a,
-                K, b, N, 0.0f, c, N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K,
+                b, N, 0.0f, c, N);
     t[i] = now_s() - t0;
   }
   free(a);
@@ -264,8 +264,8 @@ static void sgemm_rates(double r[N_SHAPES][2], rate_book *b) {
  * at 1 thread. */
 static double sgemm_rate_now(int threads, rate_book *b) {
   attn_engine_set_blas_threads(threads);
-  double r = sgemm_rate(sgemm_shape[0][0], sgemm_shape[0][1],
-                        sgemm_shape[0][2], 0.3);
+  double r =
+      sgemm_rate(sgemm_shape[0][0], sgemm_shape[0][1], sgemm_shape[0][2], 0.3);
   attn_engine_set_blas_threads(1);
   if (threads > 1) settle();
   book_note(b, threads, r);
@@ -395,9 +395,9 @@ static void bench_row(long n, long d, long h, int threads, int causal,
   /* Self-attention: projections are 4 n d^2 multiply-adds; the rest is
    * attention, of which causal attends n(n+1)/2 of the n^2 pairs. */
   double proj = 8.0 * (double)n * (double)d * (double)d;
-  r->flops_eff = causal ? proj + (r->flops - proj) * (double)(n + 1) /
-                                     (2.0 * (double)n)
-                        : r->flops;
+  r->flops_eff =
+      causal ? proj + (r->flops - proj) * (double)(n + 1) / (2.0 * (double)n)
+             : r->flops;
   free(t);
   free(out);
   free(w);
@@ -439,7 +439,9 @@ static const char *env_or(const char *name, const char *dflt) {
   return v ? v : dflt;
 }
 
-static long online_cpus(void) { return sysconf(_SC_NPROCESSORS_ONLN); }
+static long online_cpus(void) {
+  return sysconf(_SC_NPROCESSORS_ONLN);
+}
 
 static double peak_rss_mb(void) {
   struct rusage ru;
@@ -477,9 +479,10 @@ static int mode_rss(long n) {
            diag.msg);
   printf("rss: inputs+output %.1f MB (X, 4 weights, 4 biases, out)\n",
          ((double)n * d * 2 + 4.0 * d * d + 4.0 * d) * 4 / 1048576.0);
-  printf("rss: peak RSS at start %.1f MB, before the call %.1f MB, "
-         "after the call %.1f MB\n",
-         before_alloc, before_call, after);
+  printf(
+      "rss: peak RSS at start %.1f MB, before the call %.1f MB, "
+      "after the call %.1f MB\n",
+      before_alloc, before_call, after);
   printf("rss: call took %.1f ms\n", ms);
   printf("peak_rss_mb %.1f\n", after);
   free(out);
@@ -516,8 +519,7 @@ static int mode_load(const char *inpath, const char *outpath) {
   mha_inputs in;
   inputs_alloc(&in, n, d, h);
   int bad = read_all(f, in.x, (size_t)n * d * 4);
-  for (int i = 0; i < 4; i++)
-    bad |= read_all(f, in.w[i], (size_t)d * d * 4);
+  for (int i = 0; i < 4; i++) bad |= read_all(f, in.w[i], (size_t)d * d * 4);
   for (int i = 0; i < 4; i++) bad |= read_all(f, in.b[i], (size_t)d * 4);
   fclose(f);
   if (bad) {
@@ -541,8 +543,7 @@ static int mode_load(const char *inpath, const char *outpath) {
   FILE *g = fopen(outpath, "wb");
   int rc = 0;
   if (!g) {
-    fprintf(stderr, "bench: cannot create %s: %s\n", outpath,
-            strerror(errno));
+    fprintf(stderr, "bench: cannot create %s: %s\n", outpath, strerror(errno));
     rc = 1;
   } else {
     int64_t s64 = st;
@@ -574,13 +575,15 @@ static void print_rates(const char *when, double r[N_SHAPES][2], int json) {
   for (int i = 0; i < N_SHAPES; i++) {
     const int *s = sgemm_shape[i];
     if (json)
-      printf("{\"sgemm\":\"%dx%dx%d\",\"when\":\"%s\",\"gflops_1t\":%.2f,"
-             "\"gflops_2t\":%.2f}\n",
-             s[0], s[1], s[2], when, r[i][0], r[i][1]);
+      printf(
+          "{\"sgemm\":\"%dx%dx%d\",\"when\":\"%s\",\"gflops_1t\":%.2f,"
+          "\"gflops_2t\":%.2f}\n",
+          s[0], s[1], s[2], when, r[i][0], r[i][1]);
     else
-      printf("sgemm %s, M x N x K = %dx%dx%d: %.1f GFLOP/s at 1 thread, "
-             "%.1f at 2 threads\n",
-             when, s[0], s[1], s[2], r[i][0], r[i][1]);
+      printf(
+          "sgemm %s, M x N x K = %dx%dx%d: %.1f GFLOP/s at 1 thread, "
+          "%.1f at 2 threads\n",
+          when, s[0], s[1], s[2], r[i][0], r[i][1]);
   }
 }
 
@@ -593,8 +596,7 @@ typedef struct grid_cfg {
 /* The rows selected by o (and --quick) into *out (malloc'd, caller frees);
  * returns the count, or -1 when out of memory. */
 static long grid_configs(const bench_opts *o, int quick, grid_cfg **out) {
-  static const long q_n[] = {2048, 4096}, q_d[] = {512, 1024},
-                    q_h[] = {8, 16};
+  static const long q_n[] = {2048, 4096}, q_d[] = {512, 1024}, q_h[] = {8, 16};
   size_t cap = (size_t)o->ns.n * o->ds.n * o->hs.n * o->threads.n *
                o->causal.n * o->weights.n;
   grid_cfg *c = malloc((cap ? cap : 1) * sizeof *c);
@@ -618,8 +620,12 @@ static long grid_configs(const bench_opts *o, int quick, grid_cfg **out) {
         for (int t = 0; t < o->threads.n; t++)
           for (int cz = 0; cz < o->causal.n; cz++)
             for (int w = 0; w < o->weights.n; w++) {
-              grid_cfg g = {n, d, h, (int)o->threads.v[t],
-                            (int)o->causal.v[cz], (int)o->weights.v[w]};
+              grid_cfg g = {n,
+                            d,
+                            h,
+                            (int)o->threads.v[t],
+                            (int)o->causal.v[cz],
+                            (int)o->weights.v[w]};
               c[k++] = g;
             }
       }
@@ -643,27 +649,29 @@ static int mode_grid(const bench_opts *o, int quick) {
   memset(&book, 0, sizeof book);
   int runs = o->runs > 0 ? o->runs : 1;
   if (o->json) {
-    printf("{\"cpu\":\"%s\",\"kernel\":\"%s\",\"date\":\"%s\","
-           "\"openblas_core\":\"%s\",\"OPENBLAS_CORETYPE\":\"%s\","
-           "\"OPENBLAS_L2_SIZE\":\"%s\",\"loadavg\":\"%s\"}\n",
-           cpu, attn_engine_kernel_name(), date, openblas_get_corename(),
-           env_or("OPENBLAS_CORETYPE", ""), env_or("OPENBLAS_L2_SIZE", ""),
-           load);
+    printf(
+        "{\"cpu\":\"%s\",\"kernel\":\"%s\",\"date\":\"%s\","
+        "\"openblas_core\":\"%s\",\"OPENBLAS_CORETYPE\":\"%s\","
+        "\"OPENBLAS_L2_SIZE\":\"%s\",\"loadavg\":\"%s\"}\n",
+        cpu, attn_engine_kernel_name(), date, openblas_get_corename(),
+        env_or("OPENBLAS_CORETYPE", ""), env_or("OPENBLAS_L2_SIZE", ""), load);
   } else {
     printf("# bench_attention\n\n");
     printf("- date: %s\n", date);
     printf("- cpu: %s (%ld online)\n", cpu, online_cpus());
     printf("- engine kernel: %s\n", attn_engine_kernel_name());
-    printf("- OpenBLAS: %s; core %s; OPENBLAS_CORETYPE=%s "
-           "OPENBLAS_L2_SIZE=%s\n",
-           openblas_get_config(), openblas_get_corename(),
-           env_or("OPENBLAS_CORETYPE", "(unset)"),
-           env_or("OPENBLAS_L2_SIZE", "(unset)"));
+    printf(
+        "- OpenBLAS: %s; core %s; OPENBLAS_CORETYPE=%s "
+        "OPENBLAS_L2_SIZE=%s\n",
+        openblas_get_config(), openblas_get_corename(),
+        env_or("OPENBLAS_CORETYPE", "(unset)"),
+        env_or("OPENBLAS_L2_SIZE", "(unset)"));
     printf("- /proc/loadavg at start: %s\n", load);
-    printf("- self-attention, B=1, weights [in,out] with biases; "
-           "FLOPs from attn_mha_flops (causal not discounted); "
-           "%d run(s) of the grid\n\n",
-           runs);
+    printf(
+        "- self-attention, B=1, weights [in,out] with biases; "
+        "FLOPs from attn_mha_flops (causal not discounted); "
+        "%d run(s) of the grid\n\n",
+        runs);
   }
   fflush(stdout);
   sgemm_rates(r0, &book);
@@ -683,11 +691,13 @@ static int mode_grid(const bench_opts *o, int quick) {
     return 1;
   }
   if (!o->json) {
-    printf("\n| run | n | d_model | h | threads | causal | weights | k | "
-           "ms (median) | ms (min) | GFLOP/s | sgemm GFLOP/s just before | "
-           "%% of bound so far |\n");
-    printf("|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"
-           "\n");
+    printf(
+        "\n| run | n | d_model | h | threads | causal | weights | k | "
+        "ms (median) | ms (min) | GFLOP/s | sgemm GFLOP/s just before | "
+        "%% of bound so far |\n");
+    printf(
+        "|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"
+        "\n");
     fflush(stdout);
   }
   for (int run = 0; run < runs; run++)
@@ -700,46 +710,50 @@ static int mode_grid(const bench_opts *o, int quick) {
       r->sgemm_now = now;
       double gf = row_gflops(r);
       if (o->json)
-        printf("{\"run\":%d,\"n\":%ld,\"d\":%ld,\"h\":%ld,\"threads\":%d,"
-               "\"causal\":%d,\"weights\":\"%s\",\"k\":%d,"
-               "\"ms\":%.4f,\"ms_min\":%.4f,\"gflop\":%.4f,"
-               "\"gflop_causal\":%.4f,\"gflops\":%.2f,"
-               "\"sgemm_gflops_before\":%.2f}\n",
-               run + 1, g->n, g->d, g->h, g->threads, g->causal,
-               g->weights ? "per-head" : "none", r->k, r->ms_median,
-               r->ms_min, r->flops * 1e-9, r->flops_eff * 1e-9, gf, now);
+        printf(
+            "{\"run\":%d,\"n\":%ld,\"d\":%ld,\"h\":%ld,\"threads\":%d,"
+            "\"causal\":%d,\"weights\":\"%s\",\"k\":%d,"
+            "\"ms\":%.4f,\"ms_min\":%.4f,\"gflop\":%.4f,"
+            "\"gflop_causal\":%.4f,\"gflops\":%.2f,"
+            "\"sgemm_gflops_before\":%.2f}\n",
+            run + 1, g->n, g->d, g->h, g->threads, g->causal,
+            g->weights ? "per-head" : "none", r->k, r->ms_median, r->ms_min,
+            r->flops * 1e-9, r->flops_eff * 1e-9, gf, now);
       else
-        printf("| %d | %ld | %ld | %ld | %d | %s | %s | %d | %.2f | %.2f "
-               "| %.1f | %.1f | %.0f%% |\n",
-               run + 1, g->n, g->d, g->h, g->threads,
-               g->causal ? "yes" : "no", g->weights ? "per-head" : "none",
-               r->k, r->ms_median, r->ms_min, gf, now,
-               100.0 * gf / book.best[g->threads]);
+        printf(
+            "| %d | %ld | %ld | %ld | %d | %s | %s | %d | %.2f | %.2f "
+            "| %.1f | %.1f | %.0f%% |\n",
+            run + 1, g->n, g->d, g->h, g->threads, g->causal ? "yes" : "no",
+            g->weights ? "per-head" : "none", r->k, r->ms_median, r->ms_min, gf,
+            now, 100.0 * gf / book.best[g->threads]);
       fflush(stdout);
     }
   sgemm_rates(r1, &book);
   load_avg(load, sizeof load);
   if (o->json) {
     print_rates("end", r1, 1);
-    printf("{\"bound_gflops_1t\":%.2f,\"bound_gflops_2t\":%.2f,"
-           "\"loadavg_end\":\"%s\"}\n",
-           book.best[1], book.best[2], load);
+    printf(
+        "{\"bound_gflops_1t\":%.2f,\"bound_gflops_2t\":%.2f,"
+        "\"loadavg_end\":\"%s\"}\n",
+        book.best[1], book.best[2], load);
   } else {
     printf("\n");
     print_rates("at end", r1, 0);
     printf("- /proc/loadavg at end: %s\n", load);
     printf("\n## Summary\n\n");
-    printf("sgemm bound = the best cblas_sgemm rate measured in this run at "
-           "the row's OpenBLAS thread count (shapes M x N x K = 2048x2048x512 "
-           "and 4096x512x512 at start and end, 2048x2048x512 before every "
-           "row): 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s.  %% of "
-           "bound = GFLOP/s / that rate.  Below: each row's best median over "
-           "%d run(s) and the range of its medians.\n\n",
-           book.best[1], book.best[2], runs);
-    printf("| n | d_model | h | threads | causal | weights | ms (best "
-           "median) | range over runs | GFLOP/s | %% of sgemm bound | "
-           "%% of bound, causal FLOPs | %% of sgemm just before |\n"
-           "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+    printf(
+        "sgemm bound = the best cblas_sgemm rate measured in this run at "
+        "the row's OpenBLAS thread count (shapes M x N x K = 2048x2048x512 "
+        "and 4096x512x512 at start and end, 2048x2048x512 before every "
+        "row): 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s.  %% of "
+        "bound = GFLOP/s / that rate.  Below: each row's best median over "
+        "%d run(s) and the range of its medians.\n\n",
+        book.best[1], book.best[2], runs);
+    printf(
+        "| n | d_model | h | threads | causal | weights | ms (best "
+        "median) | range over runs | GFLOP/s | %% of sgemm bound | "
+        "%% of bound, causal FLOPs | %% of sgemm just before |\n"
+        "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (long i = 0; i < ncfg; i++) {
       const row *best = &rows[i];
       double lo = best->ms_median, hi = best->ms_median;
@@ -751,22 +765,22 @@ static int mode_grid(const bench_opts *o, int quick) {
       }
       double gf = row_gflops(best);
       double pct = 100.0 * gf / book.best[best->threads];
-      printf("| %ld | %ld | %ld | %d | %s | %s | %.2f | %.2f-%.2f | %.1f | "
-             "%.0f%% | %.0f%% | %.0f%% |\n",
-             best->n, best->d, best->h, best->threads,
-             best->causal ? "yes" : "no",
-             best->weights ? "per-head" : "none", best->ms_median, lo, hi, gf,
-             pct, pct * best->flops_eff / best->flops,
-             100.0 * gf / best->sgemm_now);
+      printf(
+          "| %ld | %ld | %ld | %d | %s | %s | %.2f | %.2f-%.2f | %.1f | "
+          "%.0f%% | %.0f%% | %.0f%% |\n",
+          best->n, best->d, best->h, best->threads, best->causal ? "yes" : "no",
+          best->weights ? "per-head" : "none", best->ms_median, lo, hi, gf, pct,
+          pct * best->flops_eff / best->flops, 100.0 * gf / best->sgemm_now);
     }
-    printf("\nGFLOP/s and %% of bound count causal rows at full n^2 "
-           "attention FLOPs (attn_mha_flops); '%% of bound, causal FLOPs' "
-           "counts only the n(n+1)/2 attended pairs, so it is the "
-           "comparable efficiency.  '%% of sgemm just before' divides by the "
-           "sgemm rate measured seconds before that row under the same "
-           "machine load (not causal-discounted); on a busy machine it is "
-           "the steadier figure, but it can exceed 100%% when the load "
-           "eased during the row.\n");
+    printf(
+        "\nGFLOP/s and %% of bound count causal rows at full n^2 "
+        "attention FLOPs (attn_mha_flops); '%% of bound, causal FLOPs' "
+        "counts only the n(n+1)/2 attended pairs, so it is the "
+        "comparable efficiency.  '%% of sgemm just before' divides by the "
+        "sgemm rate measured seconds before that row under the same "
+        "machine load (not causal-discounted); on a busy machine it is "
+        "the steadier figure, but it can exceed 100%% when the load "
+        "eased during the row.\n");
   }
   free(rows);
   free(cfg);
@@ -793,10 +807,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const yesno[] = {"no", "yes", "false", "true",
-                                      "off", "on", NULL};
-  static const char *const wnames[] = {"none", "per-head", "no", "yes",
-                                       NULL};
+  static const char *const yesno[] = {"no",  "yes", "false", "true",
+                                      "off", "on",  NULL};
+  static const char *const wnames[] = {"none", "per-head", "no", "yes", NULL};
   static const long def_n[] = {512, 2048, 4096}, def_d[] = {512, 1024},
                     def_h[] = {8, 16}, def_t[] = {1, 2}, def_b[] = {0, 1};
   bench_opts o;
@@ -853,8 +866,8 @@ int main(int argc, char **argv) {
       bad = 1;
     }
     if (bad) {
-      fprintf(stderr, "bench_attention: bad argument %s%s%s\n", a,
-              v ? " " : "", v ? v : "");
+      fprintf(stderr, "bench_attention: bad argument %s%s%s\n", a, v ? " " : "",
+              v ? v : "");
       usage(stderr);
       return 2;
     }

@@ -198,8 +198,8 @@ static size_t v1_rows(const float *set, int how, char *buf) {
   return (size_t)(p - buf);
 }
 
-static void rate_list(const char *impl, const float *set, double secs,
-                      int rows, size_t *sink, double *cpu, double *wall) {
+static void rate_list(const char *impl, const float *set, double secs, int rows,
+                      size_t *sink, double *cpu, double *wall) {
   static char buf[ATTN_F32_ROWS_MAX_CHARS(32, 64) + 2];
   if (!attn__f32fmt_set_impl(impl)) {
     *cpu = *wall = 0;
@@ -507,8 +507,8 @@ static void *worker(void *arg) {
 /* Start nthreads (clamped to 1..64) of fn over the chunks, print progress
  * every 10 s, join them.  Returns the failure count; *secs the time taken;
  * -1 when a thread cannot start. */
-static long long run_workers(void *(*fn)(void *), int nthreads,
-                             uint64_t total, double *secs) {
+static long long run_workers(void *(*fn)(void *), int nthreads, uint64_t total,
+                             double *secs) {
   pthread_t th[64];
   double t0 = now_s(), last = t0;
   if (nthreads < 1) nthreads = 1;

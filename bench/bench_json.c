@@ -188,9 +188,9 @@ int main(int argc, char **argv) {
     size_t rows;
     int python;
   } bodies[] = {
-      {"v2 3x1024", 0, 16, 0},     {"v2 ~1MB", 0, 512, 0},
-      {"v1 3x1024", 1, 16, 0},     {"v1 ~1MB", 1, 512, 0},
-      {"v2 3x1024 py", 0, 16, 1},  {"v1 3x1024 py", 1, 16, 1},
+      {"v2 3x1024", 0, 16, 0},    {"v2 ~1MB", 0, 512, 0},
+      {"v1 3x1024", 1, 16, 0},    {"v1 ~1MB", 1, 512, 0},
+      {"v2 3x1024 py", 0, 16, 1}, {"v1 3x1024 py", 1, 16, 1},
   };
   printf("%-12s %8s %7s | %-17s | %-17s | %7s | %s\n", "body", "bytes",
          "numbers", "cJSON MB/s ns/num", "attn  MB/s ns/num", "speedup",

@@ -67,14 +67,22 @@ int main(int argc, char **argv) {
   if (!q || !k || !v || !o) return 1;
   double bound = sgemm_rate(), ms[2];
   /* heads as column blocks of [n, H*D], as after a projection */
-  attn_sdpa_problem p = {.B = 1, .H = H, .Hkv = H, .Lq = n, .Lk = n,
-                         .Dk = D, .Dv = D, .q = {q, 0, D, H * D},
-                         .k = {k, 0, D, H * D}, .v = {v, 0, D, H * D}};
+  attn_sdpa_problem p = {.B = 1,
+                         .H = H,
+                         .Hkv = H,
+                         .Lq = n,
+                         .Lk = n,
+                         .Dk = D,
+                         .Dv = D,
+                         .q = {q, 0, D, H * D},
+                         .k = {k, 0, D, H * D},
+                         .v = {v, 0, D, H * D}};
   attn_exec x = {.threads = (int)threads};
   attn_mview out = {o, 0, D, H * D};
-  printf("attention core, n=%ld heads=%ld d_head=%ld threads=%ld, kernel %s, "
-         "sgemm %.1f GFLOP/s (1 thread)\n",
-         n, H, D, threads, attn_engine_kernel_name(), bound);
+  printf(
+      "attention core, n=%ld heads=%ld d_head=%ld threads=%ld, kernel %s, "
+      "sgemm %.1f GFLOP/s (1 thread)\n",
+      n, H, D, threads, attn_engine_kernel_name(), bound);
   for (int causal = 0; causal < 2; causal++) {
     attn_diag d = {{0}};
     p.o.causal = causal;
@@ -91,10 +99,11 @@ int main(int argc, char **argv) {
     }
     ms[causal] = best * 1e3;
     double gf = attn_sdpa_flops(&p) / best / 1e9;
-    printf("  causal=%s  %8.2f ms  %6.1f GFLOP/s (full n^2)  %5.1f%% of "
-           "sgemm x threads\n",
-           causal ? "yes" : "no ", ms[causal], gf,
-           100.0 * gf / (bound * (double)threads));
+    printf(
+        "  causal=%s  %8.2f ms  %6.1f GFLOP/s (full n^2)  %5.1f%% of "
+        "sgemm x threads\n",
+        causal ? "yes" : "no ", ms[causal], gf,
+        100.0 * gf / (bound * (double)threads));
   }
   printf("  causal / non-causal time: %.2f\n", ms[1] / ms[0]);
   free(q);

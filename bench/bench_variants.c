@@ -128,8 +128,8 @@ static int interleave(conf *cs, int n, int reps, const char *ratio_word) {
       med0 = m;
       printf("\n");
     } else {
-      printf("  %s %.3f (of medians %.3f)\n", ratio_word,
-             median(pr[i], reps), m / med0);
+      printf("  %s %.3f (of medians %.3f)\n", ratio_word, median(pr[i], reps),
+             m / med0);
     }
   }
   return 0;
@@ -142,14 +142,21 @@ static int bench_window(int argc, char **argv) {
   unsigned seed = 1;
   size_t elems = (size_t)n * (size_t)H * (size_t)D;
   if (reps < 1 || reps > 64 || n < 1 || H < 1 || D < 1) return 2;
-  float *q = random_buf(elems, &seed, 1.0f), *k = random_buf(elems, &seed, 1.0f);
-  float *v = random_buf(elems, &seed, 1.0f), *o = random_buf(elems, &seed, 1.0f);
+  float *q = random_buf(elems, &seed, 1.0f),
+        *k = random_buf(elems, &seed, 1.0f);
+  float *v = random_buf(elems, &seed, 1.0f),
+        *o = random_buf(elems, &seed, 1.0f);
   conf cs[2];
   memset(cs, 0, sizeof cs);
   for (int i = 0; i < 2; i++) {
     cs[i].run = run_sdpa;
-    cs[i].sp = (attn_sdpa_problem){.B = 1, .H = H, .Hkv = H, .Lq = n,
-                                   .Lk = n, .Dk = D, .Dv = D,
+    cs[i].sp = (attn_sdpa_problem){.B = 1,
+                                   .H = H,
+                                   .Hkv = H,
+                                   .Lq = n,
+                                   .Lk = n,
+                                   .Dk = D,
+                                   .Dv = D,
                                    .q = {q, 0, D, H * D},
                                    .k = {k, 0, D, H * D},
                                    .v = {v, 0, D, H * D}};
@@ -162,17 +169,19 @@ static int bench_window(int argc, char **argv) {
   cs[1].sp.o.has_window = 1;
   cs[1].sp.o.window_left = W;
   cs[1].sp.o.window_right = 0;
-  printf("attention core (attn_sdpa, no projections, no weights), n=%ld "
-         "heads=%ld d_head=%ld W=%ld threads=%d, %d interleaved rounds, "
-         "kernel %s\n",
-         n, H, D, W, threads, reps, attn_engine_kernel_name());
+  printf(
+      "attention core (attn_sdpa, no projections, no weights), n=%ld "
+      "heads=%ld d_head=%ld W=%ld threads=%d, %d interleaved rounds, "
+      "kernel %s\n",
+      n, H, D, W, threads, reps, attn_engine_kernel_name());
   int rc = interleave(cs, 2, reps, "time / full causal:");
   if (!rc) {
     double r[64];
     for (int i = 0; i < reps; i++) r[i] = cs[0].t[i] / cs[1].t[i];
-    printf("  window speed-up over full causal: %.1fx (median of the "
-           "rounds' ratios; of the medians %.1fx)\n",
-           median(r, reps), median(cs[0].t, reps) / median(cs[1].t, reps));
+    printf(
+        "  window speed-up over full causal: %.1fx (median of the "
+        "rounds' ratios; of the medians %.1fx)\n",
+        median(r, reps), median(cs[0].t, reps) / median(cs[1].t, reps));
   }
   free(q);
   free(k);
@@ -204,22 +213,29 @@ static int bench_costs(int argc, char **argv) {
     c->run = run_mha;
     c->mout = out;
     c->x.threads = threads;
-    c->mp = (attn_mha_problem){.B = 1, .Lq = n, .E = E, .H = H, .Hkv = H,
+    c->mp = (attn_mha_problem){.B = 1,
+                               .Lq = n,
+                               .E = E,
+                               .H = H,
+                               .Hkv = H,
                                .xq = xq,
                                .wq = {w, ATTN_W_IN_OUT, 0},
                                .wk = {w + E * E, ATTN_W_IN_OUT, 0},
                                .wv = {w + 2 * E * E, ATTN_W_IN_OUT, 0},
                                .wo = {w + 3 * E * E, ATTN_W_IN_OUT, 0},
-                               .bq = bias, .bk = bias + E, .bv = bias + 2 * E,
+                               .bq = bias,
+                               .bk = bias + E,
+                               .bv = bias + 2 * E,
                                .bo = bias + 3 * E};
     c->mp.o.causal = causal;
     if (i == 1 || i == 4) c->mp.o.alibi_slopes = slopes;
     if (i == 2 || i == 4) c->mp.o.softcap = 50.0f;
     if (i == 3 || i == 4) c->mp.o.rotary.on = 1;
   }
-  printf("attn_mha self-attention, n=%ld d_model=%ld heads=%ld causal=%d "
-         "threads=%d, no weights, %d interleaved rounds, kernel %s\n",
-         n, E, H, causal, threads, reps, attn_engine_kernel_name());
+  printf(
+      "attn_mha self-attention, n=%ld d_model=%ld heads=%ld causal=%d "
+      "threads=%d, no weights, %d interleaved rounds, kernel %s\n",
+      n, E, H, causal, threads, reps, attn_engine_kernel_name());
   int rc = interleave(cs, MAX_CONF, reps, "time / plain:");
   free(xq);
   free(w);

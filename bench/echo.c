@@ -67,11 +67,11 @@
 
 /* Options from argv. */
 typedef struct echo_opts {
-  int port;           /* 0 = ephemeral */
-  int threads;        /* MHD thread pool size; 1 = polling thread only */
-  long reply_bytes;   /* size of the JSON answer */
+  int port;         /* 0 = ephemeral */
+  int threads;      /* MHD thread pool size; 1 = polling thread only */
+  long reply_bytes; /* size of the JSON answer */
   int connection_limit;
-  int handoff; /* worker threads; 0 = answer on the MHD thread */
+  int handoff;     /* worker threads; 0 = answer on the MHD thread */
   double delay_ms; /* --handoff: sleep before resuming */
   double work_us;  /* --handoff: CPU to burn before resuming */
 } echo_opts;
@@ -220,8 +220,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     atomic_store(&rq->done, 1);
     return MHD_YES;
   }
-  struct MHD_Response *r = MHD_create_response_from_buffer(
-      reply_len, reply, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(reply_len, reply, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
   enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
@@ -230,8 +230,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 }
 
 /* Completion callback, on an MHD thread: free the request context. */
-static void on_completed(void *cls, struct MHD_Connection *conn,
-                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
   (void)cls;
   (void)conn;
   (void)toe;
@@ -364,8 +364,8 @@ int main(int argc, char **argv) {
       flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, pool,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.connection_limit,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, NULL, MHD_OPTION_END);
   if (!d) {
     fprintf(stderr, "echo: cannot listen on 127.0.0.1:%d\n", o.port);
     free(reply);

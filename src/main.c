@@ -277,12 +277,18 @@ static int healthcheck(const attn_config *cfg, const char *url) {
 /* The name of a kernel scheduling policy, as the start-up line shows it. */
 static const char *policy_name(int policy) {
   switch (policy) {
-    case SCHED_OTHER: return "other";
-    case SCHED_BATCH: return "batch";
-    case SCHED_IDLE: return "idle";
-    case SCHED_FIFO: return "fifo";
-    case SCHED_RR: return "rr";
-    default: return "unknown";
+    case SCHED_OTHER:
+      return "other";
+    case SCHED_BATCH:
+      return "batch";
+    case SCHED_IDLE:
+      return "idle";
+    case SCHED_FIFO:
+      return "fifo";
+    case SCHED_RR:
+      return "rr";
+    default:
+      return "unknown";
   }
 }
 #endif

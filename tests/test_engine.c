@@ -21,7 +21,9 @@
 #include "../src/engine/internal.h"
 
 static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+static void rng_seed(uint64_t s) {
+  rng_state = s * 0x9E3779B97F4A7C15ull + 1;
+}
 static uint64_t rng_next(void) {
   rng_state ^= rng_state << 13;
   rng_state ^= rng_state >> 7;
@@ -49,7 +51,7 @@ typedef struct sdpa_case {
   mask_case mask;
   kpm_case kpm;
   attn_weights_mode weights;
-  int scale; /* override the scale */
+  int scale;    /* override the scale */
   int full_row; /* force a fully blocked row */
 } sdpa_case;
 
@@ -125,8 +127,8 @@ static int compare_tol(const char *what, const float *got, const double *ref,
     if (worst && e / lim * abs > *worst) *worst = e / lim * abs;
     if (!(e <= lim)) {
       if (!bad)
-        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n",
-                ctx, what, i, got[i], ref[i], e);
+        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n", ctx,
+                what, i, got[i], ref[i], e);
       bad++;
     }
   }
@@ -141,8 +143,8 @@ static int compare(const char *what, const float *got, const double *ref,
     double e = fabs((double)got[i] - ref[i]);
     if (!(e <= TOL * (1.0 + fabs(ref[i])))) {
       if (!bad)
-        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n",
-                ctx, what, i, got[i], ref[i], e);
+        fprintf(stderr, "%s: %s[%zu] = %.9g, reference %.9g (err %.3g)\n", ctx,
+                what, i, got[i], ref[i], e);
       bad++;
     }
   }
@@ -184,15 +186,15 @@ static void case_name(const sdpa_case *c, char *buf, size_t n) {
 /* The attention variants of attn_attend_opts (engine.h) on top of a case:
  * causal alignment, sliding window, ALiBi, softcap, rotary positions. */
 typedef struct variant_opts {
-  int causal;          /* attn_causal; overrides the case's */
-  int window;          /* has_window, with left, right below */
+  int causal; /* attn_causal; overrides the case's */
+  int window; /* has_window, with left, right below */
   int64_t left, right;
-  int alibi;           /* 1: standard slopes; 2: random ones, some < 0 */
+  int alibi; /* 1: standard slopes; 2: random ones, some < 0 */
   float softcap;
-  int rope;            /* rotary on */
-  int rope_inter;      /* GPT-J pairs */
-  int rope_short;      /* dims = the largest even value < head dim - 1 */
-  int rope_qoff;       /* has_query_offset, query_offset = 5 */
+  int rope;       /* rotary on */
+  int rope_inter; /* GPT-J pairs */
+  int rope_short; /* dims = the largest even value < head dim - 1 */
+  int rope_qoff;  /* has_query_offset, query_offset = 5 */
   double rope_base;
 } variant_opts;
 
@@ -283,8 +285,8 @@ static int bf16_compare(const float *out, const float *w, const double *ro,
   if (w) {
     bad += compare_tol("weights vs double", w, rw64, nw, ctx, BF16_W_TOL, 0,
                        &bf16_worst_w64) +
-           compare_tol("weights vs bf16 ref", w, rw, nw, ctx, BF16_REF_W_TOL,
-                       0, &bf16_worst_wref);
+           compare_tol("weights vs bf16 ref", w, rw, nw, ctx, BF16_REF_W_TOL, 0,
+                       &bf16_worst_wref);
     bad += check_rows(w, rw64, nw / lk, lk, ctx);
     bad += exact_zeros(w, rw64, nw, ctx);
   }
@@ -340,8 +342,13 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
   float *q = rnd_buf(nq), *k = rnd_buf(nk), *v = rnd_buf(nv);
   for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peakier softmax */
   attn_sdpa_problem p = {
-      .B = c->B, .H = c->H, .Hkv = c->Hkv, .Lq = c->Lq, .Lk = c->Lk,
-      .Dk = c->Dk, .Dv = c->Dv,
+      .B = c->B,
+      .H = c->H,
+      .Hkv = c->Hkv,
+      .Lq = c->Lq,
+      .Lk = c->Lk,
+      .Dk = c->Dk,
+      .Dv = c->Dv,
       .q = {q, (int64_t)c->Lq * c->H * c->Dk, c->Dk, (int64_t)c->H * c->Dk},
       .k = {k, (int64_t)c->Hkv * c->Lk * c->Dk, (int64_t)c->Lk * c->Dk, c->Dk},
       .v = {v, (int64_t)c->Hkv * c->Lk * c->Dv, (int64_t)c->Lk * c->Dv, c->Dv}};
@@ -380,16 +387,18 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
   for (int pi = 0; pi < npaths; pi++)
     for (int ti = 0; ti < 3; ti++)
       for (int th = 1; th <= 3; th += 2) {
-        attn_exec x = {.threads = th, .path = paths[pi],
-                       .tile_q = tiles[ti][0], .tile_k = tiles[ti][1]};
+        attn_exec x = {.threads = th,
+                       .path = paths[pi],
+                       .tile_q = tiles[ti][0],
+                       .tile_k = tiles[ti][1]};
         attn_diag d = {{0}};
         for (size_t i = 0; i < no; i++) out[i] = NAN;
         for (size_t i = 0; i < nw; i++) w[i] = NAN;
         attn_mview ov = {out, (int64_t)c->H * c->Lq * c->Dv,
                          (int64_t)c->Lq * c->Dv, c->Dv};
         attn_status s = attn_sdpa(&p, &x, ov, c->weights ? w : NULL, &d);
-        snprintf(ctx, sizeof ctx, "%s path=%d tiles=%d threads=%d", name,
-                 pi, ti, th);
+        snprintf(ctx, sizeof ctx, "%s path=%d tiles=%d threads=%d", name, pi,
+                 ti, th);
         if (s != ATTN_OK) {
           fprintf(stderr, "%s: status %s: %s\n", ctx, attn_status_name(s),
                   d.msg);
@@ -401,10 +410,10 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
                               no, nw, (size_t)c->Lk, BF16_REF_TOL, ctx);
           if (bf16_fast_in_use()) { /* the portable kernel: the same bits */
             ck_assert(attn__set_bf16("portable"));
-            ck_assert_int_eq(attn_sdpa(&p, &x, (attn_mview){out2, ov.sb, ov.sh,
-                                                            ov.ld},
-                                       c->weights ? w2 : NULL, &d),
-                             ATTN_OK);
+            ck_assert_int_eq(
+                attn_sdpa(&p, &x, (attn_mview){out2, ov.sb, ov.sh, ov.ld},
+                          c->weights ? w2 : NULL, &d),
+                ATTN_OK);
             ck_assert(attn__set_bf16("avx512bf16"));
             bf16_count_bits(out, out2, no, c->weights ? w : NULL, w2, nw);
           }
@@ -436,16 +445,22 @@ static int run_sdpa_case_v(const sdpa_case *c, const variant_opts *vo,
 /* Shapes: B in {1,3}, H in {1,2,8}, Hkv | H, Lq != Lk both ways, Dk != Dv. */
 static const int shapes[][7] = {
     /* B  H Hkv Lq  Lk  Dk Dv */
-    {1, 1, 1, 1, 1, 4, 4},    {1, 1, 1, 5, 9, 8, 3},
-    {3, 2, 1, 7, 4, 5, 6},    {3, 2, 2, 6, 6, 16, 16},
-    {1, 8, 2, 9, 13, 4, 7},   {3, 8, 8, 4, 11, 3, 2},
-    {1, 8, 4, 17, 5, 6, 9},   {3, 2, 1, 12, 12, 7, 5},
+    {1, 1, 1, 1, 1, 4, 4},
+    {1, 1, 1, 5, 9, 8, 3},
+    {3, 2, 1, 7, 4, 5, 6},
+    {3, 2, 2, 6, 6, 16, 16},
+    {1, 8, 2, 9, 13, 4, 7},
+    {3, 8, 8, 4, 11, 3, 2},
+    {1, 8, 4, 17, 5, 6, 9},
+    {3, 2, 1, 12, 12, 7, 5},
     {1, 2, 2, 33, 70, 16, 8},
     /* taller than DIAG_ROWS (attention.c): causal row groups, some of them
      * seeing no key at all (Lq > Lk) */
-    {1, 2, 1, 200, 230, 8, 8}, {1, 1, 1, 230, 150, 4, 5},
+    {1, 2, 1, 200, 230, 8, 8},
+    {1, 1, 1, 230, 150, 4, 5},
     /* packed keys (Lq >= 32) with Dk and Dv across 32-wide column blocks */
-    {2, 2, 1, 45, 100, 65, 40}, {1, 1, 1, 64, 64, 64, 64},
+    {2, 2, 1, 45, 100, 65, 40},
+    {1, 1, 1, 64, 64, 64, 64},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
@@ -454,9 +469,19 @@ START_TEST(test_sdpa_plain) {
   for (int s = 0; s < NSHAPES; s++)
     for (int causal = 0; causal < 2; causal++)
       for (int w = 0; w < 3; w++) {
-        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                       shapes[s][4], shapes[s][5], shapes[s][6], causal,
-                       M_NONE, K_NONE, (attn_weights_mode)w, 0, 0};
+        sdpa_case c = {shapes[s][0],
+                       shapes[s][1],
+                       shapes[s][2],
+                       shapes[s][3],
+                       shapes[s][4],
+                       shapes[s][5],
+                       shapes[s][6],
+                       causal,
+                       M_NONE,
+                       K_NONE,
+                       (attn_weights_mode)w,
+                       0,
+                       0};
         bad += run_sdpa_case(&c, (uint64_t)(s * 7 + causal * 3 + w));
       }
   ck_assert_int_eq(bad, 0);
@@ -468,10 +493,19 @@ START_TEST(test_sdpa_masks) {
   for (int s = 0; s < NSHAPES; s++)
     for (int mk = 0; mk <= M_ADD4; mk++)
       for (int kp = 0; kp <= K_LEN; kp++) {
-        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                       shapes[s][4], shapes[s][5], shapes[s][6], (s + mk) & 1,
-                       (mask_case)mk, (kpm_case)kp,
-                       (attn_weights_mode)((s + kp) % 3), s & 1, 0};
+        sdpa_case c = {shapes[s][0],
+                       shapes[s][1],
+                       shapes[s][2],
+                       shapes[s][3],
+                       shapes[s][4],
+                       shapes[s][5],
+                       shapes[s][6],
+                       (s + mk) & 1,
+                       (mask_case)mk,
+                       (kpm_case)kp,
+                       (attn_weights_mode)((s + kp) % 3),
+                       s & 1,
+                       0};
         bad += run_sdpa_case(&c, (uint64_t)(100 + s * 31 + mk * 5 + kp));
       }
   ck_assert_int_eq(bad, 0);
@@ -484,10 +518,19 @@ START_TEST(test_sdpa_fully_masked_rows) {
   for (int s = 0; s < NSHAPES; s++)
     for (int mi = 0; mi < 3; mi++)
       for (int w = 0; w < 3; w++) {
-        sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                       shapes[s][4], shapes[s][5], shapes[s][6], 0, mks[mi],
+        sdpa_case c = {shapes[s][0],
+                       shapes[s][1],
+                       shapes[s][2],
+                       shapes[s][3],
+                       shapes[s][4],
+                       shapes[s][5],
+                       shapes[s][6],
+                       0,
+                       mks[mi],
                        mks[mi] == M_NONE ? K_LEN : K_NONE,
-                       (attn_weights_mode)w, 0, 1};
+                       (attn_weights_mode)w,
+                       0,
+                       1};
         bad += run_sdpa_case(&c, (uint64_t)(900 + s * 13 + mi * 3 + w));
       }
   ck_assert_int_eq(bad, 0);
@@ -499,8 +542,15 @@ START_TEST(test_sdpa_causal_alignment) {
   float q[4 * 2], k[2 * 2], v[2 * 1] = {10.0f, 20.0f}, out[4], w[4 * 2];
   for (int i = 0; i < 8; i++) q[i] = 0.1f * (float)i;
   for (int i = 0; i < 4; i++) k[i] = 0.0f; /* equal scores */
-  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 4, .Lk = 2, .Dk = 2,
-                         .Dv = 1, .q = {q, 8, 8, 2}, .k = {k, 4, 4, 2},
+  attn_sdpa_problem p = {.B = 1,
+                         .H = 1,
+                         .Hkv = 1,
+                         .Lq = 4,
+                         .Lk = 2,
+                         .Dk = 2,
+                         .Dv = 1,
+                         .q = {q, 8, 8, 2},
+                         .k = {k, 4, 4, 2},
                          .v = {v, 2, 2, 1}};
   p.o.causal = 1;
   p.o.weights = ATTN_WEIGHTS_PER_HEAD;
@@ -549,8 +599,8 @@ static const variant_opts variants[] = {
 };
 #define NVARIANTS (int)(sizeof variants / sizeof variants[0])
 
-static const int long_shapes[][7] = {
-    {1, 2, 1, 700, 650, 16, 16}, {2, 2, 2, 300, 600, 8, 12}};
+static const int long_shapes[][7] = {{1, 2, 1, 700, 650, 16, 16},
+                                     {2, 2, 2, 300, 600, 8, 12}};
 #define NLONG (int)(sizeof long_shapes / sizeof long_shapes[0])
 
 static const int *shape_at(int s) {
@@ -565,9 +615,18 @@ static int run_variant(int s, int v, uint64_t seed) {
     if (vo.right > 0) vo.right *= 37;
   }
   int k = s + v;
-  sdpa_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], sh[6], 0,
+  sdpa_case c = {sh[0],
+                 sh[1],
+                 sh[2],
+                 sh[3],
+                 sh[4],
+                 sh[5],
+                 sh[6],
+                 0,
                  k % 2 ? (mask_case)(k % 6) : M_NONE,
-                 (kpm_case)(k % 3), (attn_weights_mode)(k % 3), k % 5 == 0,
+                 (kpm_case)(k % 3),
+                 (attn_weights_mode)(k % 3),
+                 k % 5 == 0,
                  k % 4 == 1};
   return run_sdpa_case_v(&c, &vo, seed);
 }
@@ -589,9 +648,19 @@ START_TEST(test_sdpa_variants_weights) {
   for (int si = 0; si < 2; si++)
     for (int v = 0; v < NVARIANTS; v++)
       for (int w = 0; w < 3; w++) {
-        sdpa_case c = {sh[si][0], sh[si][1], sh[si][2], sh[si][3], sh[si][4],
-                       sh[si][5], sh[si][6], 0, M_NONE, K_NONE,
-                       (attn_weights_mode)w, 0, 0};
+        sdpa_case c = {sh[si][0],
+                       sh[si][1],
+                       sh[si][2],
+                       sh[si][3],
+                       sh[si][4],
+                       sh[si][5],
+                       sh[si][6],
+                       0,
+                       M_NONE,
+                       K_NONE,
+                       (attn_weights_mode)w,
+                       0,
+                       0};
         bad += run_sdpa_case_v(&c, &variants[v],
                                (uint64_t)(26000 + si * 500 + v * 3 + w));
       }
@@ -630,10 +699,10 @@ static int variants_per_set(const char *what, int (*set)(const char *),
 START_TEST(test_variants_kernel_sets) {
   static const char *const rows[] = {"avx512", "avx2", "scalar"};
   static const char *const gemms[] = {"avx512", "avx2", "blas"};
-  int bad = variants_per_set("row kernels", attn__set_kernel, rows,
-                             attn__kernel_name(), 30000) +
-            variants_per_set("gemm", attn__set_gemm, gemms, attn__gemm_name(),
-                             34000);
+  int bad =
+      variants_per_set("row kernels", attn__set_kernel, rows,
+                       attn__kernel_name(), 30000) +
+      variants_per_set("gemm", attn__set_gemm, gemms, attn__gemm_name(), 34000);
   ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -664,8 +733,8 @@ START_TEST(test_softcap_kernels) {
     attn__row_softcap(a, 4096, 1.0f);
     for (int j = 0; j < 4096; j++) {
       double ref = tanh((double)(j - 2048) / 128.0);
-      ck_assert_msg(fabs(a[j] - ref) <= 4e-7, "%s x=%g: %.9g vs %.9g",
-                    names[k], (j - 2048) / 128.0, a[j], ref);
+      ck_assert_msg(fabs(a[j] - ref) <= 4e-7, "%s x=%g: %.9g vs %.9g", names[k],
+                    (j - 2048) / 128.0, a[j], ref);
     }
     float odd[3] = {NAN, INFINITY, -INFINITY};
     attn__row_softcap(odd, 3, 2.0f);
@@ -689,17 +758,21 @@ START_TEST(test_alibi_slopes) {
       {1, {3.906250000e-03f}},
       {2, {6.250000000e-02f, 3.906250000e-03f}},
       {3, {6.250000000e-02f, 3.906250000e-03f, 2.500000000e-01f}},
-      {5, {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f,
-           3.906250000e-03f, 5.000000000e-01f}},
-      {6, {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f,
-           3.906250000e-03f, 5.000000000e-01f, 1.250000000e-01f}},
-      {8, {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f,
-           6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f,
-           7.812500000e-03f, 3.906250000e-03f}},
-      {12, {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f,
-            6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f,
-            7.812500000e-03f, 3.906250000e-03f, 7.071067691e-01f,
-            3.535533845e-01f, 1.767766923e-01f, 8.838834614e-02f}},
+      {5,
+       {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f, 3.906250000e-03f,
+        5.000000000e-01f}},
+      {6,
+       {2.500000000e-01f, 6.250000000e-02f, 1.562500000e-02f, 3.906250000e-03f,
+        5.000000000e-01f, 1.250000000e-01f}},
+      {8,
+       {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f, 6.250000000e-02f,
+        3.125000000e-02f, 1.562500000e-02f, 7.812500000e-03f,
+        3.906250000e-03f}},
+      {12,
+       {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f, 6.250000000e-02f,
+        3.125000000e-02f, 1.562500000e-02f, 7.812500000e-03f, 3.906250000e-03f,
+        7.071067691e-01f, 3.535533845e-01f, 1.767766923e-01f,
+        8.838834614e-02f}},
       {20, {7.071067691e-01f, 5.000000000e-01f, 3.535533845e-01f,
             2.500000000e-01f, 1.767766923e-01f, 1.250000000e-01f,
             8.838834614e-02f, 6.250000000e-02f, 4.419417307e-02f,
@@ -737,8 +810,15 @@ END_TEST
  * row Lk - 1 on; bottom-right would show none to the first rows. */
 START_TEST(test_sdpa_top_left) {
   float q[4 * 2] = {0}, k[2 * 2] = {0}, v[2] = {10.0f, 20.0f}, out[4], w[8];
-  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 4, .Lk = 2, .Dk = 2,
-                         .Dv = 1, .q = {q, 8, 8, 2}, .k = {k, 4, 4, 2},
+  attn_sdpa_problem p = {.B = 1,
+                         .H = 1,
+                         .Hkv = 1,
+                         .Lq = 4,
+                         .Lk = 2,
+                         .Dk = 2,
+                         .Dv = 1,
+                         .q = {q, 8, 8, 2},
+                         .k = {k, 4, 4, 2},
                          .v = {v, 2, 2, 1}};
   p.o.causal = ATTN_CAUSAL_TOP_LEFT;
   p.o.weights = ATTN_WEIGHTS_PER_HEAD;
@@ -816,14 +896,24 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
                    packed ? 0 : (size_t)vdim * kw, (size_t)c->E * c->E};
     int win[] = {c->E, c->E, kdim, vdim, c->E};
     for (int i = 0; i < 5; i++)
-      for (size_t j = 0; j < wn[i]; j++)
-        ws[i][j] *= (float)sqrt(3.0 / win[i]);
+      for (size_t j = 0; j < wn[i]; j++) ws[i][j] *= (float)sqrt(3.0 / win[i]);
   }
   attn_wlayout lay = c->torch_layout == 1 ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
-  attn_mha_problem p = {.B = c->B, .Lq = c->Lq, .Lk = Lk, .E = c->E,
-                        .H = c->H, .Hkv = c->Hkv, .kdim = kdim, .vdim = vdim,
-                        .xq = xq, .xk = xk, .xv = xv,
-                        .bq = bq, .bk = bk, .bv = bv, .bo = bo};
+  attn_mha_problem p = {.B = c->B,
+                        .Lq = c->Lq,
+                        .Lk = Lk,
+                        .E = c->E,
+                        .H = c->H,
+                        .Hkv = c->Hkv,
+                        .kdim = kdim,
+                        .vdim = vdim,
+                        .xq = xq,
+                        .xk = xk,
+                        .xv = xv,
+                        .bq = bq,
+                        .bk = bk,
+                        .bv = bv,
+                        .bo = bo};
   if (bpack) {
     p.bq = bpack;
     p.bk = bpack + c->E;
@@ -846,8 +936,8 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
   p.wo = (attn_weight){wo, lay, 0};
   p.o.weights = c->weights;
   p.o.causal = c->causal;
-  sdpa_case sc = {c->B, c->H, c->Hkv, c->Lq, Lk, 1, 1, c->causal, c->mask,
-                  c->kpm, c->weights, 0, 0};
+  sdpa_case sc = {c->B,      c->H,    c->Hkv, c->Lq,      Lk, 1, 1,
+                  c->causal, c->mask, c->kpm, c->weights, 0,  0};
   masks m;
   make_masks(&sc, &p.o, &m);
   float *slopes = malloc((size_t)c->H * sizeof *slopes);
@@ -876,16 +966,16 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
   attn_path paths[2] = {ATTN_PATH_MATERIALISED, ATTN_PATH_STREAMING};
   for (int pi = 0; pi < (c->weights ? 1 : 2); pi++)
     for (int th = 1; th <= 2; th++) {
-      attn_exec x = {.threads = th, .path = paths[pi], .tile_q = 3,
-                     .tile_k = 4};
+      attn_exec x = {
+          .threads = th, .path = paths[pi], .tile_q = 3, .tile_k = 4};
       attn_diag d = {{0}};
       snprintf(ctx, sizeof ctx,
                "mha B=%d Lq=%d Lk=%d E=%d H=%d Hkv=%d kdim=%d vdim=%d cross=%d "
                "bias=%d torch=%d w=%d causal=%d mask=%d kpm=%d path=%d th=%d "
                "%s",
                c->B, c->Lq, Lk, c->E, c->H, c->Hkv, kdim, vdim, c->cross,
-               c->bias, c->torch_layout, c->weights, c->causal, c->mask,
-               c->kpm, pi, th, vname);
+               c->bias, c->torch_layout, c->weights, c->causal, c->mask, c->kpm,
+               pi, th, vname);
       attn_status s = attn_mha(&p, &x, out, c->weights ? w : NULL, &d);
       if (s != ATTN_OK) {
         fprintf(stderr, "%s: %s %s\n", ctx, attn_status_name(s), d.msg);
@@ -915,39 +1005,67 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
   free(ro64);
   free(rw64);
   free(slopes);
-  free(xq); free(xk); free(xv); free(wpack); free(bpack); free(wq); free(wk); free(wv);
-  free(wo); free(bq); free(bk); free(bv); free(bo); free(ro); free(rw);
-  free(out); free(w);
+  free(xq);
+  free(xk);
+  free(xv);
+  free(wpack);
+  free(bpack);
+  free(wq);
+  free(wk);
+  free(wv);
+  free(wo);
+  free(bq);
+  free(bk);
+  free(bv);
+  free(bo);
+  free(ro);
+  free(rw);
+  free(out);
+  free(w);
   free_masks(&m);
   return bad;
 }
 
 static int run_mha_table(void);
 
-START_TEST(test_mha_table) { ck_assert_int_eq(run_mha_table(), 0); }
+START_TEST(test_mha_table) {
+  ck_assert_int_eq(run_mha_table(), 0);
+}
 END_TEST
 
 static int run_mha_table(void) {
   static const mha_case cases[] = {
       /* B Lq Lk E  H Hkv kd vd cross bias torch weights causal mask kpm */
       {1, 5, 5, 8, 2, 2, 8, 8, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_NONE, K_NONE},
-      {3, 7, 7, 16, 8, 8, 16, 16, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
-      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 1, M_NONE, K_BOOL},
+      {3, 7, 7, 16, 8, 8, 16, 16, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 1, M_NONE,
+       K_BOOL},
       {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 1, M_ADD2, K_NONE},
-      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_BOOL4, K_LEN},
-      {1, 4, 11, 16, 8, 4, 16, 16, 1, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_BOOL2, K_BOOL},
-      {3, 13, 13, 24, 4, 2, 24, 24, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD4, K_LEN},
-      {1, 1, 1, 4, 1, 1, 4, 4, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE, K_NONE},
-      {3, 10, 6, 32, 8, 8, 20, 12, 1, 1, 1, ATTN_WEIGHTS_NONE, 0, M_NONE, K_BOOL},
+      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_BOOL4,
+       K_LEN},
+      {1, 4, 11, 16, 8, 4, 16, 16, 1, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_BOOL2,
+       K_BOOL},
+      {3, 13, 13, 24, 4, 2, 24, 24, 0, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD4,
+       K_LEN},
+      {1, 1, 1, 4, 1, 1, 4, 4, 0, 1, 1, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE,
+       K_NONE},
+      {3, 10, 6, 32, 8, 8, 20, 12, 1, 1, 1, ATTN_WEIGHTS_NONE, 0, M_NONE,
+       K_BOOL},
       /* packed textbook W_qkv [E, 3E]: fused projection */
-      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE, K_NONE},
-      {1, 600, 600, 16, 2, 2, 16, 16, 0, 0, 2, ATTN_WEIGHTS_NONE, 0, M_BOOL2, K_NONE},
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 1, M_NONE,
+       K_NONE},
+      {1, 600, 600, 16, 2, 2, 16, 16, 0, 0, 2, ATTN_WEIGHTS_NONE, 0, M_BOOL2,
+       K_NONE},
       /* packed with GQA: not fusable, separate projections */
-      {1, 5, 5, 16, 4, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_NONE},
+      {1, 5, 5, 16, 4, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_MEAN, 0, M_NONE,
+       K_NONE},
       {3, 7, 7, 16, 4, 4, 16, 16, 0, 1, 1, ATTN_WEIGHTS_NONE, 1, M_NONE, K_LEN},
       /* [out, in] weights over >= 32 rows: packed for the NT kernel */
-      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
-      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 1, M_NONE, K_NONE},
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
+      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 1, M_NONE,
+       K_NONE},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -961,13 +1079,19 @@ static int run_mha_table(void) {
 START_TEST(test_mha_variants) {
   static const mha_case cases[] = {
       /* B Lq Lk E  H Hkv kd vd cross bias torch weights causal mask kpm */
-      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
-      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 0, M_NONE, K_NONE},
-      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_BOOL},
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
+      {1, 70, 70, 32, 4, 4, 32, 32, 0, 0, 1, ATTN_WEIGHTS_NONE, 0, M_NONE,
+       K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE,
+       K_BOOL},
       {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD2, K_NONE},
-      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_BOOL4, K_LEN},
-      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
-      {1, 300, 300, 16, 2, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_NONE, 0, M_NONE, K_LEN},
+      {3, 9, 4, 12, 2, 2, 5, 7, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_BOOL4,
+       K_LEN},
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
+      {1, 300, 300, 16, 2, 2, 16, 16, 0, 1, 2, ATTN_WEIGHTS_NONE, 0, M_NONE,
+       K_LEN},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -988,9 +1112,16 @@ static void tiny_init(tiny *t) {
   for (int i = 0; i < 8; i++) t->q[i] = 0.5f;
   for (int i = 0; i < 12; i++) t->k[i] = 0.25f;
   for (int i = 0; i < 6; i++) t->v[i] = 1.0f;
-  t->p = (attn_sdpa_problem){.B = 1, .H = 1, .Hkv = 1, .Lq = 2, .Lk = 3,
-                             .Dk = 4, .Dv = 2, .q = {t->q, 8, 8, 4},
-                             .k = {t->k, 12, 12, 4}, .v = {t->v, 6, 6, 2}};
+  t->p = (attn_sdpa_problem){.B = 1,
+                             .H = 1,
+                             .Hkv = 1,
+                             .Lq = 2,
+                             .Lk = 3,
+                             .Dk = 4,
+                             .Dv = 2,
+                             .q = {t->q, 8, 8, 4},
+                             .k = {t->k, 12, 12, 4},
+                             .v = {t->v, 6, 6, 2}};
 }
 
 static attn_status tiny_run(tiny *t, attn_diag *d) {
@@ -998,14 +1129,14 @@ static attn_status tiny_run(tiny *t, attn_diag *d) {
                    t->p.o.weights ? t->w : NULL, d);
 }
 
-#define EXPECT(status, substr)                                          \
-  do {                                                                  \
-    attn_diag d_ = {{0}};                                               \
-    attn_status s_ = tiny_run(&t, &d_);                                 \
-    ck_assert_msg(s_ == (status), "got %s (%s), want %s",               \
-                  attn_status_name(s_), d_.msg, attn_status_name(status)); \
-    ck_assert_msg(strstr(d_.msg, substr), "message '%s' lacks '%s'",    \
-                  d_.msg, substr);                                      \
+#define EXPECT(status, substr)                                               \
+  do {                                                                       \
+    attn_diag d_ = {{0}};                                                    \
+    attn_status s_ = tiny_run(&t, &d_);                                      \
+    ck_assert_msg(s_ == (status), "got %s (%s), want %s",                    \
+                  attn_status_name(s_), d_.msg, attn_status_name(status));   \
+    ck_assert_msg(strstr(d_.msg, substr), "message '%s' lacks '%s'", d_.msg, \
+                  substr);                                                   \
   } while (0)
 
 /* One buffer [3][4] read as query, key and value.  The finiteness checks
@@ -1017,9 +1148,16 @@ START_TEST(test_sdpa_aliased_inputs) {
   for (int i = 0; i < 12; i++) x[i] = 0.125f * (float)(i % 5) - 0.25f;
   memcpy(xk, x, sizeof x);
   memcpy(xv, x, sizeof x);
-  attn_sdpa_problem p = {.B = 1, .H = 1, .Hkv = 1, .Lq = 3, .Lk = 3,
-                         .Dk = 4, .Dv = 4, .q = {x, 12, 12, 4},
-                         .k = {xk, 12, 12, 4}, .v = {xv, 12, 12, 4}};
+  attn_sdpa_problem p = {.B = 1,
+                         .H = 1,
+                         .Hkv = 1,
+                         .Lq = 3,
+                         .Lk = 3,
+                         .Dk = 4,
+                         .Dv = 4,
+                         .q = {x, 12, 12, 4},
+                         .k = {xk, 12, 12, 4},
+                         .v = {xv, 12, 12, 4}};
   attn_mview o = {out, 12, 12, 4};
   ck_assert_int_eq(attn_sdpa(&p, NULL, (attn_mview){ref, 12, 12, 4}, NULL, &d),
                    ATTN_OK);
@@ -1129,8 +1267,9 @@ START_TEST(test_sdpa_misuse) {
   tiny_init(&t);
   t.p.o.rotary.on = 1;
   t.p.o.rotary.dims = 3;
-  EXPECT(ATTN_EINVAL, "rotary dims is 3; it must be even and at most the head "
-                      "dim 4");
+  EXPECT(ATTN_EINVAL,
+         "rotary dims is 3; it must be even and at most the head "
+         "dim 4");
   t.p.o.rotary.dims = 6;
   EXPECT(ATTN_EINVAL, "rotary dims is 6");
   t.p.o.rotary.dims = -2;
@@ -1162,12 +1301,12 @@ START_TEST(test_sdpa_misuse) {
   ck_assert_int_eq(attn_sdpa(&t.p, &x, (attn_mview){t.out, 4, 4, 2}, t.w, &d),
                    ATTN_EINVAL);
   ck_assert_ptr_nonnull(strstr(d.msg, "streaming"));
-  ck_assert_int_eq(attn_sdpa(&t.p, NULL, (attn_mview){t.out, 4, 4, 2}, NULL,
-                             NULL),
-                   ATTN_EINVAL);
-  ck_assert_int_eq(attn_sdpa(NULL, NULL, (attn_mview){t.out, 4, 4, 2}, NULL,
-                             NULL),
-                   ATTN_EINVAL);
+  ck_assert_int_eq(
+      attn_sdpa(&t.p, NULL, (attn_mview){t.out, 4, 4, 2}, NULL, NULL),
+      ATTN_EINVAL);
+  ck_assert_int_eq(
+      attn_sdpa(NULL, NULL, (attn_mview){t.out, 4, 4, 2}, NULL, NULL),
+      ATTN_EINVAL);
 }
 END_TEST
 
@@ -1177,8 +1316,17 @@ START_TEST(test_mha_misuse) {
   for (int i = 0; i < 8; i++) x[i] = 0.2f;
   for (int i = 0; i < 4; i++) b[i] = 0.0f;
   attn_weight W = {w, ATTN_W_IN_OUT, 0};
-  attn_mha_problem p = {.B = 1, .Lq = 2, .E = 4, .H = 2, .Hkv = 2, .xq = x,
-                        .wq = W, .wk = W, .wv = W, .wo = W, .bq = b};
+  attn_mha_problem p = {.B = 1,
+                        .Lq = 2,
+                        .E = 4,
+                        .H = 2,
+                        .Hkv = 2,
+                        .xq = x,
+                        .wq = W,
+                        .wk = W,
+                        .wv = W,
+                        .wo = W,
+                        .bq = b};
   attn_diag d = {{0}};
   ck_assert_int_eq(attn_mha(&p, NULL, out, NULL, &d), ATTN_OK);
   p.H = 3;
@@ -1215,14 +1363,20 @@ END_TEST
 /* Same inputs, same bits, whatever the thread count (1 or threads). */
 static void check_deterministic(attn_precision prec, uint64_t seed,
                                 int threads) {
-  sdpa_case c = {3, 8, 2, 40, 70, 16, 16, 1, M_ADD2, K_BOOL,
-                 ATTN_WEIGHTS_NONE, 0, 0};
+  sdpa_case c = {3, 8, 2, 40, 70, 16, 16, 1, M_ADD2, K_BOOL, ATTN_WEIGHTS_NONE,
+                 0, 0};
   rng_seed(seed);
   size_t nq = (size_t)3 * 8 * 40 * 16, nk = (size_t)3 * 2 * 70 * 16;
   float *q = rnd_buf(nq), *k = rnd_buf(nk), *v = rnd_buf(nk);
   float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4);
-  attn_sdpa_problem p = {.B = 3, .H = 8, .Hkv = 2, .Lq = 40, .Lk = 70,
-                         .Dk = 16, .Dv = 16, .q = {q, 8 * 40 * 16, 40 * 16, 16},
+  attn_sdpa_problem p = {.B = 3,
+                         .H = 8,
+                         .Hkv = 2,
+                         .Lq = 40,
+                         .Lk = 70,
+                         .Dk = 16,
+                         .Dv = 16,
+                         .q = {q, 8 * 40 * 16, 40 * 16, 16},
                          .k = {k, 2 * 70 * 16, 70 * 16, 16},
                          .v = {v, 2 * 70 * 16, 70 * 16, 16}};
   masks m;
@@ -1235,7 +1389,11 @@ static void check_deterministic(attn_precision prec, uint64_t seed,
   ck_assert_int_eq(attn_sdpa(&p, &x1, ov1, NULL, NULL), ATTN_OK);
   ck_assert_int_eq(attn_sdpa(&p, &x2, ov2, NULL, NULL), ATTN_OK);
   ck_assert_int_eq(memcmp(o1, o2, nq * 4), 0);
-  free(q); free(k); free(v); free(o1); free(o2);
+  free(q);
+  free(k);
+  free(v);
+  free(o1);
+  free(o2);
   free_masks(&m);
 }
 
@@ -1342,10 +1500,19 @@ END_TEST
 static int run_sdpa_mixed(uint64_t seed0) {
   int bad = 0;
   for (int s = 0; s < NSHAPES; s++) {
-    sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                   shapes[s][4], shapes[s][5], shapes[s][6], s & 1,
-                   (mask_case)(s % 6), (kpm_case)(s % 3),
-                   (attn_weights_mode)(s % 3), s & 2, 0};
+    sdpa_case c = {shapes[s][0],
+                   shapes[s][1],
+                   shapes[s][2],
+                   shapes[s][3],
+                   shapes[s][4],
+                   shapes[s][5],
+                   shapes[s][6],
+                   s & 1,
+                   (mask_case)(s % 6),
+                   (kpm_case)(s % 3),
+                   (attn_weights_mode)(s % 3),
+                   s & 2,
+                   0};
     bad += run_sdpa_case(&c, seed0 + (uint64_t)s);
   }
   return bad;
@@ -1363,13 +1530,12 @@ END_TEST
 /* gemm.c's AVX-512 products against cblas_sgemm on every edge: rows 1..14
  * and 25 (blocks of 12), columns across 16- and 32-wide blocks, inner
  * sizes 1..65, strides wider than the data, both accumulate modes; the
- * unpacked NT path for up to 16 keys against the packed one, bit for bit.  Error
+ * unpacked NT path for up to 16 keys against the packed one, bit for bit. Error
  * bound: 1e-6 * sum |a_i b_i| per output (two fp32 summation orders). */
 static int gemm_close(const float *got, const float *want, const float *a,
-                      int64_t lda, const float *b, int64_t bs_row,
-                      int64_t bs_k, int64_t m, int64_t n, int64_t k,
-                      int64_t ldc, float alpha, const float *c0,
-                      const char *what) {
+                      int64_t lda, const float *b, int64_t bs_row, int64_t bs_k,
+                      int64_t m, int64_t n, int64_t k, int64_t ldc, float alpha,
+                      const float *c0, const char *what) {
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
       double mag = c0 ? fabs(c0[i * ldc + j]) : 0.0;
@@ -1484,7 +1650,13 @@ static int gemm_kernel_check(const char *kern, int *runs) {
             bad += memcmp(c1 + i * ldc + n, c0 + i * ldc + n, 5 * 4) != 0;
         }
         (*runs)++;
-        free(a); free(b); free(v); free(c0); free(c1); free(c2); free(pan);
+        free(a);
+        free(b);
+        free(v);
+        free(c0);
+        free(c1);
+        free(c2);
+        free(pan);
       }
   return bad;
 }
@@ -1585,10 +1757,12 @@ static void bf16_report(const char *what) {
   fprintf(stderr,
           "bf16 %s (%s): worst output error vs double %.3g (bound %g), "
           "weights %.3g (bound %g); vs the bf16 reference %.3g, %.3g "
-          "(bounds %g or %g for mha, %g); portable vs fast: %ld of %ld values differ\n",
+          "(bounds %g or %g for mha, %g); portable vs fast: %ld of %ld values "
+          "differ\n",
           what, attn__bf16_name(), bf16_worst_out64, BF16_OUT_TOL,
           bf16_worst_w64, BF16_W_TOL, bf16_worst_outref, bf16_worst_wref,
-          BF16_REF_TOL, BF16_REF_TOL_MHA, BF16_REF_W_TOL, bf16_bits_differ, bf16_bits_compared);
+          BF16_REF_TOL, BF16_REF_TOL_MHA, BF16_REF_W_TOL, bf16_bits_differ,
+          bf16_bits_compared);
 }
 
 /* Rounding to nearest even, infinities, NaN, subnormals to signed zero,
@@ -1599,16 +1773,16 @@ START_TEST(test_bf16_round) {
     uint16_t want;
   } t[] = {
       {1.0f, 0x3f80},
-      {1.0f + 0x1p-8f, 0x3f80},              /* tie: to even */
-      {1.0f + 0x1p-7f + 0x1p-8f, 0x3f82},    /* tie: to even (up) */
-      {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81},   /* above the tie */
+      {1.0f + 0x1p-8f, 0x3f80},            /* tie: to even */
+      {1.0f + 0x1p-7f + 0x1p-8f, 0x3f82},  /* tie: to even (up) */
+      {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81}, /* above the tie */
       {-2.5f, 0xc020},
       {INFINITY, 0x7f80},
       {-INFINITY, 0xff80},
-      {1e-39f, 0x0000},                      /* subnormal: +0 */
-      {-1e-39f, 0x8000},                     /* subnormal: -0 */
-      {0x1p-126f, 0x0080},                   /* FLT_MIN stays */
-      {3.4028235e38f, 0x7f80},               /* FLT_MAX rounds up: inf */
+      {1e-39f, 0x0000},        /* subnormal: +0 */
+      {-1e-39f, 0x8000},       /* subnormal: -0 */
+      {0x1p-126f, 0x0080},     /* FLT_MIN stays */
+      {3.4028235e38f, 0x7f80}, /* FLT_MAX rounds up: inf */
       {3.3e38f, 0x7f78},
   };
   for (size_t i = 0; i < sizeof t / sizeof *t; i++)
@@ -1692,8 +1866,8 @@ START_TEST(test_bf16_gemm_kernels) {
                 for (int64_t j = 0; j < n; j++) {
                   double sum = 0, mag = 0;
                   for (int64_t t = 0; t < k; t++) {
-                    double bv = form ? b[t * ldb + off + j]
-                                     : b[(off + j) * ldb + t];
+                    double bv =
+                        form ? b[t * ldb + off + j] : b[(off + j) * ldb + t];
                     double pr = (double)attn__bf16_round(a[i * k + t]) *
                                 attn__bf16_round((float)bv);
                     sum += pr;
@@ -1701,8 +1875,9 @@ START_TEST(test_bf16_gemm_kernels) {
                   }
                   double want = 0.3 * sum + (acc ? c0[i * ldc + j] : 0.0);
                   double e = fabs(got[i * ldc + j] - want);
-                  if (!(e <= 1e-6 * (0.3 * mag + (acc ? fabs(c0[i * ldc + j])
-                                                      : 0.0)) + 1e-30)) {
+                  if (!(e <= 1e-6 * (0.3 * mag +
+                                     (acc ? fabs(c0[i * ldc + j]) : 0.0)) +
+                                 1e-30)) {
                     if (!bad)
                       fprintf(stderr,
                               "bf16 gemm m=%lld n=%lld k=%lld off=%d form=%d "
@@ -1728,10 +1903,15 @@ START_TEST(test_bf16_gemm_kernels) {
               }
               free(c[0][acc]);
             }
-            free(a); free(b); free(c0); free(ab); free(pan);
+            free(a);
+            free(b);
+            free(c0);
+            free(ab);
+            free(pan);
           }
   ck_assert(attn__set_bf16(was));
-  if (diff) fprintf(stderr, "bf16 gemm: fast and portable differ in %d\n", diff);
+  if (diff)
+    fprintf(stderr, "bf16 gemm: fast and portable differ in %d\n", diff);
   ck_assert_int_eq(bad, 0);
   ck_assert_int_eq(diff, 0);
 }
@@ -1748,10 +1928,19 @@ START_TEST(test_bf16_sdpa_tables) {
   bad += run_sdpa_mixed(60000);
   for (int s = 0; s < NSHAPES; s++)
     for (int w = 0; w < 3; w++) {
-      sdpa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                     shapes[s][4], shapes[s][5], shapes[s][6], 0,
-                     w == 1 ? M_ADD2 : M_BOOL2, w == 2 ? K_LEN : K_NONE,
-                     (attn_weights_mode)w, 0, 1};
+      sdpa_case c = {shapes[s][0],
+                     shapes[s][1],
+                     shapes[s][2],
+                     shapes[s][3],
+                     shapes[s][4],
+                     shapes[s][5],
+                     shapes[s][6],
+                     0,
+                     w == 1 ? M_ADD2 : M_BOOL2,
+                     w == 2 ? K_LEN : K_NONE,
+                     (attn_weights_mode)w,
+                     0,
+                     1};
       bad += run_sdpa_case(&c, (uint64_t)(61000 + s * 3 + w));
     }
   for (int s = 0; s < NSHAPES + NLONG; s++)
@@ -1766,10 +1955,13 @@ END_TEST
 
 START_TEST(test_bf16_mha_tables) {
   static const mha_case cases[] = {
-      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
-      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE, K_BOOL},
+      {3, 9, 9, 16, 4, 4, 16, 16, 0, 1, 2, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
+      {3, 7, 7, 16, 8, 2, 16, 16, 0, 0, 1, ATTN_WEIGHTS_MEAN, 0, M_NONE,
+       K_BOOL},
       {1, 6, 9, 12, 3, 1, 5, 7, 1, 1, 0, ATTN_WEIGHTS_NONE, 0, M_ADD2, K_NONE},
-      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE, K_NONE},
+      {2, 40, 50, 24, 4, 2, 20, 36, 1, 1, 1, ATTN_WEIGHTS_PER_HEAD, 0, M_NONE,
+       K_NONE},
   };
   int bad = 0;
   bf16_reset();

@@ -21,9 +21,9 @@
  * xk = xv = xq, causal given as an explicit mask, the case's causal, window
  * and ALiBi settings given as its torch_attn_mask, and sdpa on interleaved
  * [B,L,H,D] views.  The variants (causal_alignment, window, alibi_slopes,
- * softcap, rotary) go to attn_attend_opts as the file gives them.  Every element must satisfy
- *     |ours - golden| <= 1e-5 * (1 + |golden|)
- * and a failure names the case, variant, tensor, element and both values.
+ * softcap, rotary) go to attn_attend_opts as the file gives them.  Every
+ * element must satisfy |ours - golden| <= 1e-5 * (1 + |golden|) and a failure
+ * names the case, variant, tensor, element and both values.
  *
  * golden_suite() lists the directory once (sorted) into a static table; one
  * Check loop test per file.  Single-threaded apart from the engine's own
@@ -51,7 +51,8 @@
 #define MAX_NAME 128
 #define MAX_PRINT 8 /* mismatches printed per case and variant */
 
-/* ---- file list ------------------------------------------------------------ */
+/* ---- file list ------------------------------------------------------------
+ */
 
 static char g_files[MAX_FILES][MAX_NAME];
 static int g_nfiles;
@@ -105,7 +106,8 @@ static cJSON *load_json(const char *path) {
   return root;
 }
 
-/* ---- tensors from JSON ---------------------------------------------------- */
+/* ---- tensors from JSON ----------------------------------------------------
+ */
 
 /* {"shape": [...], "data": [...], "dtype"?: "bool"|"float"} as read.  Numbers
  * are kept as float (inputs) and double (golden outputs); booleans as uint8;
@@ -207,9 +209,11 @@ static int expect_shape(const gtensor *t, const char *what, char *err,
   int ok = t->present && t->rank == rank;
   for (int i = 0; ok && i < rank; i++) ok = t->shape[i] == want[i];
   if (!ok) {
-    snprintf(err, errn, "%s: missing or shape is not the expected %d-d "
-             "[%lld,%lld,%lld,%lld]", what, rank, (long long)d0,
-             (long long)d1, (long long)d2, (long long)d3);
+    snprintf(err, errn,
+             "%s: missing or shape is not the expected %d-d "
+             "[%lld,%lld,%lld,%lld]",
+             what, rank, (long long)d0, (long long)d1, (long long)d2,
+             (long long)d3);
     return -1;
   }
   return 0;
@@ -224,7 +228,8 @@ static int jbool(const cJSON *o, const char *key) {
   return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
 }
 
-/* ---- one golden case -------------------------------------------------------- */
+/* ---- one golden case --------------------------------------------------------
+ */
 
 enum { KIND_MHA = 1, KIND_SDPA, KIND_MODEL_IO };
 
@@ -247,10 +252,10 @@ typedef struct golden {
 } golden;
 
 static void golden_free(golden *g) {
-  gtensor *all[] = {&g->q,     &g->k,     &g->v,     &g->in_w, &g->in_b,
-                    &g->q_w,   &g->k_w,   &g->v_w,   &g->out_w, &g->out_b,
-                    &g->kpm,   &g->mask,  &g->torch_mask, &g->out, &g->w,
-                    &g->slopes};
+  gtensor *all[] = {&g->q,          &g->k,     &g->v,   &g->in_w,
+                    &g->in_b,       &g->q_w,   &g->k_w, &g->v_w,
+                    &g->out_w,      &g->out_b, &g->kpm, &g->mask,
+                    &g->torch_mask, &g->out,   &g->w,   &g->slopes};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gtensor_free(all[i]);
 }
 
@@ -265,9 +270,8 @@ static int kind_of(const cJSON *root) {
 
 /* Masks: attn_mask [Lq,Lk] or [mb,mh,Lq,Lk]; key_padding_mask [B,Lk]. */
 static int check_masks(golden *g, char *err, size_t errn) {
-  if (g->kpm.present &&
-      expect_shape(&g->kpm, "key_padding_mask", err, errn, 2, g->B, g->Lk, 0,
-                   0))
+  if (g->kpm.present && expect_shape(&g->kpm, "key_padding_mask", err, errn, 2,
+                                     g->B, g->Lk, 0, 0))
     return -1;
   for (int i = 0; i < 2; i++) {
     gtensor *m = i ? &g->torch_mask : &g->mask;
@@ -288,16 +292,16 @@ static int check_masks(golden *g, char *err, size_t errn) {
 /* The variants' fields: causal_alignment, window [left, right],
  * alibi_standard, softcap, rotary {base, dims, interleaved, query_offset?}
  * (alibi_slopes is a tensor, parsed with the others). */
-static int load_variants(const cJSON *root, golden *g, char *err,
-                         size_t errn) {
+static int load_variants(const cJSON *root, golden *g, char *err, size_t errn) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "causal_alignment");
   const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "window");
   const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "rotary");
   const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "softcap");
-  if (a && !(cJSON_IsString(a) && (strcmp(a->valuestring, "top_left") == 0 ||
-                                   strcmp(a->valuestring, "bottom_right") ==
-                                       0))) {
-    snprintf(err, errn, "causal_alignment: not \"top_left\" or "
+  if (a &&
+      !(cJSON_IsString(a) && (strcmp(a->valuestring, "top_left") == 0 ||
+                              strcmp(a->valuestring, "bottom_right") == 0))) {
+    snprintf(err, errn,
+             "causal_alignment: not \"top_left\" or "
              "\"bottom_right\"");
     return -1;
   }
@@ -399,10 +403,9 @@ static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
     rc = expect_shape(&g->slopes, "alibi_slopes", err, errn, 1, g->H, 0, 0, 0);
   const int64_t B = g->B, H = g->H, Lq = g->Lq, Lk = g->Lk, E = g->E;
   if (rc == 0 && g->need_w)
-    rc = g->avg ? expect_shape(&g->w, "attn_weights", err, errn, 3, B, Lq, Lk,
-                               0)
-                : expect_shape(&g->w, "attn_weights", err, errn, 4, B, H, Lq,
-                               Lk);
+    rc = g->avg
+             ? expect_shape(&g->w, "attn_weights", err, errn, 3, B, Lq, Lk, 0)
+             : expect_shape(&g->w, "attn_weights", err, errn, 4, B, H, Lq, Lk);
   if (rc == 0 && g->kind == KIND_MHA) {
     if (g->self_attn) g->Lk = Lq;
     rc = expect_shape(&g->q, "query", err, errn, 3, B, Lq, E, 0);
@@ -422,11 +425,9 @@ static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
       rc = expect_shape(&g->v_w, "v_proj_weight", err, errn, 2, E, g->vdim, 0,
                         0);
     if (rc == 0)
-      rc = expect_shape(&g->out_w, "out_proj.weight", err, errn, 2, E, E, 0,
-                        0);
+      rc = expect_shape(&g->out_w, "out_proj.weight", err, errn, 2, E, E, 0, 0);
     if (rc == 0 && g->bias)
-      rc = expect_shape(&g->in_b, "in_proj_bias", err, errn, 1, 3 * E, 0, 0,
-                        0);
+      rc = expect_shape(&g->in_b, "in_proj_bias", err, errn, 1, 3 * E, 0, 0, 0);
     if (rc == 0 && g->bias)
       rc = expect_shape(&g->out_b, "out_proj.bias", err, errn, 1, E, 0, 0, 0);
     if (rc == 0 && !g->bias && (g->in_b.present || g->out_b.present)) {
@@ -448,20 +449,21 @@ static int golden_load(const cJSON *root, golden *g, char *err, size_t errn) {
   return rc;
 }
 
-/* ---- variants ---------------------------------------------------------------- */
+/* ---- variants
+ * ---------------------------------------------------------------- */
 
 typedef struct variant {
   const char *label;
-  int ref;          /* attn_ref_mha / attn_ref_sdpa instead of the fast call */
+  int ref; /* attn_ref_mha / attn_ref_sdpa instead of the fast call */
   attn_path path;
   int threads, tile_q, tile_k;
-  int weights;      /* ask for the case's weights (if it has any) */
-  int kpm_lengths;  /* key_padding_mask as ATTN_KPM_LENGTHS */
-  int explicit_self;/* mha self-attention as xk = xv = xq */
-  int causal_mask;  /* causal as an explicit bool mask, flag off */
-  int interleaved;  /* sdpa on [B,L,H,D] views */
-  int torch_mask;   /* torch_attn_mask as the attn_mask, in place of the
-                       causal, window and ALiBi settings */
+  int weights;       /* ask for the case's weights (if it has any) */
+  int kpm_lengths;   /* key_padding_mask as ATTN_KPM_LENGTHS */
+  int explicit_self; /* mha self-attention as xk = xv = xq */
+  int causal_mask;   /* causal as an explicit bool mask, flag off */
+  int interleaved;   /* sdpa on [B,L,H,D] views */
+  int torch_mask;    /* torch_attn_mask as the attn_mask, in place of the
+                        causal, window and ALiBi settings */
 } variant;
 
 #define MAT ATTN_PATH_MATERIALISED
@@ -506,7 +508,8 @@ static int kpm_as_lengths(const golden *g, int64_t *len) {
   return 1;
 }
 
-/* ---- comparison ---------------------------------------------------------------- */
+/* ---- comparison
+ * ---------------------------------------------------------------- */
 
 typedef struct report {
   int nbad;
@@ -565,7 +568,8 @@ static float *alloc_filled(size_t n) {
   return p;
 }
 
-/* ---- running one variant ---------------------------------------------------- */
+/* ---- running one variant ----------------------------------------------------
+ */
 
 /* Options common to mha and sdpa.  mask_buf receives an explicit causal
  * mask for causal-as-mask (Lq*Lk bytes); len receives key lengths. */
@@ -581,8 +585,10 @@ static void fill_opts(const golden *g, const variant *v, attn_attend_opts *o,
     o->alibi_slopes = g->slopes.present ? g->slopes.f : NULL;
   }
   o->softcap = g->softcap;
-  o->rotary = (attn_rotary){.on = g->rotary, .interleaved = g->rot_inter,
-                            .dims = g->rot_dims, .base = g->rot_base,
+  o->rotary = (attn_rotary){.on = g->rotary,
+                            .interleaved = g->rot_inter,
+                            .dims = g->rot_dims,
+                            .base = g->rot_base,
                             .has_query_offset = g->has_qoff,
                             .query_offset = g->qoff};
   if (v->torch_mask) {
@@ -594,15 +600,14 @@ static void fill_opts(const golden *g, const variant *v, attn_attend_opts *o,
   } else if (g->causal && v->causal_mask) {
     for (int64_t i = 0; i < g->Lq; i++)
       for (int64_t j = 0; j < g->Lk; j++)
-        mask_buf[i * g->Lk + j] =
-            j > i + (g->top_left ? 0 : g->Lk - g->Lq);
+        mask_buf[i * g->Lk + j] = j > i + (g->top_left ? 0 : g->Lk - g->Lq);
     o->mask.kind = ATTN_MASK_BOOL;
     o->mask.data = mask_buf;
     o->mask.mb = o->mask.mh = 1;
   } else if (g->mask.present) {
     o->mask.kind = g->mask.is_bool ? ATTN_MASK_BOOL : ATTN_MASK_ADD;
-    o->mask.data = g->mask.is_bool ? (const void *)g->mask.u
-                                   : (const void *)g->mask.f;
+    o->mask.data =
+        g->mask.is_bool ? (const void *)g->mask.u : (const void *)g->mask.f;
     o->mask.mb = g->mask.rank == 4 ? g->mask.shape[0] : 1;
     o->mask.mh = g->mask.rank == 4 ? g->mask.shape[1] : 1;
   }
@@ -620,8 +625,8 @@ static void fill_opts(const golden *g, const variant *v, attn_attend_opts *o,
   o->scale = g->scale;
 }
 
-static void run_mha(const golden *g, const variant *v, const attn_attend_opts *o,
-                    report *r) {
+static void run_mha(const golden *g, const variant *v,
+                    const attn_attend_opts *o, report *r) {
   const int64_t E = g->E;
   attn_mha_problem p;
   memset(&p, 0, sizeof p);
@@ -830,7 +835,8 @@ static int run_case(const golden *g, report *r) {
   return ran;
 }
 
-/* ---- tests ------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------
+ */
 
 START_TEST(test_golden_files_exist) {
   int ncases = 0;
@@ -871,8 +877,8 @@ START_TEST(test_golden_case) {
     ck_assert(sl && attn_alibi_slopes(g.H, sl, NULL) == ATTN_OK);
     for (int64_t h = 0; h < g.H; h++)
       ck_assert_msg(fabsf(sl[h] - g.slopes.f[h]) <= 1e-7f * g.slopes.f[h],
-                    "%s: attn_alibi_slopes(%lld)[%lld] = %.9g, file %.9g",
-                    path, (long long)g.H, (long long)h, sl[h], g.slopes.f[h]);
+                    "%s: attn_alibi_slopes(%lld)[%lld] = %.9g, file %.9g", path,
+                    (long long)g.H, (long long)h, sl[h], g.slopes.f[h]);
     free(sl);
   }
   int ran = run_case(&g, &r);
@@ -883,7 +889,8 @@ START_TEST(test_golden_case) {
 }
 END_TEST
 
-/* ---- demo model: config/models/demo.safetensors + demo_model_io.json ------ */
+/* ---- demo model: config/models/demo.safetensors + demo_model_io.json ------
+ */
 
 /* Find a F32 tensor of the given shape in a safetensors image; NULL if absent
  * or malformed.  Data must be 4-byte aligned inside the (malloc'd) image. */
@@ -900,8 +907,7 @@ static const float *st_tensor(const char *img, size_t len, const cJSON *hdr,
   const int64_t want[2] = {d0, d1};
   size_t n = 1;
   for (int i = 0; i < rank; i++) {
-    if ((int64_t)cJSON_GetArrayItem(sh, i)->valuedouble != want[i])
-      return NULL;
+    if ((int64_t)cJSON_GetArrayItem(sh, i)->valuedouble != want[i]) return NULL;
     n *= (size_t)want[i];
   }
   size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble;
@@ -929,12 +935,11 @@ START_TEST(test_demo_model_io) {
   cJSON *hdr = cJSON_ParseWithLength(img + 8, (size_t)hlen);
   ck_assert_msg(hdr != NULL, "safetensors header is not JSON");
   size_t doff = 8 + (size_t)hlen;
-  const float *w_in = st_tensor(img, len, hdr, doff, "in_proj_weight", 2,
-                                3 * E, E);
-  const float *b_in = st_tensor(img, len, hdr, doff, "in_proj_bias", 1,
-                                3 * E, 0);
-  const float *w_o = st_tensor(img, len, hdr, doff, "out_proj.weight", 2, E,
-                               E);
+  const float *w_in =
+      st_tensor(img, len, hdr, doff, "in_proj_weight", 2, 3 * E, E);
+  const float *b_in =
+      st_tensor(img, len, hdr, doff, "in_proj_bias", 1, 3 * E, 0);
+  const float *w_o = st_tensor(img, len, hdr, doff, "out_proj.weight", 2, E, E);
   const float *b_o = st_tensor(img, len, hdr, doff, "out_proj.bias", 1, E, 0);
   ck_assert_msg(w_in && b_in && w_o && b_o,
                 "demo.safetensors: a tensor is missing or malformed");
@@ -955,8 +960,8 @@ START_TEST(test_demo_model_io) {
     snprintf(g.name, sizeof g.name, "demo_model_io/%s",
              cJSON_IsString(nm) ? nm->valuestring : "?");
     int rc = gtensor_parse(c, "query", &g.q, err, sizeof err);
-    if (rc == 0) rc = gtensor_parse(c, "key_padding_mask", &g.kpm, err,
-                                    sizeof err);
+    if (rc == 0)
+      rc = gtensor_parse(c, "key_padding_mask", &g.kpm, err, sizeof err);
     if (rc == 0) rc = gtensor_parse(c, "attn_output", &g.out, err, sizeof err);
     if (rc == 0) rc = gtensor_parse(c, "attn_weights", &g.w, err, sizeof err);
     if (rc == 0)
@@ -971,8 +976,8 @@ START_TEST(test_demo_model_io) {
     g.need_w = jbool(c, "need_weights");
     g.avg = jbool(c, "average_attn_weights");
     if (rc == 0)
-      rc = expect_shape(&g.out, "attn_output", err, sizeof err, 3, g.B, g.Lq,
-                        E, 0);
+      rc = expect_shape(&g.out, "attn_output", err, sizeof err, 3, g.B, g.Lq, E,
+                        0);
     if (rc == 0 && g.need_w)
       rc = g.avg ? expect_shape(&g.w, "attn_weights", err, sizeof err, 3, g.B,
                                 g.Lq, g.Lk, 0)

@@ -56,7 +56,9 @@ static void teardown(void) {
 static attn_http_resp route(const char *method, const char *path,
                             const char *ctype, const char *body,
                             attn_route_kind want) {
-  attn_http_req req = {.method = method, .path = path, .content_type = ctype,
+  attn_http_req req = {.method = method,
+                       .path = path,
+                       .content_type = ctype,
                        .body = body ? body : "",
                        .body_len = body ? strlen(body) : 0};
   attn_http_resp resp = {0};
@@ -66,17 +68,17 @@ static attn_http_resp route(const char *method, const char *path,
   return resp;
 }
 
-#define EXPECT_BODY(resp, substr)                                         \
-  do {                                                                    \
-    ck_assert_msg((resp).body && strstr((resp).body, substr),             \
-                  "body '%.*s' lacks '%s'", (int)(resp).len,              \
-                  (resp).body ? (resp).body : "", substr);                \
-    free((resp).body);                                                    \
+#define EXPECT_BODY(resp, substr)                            \
+  do {                                                       \
+    ck_assert_msg((resp).body &&strstr((resp).body, substr), \
+                  "body '%.*s' lacks '%s'", (int)(resp).len, \
+                  (resp).body ? (resp).body : "", substr);   \
+    free((resp).body);                                       \
   } while (0)
 
 START_TEST(test_health_and_metadata) {
-  attn_http_resp r = route("GET", "/v2/health/live", NULL, NULL,
-                           ATTN_ROUTE_DONE);
+  attn_http_resp r =
+      route("GET", "/v2/health/live", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   EXPECT_BODY(r, "\"live\":true");
   r = route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
@@ -142,8 +144,10 @@ static void set_header_len(attn_http_req *req, const char *text) {
 }
 
 START_TEST(test_encoding_and_header_len) {
-  attn_http_req req = {.method = "POST", .path = "/v2/models/sdpa/infer",
-                       .content_encoding = "br", .body = "{}",
+  attn_http_req req = {.method = "POST",
+                       .path = "/v2/models/sdpa/infer",
+                       .content_encoding = "br",
+                       .body = "{}",
                        .body_len = 2};
   attn_http_resp r = {0};
   attn_infer_target t;
@@ -155,8 +159,10 @@ START_TEST(test_encoding_and_header_len) {
   static const struct {
     const char *ce;
     attn_encoding e;
-  } ok[] = {{"gzip", ATTN_ENC_GZIP}, {" X-GZIP\t", ATTN_ENC_GZIP},
-            {"deflate", ATTN_ENC_DEFLATE}, {"identity", ATTN_ENC_IDENTITY}};
+  } ok[] = {{"gzip", ATTN_ENC_GZIP},
+            {" X-GZIP\t", ATTN_ENC_GZIP},
+            {"deflate", ATTN_ENC_DEFLATE},
+            {"identity", ATTN_ENC_IDENTITY}};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     memset(&r, 0, sizeof r);
     req.content_encoding = ok[i].ce;
@@ -174,8 +180,8 @@ START_TEST(test_encoding_and_header_len) {
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 400);
   EXPECT_BODY(r, "Inference-Header-Content-Length");
-  const char *bad[] = {"0", "3", "x1", "-1", "", " ", "1 2", "2\n",
-                       "99999999999999999999999"};
+  const char *bad[] = {
+      "0", "3", "x1", "-1", "", " ", "1 2", "2\n", "99999999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&r, 0, sizeof r);
     req.content_encoding = NULL;
@@ -204,8 +210,8 @@ END_TEST
 
 START_TEST(test_draining) {
   atomic_store(&srv.draining, true);
-  attn_http_resp r = route("GET", "/v2/health/ready", NULL, NULL,
-                           ATTN_ROUTE_DONE);
+  attn_http_resp r =
+      route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_gt(r.retry_after_s, 0);
   free(r.body);
@@ -223,8 +229,8 @@ END_TEST
  * and why; liveness, metadata and inference go on as before. */
 START_TEST(test_unready_still_serves) {
   atomic_store(&srv.unready, true);
-  attn_http_resp r = route("GET", "/v2/health/ready", NULL, NULL,
-                           ATTN_ROUTE_DONE);
+  attn_http_resp r =
+      route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_gt(r.retry_after_s, 0);
   EXPECT_BODY(r, "\"ready\":false,\"error\":\"server is shutting down");
@@ -237,8 +243,7 @@ START_TEST(test_unready_still_serves) {
   r = route("GET", "/v2/models/sdpa", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   free(r.body);
-  route("POST", "/v1/attention", NULL, "{\"query\": [[1]]}",
-        ATTN_ROUTE_DEFER);
+  route("POST", "/v1/attention", NULL, "{\"query\": [[1]]}", ATTN_ROUTE_DEFER);
   /* then the drain: readiness says so */
   atomic_store(&srv.draining, true);
   r = route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
@@ -251,8 +256,10 @@ END_TEST
 
 static attn_http_resp run_one(const char *path, const char *body,
                               size_t body_len, const char *header_len) {
-  attn_http_req req = {.method = "POST", .path = path,
-                       .content_type = "application/json", .body = body,
+  attn_http_req req = {.method = "POST",
+                       .path = path,
+                       .content_type = "application/json",
+                       .body = body,
                        .body_len = body_len};
   attn_http_resp r = {0};
   attn_infer_target t;
@@ -276,9 +283,11 @@ START_TEST(test_infer_v1_and_v2) {
   free(r.body);
   const char *v2 =
       "{\"id\":\"x7\",\"inputs\":["
-      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]},"
+      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]"
+      "},"
       "{\"name\":\"key\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[0,1]},"
-      "{\"name\":\"value\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[3,4]}],"
+      "{\"name\":\"value\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[3,4]"
+      "}],"
       "\"outputs\":[{\"name\":\"attn_output\"}]}";
   r = run_one("/v2/models/sdpa/infer", v2, strlen(v2), NULL);
   ck_assert_int_eq(r.status, 200);
@@ -296,7 +305,8 @@ START_TEST(test_infer_v1_and_v2) {
   /* model_name in the body must agree with the URL */
   const char *mis =
       "{\"model_name\":\"mha\",\"inputs\":["
-      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]}]}";
+      "{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,0]"
+      "}]}";
   r = run_one("/v2/models/sdpa/infer", mis, strlen(mis), NULL);
   ck_assert_int_eq(r.status, 400);
   ck_assert_ptr_nonnull(strstr(r.body, "does not match"));
@@ -306,8 +316,10 @@ END_TEST
 
 START_TEST(test_queue_full_and_expiry) {
   const char *v1 = "{\"query\": [[1]]}";
-  attn_http_req req = {.method = "POST", .path = "/v1/attention",
-                       .body = v1, .body_len = strlen(v1)};
+  attn_http_req req = {.method = "POST",
+                       .path = "/v1/attention",
+                       .body = v1,
+                       .body_len = strlen(v1)};
   attn_infer_target t;
   attn_http_resp r = {0};
   for (int i = 0; i < 2; i++) {

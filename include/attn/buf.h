@@ -28,7 +28,8 @@ attn_status attn_buf_puts(attn_buf *b, const char *s);
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-attn_status attn_buf_printf(attn_buf *b, const char *fmt, ...);
+attn_status
+attn_buf_printf(attn_buf *b, const char *fmt, ...);
 
 /* v in decimal, as "%lld" would print it, without the printf machinery. */
 attn_status attn_buf_i64(attn_buf *b, int64_t v);

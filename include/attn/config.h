@@ -93,10 +93,10 @@ attn_status attn_config_load_file(attn_config *c, const char *path,
 
 /* What main should do after attn_config_from_cli succeeds. */
 typedef enum {
-  ATTN_CLI_RUN,     /* serve */
-  ATTN_CLI_HELP,    /* print attn_config_usage to stdout, exit 0 */
-  ATTN_CLI_VERSION, /* print the version, exit 0 */
-  ATTN_CLI_CHECK,   /* print attn_config_write_json to stdout, exit 0 */
+  ATTN_CLI_RUN,        /* serve */
+  ATTN_CLI_HELP,       /* print attn_config_usage to stdout, exit 0 */
+  ATTN_CLI_VERSION,    /* print the version, exit 0 */
+  ATTN_CLI_CHECK,      /* print attn_config_write_json to stdout, exit 0 */
   ATTN_CLI_HEALTHCHECK /* probe a running attnd (attn_healthcheck) */
 } attn_cli_action;
 

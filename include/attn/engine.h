@@ -86,7 +86,7 @@ typedef struct attn_key_padding {
 typedef enum {
   ATTN_WEIGHTS_NONE = 0,
   ATTN_WEIGHTS_PER_HEAD, /* [B, H, Lq, Lk] */
-  ATTN_WEIGHTS_MEAN      /* [B, Lq, Lk], mean over heads (average_attn_weights) */
+  ATTN_WEIGHTS_MEAN /* [B, Lq, Lk], mean over heads (average_attn_weights) */
 } attn_weights_mode;
 
 /* Causal alignment (attn_attend_opts.causal).  offset = Lk - Lq. */
@@ -165,11 +165,11 @@ typedef enum {
  * finite (0 = default), |query_offset| > INT_MAX; a precision other than
  * ATTN_PRECISION_FP32 and ATTN_PRECISION_BF16. */
 typedef struct attn_attend_opts {
-  int causal;             /* attn_causal: 0 none, 1 bottom-right, 2 top-left */
-  int has_scale;          /* 0: scale = 1/sqrt(Dk) */
-  float scale;            /* used when has_scale; must be finite */
-  attn_mask mask;         /* optional attn_mask */
-  attn_key_padding kpm;   /* optional key_padding_mask or key lengths */
+  int causal;           /* attn_causal: 0 none, 1 bottom-right, 2 top-left */
+  int has_scale;        /* 0: scale = 1/sqrt(Dk) */
+  float scale;          /* used when has_scale; must be finite */
+  attn_mask mask;       /* optional attn_mask */
+  attn_key_padding kpm; /* optional key_padding_mask or key lengths */
   attn_weights_mode weights;
   /* Sliding window (FlashAttention's window_size): when has_window, key j
    * is visible from query i iff
@@ -180,7 +180,7 @@ typedef struct attn_attend_opts {
   /* ALiBi (Press et al. 2022): one slope per query head (H floats), or
    * NULL.  attn_alibi_slopes() gives the standard ones. */
   const float *alibi_slopes;
-  float softcap;          /* > 0: logit soft-capping (Gemma 2: 50); 0 = off */
+  float softcap; /* > 0: logit soft-capping (Gemma 2: 50); 0 = off */
   attn_rotary rotary;
   /* ATTN_PRECISION_FP32 (0) or ATTN_PRECISION_BF16 (see attn_precision).
    * An option of the problem rather than of attn_exec because it changes
@@ -204,10 +204,10 @@ typedef enum {
 
 /* How to run one call.  Zero-initialised is valid (1 thread, auto path). */
 typedef struct attn_exec {
-  int threads;   /* threads this call may use; <= 0 means 1 */
+  int threads; /* threads this call may use; <= 0 means 1 */
   attn_path path;
-  int tile_q;    /* query rows per work unit; 0 = engine default */
-  int tile_k;    /* keys per streaming tile; 0 = engine default */
+  int tile_q; /* query rows per work unit; 0 = engine default */
+  int tile_k; /* keys per streaming tile; 0 = engine default */
 } attn_exec;
 
 /* Scaled dot-product attention on views.
@@ -243,7 +243,8 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
 /* Projection weights.  IN_OUT: stored [in, out] row-major (textbook X @ W);
  * OUT_IN: stored [out, in] (PyTorch state_dict), used through transposed
  * sgemm.  ld is the stored row stride (0 = packed: out for IN_OUT, in for
- * OUT_IN), so a block of PyTorch's packed in_proj_weight is a pointer offset. */
+ * OUT_IN), so a block of PyTorch's packed in_proj_weight is a pointer offset.
+ */
 typedef enum { ATTN_W_IN_OUT = 0, ATTN_W_OUT_IN } attn_wlayout;
 typedef struct attn_weight {
   const float *data;

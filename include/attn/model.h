@@ -22,8 +22,8 @@
  *      outputs attn_output [B,Lq,E] (rank of query), attn_weights
  *              [B,H,Lq,Lk] or [B,Lq,Lk] averaged (B dropped when the query
  *              has none).
- *  - resident models, one per NAME.json file in models_dir: an "mha" whose weights are
- *    loaded once at registry creation (PyTorch nn.MultiheadAttention
+ *  - resident models, one per NAME.json file in models_dir: an "mha" whose
+ * weights are loaded once at registry creation (PyTorch nn.MultiheadAttention
  *    state_dict names in a .safetensors file, or seeded random weights).
  *    Inputs query/key/value and the masks; params as mha, where num_heads and
  *    num_kv_heads, if given, must equal the model's.
@@ -98,16 +98,15 @@ typedef struct attn_model_info {
 } attn_model_info;
 
 /* Build the registry: "sdpa" and "mha", then one resident model per
- * NAME.json file directly in models_dir (hidden files skipped, loaded in name order; the
- * weights of each are read and converted once, here).  models_dir NULL or a
- * directory that does not exist gives the built-ins only.  A bad model file
- * (JSON syntax, unknown key, bad value, duplicate or built-in name, missing
- * or malformed weights) fails the whole call with a diagnostic naming the
- * file: ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG, ATTN_EUNSUPPORTED,
- * ATTN_ENONFINITE or ATTN_ENOMEM.
- * On success *out owns a new registry (free with attn_registry_destroy); on
- * error *out is NULL and nothing is left allocated.
- * Thread: start-up, before workers run. */
+ * NAME.json file directly in models_dir (hidden files skipped, loaded in name
+ * order; the weights of each are read and converted once, here).  models_dir
+ * NULL or a directory that does not exist gives the built-ins only.  A bad
+ * model file (JSON syntax, unknown key, bad value, duplicate or built-in name,
+ * missing or malformed weights) fails the whole call with a diagnostic naming
+ * the file: ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG,
+ * ATTN_EUNSUPPORTED, ATTN_ENONFINITE or ATTN_ENOMEM. On success *out owns a new
+ * registry (free with attn_registry_destroy); on error *out is NULL and nothing
+ * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
                                  attn_diag *d);
 /* NULL is allowed.  No attn_model_infer may be running. */

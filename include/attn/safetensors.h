@@ -61,8 +61,8 @@ size_t attn_safetensors_count(const attn_safetensors *st);
 const attn_safetensors_entry *attn_safetensors_at(const attn_safetensors *st,
                                                   size_t i);
 /* NULL when absent. */
-const attn_safetensors_entry *attn_safetensors_find(
-    const attn_safetensors *st, const char *name);
+const attn_safetensors_entry *attn_safetensors_find(const attn_safetensors *st,
+                                                    const char *name);
 /* Value of a "__metadata__" key; NULL when absent. */
 const char *attn_safetensors_metadata(const attn_safetensors *st,
                                       const char *key);

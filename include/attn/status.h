@@ -10,20 +10,20 @@
 
 #include <stddef.h>
 
-#define ATTN_STATUS_MAP(X)                                                 \
-  X(OK, 0, "ok")                                                           \
-  X(EINVAL, -1, "invalid argument")                                        \
-  X(ENOMEM, -2, "out of memory")                                           \
-  X(EBUSY, -3, "queue full")                                               \
-  X(ESHAPE, -4, "tensor shape mismatch")                                   \
-  X(ENONFINITE, -5, "non-finite value (NaN or Inf) in input")              \
-  X(ETOOBIG, -6, "request exceeds a configured limit")                     \
-  X(ENOTFOUND, -7, "not found")                                            \
-  X(EPARSE, -8, "malformed input")                                         \
-  X(EUNSUPPORTED, -9, "unsupported")                                       \
-  X(ETIMEDOUT, -10, "timed out")                                           \
-  X(ESHUTDOWN, -11, "shutting down")                                       \
-  X(EIO, -12, "input/output error")                                        \
+#define ATTN_STATUS_MAP(X)                                    \
+  X(OK, 0, "ok")                                              \
+  X(EINVAL, -1, "invalid argument")                           \
+  X(ENOMEM, -2, "out of memory")                              \
+  X(EBUSY, -3, "queue full")                                  \
+  X(ESHAPE, -4, "tensor shape mismatch")                      \
+  X(ENONFINITE, -5, "non-finite value (NaN or Inf) in input") \
+  X(ETOOBIG, -6, "request exceeds a configured limit")        \
+  X(ENOTFOUND, -7, "not found")                               \
+  X(EPARSE, -8, "malformed input")                            \
+  X(EUNSUPPORTED, -9, "unsupported")                          \
+  X(ETIMEDOUT, -10, "timed out")                              \
+  X(ESHUTDOWN, -11, "shutting down")                          \
+  X(EIO, -12, "input/output error")                           \
   X(EINTERNAL, -13, "internal error")
 
 typedef enum {
@@ -40,7 +40,8 @@ const char *attn_status_name(attn_status s);
 
 /* A human-readable explanation of the last failure, filled by functions that
  * take an `attn_diag *` (which may always be NULL).  Messages name the
- * offending tensor and dimension, e.g. "key: dim 2 (Dk) is 32, query has 64". */
+ * offending tensor and dimension, e.g. "key: dim 2 (Dk) is 32, query has 64".
+ */
 #define ATTN_DIAG_MAX 256
 typedef struct attn_diag {
   char msg[ATTN_DIAG_MAX];
@@ -51,6 +52,7 @@ typedef struct attn_diag {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-attn_status attn_diag_set(attn_diag *d, attn_status s, const char *fmt, ...);
+attn_status
+attn_diag_set(attn_diag *d, attn_status s, const char *fmt, ...);
 
 #endif /* ATTN_STATUS_H */

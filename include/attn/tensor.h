@@ -35,8 +35,8 @@ typedef struct attn_tensor {
   attn_dtype dtype;
   int rank;
   int64_t shape[ATTN_MAX_RANK];
-  void *data;  /* row-major, contiguous, little-endian */
-  bool owns;   /* attn_tensor_free releases data */
+  void *data; /* row-major, contiguous, little-endian */
+  bool owns;  /* attn_tensor_free releases data */
 } attn_tensor;
 
 /* "FP32" etc.; NULL for ATTN_DT_INVALID. */

@@ -8,7 +8,7 @@
 const char *attn_strerror(attn_status s) {
   switch (s) {
 #define ATTN__STATUS_TEXT(name, code, text) \
-  case ATTN_##name:                          \
+  case ATTN_##name:                         \
     return text;
     ATTN_STATUS_MAP(ATTN__STATUS_TEXT)
 #undef ATTN__STATUS_TEXT
@@ -19,7 +19,7 @@ const char *attn_strerror(attn_status s) {
 const char *attn_status_name(attn_status s) {
   switch (s) {
 #define ATTN__STATUS_NAME(name, code, text) \
-  case ATTN_##name:                          \
+  case ATTN_##name:                         \
     return #name;
     ATTN_STATUS_MAP(ATTN__STATUS_NAME)
 #undef ATTN__STATUS_NAME

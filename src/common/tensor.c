@@ -8,10 +8,9 @@
 static const struct {
   const char *name;
   size_t size;
-} dtypes[] = {
-    [ATTN_DT_INVALID] = {NULL, 0},
+} dtypes[] = {[ATTN_DT_INVALID] = {NULL, 0},
 #define ATTN__DT_ROW(name, text, size) [ATTN_DT_##name] = {text, size},
-    ATTN_DTYPE_MAP(ATTN__DT_ROW)
+              ATTN_DTYPE_MAP(ATTN__DT_ROW)
 #undef ATTN__DT_ROW
 };
 

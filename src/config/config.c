@@ -55,11 +55,11 @@ typedef struct cfg_key {
   const char *key; /* also the attn_config field name */
   const char *env; /* "ATTND_" + upper-case key */
   cfg_type type;
-  size_t off, size;         /* field within attn_config */
+  size_t off, size;               /* field within attn_config */
   size_t origin_off, origin_size; /* PATH: the field naming its source */
-  int64_t def, min, max;    /* INT/I64: value and range; BOOL: 0/1;
-                               ENUM: index into names; STR: length range */
-  const char *sdef;         /* STR: default */
+  int64_t def, min, max;          /* INT/I64: value and range; BOOL: 0/1;
+                                     ENUM: index into names; STR: length range */
+  const char *sdef;               /* STR: default */
   const char *const *names; /* ENUM: NULL-terminated, index = enum value */
   const char *unit;         /* shown after numbers in --help; "" for none */
   const char *help;         /* one line, no trailing period */
@@ -444,8 +444,8 @@ static bool path_in_folder(const char *file, const char *value, char *buf,
   }
   if (n >= size) return false;
   if (*value &&
-      (size_t)snprintf(buf + n, size - n, "%s%s",
-                       buf[n - 1] == '/' ? "" : "/", value) >= size - n)
+      (size_t)snprintf(buf + n, size - n, "%s%s", buf[n - 1] == '/' ? "" : "/",
+                       value) >= size - n)
     return false;
   return true;
 }
@@ -464,12 +464,10 @@ static const char *json_type_name(const cJSON *it) {
  * src is "FILE: key". */
 static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
                             const cJSON *it, const char *file, attn_diag *d) {
-  static const char *const want[] = {[CFG_INT] = "an integer",
-                                     [CFG_I64] = "an integer",
-                                     [CFG_BOOL] = "true or false",
-                                     [CFG_ENUM] = "a string",
-                                     [CFG_STR] = "a string",
-                                     [CFG_PATH] = "a string"};
+  static const char *const want[] = {
+      [CFG_INT] = "an integer",     [CFG_I64] = "an integer",
+      [CFG_BOOL] = "true or false", [CFG_ENUM] = "a string",
+      [CFG_STR] = "a string",       [CFG_PATH] = "a string"};
   char shown[40];
   bool ok_type = false;
   switch (k->type) {
@@ -715,7 +713,8 @@ static const char *healthcheck_url(int argc, char **argv, int i, int *used) {
 
 /* Is a "--healthcheck" or "--healthcheck=..."? */
 static bool is_healthcheck(const char *a) {
-  return strncmp(a, "--healthcheck", 13) == 0 && (a[13] == '\0' || a[13] == '=');
+  return strncmp(a, "--healthcheck", 13) == 0 &&
+         (a[13] == '\0' || a[13] == '=');
 }
 
 typedef struct cli_opt {
@@ -909,8 +908,8 @@ attn_status attn_config_check_models_dir(const attn_config *c, attn_diag *d) {
                          dir, where);
   }
   if (!S_ISDIR(st.st_mode))
-    return attn_diag_set(d, ATTN_EINVAL, "models_dir '%s' %s is not a directory",
-                         dir, where);
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "models_dir '%s' %s is not a directory", dir, where);
   return ATTN_OK;
 }
 

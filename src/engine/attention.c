@@ -104,8 +104,9 @@
  * kernel (below, attn__gemm_nt computes the scores unpacked: its own
  * 16-key tile up to 16 keys, else cblas_sgemm). */
 #define PACK_MIN_ROWS 32
-#define PROJ_ROWS 128      /* rows per projection sgemm chunk (balances 2 threads at n=512) */
-#define MAX_THREADS 64     /* upper bound on threads of one call */
+#define PROJ_ROWS \
+  128 /* rows per projection sgemm chunk (balances 2 threads at n=512) */
+#define MAX_THREADS 64      /* upper bound on threads of one call */
 #define SMALL_CALL_WORK 2e6 /* B*H*Lq*Lk*Dv below which one thread runs */
 
 /* ---- parallel_for ------------------------------------------------------ */
@@ -208,7 +209,9 @@ static bool same_view(const attn_view *a, const attn_view *b) {
          a->ld == b->ld;
 }
 
-static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+static int fits_int(int64_t v) {
+  return v >= 0 && v <= INT_MAX;
+}
 
 /* The variants of attn_attend_opts (engine.h): causal alignment, window,
  * softcap, ALiBi slopes (H values, read here: they are options) and rotary
@@ -223,12 +226,12 @@ static attn_status check_variants(const attn_attend_opts *o, int64_t H,
                          o->causal);
   if (o->has_window) {
     if (o->window_left < -1 || o->window_right < -1)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "window %s is %lld; a window bound is -1 "
-                           "(unbounded) or >= 0",
-                           o->window_left < -1 ? "left" : "right",
-                           (long long)(o->window_left < -1 ? o->window_left
-                                                           : o->window_right));
+      return attn_diag_set(
+          d, ATTN_EINVAL,
+          "window %s is %lld; a window bound is -1 "
+          "(unbounded) or >= 0",
+          o->window_left < -1 ? "left" : "right",
+          (long long)(o->window_left < -1 ? o->window_left : o->window_right));
     if (o->causal && o->window_right > 0)
       return attn_diag_set(d, ATTN_EINVAL,
                            "window right is %lld with causal attention: causal "
@@ -338,18 +341,18 @@ static attn_status check_opt_values(const attn_attend_opts *o, int64_t B,
     int64_t n = o->mask.mb * o->mask.mh * Lq * Lk;
     for (int64_t i = 0; i < n; i++)
       if (isnan(m[i]) || m[i] == INFINITY)
-        return attn_diag_set(d, ATTN_ENONFINITE,
-                             "attn_mask: element %lld is %s (only finite values "
-                             "and -inf are allowed)",
-                             (long long)i, isnan(m[i]) ? "NaN" : "+inf");
+        return attn_diag_set(
+            d, ATTN_ENONFINITE,
+            "attn_mask: element %lld is %s (only finite values "
+            "and -inf are allowed)",
+            (long long)i, isnan(m[i]) ? "NaN" : "+inf");
   }
   if (o->kpm.kind == ATTN_KPM_LENGTHS)
     for (int64_t b = 0; b < B; b++)
       if (o->kpm.lengths[b] < 0 || o->kpm.lengths[b] > Lk)
-        return attn_diag_set(d, ATTN_EINVAL,
-                             "key_lengths[%lld] is %lld, expected 0..Lk=%lld",
-                             (long long)b, (long long)o->kpm.lengths[b],
-                             (long long)Lk);
+        return attn_diag_set(
+            d, ATTN_EINVAL, "key_lengths[%lld] is %lld, expected 0..Lk=%lld",
+            (long long)b, (long long)o->kpm.lengths[b], (long long)Lk);
   return ATTN_OK;
 }
 
@@ -404,11 +407,11 @@ typedef struct core_ctx {
   float *weights;
   int64_t tq, tk, nqb;
   int streaming;
-  float **scratch; /* per thread */
-  float *kpack;    /* keys packed per (b, key head), or NULL: see scores() */
+  float **scratch;   /* per thread */
+  float *kpack;      /* keys packed per (b, key head), or NULL: see scores() */
   size_t kpack_head; /* floats per (b, key head) in kpack */
-  size_t upack_at; /* > 0: a window's units pack their band's keys at this
-                      float of their scratch (see plan_unit_scratch) */
+  size_t upack_at;   /* > 0: a window's units pack their band's keys at this
+                        float of their scratch (see plan_unit_scratch) */
   /* bf16 (attn_precision): keys and values packed per (b, key head) as
    * bf16 panels (gemm.c), and in each thread's scratch from float bf_at
    * on the unit's query rows in bf16 (tq rows of Dk2 values) and then a
@@ -438,14 +441,13 @@ static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
     attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
                          upan + (j0 - ub) * c->Dk, S, lds);
   } else if (c->kpack && j0 % ATTN__PANEL == 0) {
-    const float *pan = c->kpack + (size_t)(b * (c->H / c->group) + hk) *
-                                      c->kpack_head;
+    const float *pan =
+        c->kpack + (size_t)(b * (c->H / c->group) + hk) * c->kpack_head;
     attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
                          pan + j0 * c->Dk, S, lds);
   } else {
     const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh + j0 * c->k.ld;
-    attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, c->q.ld, kp, c->k.ld, S,
-                  lds);
+    attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, c->q.ld, kp, c->k.ld, S, lds);
   }
 }
 
@@ -470,8 +472,8 @@ static void q_bf16(const core_ctx *c, int64_t b, int64_t h, int64_t i0,
  * to pb in bf16 from the even key s2 <= s (zeros before s and after e),
  * so that their pairs are the value panels' pairs. */
 static void pv_bf16(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
-                    const float *P, int64_t ldp, int64_t s, int64_t e,
-                    float *o, int64_t ldo, int acc, uint16_t *pb) {
+                    const float *P, int64_t ldp, int64_t s, int64_t e, float *o,
+                    int64_t ldo, int acc, uint16_t *pb) {
   int64_t s2 = s & ~(int64_t)1, e2 = (e + 1) & ~(int64_t)1;
   for (int64_t r = 0; r < rows; r++) {
     uint16_t *d = pb + r * c->pb_ld;
@@ -511,8 +513,7 @@ static inline int64_t row_end(const core_ctx *c, int64_t b, int64_t i) {
 /* 1 when a window bounds the keys on the left (row_vbeg can be > 0). */
 static inline int band_left(const core_ctx *c) {
   const attn_attend_opts *o = c->o;
-  return o->has_window && o->window_left >= 0 &&
-         o->window_left < c->Lk + c->Lq;
+  return o->has_window && o->window_left >= 0 && o->window_left < c->Lk + c->Lq;
 }
 
 /* First key visible from query i (the window's left bound), never past
@@ -532,10 +533,9 @@ static inline int64_t panel_floor(int64_t j) {
 
 /* Softcap and ALiBi on the scores s of keys [j0, j0 + n) of query i, head
  * h, then the masks and the row maximum (attn__row_mask_max). */
-static inline float prep_max(const core_ctx *c, int64_t b, int64_t h,
-                             int64_t i, float *s, int64_t j0, int64_t n,
-                             const float *add, const uint8_t *blk,
-                             const uint8_t *pad) {
+static inline float prep_max(const core_ctx *c, int64_t b, int64_t h, int64_t i,
+                             float *s, int64_t j0, int64_t n, const float *add,
+                             const uint8_t *blk, const uint8_t *pad) {
   if (c->softcap > 0.0f) attn__row_softcap(s, n, c->softcap);
   if (c->o->alibi_slopes)
     attn__row_alibi(s, n, c->o->alibi_slopes[h], j0 - (i + c->Lk - c->Lq));
@@ -571,8 +571,8 @@ static inline const uint8_t *offu(const uint8_t *p, int64_t j) {
 
 /* Units are numbered so that the heaviest causal blocks (last rows) come
  * first, which balances threads. */
-static void unit_coords(const core_ctx *c, int64_t u, int per_head,
-                        int64_t *b, int64_t *h, int64_t *i0, int64_t *i1) {
+static void unit_coords(const core_ctx *c, int64_t u, int per_head, int64_t *b,
+                        int64_t *h, int64_t *i0, int64_t *i1) {
   int64_t qb = c->nqb - 1 - u % c->nqb, rest = u / c->nqb;
   if (per_head) {
     *h = rest % c->H;
@@ -630,10 +630,9 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
         /* left of the band: zeros (P V reads from jv; weights from 0) */
         int64_t z0 = per_head ? 0 : jv;
         if (v0 > z0) memset(row + z0, 0, (v0 - z0) * sizeof *row);
-        float mx = prep_max(c, b, h, i, row + v0, v0, e - v0,
-                            offf(add_row(c, b, h, i), v0),
-                            offu(blk_row(c, b, h, i), v0),
-                            offu(pad_row(c, b), v0));
+        float mx = prep_max(
+            c, b, h, i, row + v0, v0, e - v0, offf(add_row(c, b, h, i), v0),
+            offu(blk_row(c, b, h, i), v0), offu(pad_row(c, b), v0));
         if (mx == -INFINITY) {
           memset(row + v0, 0, (jend - v0) * sizeof *row);
           continue;
@@ -674,15 +673,14 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
  * max mrun and sum lrun updated (O rescaled where the max grew), then
  * O += P V.  Rows that see fewer than w of these keys get zeros past their
  * last one. */
-static void streaming_rows(const core_ctx *c, int64_t b, int64_t h,
-                           int64_t i0, int64_t r0, int64_t r1, int64_t j0,
-                           int64_t w, float *S, float *O, float *mrun,
-                           double *lrun, int64_t hk, const float *qp,
-                           const float *vp, const float *upan, int64_t ub,
-                           uint16_t *qb) {
+static void streaming_rows(const core_ctx *c, int64_t b, int64_t h, int64_t i0,
+                           int64_t r0, int64_t r1, int64_t j0, int64_t w,
+                           float *S, float *O, float *mrun, double *lrun,
+                           int64_t hk, const float *qp, const float *vp,
+                           const float *upan, int64_t ub, uint16_t *qb) {
   int64_t tk = c->tk, Dv = c->Dv;
-  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk, upan,
-         ub, qb ? qb + r0 * c->Dk2 : NULL);
+  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk, upan, ub,
+         qb ? qb + r0 * c->Dk2 : NULL);
   for (int64_t r = r0; r < r1; r++) {
     /* this row's keys of the tile: [v0, e) (relative to j0) */
     int64_t i = i0 + r, e = row_end(c, b, i) - j0, v0 = row_vbeg(c, b, i) - j0;
@@ -770,10 +768,9 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
     for (int64_t r0 = 0; r0 < m; r0 += WINDOW_ROWS) {
       int64_t r1 = r0 + WINDOW_ROWS < m ? r0 + WINDOW_ROWS : m;
       int64_t hi = row_end(c, b, i0 + r1 - 1);
-      for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi;
-           j0 += tk)
-        streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk,
-                       S, O, mrun, lrun, hk, qp, vp, upan, ub, qb);
+      for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi; j0 += tk)
+        streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk, S,
+                       O, mrun, lrun, hk, qp, vp, upan, ub, qb);
     }
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
@@ -787,8 +784,8 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
         int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
         if (w > tn) w = tn;
         if (w <= 0) continue; /* these rows see no key of this tile */
-        streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp,
-                       vp, NULL, 0, qb);
+        streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp, vp,
+                       NULL, 0, qb);
       }
     }
   }
@@ -812,7 +809,7 @@ typedef struct core_plan {
   int threads;
   size_t scratch_floats;
   size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
-  size_t upack_at; /* see core_ctx */
+  size_t upack_at;                 /* see core_ctx */
   int bf16; /* attn_precision BF16: the fields below as in core_ctx */
   int64_t Dk2, pb_ld;
   size_t bf_at, pb_at, kb_head, vb_head;
@@ -840,19 +837,19 @@ static int64_t band_keys(const attn_attend_opts *o, int64_t Lq, int64_t Lk,
  * NULL). */
 static attn_status plan_tiles(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
                               int64_t Dv, const attn_attend_opts *o,
-                              const attn_exec *x, core_plan *pl,
-                              attn_diag *d) {
+                              const attn_exec *x, core_plan *pl, attn_diag *d) {
   if (x->path == ATTN_PATH_STREAMING && o->weights != ATTN_WEIGHTS_NONE)
     return attn_diag_set(d, ATTN_EINVAL,
                          "the streaming path cannot return attention weights");
   if (x->path != ATTN_PATH_AUTO && x->path != ATTN_PATH_MATERIALISED &&
       x->path != ATTN_PATH_STREAMING)
     return attn_diag_set(d, ATTN_EINVAL, "unknown path %d", (int)x->path);
-  pl->streaming = x->path == ATTN_PATH_STREAMING ||
-                  (x->path == ATTN_PATH_AUTO && o->weights == ATTN_WEIGHTS_NONE);
-  pl->tq = x->tile_q > 0 ? x->tile_q
-                         : pl->streaming ? TILE_Q_STREAMING
-                                         : TILE_Q_MATERIALISED;
+  pl->streaming =
+      x->path == ATTN_PATH_STREAMING ||
+      (x->path == ATTN_PATH_AUTO && o->weights == ATTN_WEIGHTS_NONE);
+  pl->tq = x->tile_q > 0   ? x->tile_q
+           : pl->streaming ? TILE_Q_STREAMING
+                           : TILE_Q_MATERIALISED;
   pl->tk = x->tile_k > 0 ? x->tile_k : TILE_K_DEFAULT;
   if (pl->tq > Lq) pl->tq = Lq;
   if (pl->tk > Lk) pl->tk = Lk;
@@ -872,9 +869,8 @@ static attn_status plan_tiles(int64_t B, int64_t H, int64_t Lq, int64_t Lk,
  * materialised path's block of scores, then a window's band of packed keys
  * (pl->upack_at). */
 static attn_status plan_unit_scratch(const attn_attend_opts *o, int64_t Lq,
-                                     int64_t Lk, int64_t Dk, int64_t Dv,
-                                     int bf, core_plan *pl, size_t *f,
-                                     attn_diag *d) {
+                                     int64_t Lk, int64_t Dk, int64_t Dv, int bf,
+                                     core_plan *pl, size_t *f, attn_diag *d) {
   if (pl->streaming) {
     /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq] */
     *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
@@ -908,8 +904,7 @@ static attn_status plan_unit_scratch(const attn_attend_opts *o, int64_t Lq,
 static attn_status plan_bf16(int64_t B, int64_t Hkv, int64_t Lk, int64_t Dk,
                              int64_t Dv, core_plan *pl, size_t *f,
                              attn_diag *d) {
-  int64_t prow = pl->streaming ? pl->tq
-                               : pl->tq < MAT_ROWS ? pl->tq : MAT_ROWS;
+  int64_t prow = pl->streaming ? pl->tq : pl->tq < MAT_ROWS ? pl->tq : MAT_ROWS;
   size_t qe, pe, kall, vall, all;
   pl->bf16 = 1;
   pl->Dk2 = (Dk + 1) & ~(int64_t)1;
@@ -1027,8 +1022,8 @@ static void pack_unit(void *vctx, int64_t u, int tid) {
                        c->v.ld, c->vb + (size_t)u * c->vb_head);
     return;
   }
-  attn__pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh,
-                c->k.ld, c->kpack + (size_t)u * c->kpack_head);
+  attn__pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh, c->k.ld,
+                c->kpack + (size_t)u * c->kpack_head);
 }
 
 /* Packs the keys when planned (if that memory cannot be had, the unpacked
@@ -1118,8 +1113,7 @@ static int rope_shared(const rope_tabs *t, int64_t Lq, int64_t Lk) {
 /* Floats of the tables (0 without rotary). */
 static size_t rope_floats(const rope_tabs *t, int64_t Lq, int64_t Lk) {
   if (!t->on) return 0;
-  return 2 * (size_t)t->half *
-         (size_t)(rope_shared(t, Lq, Lk) ? Lk : Lq + Lk);
+  return 2 * (size_t)t->half * (size_t)(rope_shared(t, Lq, Lk) ? Lk : Lq + Lk);
 }
 
 /* cos and sin of (p0 + k) * base^(-2t / (2 half)) into cs, sn [n][half]. */
@@ -1182,12 +1176,12 @@ static void rope_copy_unit(void *vctx, int64_t u, int tid) {
   int64_t b = u / c->heads, h = u % c->heads;
   (void)tid;
   for (int64_t i = 0; i < c->L; i++) {
-    const float *src = c->src->data + b * c->src->sb + h * c->src->sh +
-                       i * c->src->ld;
+    const float *src =
+        c->src->data + b * c->src->sb + h * c->src->sh + i * c->src->ld;
     float *dst = c->dst + (u * c->L + i) * c->D;
     memcpy(dst, src, (size_t)c->D * sizeof *dst);
-    attn__rope(dst, c->cs + i * c->t->half, c->sn + i * c->t->half,
-               c->t->half, c->t->interleaved);
+    attn__rope(dst, c->cs + i * c->t->half, c->sn + i * c->t->half, c->t->half,
+               c->t->interleaved);
   }
 }
 
@@ -1203,8 +1197,7 @@ static size_t floats4(int64_t a, int64_t b, int64_t c, int64_t d) {
 
 /* Floats of sdpa's rotated copies of q and k, and of the tables (SIZE_MAX
  * when too many). */
-static size_t sdpa_rope_floats(const attn_sdpa_problem *p,
-                               const rope_tabs *t) {
+static size_t sdpa_rope_floats(const attn_sdpa_problem *p, const rope_tabs *t) {
   size_t n;
   if (!t->on) return 0;
   if (!attn_size_add(floats4(p->B, p->H, p->Lq, p->Dk),
@@ -1218,9 +1211,8 @@ static size_t sdpa_rope_floats(const attn_sdpa_problem *p,
 
 attn_status attn_alibi_slopes(int64_t H, float *slopes, attn_diag *d) {
   if (H < 1 || H > INT_MAX)
-    return attn_diag_set(d, ATTN_EINVAL,
-                         "alibi: %lld heads; expected 1 to %d", (long long)H,
-                         INT_MAX);
+    return attn_diag_set(d, ATTN_EINVAL, "alibi: %lld heads; expected 1 to %d",
+                         (long long)H, INT_MAX);
   if (!slopes) return attn_diag_set(d, ATTN_EINVAL, "alibi: slopes is NULL");
   int64_t P = 1; /* the largest power of 2 <= H */
   while (P <= H / 2) P *= 2;
@@ -1239,8 +1231,8 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
   core_plan pl;
   size_t n, ws;
   if (s) return s;
-  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
-                     x, &pl, d)))
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o, x,
+                     &pl, d)))
     return s;
   rope_tabs rt;
   rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
@@ -1263,8 +1255,7 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
 /* sdpa's value checks, after its shape checks and plan: q, k and v (a view
  * that is the one before it is not looked at twice), then the options'
  * values. */
-static attn_status sdpa_check_values(const attn_sdpa_problem *p,
-                                     attn_diag *d) {
+static attn_status sdpa_check_values(const attn_sdpa_problem *p, attn_diag *d) {
   int64_t at;
   if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
                            p->q.ld, p->Dk)) >= 0)
@@ -1275,15 +1266,13 @@ static attn_status sdpa_check_values(const attn_sdpa_problem *p,
    * value: the same elements need no second look */
   bool k_is_q = p->Hkv == p->H && p->Lk == p->Lq && same_view(&p->k, &p->q);
   bool v_is_k = p->Dv == p->Dk && same_view(&p->v, &p->k);
-  if (!k_is_q &&
-      (at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh, p->Lk,
-                           p->k.ld, p->Dk)) >= 0)
+  if (!k_is_q && (at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh,
+                                      p->Lk, p->k.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "key contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
-  if (!v_is_k &&
-      (at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh, p->Lk,
-                           p->v.ld, p->Dv)) >= 0)
+  if (!v_is_k && (at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh,
+                                      p->Lk, p->v.ld, p->Dv)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
@@ -1320,8 +1309,8 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_EINVAL, "output view is NULL or too narrow");
   if (p->o.weights != ATTN_WEIGHTS_NONE && !weights)
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
-  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o,
-                     x, &pl, d)) ||
+  if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o, x,
+                     &pl, d)) ||
       (s = sdpa_check_values(p, d)))
     return s;
   if ((s = alloc_scratch(&pl, &scratch)))
@@ -1358,8 +1347,10 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
   free(rt.mem);
   free(qr);
   free(kr);
-  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 key and value "
-                                    "panels");
+  if (s)
+    return attn_diag_set(d, s,
+                         "cannot allocate the bf16 key and value "
+                         "panels");
   return ATTN_OK;
 }
 
@@ -1389,11 +1380,10 @@ static attn_status check_weight(const char *name, const attn_weight *w,
     return attn_diag_set(d, ATTN_EINVAL, "%s: unknown layout", name);
   int64_t need = w->layout == ATTN_W_IN_OUT ? out : in;
   if (w->ld != 0 && (w->ld < need || !fits_int(w->ld)))
-    return attn_diag_set(d, ATTN_ESHAPE,
-                         "%s: row stride %lld is smaller than its %s dim %lld",
-                         name, (long long)w->ld,
-                         w->layout == ATTN_W_IN_OUT ? "out" : "in",
-                         (long long)need);
+    return attn_diag_set(
+        d, ATTN_ESHAPE, "%s: row stride %lld is smaller than its %s dim %lld",
+        name, (long long)w->ld, w->layout == ATTN_W_IN_OUT ? "out" : "in",
+        (long long)need);
   return ATTN_OK;
 }
 
@@ -1403,20 +1393,22 @@ int64_t attn__weight_ld(const attn_weight *w, int64_t in, int64_t out) {
 
 static attn_status mha_check_norm(const attn_mha_problem *p, attn_diag *d) {
   attn_status s;
-  if ((s = check_dim("B (batch)", p->B, d)) || (s = check_dim("Lq", p->Lq, d)) ||
-      (s = check_dim("Lk", p->Lk, d)) || (s = check_dim("E (embed_dim)", p->E, d)) ||
+  if ((s = check_dim("B (batch)", p->B, d)) ||
+      (s = check_dim("Lq", p->Lq, d)) || (s = check_dim("Lk", p->Lk, d)) ||
+      (s = check_dim("E (embed_dim)", p->E, d)) ||
       (s = check_dim("num_heads", p->H, d)) ||
       (s = check_dim("num_kv_heads", p->Hkv, d)) ||
-      (s = check_dim("kdim", p->kdim, d)) || (s = check_dim("vdim", p->vdim, d)))
+      (s = check_dim("kdim", p->kdim, d)) ||
+      (s = check_dim("vdim", p->vdim, d)))
     return s;
   if (p->E % p->H != 0)
     return attn_diag_set(d, ATTN_ESHAPE,
                          "embed_dim %lld is not divisible by num_heads %lld",
                          (long long)p->E, (long long)p->H);
   if (p->H % p->Hkv != 0)
-    return attn_diag_set(d, ATTN_ESHAPE,
-                         "num_heads %lld is not a multiple of num_kv_heads %lld",
-                         (long long)p->H, (long long)p->Hkv);
+    return attn_diag_set(
+        d, ATTN_ESHAPE, "num_heads %lld is not a multiple of num_kv_heads %lld",
+        (long long)p->H, (long long)p->Hkv);
   if (!p->xq) return attn_diag_set(d, ATTN_EINVAL, "query is missing");
   int64_t kw = p->Hkv * (p->E / p->H);
   if ((s = check_weight("w_q", &p->wq, p->E, p->E, d)) ||
@@ -1457,11 +1449,10 @@ static size_t mha_bf16_floats(const attn_mha_problem *p, int threads) {
   if (p->kdim > in2) in2 = p->kdim;
   if (p->vdim > in2) in2 = p->vdim;
   in2 = (in2 + 1) & ~(int64_t)1;
-  size_t n = 2 * attn__bf16_pack_elems(p->E, p->E) +
-             attn__bf16_pack_elems(kw, p->kdim) +
-             attn__bf16_pack_elems(kw, p->vdim) +
-             (size_t)clamp_threads(threads, MAX_THREADS) * PROJ_ROWS *
-                 (size_t)in2;
+  size_t n =
+      2 * attn__bf16_pack_elems(p->E, p->E) +
+      attn__bf16_pack_elems(kw, p->kdim) + attn__bf16_pack_elems(kw, p->vdim) +
+      (size_t)clamp_threads(threads, MAX_THREADS) * PROJ_ROWS * (size_t)in2;
   return n / 2 + 64;
 }
 
@@ -1475,8 +1466,8 @@ attn_status attn_mha_bytes(const attn_mha_problem *in, const attn_exec *x,
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
   attn__mha_normalise(in, &p);
   if ((s = mha_check_norm(&p, d))) return s;
-  if ((s = plan_core(p.B, p.H, p.Hkv, p.Lq, p.Lk, p.E / p.H, p.E / p.H, &p.o,
-                     x, &pl, d)))
+  if ((s = plan_core(p.B, p.H, p.Hkv, p.Lq, p.Lk, p.E / p.H, p.E / p.H, &p.o, x,
+                     &pl, d)))
     return s;
   rope_tabs rt;
   rope_plan(&p.o, p.E / p.H, p.Lq, p.Lk, &rt);
@@ -1546,11 +1537,10 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
       if (in2 > p->in) xb[(r - r0) * c->xb_ld + p->in] = 0;
     }
     attn__bf16_gemm(r1 - r0, p->out, in2 / 2, 1.0f, xb, c->xb_ld, p->wb,
-                    attn__bf16_panel_stride(p->in), 0, 0, p->y + r0 * ldy,
-                    ldy);
+                    attn__bf16_panel_stride(p->in), 0, 0, p->y + r0 * ldy, ldy);
   } else if (p->w->layout == ATTN_W_IN_OUT)
-    attn__gemm_nn(r1 - r0, p->out, p->in, p->x + r0 * ldx, ldx, p->w->data,
-                  ldw, 0, p->y + r0 * ldy, ldy);
+    attn__gemm_nn(r1 - r0, p->out, p->in, p->x + r0 * ldx, ldx, p->w->data, ldw,
+                  0, p->y + r0 * ldy, ldy);
   else if (p->wpack)
     attn__gemm_nt_packed(r1 - r0, p->out, p->in, 1.0f, p->x + r0 * ldx, ldx,
                          p->wpack, p->y + r0 * ldy, ldy);
@@ -1614,8 +1604,8 @@ static attn_status run_proj(proj_ctx *c, int threads) {
   threads = clamp_threads(threads, total);
   if (c->bf16 && !s) {
     c->xb_ld = in2max;
-    c->xb = (uint16_t *)(void *)alloc_floats(
-        (size_t)threads * PROJ_ROWS * (size_t)in2max / 2);
+    c->xb = (uint16_t *)(void *)alloc_floats((size_t)threads * PROJ_ROWS *
+                                             (size_t)in2max / 2);
     if (!c->xb) s = ATTN_ENOMEM;
   }
   if (!s) attn__parallel_for(threads, total, proj_unit, c);
@@ -1657,9 +1647,8 @@ static attn_status mha_check_values(const attn_mha_problem *p, attn_diag *d) {
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "query contains NaN or Inf (row %lld of [B*Lq])",
                          (long long)at);
-  if (p->xk != p->xq &&
-      (at = view_nonfinite(p->xk, 1, 0, 1, 0, p->B * p->Lk, p->kdim,
-                           p->kdim)) >= 0)
+  if (p->xk != p->xq && (at = view_nonfinite(p->xk, 1, 0, 1, 0, p->B * p->Lk,
+                                             p->kdim, p->kdim)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "key contains NaN or Inf (row %lld of [B*Lk])",
                          (long long)at);
@@ -1736,8 +1725,8 @@ typedef struct mha_work {
  * values. */
 static attn_status mha_prepare(const attn_mha_problem *in, const attn_exec *x,
                                const float *out, const float *weights,
-                               attn_mha_problem *p, core_plan *pl,
-                               mha_sizes *z, attn_diag *d) {
+                               attn_mha_problem *p, core_plan *pl, mha_sizes *z,
+                               attn_diag *d) {
   attn_status s;
   if (!in) return attn_diag_set(d, ATTN_EINVAL, "problem is NULL");
   attn__mha_normalise(in, p);
@@ -1788,15 +1777,18 @@ static attn_status mha_project_in(const attn_mha_problem *p, mha_work *w,
   proj_ctx pc = {.njobs = fused ? 1 : 3,
                  .bf16 = p->o.precision == ATTN_PRECISION_BF16};
   if (fused) {
-    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w->w3, w->b3,
-                           w->Q, 0, 0, NULL, NULL};
+    pc.job[0] =
+        (proj_job){p->xq, p->B * p->Lq, p->E, 3 * p->E, &w->w3, w->b3, w->Q, 0,
+                   0,     NULL,         NULL};
   } else {
-    pc.job[0] = (proj_job){p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq,
-                           w->Q, 0, 0, NULL, NULL};
-    pc.job[1] = (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk,
-                           w->K, 0, 0, NULL, NULL};
-    pc.job[2] = (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv,
-                           w->V, 0, 0, NULL, NULL};
+    pc.job[0] = (proj_job){
+        p->xq, p->B * p->Lq, p->E, p->E, &p->wq, p->bq, w->Q, 0, 0, NULL, NULL};
+    pc.job[1] =
+        (proj_job){p->xk, p->B * p->Lk, p->kdim, kw, &p->wk, p->bk, w->K, 0,
+                   0,     NULL,         NULL};
+    pc.job[2] =
+        (proj_job){p->xv, p->B * p->Lk, p->vdim, kw, &p->wv, p->bv, w->V, 0,
+                   0,     NULL,         NULL};
   }
   if (rt->on) { /* rotate Q and K heads as their rows are projected */
     pc.rope[0][0] = (rope_seg){rt->qcs, rt->qsn, 0, p->H, Dh, p->Lq, rt};
@@ -1804,8 +1796,10 @@ static attn_status mha_project_in(const attn_mha_problem *p, mha_work *w,
         (rope_seg){rt->kcs, rt->ksn, fused ? p->E : 0, p->Hkv, Dh, p->Lk, rt};
   }
   attn_status s = run_proj(&pc, threads);
-  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 projection "
-                                    "weights");
+  if (s)
+    return attn_diag_set(d, s,
+                         "cannot allocate the bf16 projection "
+                         "weights");
   return ATTN_OK;
 }
 
@@ -1835,21 +1829,24 @@ static attn_status mha_attend(const attn_mha_problem *p, const mha_work *w,
                 .weights = weights,
                 .scratch = w->scratch};
   attn_status s = run_core(&c, pl);
-  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 key and value "
-                                    "panels");
+  if (s)
+    return attn_diag_set(d, s,
+                         "cannot allocate the bf16 key and value "
+                         "panels");
   return ATTN_OK;
 }
 
 /* The concatenated heads (in Q) projected with W_O into out. */
-static attn_status mha_project_out(const attn_mha_problem *p,
-                                   const mha_work *w, float *out, int threads,
-                                   attn_diag *d) {
+static attn_status mha_project_out(const attn_mha_problem *p, const mha_work *w,
+                                   float *out, int threads, attn_diag *d) {
   proj_ctx po = {.njobs = 1, .bf16 = p->o.precision == ATTN_PRECISION_BF16};
-  po.job[0] = (proj_job){w->Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo, out,
-                         w->ldq, 0, NULL, NULL};
+  po.job[0] = (proj_job){w->Q, p->B * p->Lq, p->E, p->E, &p->wo, p->bo,
+                         out,  w->ldq,       0,    NULL, NULL};
   attn_status s = run_proj(&po, threads);
-  if (s) return attn_diag_set(d, s, "cannot allocate the bf16 projection "
-                                    "weights");
+  if (s)
+    return attn_diag_set(d, s,
+                         "cannot allocate the bf16 projection "
+                         "weights");
   return ATTN_OK;
 }
 
@@ -1864,8 +1861,8 @@ static void mha_free(mha_work *w, int threads) {
 
 /* Checks, allocates, projects Q, K and V, runs the core, projects the
  * output, frees (the stages above). */
-attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x,
-                     float *out, float *weights, attn_diag *d) {
+attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x, float *out,
+                     float *weights, attn_diag *d) {
   attn_mha_problem p;
   core_plan pl;
   mha_sizes z = {0};
@@ -1888,7 +1885,8 @@ double attn_mha_flops(const attn_mha_problem *in) {
   double Dh = (double)(p.E / (p.H ? p.H : 1)), kw = (double)p.Hkv * Dh;
   double B = (double)p.B, Lq = (double)p.Lq, Lk = (double)p.Lk;
   double E = (double)p.E;
-  return 2.0 * B * (Lq * E * E + Lk * (double)p.kdim * kw +
-                    Lk * (double)p.vdim * kw + Lq * E * E) +
+  return 2.0 * B *
+             (Lq * E * E + Lk * (double)p.kdim * kw + Lk * (double)p.vdim * kw +
+              Lq * E * E) +
          2.0 * B * (double)p.H * Lq * Lk * 2.0 * Dh;
 }

@@ -17,9 +17,13 @@ void attn_engine_set_blas_threads(int n) {
   openblas_set_num_threads(n < 1 ? 1 : n);
 }
 
-int attn_engine_blas_threads(void) { return openblas_get_num_threads(); }
+int attn_engine_blas_threads(void) {
+  return openblas_get_num_threads();
+}
 
-const char *attn_engine_kernel_name(void) { return attn__kernel_name(); }
+const char *attn_engine_kernel_name(void) {
+  return attn__kernel_name();
+}
 
 const char *attn_engine_blas_core(void) {
   const char *c = openblas_get_corename();
@@ -28,18 +32,16 @@ const char *attn_engine_blas_core(void) {
 
 const char *attn_engine_blas_better_core(void) {
   /* OpenBLAS 0.3.21's names of kernels with AVX2 and FMA or better */
-  static const char *const good[] = {"Haswell", "Zen", "SkylakeX",
-                                     "Cooperlake", "SapphireRapids"};
+  static const char *const good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                     "SapphireRapids"};
   const char *core = attn_engine_blas_core();
   for (size_t i = 0; i < sizeof good / sizeof *good; i++)
     if (strcasecmp(core, good[i]) == 0) return NULL;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512cd") &&
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
       __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl"))
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     return "Haswell";

@@ -49,7 +49,7 @@
 
 #include "internal.h"
 
-#define MR 12 /* rows of the register tile */
+#define MR 12          /* rows of the register tile */
 #define NT_SMALL_K 256 /* longest inner dimension of the small NT path */
 #define NR ATTN__PANEL /* columns of the register tile (two zmm) */
 
@@ -58,8 +58,7 @@ size_t attn__pack_floats(int64_t n, int64_t k) {
 }
 
 #ifdef ATTN_GEMM_X86
-static void pack_panel_avx512(int64_t k, const float *b, int64_t ldb,
-                              float *p);
+static void pack_panel_avx512(int64_t k, const float *b, int64_t ldb, float *p);
 #endif
 
 void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
@@ -91,17 +90,17 @@ void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
 #define INLINE __attribute__((always_inline)) static inline
 
 static AVX512 inline __mmask16 lane_mask(int64_t n) {
-  return n >= 16 ? (__mmask16)0xFFFF
-                 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+  return n >= 16  ? (__mmask16)0xFFFF
+         : n <= 0 ? (__mmask16)0
+                  : (__mmask16)((1u << n) - 1);
 }
 
 /* C[mr, w] = alpha * A[mr, k] P^T for one panel P [k][w], w = 32 (NR, the
  * packed panels) or 16 (nt_small's): one FMA chain per element over k in
  * order, then alpha, so a column's bits do not depend on w. */
-AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k,
-                           const float *a, int64_t lda, const float *p,
-                           float alpha, float *c, int64_t ldc, __mmask16 m0,
-                           __mmask16 m1) {
+AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
+                           int64_t lda, const float *p, float alpha, float *c,
+                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
@@ -123,10 +122,9 @@ AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k,
 }
 
 /* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask. */
-AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, int acc,
-                           float *c, int64_t ldc, __mmask16 m0,
-                           __mmask16 m1) {
+AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, int acc, float *c,
+                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
@@ -159,12 +157,12 @@ static AVX512 void block_nt(int mr, int narrow, int64_t k, const float *a,
                             int64_t lda, const float *p, float alpha, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                                \
-  case n:                                                   \
-    if (narrow)                                             \
-      tile_nt(n, 16, k, a, lda, p, alpha, c, ldc, m0, m1);  \
-    else                                                    \
-      tile_nt(n, NR, k, a, lda, p, alpha, c, ldc, m0, m1);  \
+#define X(n)                                               \
+  case n:                                                  \
+    if (narrow)                                            \
+      tile_nt(n, 16, k, a, lda, p, alpha, c, ldc, m0, m1); \
+    else                                                   \
+      tile_nt(n, NR, k, a, lda, p, alpha, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X
@@ -175,8 +173,10 @@ static AVX512 void block_nn(int mr, int64_t k, const float *a, int64_t lda,
                             const float *b, int64_t ldb, int acc, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n) \
-  case n: tile_nn(n, k, a, lda, b, ldb, acc, c, ldc, m0, m1); break;
+#define X(n)                                            \
+  case n:                                               \
+    tile_nn(n, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
+    break;
     ROW_CASES(X)
 #undef X
   }
@@ -214,8 +214,8 @@ AVX512 INLINE void transpose16(__m512 r[16]) {
     r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
   }
   _Pragma("GCC unroll 4") for (int e = 0; e < 4; e++) {
-    __m512 u = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88);  /* lanes 0, 2 */
-    __m512 v = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd);  /* lanes 1, 3 */
+    __m512 u = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88); /* lanes 0, 2 */
+    __m512 v = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd); /* lanes 1, 3 */
     __m512 u2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
     __m512 v2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xdd);
     t[e] = _mm512_shuffle_f32x4(u, u2, 0x88);      /* element e */
@@ -252,14 +252,13 @@ static AVX512 void pack_panel_avx512(int64_t k, const float *b, int64_t ldb,
   }
 }
 /* NT for at most 16 keys (b's n <= 16 rows) and k <= NT_SMALL_K: the keys
- * transposed into one 16-wide panel on the stack, then the narrow tile.  A small
- * request's scores (16 queries, 16 keys, Dk 64) took OpenBLAS ~0.55 us,
+ * transposed into one 16-wide panel on the stack, then the narrow tile.  A
+ * small request's scores (16 queries, 16 keys, Dk 64) took OpenBLAS ~0.55 us,
  * most of it packing and call overhead for 16K multiply-adds; packing
  * them into the 32-wide panels instead computed twice the columns. */
-static AVX512 void nt_small_avx512(int64_t m, int64_t n, int64_t k,
-                                   float alpha, const float *a, int64_t lda,
-                                   const float *b, int64_t ldb, float *c,
-                                   int64_t ldc) {
+static AVX512 void nt_small_avx512(int64_t m, int64_t n, int64_t k, float alpha,
+                                   const float *a, int64_t lda, const float *b,
+                                   int64_t ldb, float *c, int64_t ldc) {
   float p[NT_SMALL_K * 16] __attribute__((aligned(64)));
   for (int64_t k0 = 0; k0 < k; k0 += 16) { /* 16 x 16 blocks, transposed */
     int64_t kw = k - k0 < 16 ? k - k0 : 16;
@@ -538,9 +537,9 @@ void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
 #endif
 }
 
-void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
-                   const float *a, int64_t lda, const float *b, int64_t ldb,
-                   float *c, int64_t ldc) {
+void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float *c,
+                   int64_t ldc) {
 #ifdef ATTN_GEMM_X86
   if (use_kernel != GEMM_BLAS && n <= 16 && k <= NT_SMALL_K) {
     if (use_kernel == GEMM_AVX2)
@@ -554,8 +553,8 @@ void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
               alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
 
-void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
-                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
+void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, int acc, float *c,
                    int64_t ldc) {
 #ifdef ATTN_GEMM_X86
   if (use_kernel == GEMM_AVX2 &&
@@ -568,9 +567,8 @@ void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
     return;
   }
 #endif
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n,
-              (int)k, 1.0f, a, (int)lda, b, (int)ldb, acc ? 1.0f : 0.0f, c,
-              (int)ldc);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
+              1.0f, a, (int)lda, b, (int)ldb, acc ? 1.0f : 0.0f, c, (int)ldc);
 }
 
 /* ---- bfloat16 products ---------------------------------------------------
@@ -679,14 +677,13 @@ BF16K INLINE void tile_bf16(const int mr, int64_t kp, const uint16_t *a,
   }
 }
 
-static BF16K void block_bf16(int mr, int64_t kp, const uint16_t *a,
-                             int64_t lda, const uint16_t *p, float alpha,
-                             int acc, float *c, int64_t ldc, __mmask16 m0,
-                             __mmask16 m1) {
+static BF16K void block_bf16(int mr, int64_t kp, const uint16_t *a, int64_t lda,
+                             const uint16_t *p, float alpha, int acc, float *c,
+                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                                    \
-  case n:                                                       \
-    tile_bf16(n, kp, a, lda, p, alpha, acc, c, ldc, m0, m1);    \
+#define X(n)                                                 \
+  case n:                                                    \
+    tile_bf16(n, kp, a, lda, p, alpha, acc, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X
@@ -772,8 +769,8 @@ void attn__bf16_gemm(int64_t m, int64_t n, int64_t kp, float alpha,
   for (int64_t q = 0; q * NR < off + n; q++) {
     int64_t lo = q * NR > off ? q * NR : off;
     int64_t hi = (q + 1) * NR < off + n ? (q + 1) * NR : off + n;
-    panel_bf16(m, lo - q * NR, hi - q * NR, kp, alpha, a, lda,
-               b + q * bstride, acc, c + (lo - off), ldc);
+    panel_bf16(m, lo - q * NR, hi - q * NR, kp, alpha, a, lda, b + q * bstride,
+               acc, c + (lo - off), ldc);
   }
 }
 
@@ -807,9 +804,13 @@ int attn__set_bf16(const char *name) {
   return 0;
 }
 
-int attn_engine_bf16_native(void) { return have_bf16(); }
+int attn_engine_bf16_native(void) {
+  return have_bf16();
+}
 
-const char *attn_engine_bf16_kernel_name(void) { return attn__bf16_name(); }
+const char *attn_engine_bf16_kernel_name(void) {
+  return attn__bf16_name();
+}
 
 const char *attn_engine_kernel_for(attn_precision p) {
   return p == ATTN_PRECISION_BF16 ? attn__bf16_name() : attn__gemm_name();

@@ -84,15 +84,14 @@ void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
 /* c[m, n] = alpha * a[m, k] b[n, k]^T: with the AVX-512 or AVX2 kernels in
  * use and n <= 16, k <= 256 by their tile (the packed path's bits), else by
  * cblas_sgemm. */
-void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
-                   const float *a, int64_t lda, const float *b, int64_t ldb,
-                   float *c, int64_t ldc);
+void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float *c,
+                   int64_t ldc);
 /* c[m, n] = a[m, k] b[k, n], plus c's old value when acc.  All > 0.  By
  * the AVX-512 kernels when in use, the AVX2 ones when in use and m * n * k
  * <= ATTN__GEMM_AVX2_MAX_WORK, else cblas_sgemm. */
-void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a,
-                   int64_t lda, const float *b, int64_t ldb, int acc, float *c,
-                   int64_t ldc);
+void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, int acc, float *c, int64_t ldc);
 /* "avx512", "avx2" or "blas". */
 const char *attn__gemm_name(void);
 /* Use "avx512" (returns 0 when the CPU lacks AVX-512F), "avx2" (0 without

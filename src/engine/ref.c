@@ -32,8 +32,7 @@ static int blocked(const ref_in *r, int64_t b, int64_t h, int64_t i,
   int64_t at = i + (r->Lk - r->Lq); /* the query's aligned key position */
   if (o->causal == ATTN_CAUSAL_BOTTOM_RIGHT && j > at) return 1;
   if (o->causal == ATTN_CAUSAL_TOP_LEFT && j > i) return 1;
-  if (o->has_window && o->window_left >= 0 && j < at - o->window_left)
-    return 1;
+  if (o->has_window && o->window_left >= 0 && j < at - o->window_left) return 1;
   if (o->has_window && o->window_right >= 0 && j > at + o->window_right)
     return 1;
   if (o->kpm.kind == ATTN_KPM_BOOL && o->kpm.pad[b * r->Lk + j]) return 1;
@@ -82,8 +81,8 @@ static void rotate(double *x, int64_t n0, int64_t L, int64_t D, int64_t p0,
 
 /* q [B*H][Lq][D] and k [B*Hkv][Lk][D] rotated as the options say. */
 static void rotate_qk(const attn_attend_opts *o, double *q, double *k,
-                      int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
-                      int64_t Lk, int64_t D) {
+                      int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
+                      int64_t D) {
   const attn_rotary *rot = &o->rotary;
   if (!rot->on) return;
   int64_t qoff = rot->has_query_offset ? rot->query_offset : Lk - Lq;
@@ -92,7 +91,9 @@ static void rotate_qk(const attn_attend_opts *o, double *q, double *k,
 }
 
 /* x rounded to bfloat16 (through float, as the engine holds it). */
-static double bf(double x) { return (double)attn__bf16_round((float)x); }
+static double bf(double x) {
+  return (double)attn__bf16_round((float)x);
+}
 
 static void bf_all(double *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = bf(x[i]);
@@ -104,7 +105,8 @@ static int is_bf16(const attn_attend_opts *o) {
 
 static attn_status ref_core(const ref_in *r, double *out, double *weights) {
   int64_t Lk = r->Lk, group = r->H / r->Hkv;
-  double scale = r->o->has_scale ? (double)r->o->scale : 1.0 / sqrt((double)r->Dk);
+  double scale =
+      r->o->has_scale ? (double)r->o->scale : 1.0 / sqrt((double)r->Dk);
   double *p = malloc((size_t)Lk * sizeof *p);
   if (!p) return ATTN_ENOMEM;
   if (weights && r->o->weights == ATTN_WEIGHTS_MEAN)
@@ -154,8 +156,8 @@ static attn_status ref_core(const ref_in *r, double *out, double *weights) {
 }
 
 /* Copy a float view [n0][n1][rows][cols] to a dense double array. */
-static double *densify(const attn_view *v, int64_t n0, int64_t n1,
-                       int64_t rows, int64_t cols) {
+static double *densify(const attn_view *v, int64_t n0, int64_t n1, int64_t rows,
+                       int64_t cols) {
   double *d = malloc((size_t)(n0 * n1 * rows * cols) * sizeof *d);
   if (!d) return NULL;
   for (int64_t a = 0; a < n0; a++)
@@ -216,8 +218,8 @@ static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
 }
 
 /* [B, L, heads*D] -> [B, heads, L, D] */
-static double *split_heads(const double *x, int64_t B, int64_t L,
-                           int64_t heads, int64_t D) {
+static double *split_heads(const double *x, int64_t B, int64_t L, int64_t heads,
+                           int64_t D) {
   double *y = malloc((size_t)(B * L * heads * D) * sizeof *y);
   if (!y) return NULL;
   for (int64_t b = 0; b < B; b++)

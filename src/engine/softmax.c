@@ -36,7 +36,7 @@
 #define ATTN_CLONES
 #endif
 
-#define LANES 16 /* one AVX-512 register of floats */
+#define LANES 16            /* one AVX-512 register of floats */
 #define EXP_LO (-87.33654f) /* below this, exp underflows float: return 0 */
 
 static inline float expf_poly(float x) {
@@ -61,7 +61,9 @@ static inline float expf_poly(float x) {
   return x < EXP_LO ? 0.0f : p * scale;
 }
 
-float attn__expf(float x) { return expf_poly(x); }
+float attn__expf(float x) {
+  return expf_poly(x);
+}
 
 static float max_scalar(const float *s, int64_t n) {
   float m = -INFINITY;
@@ -116,7 +118,9 @@ static inline float tanh_rational(float x) {
   return xc * p / q;
 }
 
-float attn__tanhf(float x) { return tanh_rational(x); }
+float attn__tanhf(float x) {
+  return tanh_rational(x);
+}
 
 static void softcap_scalar(float *s, int64_t n, float cap) {
   float inv = 1.0f / cap;
@@ -125,7 +129,7 @@ static void softcap_scalar(float *s, int64_t n, float cap) {
 
 #ifdef ATTN_X86
 __attribute__((target("avx512f"))) static float max_avx512(const float *s,
-                                                            int64_t n) {
+                                                           int64_t n) {
   __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
@@ -178,9 +182,9 @@ __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
       f = _mm512_add_ps(f, e);
     }
     a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
-    a1 = _mm512_add_pd(
-        a1, _mm512_cvtps_pd(_mm256_castpd_ps(
-                _mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))));
+    a1 =
+        _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                              _mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))));
   }
   double sum = 0.0;
   if (j < n) {
@@ -195,25 +199,26 @@ __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
 /* 16 lanes of tanh_rational times cap; max(lo, x) and min(hi, x) keep a
  * NaN x (they return their second operand when either is NaN). */
 __attribute__((target("avx512f"))) static void softcap_avx512(float *s,
-                                                             int64_t n,
-                                                             float cap) {
-  const __m512 hi = _mm512_set1_ps(TANH_CLAMP), lo = _mm512_set1_ps(-TANH_CLAMP);
+                                                              int64_t n,
+                                                              float cap) {
+  const __m512 hi = _mm512_set1_ps(TANH_CLAMP),
+               lo = _mm512_set1_ps(-TANH_CLAMP);
   const __m512 inv = _mm512_set1_ps(1.0f / cap), vc = _mm512_set1_ps(cap);
   for (int64_t j = 0; j < n; j += 16) {
-    __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF
-                              : (__mmask16)((1u << (n - j)) - 1);
+    __mmask16 k =
+        n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv);
     x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
     __m512 x2 = _mm512_mul_ps(x, x);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(TANH_P13), x2,
-                               _mm512_set1_ps(TANH_P11));
+    __m512 p =
+        _mm512_fmadd_ps(_mm512_set1_ps(TANH_P13), x2, _mm512_set1_ps(TANH_P11));
     p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P9));
     p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P7));
     p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P5));
     p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P3));
     p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(TANH_P1));
-    __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(TANH_Q6), x2,
-                               _mm512_set1_ps(TANH_Q4));
+    __m512 q =
+        _mm512_fmadd_ps(_mm512_set1_ps(TANH_Q6), x2, _mm512_set1_ps(TANH_Q4));
     q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(TANH_Q2));
     q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(TANH_Q0));
     __m512 t = _mm512_div_ps(_mm512_mul_ps(x, p), q);
@@ -240,9 +245,9 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(EXP_LO);
   __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   __m256 xc = _mm256_max_ps(lo, x); /* NaN stays NaN (max takes its 2nd) */
-  __m256 n = _mm256_round_ps(
-      _mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
   __m256 p = _mm256_set1_ps(1.3888889e-3f);
@@ -259,8 +264,8 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
 }
 
 __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
-                                                              int64_t n,
-                                                              float m) {
+                                                               int64_t n,
+                                                               float m) {
   const __m256 vm = _mm256_set1_ps(m);
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   int64_t j = 0;
@@ -279,24 +284,25 @@ __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
   return sum + ((t[0] + t[1]) + (t[2] + t[3]));
 }
 __attribute__((target("avx2,fma"))) static void softcap_avx2(float *s,
-                                                            int64_t n,
-                                                            float cap) {
-  const __m256 hi = _mm256_set1_ps(TANH_CLAMP), lo = _mm256_set1_ps(-TANH_CLAMP);
+                                                             int64_t n,
+                                                             float cap) {
+  const __m256 hi = _mm256_set1_ps(TANH_CLAMP),
+               lo = _mm256_set1_ps(-TANH_CLAMP);
   const __m256 inv = _mm256_set1_ps(1.0f / cap), vc = _mm256_set1_ps(cap);
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + j), inv);
     x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
     __m256 x2 = _mm256_mul_ps(x, x);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(TANH_P13), x2,
-                               _mm256_set1_ps(TANH_P11));
+    __m256 p =
+        _mm256_fmadd_ps(_mm256_set1_ps(TANH_P13), x2, _mm256_set1_ps(TANH_P11));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P9));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P7));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P5));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P3));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(TANH_P1));
-    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(TANH_Q6), x2,
-                               _mm256_set1_ps(TANH_Q4));
+    __m256 q =
+        _mm256_fmadd_ps(_mm256_set1_ps(TANH_Q6), x2, _mm256_set1_ps(TANH_Q4));
     q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(TANH_Q2));
     q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(TANH_Q0));
     __m256 t = _mm256_div_ps(_mm256_mul_ps(x, p), q);
@@ -351,7 +357,9 @@ int attn__set_kernel(const char *name) {
   return 0;
 }
 
-const char *attn__kernel_name(void) { return active->name; }
+const char *attn__kernel_name(void) {
+  return active->name;
+}
 
 ATTN_CLONES
 static void apply_masks(float *s, int64_t n, const float *add,

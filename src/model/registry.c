@@ -196,8 +196,7 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
     v[cnt++] = path;
   }
   if (s == ATTN_OK && errno != 0)
-    s = attn_diag_set(d, ATTN_EIO, "models dir '%s': %s", dir,
-                      strerror(errno));
+    s = attn_diag_set(d, ATTN_EIO, "models dir '%s': %s", dir, strerror(errno));
   closedir(dp);
   if (s != ATTN_OK) {
     free_list(v, cnt);
@@ -280,21 +279,26 @@ const attn_model *attn_registry_find(const attn_registry *r, const char *name,
   for (size_t i = 0; i < r->n; i++) {
     const attn_model *m = r->models[i];
     if (strcmp(m->name, name) == 0)
-      return !version || !version[0] || strcmp(version, m->version) == 0
-                 ? m
-                 : NULL;
+      return !version || !version[0] || strcmp(version, m->version) == 0 ? m
+                                                                         : NULL;
   }
   return NULL;
 }
 
-size_t attn_registry_count(const attn_registry *r) { return r ? r->n : 0; }
+size_t attn_registry_count(const attn_registry *r) {
+  return r ? r->n : 0;
+}
 
 const attn_model *attn_registry_at(const attn_registry *r, size_t i) {
   return r && i < r->n ? r->models[i] : NULL;
 }
 
-const char *attn_model_name(const attn_model *m) { return m->name; }
-const char *attn_model_version(const attn_model *m) { return m->version; }
+const char *attn_model_name(const attn_model *m) {
+  return m->name;
+}
+const char *attn_model_version(const attn_model *m) {
+  return m->version;
+}
 
 void attn_model_info_get(const attn_model *m, attn_model_info *info) {
   memset(info, 0, sizeof *info);

@@ -13,12 +13,12 @@
  *
  *   One more thread, the reaper, loops on attn_queue_pop_expired and calls
  *   expire for each job whose deadline passes while it waits in the queue;
- *   it leaves its loop when the queue is closed and empty.  It counts in `live` like
- *   a worker, so drain also waits for an expire call it is in.
+ *   it leaves its loop when the queue is closed and empty.  It counts in `live`
+ * like a worker, so drain also waits for an expire call it is in.
  *
  *   Start-up gate: the threads wait on the pool's cv until create has
- *   started all of them.  If one pthread_create fails, create opens the gate with
- *   "aborted"; the started workers exit without touching the queue, which is
+ *   started all of them.  If one pthread_create fails, create opens the gate
+ * with "aborted"; the started workers exit without touching the queue, which is
  *   the caller's and stays open.  on_worker_start runs only after the gate
  *   opens normally.
  *
@@ -75,7 +75,7 @@ struct attn_pool {
   struct worker *w; /* [nworkers + 1]: the workers, then the reaper */
 
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC; gate opened, live reached 0 */
+  pthread_cond_t cv;     /* CLOCK_MONOTONIC; gate opened, live reached 0 */
   enum pool_state state; /* under mu */
   int live;              /* under mu */
 
@@ -88,7 +88,9 @@ struct attn_pool {
 /* Test seam: worker index whose pthread_create is made to fail, or -1. */
 static atomic_int fail_thread_at = -1;
 
-void attn__pool_fail_thread_at(int nth) { atomic_store(&fail_thread_at, nth); }
+void attn__pool_fail_thread_at(int nth) {
+  atomic_store(&fail_thread_at, nth);
+}
 
 void attn_pool_default_opts(attn_pool_opts *o) {
   if (!o) return;
@@ -229,10 +231,9 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
     w->index = nstarted;
     err = nstarted == fail_at
               ? EAGAIN
-              : pthread_create(&w->tid, NULL,
-                               nstarted < p->nworkers ? worker_main
-                                                      : reaper_main,
-                               w);
+              : pthread_create(
+                    &w->tid, NULL,
+                    nstarted < p->nworkers ? worker_main : reaper_main, w);
     if (err != 0) break;
 #ifdef __linux__
     /* for top -H, ps -L and perf: attn-worker-N, attn-reaper (at most 15

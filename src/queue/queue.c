@@ -50,8 +50,8 @@
 struct attn_queue {
   pthread_mutex_t mu;
   pthread_cond_t nonempty;
-  pthread_cond_t expiry;  /* CLOCK_MONOTONIC; wakes the reaper */
-  uint64_t reaper_wake;   /* under mu; see DESIGN */
+  pthread_cond_t expiry; /* CLOCK_MONOTONIC; wakes the reaper */
+  uint64_t reaper_wake;  /* under mu; see DESIGN */
   attn_job *head, *tail; /* under mu */
   size_t count;          /* under mu */
   bool closed;           /* under mu; mirrored in closed_flag */

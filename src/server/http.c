@@ -98,7 +98,7 @@ typedef struct conn_ctx {
   int peer_closed; /* peer_gone() saw the client leave */
   int peer_eof;    /* a chunked body's socket is at its end (see below) */
   int suspended;
-  int answering; /* counted in inflight (see answering()) */
+  int answering;   /* counted in inflight (see answering()) */
   int must_close;  /* answer with Connection: close (see check_framing()) */
   atomic_int done; /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
@@ -203,9 +203,9 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     return MHD_NO;
   }
   resp->body = NULL;
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                          resp->content_type ? resp->content_type
-                                             : "application/json");
+  MHD_add_response_header(
+      r, MHD_HTTP_HEADER_CONTENT_TYPE,
+      resp->content_type ? resp->content_type : "application/json");
   if (resp->header_len) {
     snprintf(num, sizeof num, "%zu", resp->header_len);
     MHD_add_response_header(r, "Inference-Header-Content-Length", num);
@@ -226,8 +226,7 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   cx->status = resp->status;
   cx->bytes_out = resp->len;
-  enum MHD_Result ret =
-      MHD_queue_response(cx->conn, (unsigned)resp->status, r);
+  enum MHD_Result ret = MHD_queue_response(cx->conn, (unsigned)resp->status, r);
   MHD_destroy_response(r);
   return ret;
 }
@@ -662,8 +661,8 @@ static const char *closed_reason(enum MHD_RequestTerminationCode toe) {
   }
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn,
-                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
   attn_server *s = cls;
   conn_ctx *cx = *con_cls;
   if (!cx) return;
@@ -771,12 +770,11 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   unsigned pool = cfg->http_threads > 1 ? (unsigned)cfg->http_threads : 0;
   s->daemon = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-      mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+      NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)cfg->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
       (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);
@@ -795,7 +793,9 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   return ATTN_OK;
 }
 
-int attn_server_port(const attn_server *s) { return s->port; }
+int attn_server_port(const attn_server *s) {
+  return s->port;
+}
 
 void attn_server_set_unready(attn_server *s) {
   atomic_store(&s->ctx.unready, true);
@@ -807,8 +807,8 @@ void attn_server_begin_drain(attn_server *s) {
 }
 
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {
-  uint64_t end = attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) *
-                                     1000000u;
+  uint64_t end =
+      attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
   while (atomic_load(&s->inflight) > 0) {
     if (attn_now_ns() >= end) return ATTN_ETIMEDOUT;
     struct timespec ts = {0, 5 * 1000 * 1000};

@@ -59,8 +59,9 @@ int attn__encoding_parse(const char *ce, attn_encoding *out) {
 }
 
 const char *attn__encoding_name(attn_encoding e) {
-  return e == ATTN_ENC_GZIP ? "gzip" : e == ATTN_ENC_DEFLATE ? "deflate"
-                                                             : "identity";
+  return e == ATTN_ENC_GZIP      ? "gzip"
+         : e == ATTN_ENC_DEFLATE ? "deflate"
+                                 : "identity";
 }
 
 /* A new 64-byte aligned block of pad + cap bytes holding the first keep

@@ -44,7 +44,7 @@ static inline void attn__copy_str(char *dst, size_t cap, const char *src) {
 
 typedef struct attn_http_req {
   const char *method;
-  const char *path; /* without the query string */
+  const char *path;             /* without the query string */
   const char *content_type;     /* NULL when absent */
   const char *content_encoding; /* NULL when absent */
   /* Inference-Header-Content-Length as sent (NULL when absent; messages
@@ -57,10 +57,10 @@ typedef struct attn_http_req {
    * binary blobs after a header_len-byte JSON header lie on cache lines;
    * an inflated body is laid out the same way. */
   size_t pad;
-  const char *request_id;       /* X-Request-Id, or "req-N" */
-  const char *accept;           /* Accept (web.c: GET / negotiates) */
-  const char *if_none_match;    /* If-None-Match (web.c: 304) */
-  const char *body;             /* borrowed; freed when the job completes */
+  const char *request_id;    /* X-Request-Id, or "req-N" */
+  const char *accept;        /* Accept (web.c: GET / negotiates) */
+  const char *if_none_match; /* If-None-Match (web.c: 304) */
+  const char *body;          /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
 } attn_http_req;
@@ -70,9 +70,9 @@ typedef struct attn_http_resp {
   const char *content_type; /* static string */
   char *body;               /* malloc'd; ownership passes to http.c */
   size_t len;
-  size_t header_len;        /* >0: Inference-Header-Content-Length */
-  const char *allow;        /* 405: Allow header */
-  int retry_after_s;        /* >0: Retry-After header */
+  size_t header_len; /* >0: Inference-Header-Content-Length */
+  const char *allow; /* 405: Allow header */
+  int retry_after_s; /* >0: Retry-After header */
   /* More headers as name, value pairs of static strings, up to the first
    * NULL name (web.c: ETag, Cache-Control, Content-Security-Policy...). */
   const char *headers[16];
@@ -86,7 +86,7 @@ typedef struct attn_srv_ctx {
   const attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
-  int ncpu; /* CPUs attnd may use (auto engine threads) */
+  int ncpu;             /* CPUs attnd may use (auto engine threads) */
   atomic_bool unready;  /* readiness 503, all else served */
   atomic_bool draining; /* readiness 503, new inference refused */
   atomic_uint_fast64_t next_id;
@@ -147,8 +147,7 @@ void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...)
 #endif
     ;
 /* The error s (d's message, else attn_strerror) with its HTTP status. */
-void attn__resp_status(attn_http_resp *resp, attn_status s,
-                       const attn_diag *d);
+void attn__resp_status(attn_http_resp *resp, attn_status s, const attn_diag *d);
 /* HTTP status for an engine/codec/model status. */
 int attn__http_status(attn_status s);
 
@@ -167,9 +166,8 @@ const char *attn__encoding_name(attn_encoding e);
  * *len bytes.  Errors: ATTN_ETOOBIG (more than max bytes), ATTN_EPARSE
  * (corrupt or truncated stream, bytes after it), ATTN_ENOMEM; nothing is
  * left allocated then.  Any thread; meant for workers. */
-attn_status attn__inflate(const char *in, size_t n, attn_encoding e,
-                          size_t max, size_t pad, char **mem, size_t *len,
-                          attn_diag *d);
+attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
+                          size_t pad, char **mem, size_t *len, attn_diag *d);
 
 /* peers.c: closes connections whose client left between requests without
  * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per
@@ -179,8 +177,7 @@ typedef struct attn_peer attn_peer;
 /* A registry, with a sweeper thread that calls attn__peers_sweep every
  * interval_ms (none when interval_ms <= 0: tests sweep by hand).  On
  * error *out is NULL and nothing is left.  Main thread. */
-attn_status attn__peers_create(int interval_ms, attn_peers **out,
-                               attn_diag *d);
+attn_status attn__peers_create(int interval_ms, attn_peers **out, attn_diag *d);
 /* Stops the sweeper and frees all; NULL is a no-op.  After the daemon
  * has stopped.  Main thread. */
 void attn__peers_destroy(attn_peers *p);

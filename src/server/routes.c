@@ -129,17 +129,23 @@ static void model_metadata(const attn_model *m, attn_http_resp *resp) {
   if (ni > ATTN_MAX_INPUTS) ni = ATTN_MAX_INPUTS;
   if (no > ATTN_MAX_OUTPUTS) no = ATTN_MAX_OUTPUTS;
   for (size_t i = 0; i < ni; i++) {
-    mi[i] = (attn_tensor_meta){in[i].name, attn_dtype_name(in[i].datatype),
-                               in[i].rank, {0}, in[i].optional};
+    mi[i] = (attn_tensor_meta){in[i].name,
+                               attn_dtype_name(in[i].datatype),
+                               in[i].rank,
+                               {0},
+                               in[i].optional};
     memcpy(mi[i].shape, in[i].shape, sizeof mi[i].shape);
   }
   for (size_t i = 0; i < no; i++) {
-    mo[i] = (attn_tensor_meta){out[i].name, attn_dtype_name(out[i].datatype),
-                               out[i].rank, {0}, out[i].optional};
+    mo[i] = (attn_tensor_meta){out[i].name,
+                               attn_dtype_name(out[i].datatype),
+                               out[i].rank,
+                               {0},
+                               out[i].optional};
     memcpy(mo[i].shape, out[i].shape, sizeof mo[i].shape);
   }
-  attn_model_meta meta = {attn_model_name(m), &ver, 1, "attnd_attention",
-                          mi, ni, mo, no};
+  attn_model_meta meta = {
+      attn_model_name(m), &ver, 1, "attnd_attention", mi, ni, mo, no};
   attn_buf b;
   attn_buf_init(&b, 0);
   if (attn_v2_encode_model_metadata(&b, &meta) != ATTN_OK) {
