@@ -11,17 +11,20 @@
  *    request-level parameters pass through to the model.  "model_name" and
  *    "model_version" are accepted at the top level (Triton's own examples
  *    send them) and returned for the server to check against the URL.
- *  - Two passes over the inputs.  Pass 1 reads every input's name, datatype,
- *    shape and parameters, checks the element count against the limits
- *    (overflow-safe) and lays out the binary blobs: each input with
- *    binary_data_size takes that many bytes, in input order, right after the
- *    JSON header, and together they must fill the body exactly.  Nothing is
- *    allocated for tensor data until pass 1 has accepted the whole request.
- *    Pass 2 allocates each tensor and converts: JSON data (flat, or nested
- *    matching the shape at every level) or little-endian binary.  Float types
- *    become FP32 (wire_dtype keeps the sent type), BOOL one byte 0/1, INT32
- *    and INT64 stay.  Request bytes are never borrowed: blobs after an
- *    arbitrary-length header are unaligned.
+ *  - Two passes over the inputs.  Pass 1 (scan_inputs, scan_input) reads
+ *    every input's name, datatype, shape and parameters, checks the element
+ *    count against the limits (overflow-safe) and lays out the binary blobs:
+ *    each input with binary_data_size takes that many bytes, in input order,
+ *    right after the JSON header, and together they must fill the body
+ *    exactly.  Nothing is allocated for tensor data until pass 1 has
+ *    accepted the whole request.  Pass 2 (build_inputs) allocates each
+ *    tensor and converts: JSON data (flat, or nested matching the shape at
+ *    every level) or little-endian binary.  Float types become FP32
+ *    (wire_dtype keeps the sent type), BOOL one byte 0/1, INT32 and INT64
+ *    stay.  An FP32, INT32 or INT64 blob aligned for its type is borrowed
+ *    where it lies (build_input; the tensor does not own it), on
+ *    little-endian hosts; the others are copied (a blob after an
+ *    arbitrary-length header is often unaligned).
  *  - Any failure frees the partially built request; *out ends zeroed.
  *  - Encoding writes JSON straight into an attn_buf; floats go through
  *    attn_f32_append (shortest round-trip text).  Binary outputs follow the
@@ -306,33 +309,41 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
 
 /* ---- decoding: pass 1, one input's metadata ----------------------------- */
 
-static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
-                              size_t header_len, size_t len, size_t *off,
-                              const attn_codec_limits *lim, in_desc *o,
+/* The members of one input object, each given at most once. */
+typedef struct in_keys {
+  const cJSON *name, *shape, *dtype, *data, *params;
+} in_keys;
+
+static attn_status input_keys(const cJSON *in, size_t i, in_keys *k,
                               attn_diag *d) {
-  const cJSON *name = NULL, *shape = NULL, *dtype = NULL, *data = NULL,
-              *params = NULL, *c, *bds = NULL;
-  char sh[160];
-  memset(o, 0, sizeof *o);
+  const cJSON *c;
+  memset(k, 0, sizeof *k);
   if (!cJSON_IsObject(in))
     return where_err(d, ATTN_EINVAL, "inputs", i, NULL,
                      "expected an object, got %s", attn_json_kind(in));
   cJSON_ArrayForEach(c, in) {
-    const char *k = c->string;
-    const cJSON **slot = strcmp(k, "name") == 0         ? &name
-                         : strcmp(k, "shape") == 0      ? &shape
-                         : strcmp(k, "datatype") == 0   ? &dtype
-                         : strcmp(k, "data") == 0       ? &data
-                         : strcmp(k, "parameters") == 0 ? &params
-                                                        : NULL;
+    const char *key = c->string;
+    const cJSON **slot = strcmp(key, "name") == 0         ? &k->name
+                         : strcmp(key, "shape") == 0      ? &k->shape
+                         : strcmp(key, "datatype") == 0   ? &k->dtype
+                         : strcmp(key, "data") == 0       ? &k->data
+                         : strcmp(key, "parameters") == 0 ? &k->params
+                                                          : NULL;
     if (!slot)
       return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "unknown key '%.64s'",
-                       k);
+                       key);
     if (*slot)
       return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "duplicate key '%s'",
-                       k);
+                       key);
     *slot = c;
   }
+  return ATTN_OK;
+}
+
+/* o->name: a string of 1..ATTN_MAX_NAME_LEN bytes that no earlier input
+ * (prev[0..i)) has. */
+static attn_status input_name(const cJSON *name, size_t i, const in_desc *prev,
+                              in_desc *o, attn_diag *d) {
   if (!name)
     return where_err(d, ATTN_EINVAL, "inputs", i, NULL, "missing 'name'");
   if (!cJSON_IsString(name) || !name->valuestring[0] ||
@@ -345,8 +356,13 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
     if (strcmp(prev[j].name, nm) == 0)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                        "duplicate name (also inputs[%zu])", j);
+  return ATTN_OK;
+}
 
-  /* datatype */
+/* o->dt from 'datatype'. */
+static attn_status input_dtype(const cJSON *dtype, size_t i, in_desc *o,
+                               attn_diag *d) {
+  const char *nm = o->name;
   if (!dtype)
     return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'datatype'");
   if (!cJSON_IsString(dtype))
@@ -362,8 +378,16 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                      "BOOL, INT32 or INT64)",
                      known ? "unsupported" : "unknown", dtype->valuestring);
   }
+  return ATTN_OK;
+}
 
-  /* shape */
+/* o->rank, o->shape and o->numel from 'shape', within the element limit. */
+static attn_status input_shape(const cJSON *shape, size_t i,
+                               const attn_codec_limits *lim, in_desc *o,
+                               attn_diag *d) {
+  const char *nm = o->name;
+  const cJSON *c;
+  char sh[160];
   if (!shape)
     return where_err(d, ATTN_EINVAL, "inputs", i, nm, "missing 'shape'");
   if (!cJSON_IsArray(shape))
@@ -395,67 +419,81 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                      "shape %s has %zu elements, above the limit of %zu",
                      attn_shape_format(sh, sizeof sh, o->rank, o->shape),
                      o->numel, lim->max_tensor_elements);
+  return ATTN_OK;
+}
 
-  /* parameters */
-  if (params) {
-    if (!cJSON_IsObject(params))
+/* The input's 'parameters': *bds is its binary_data_size, or NULL. */
+static attn_status input_params(const cJSON *params, size_t i, const char *nm,
+                                const cJSON **bds, attn_diag *d) {
+  const cJSON *c;
+  *bds = NULL;
+  if (!params) return ATTN_OK;
+  if (!cJSON_IsObject(params))
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "'parameters' must be an object, got %s",
+                     attn_json_kind(params));
+  cJSON_ArrayForEach(c, params) {
+    if (strcmp(c->string, "binary_data_size") != 0)
       return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "'parameters' must be an object, got %s",
-                       attn_json_kind(params));
-    cJSON_ArrayForEach(c, params) {
-      if (strcmp(c->string, "binary_data_size") != 0)
-        return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                         "unknown parameter '%.64s' (only binary_data_size is "
-                         "known)",
-                         c->string);
-      if (bds)
-        return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                         "duplicate parameter 'binary_data_size'");
-      bds = c;
-    }
+                       "unknown parameter '%.64s' (only binary_data_size is "
+                       "known)",
+                       c->string);
+    if (*bds)
+      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                       "duplicate parameter 'binary_data_size'");
+    *bds = c;
   }
+  return ATTN_OK;
+}
 
-  size_t esize = attn_dtype_size(o->dt), bytes;
-  if (!attn_size_mul(o->numel, esize, &bytes))
-    return where_err(d, ATTN_ETOOBIG, "inputs", i, nm,
-                     "shape %s is too large in bytes",
+/* A binary input of `bytes` bytes (binary_data_size bds): its blob is laid
+ * out at *off, which moves past it. */
+static attn_status input_blob(const cJSON *bds, const cJSON *data, size_t i,
+                              size_t bytes, size_t header_len, size_t len,
+                              size_t *off, in_desc *o, attn_diag *d) {
+  const char *nm = o->name;
+  size_t esize = attn_dtype_size(o->dt);
+  int64_t n;
+  char sh[160];
+  if (!json_int(bds, 0, JSON_INT_MAX, &n))
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "binary_data_size must be a non-negative integer "
+                     "(%s)",
+                     why_not_count(bds));
+  if (header_len == 0)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "binary_data_size given but the request has no "
+                     "Inference-Header-Content-Length header");
+  if (data)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "both 'data' and binary_data_size given");
+  if ((uint64_t)n != bytes) {
+    char f[160];
+    size_t k = (size_t)snprintf(f, sizeof f, "%zu", esize);
+    for (int r = 0; r < o->rank && k < sizeof f; r++)
+      k += (size_t)snprintf(f + k, sizeof f - k, "*%lld",
+                            (long long)o->shape[r]);
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "binary_data_size %lld != %s = %zu (%s %s)", (long long)n,
+                     f, bytes, attn_dtype_name(o->dt),
                      attn_shape_format(sh, sizeof sh, o->rank, o->shape));
-  if (bds) {
-    int64_t n;
-    if (!json_int(bds, 0, JSON_INT_MAX, &n))
-      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "binary_data_size must be a non-negative integer "
-                       "(%s)",
-                       why_not_count(bds));
-    if (header_len == 0)
-      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "binary_data_size given but the request has no "
-                       "Inference-Header-Content-Length header");
-    if (data)
-      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "both 'data' and binary_data_size given");
-    if ((uint64_t)n != bytes) {
-      char f[160];
-      size_t k = (size_t)snprintf(f, sizeof f, "%zu", esize);
-      for (int r = 0; r < o->rank && k < sizeof f; r++)
-        k += (size_t)snprintf(f + k, sizeof f - k, "*%lld",
-                              (long long)o->shape[r]);
-      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "binary_data_size %lld != %s = %zu (%s %s)",
-                       (long long)n, f, bytes, attn_dtype_name(o->dt),
-                       attn_shape_format(sh, sizeof sh, o->rank, o->shape));
-    }
-    if (bytes > len - *off)
-      return where_err(d, ATTN_EINVAL, "inputs", i, nm,
-                       "binary data of %zu bytes at offset %zu runs past the "
-                       "end of the body (%zu bytes)",
-                       bytes, *off, len);
-    o->binary = true;
-    o->bin_off = *off;
-    o->bin_size = bytes;
-    *off += bytes;
-    return ATTN_OK;
   }
+  if (bytes > len - *off)
+    return where_err(d, ATTN_EINVAL, "inputs", i, nm,
+                     "binary data of %zu bytes at offset %zu runs past the "
+                     "end of the body (%zu bytes)",
+                     bytes, *off, len);
+  o->binary = true;
+  o->bin_off = *off;
+  o->bin_size = bytes;
+  *off += bytes;
+  return ATTN_OK;
+}
+
+/* A JSON input: 'data' is an array, of a dtype JSON numbers can carry. */
+static attn_status input_data(const cJSON *data, size_t i, in_desc *o,
+                              attn_diag *d) {
+  const char *nm = o->name;
   if (!data)
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                      "missing 'data' (or parameters.binary_data_size)");
@@ -469,6 +507,32 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
                      "'data' must be an array, got %s", attn_json_kind(data));
   o->data = data;
   return ATTN_OK;
+}
+
+/* Input i: keys, name, datatype, shape, parameters, then where its data is
+ * (a blob at *off, or JSON).  prev holds inputs 0..i-1. */
+static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
+                              size_t header_len, size_t len, size_t *off,
+                              const attn_codec_limits *lim, in_desc *o,
+                              attn_diag *d) {
+  in_keys k;
+  const cJSON *bds;
+  attn_status s;
+  char sh[160];
+  memset(o, 0, sizeof *o);
+  if ((s = input_keys(in, i, &k, d)) ||
+      (s = input_name(k.name, i, prev, o, d)) ||
+      (s = input_dtype(k.dtype, i, o, d)) ||
+      (s = input_shape(k.shape, i, lim, o, d)) ||
+      (s = input_params(k.params, i, o->name, &bds, d)))
+    return s;
+  size_t bytes;
+  if (!attn_size_mul(o->numel, attn_dtype_size(o->dt), &bytes))
+    return where_err(d, ATTN_ETOOBIG, "inputs", i, o->name,
+                     "shape %s is too large in bytes",
+                     attn_shape_format(sh, sizeof sh, o->rank, o->shape));
+  if (bds) return input_blob(bds, k.data, i, bytes, header_len, len, off, o, d);
+  return input_data(k.data, i, o, d);
 }
 
 /* ---- decoding: pass 2, tensor data -------------------------------------- */
@@ -746,88 +810,112 @@ static attn_status build_input(const in_desc *in, size_t i, const char *body,
 
 /* ---- decoding: entry point ---------------------------------------------- */
 
-static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
-                             size_t header_len, const attn_codec_limits *lim,
-                             attn_infer_request *out, attn_diag *d) {
-  const cJSON *id = NULL, *inputs = NULL, *outputs = NULL, *params = NULL,
-              *mname = NULL, *mver = NULL, *c;
-  attn_status s;
+/* The members of the request object, each given at most once. */
+typedef struct req_keys {
+  const cJSON *id, *inputs, *outputs, *params, *mname, *mver;
+} req_keys;
+
+static attn_status request_keys(const cJSON *root, req_keys *k, attn_diag *d) {
+  const cJSON *c;
+  memset(k, 0, sizeof *k);
   if (!cJSON_IsObject(root))
     return attn_diag_set(d, ATTN_EINVAL,
                          "request must be a JSON object, got %s",
                          attn_json_kind(root));
   cJSON_ArrayForEach(c, root) {
-    const char *k = c->string;
-    const cJSON **slot = strcmp(k, "id") == 0              ? &id
-                         : strcmp(k, "inputs") == 0        ? &inputs
-                         : strcmp(k, "outputs") == 0       ? &outputs
-                         : strcmp(k, "parameters") == 0    ? &params
-                         : strcmp(k, "model_name") == 0    ? &mname
-                         : strcmp(k, "model_version") == 0 ? &mver
-                                                           : NULL;
+    const char *key = c->string;
+    const cJSON **slot = strcmp(key, "id") == 0              ? &k->id
+                         : strcmp(key, "inputs") == 0        ? &k->inputs
+                         : strcmp(key, "outputs") == 0       ? &k->outputs
+                         : strcmp(key, "parameters") == 0    ? &k->params
+                         : strcmp(key, "model_name") == 0    ? &k->mname
+                         : strcmp(key, "model_version") == 0 ? &k->mver
+                                                             : NULL;
     if (!slot)
       return attn_diag_set(d, ATTN_EINVAL,
                            "request: unknown key '%.64s' (known: id, inputs, "
                            "outputs, parameters, model_name, model_version)",
-                           k);
+                           key);
     if (*slot)
-      return attn_diag_set(d, ATTN_EINVAL, "request: duplicate key '%s'", k);
+      return attn_diag_set(d, ATTN_EINVAL, "request: duplicate key '%s'", key);
     *slot = c;
   }
-  if (id && (s = parse_id(id, "id", ATTN_MAX_ID_LEN, &out->id, d))) return s;
-  if (mname &&
-      (s = parse_id(mname, "model_name", ATTN_MAX_NAME_LEN, &out->model, d)))
-    return s;
-  if (mver && (s = parse_id(mver, "model_version", ATTN_MAX_NAME_LEN,
-                            &out->version, d)))
-    return s;
-  if (params && (s = parse_req_params(params, out, d))) return s;
-  if (outputs && (s = parse_outputs(outputs, out, d))) return s;
+  return ATTN_OK;
+}
 
-  if (!inputs)
+/* Pass 1 over the array `inputs` into desc[]: every input's metadata, and
+ * the blobs laid out after the header_len-byte JSON header, which together
+ * must fill the body (len bytes) exactly. */
+static attn_status scan_inputs(const cJSON *inputs, size_t header_len,
+                               size_t len, const attn_codec_limits *lim,
+                               in_desc *desc, attn_diag *d) {
+  const cJSON *c;
+  size_t i = 0, off = header_len, last_bin = SIZE_MAX;
+  cJSON_ArrayForEach(c, inputs) {
+    attn_status s =
+        scan_input(c, i, desc, header_len, len, &off, lim, &desc[i], d);
+    if (s != ATTN_OK) return s;
+    if (desc[i].binary) last_bin = i;
+    i++;
+  }
+  if (header_len == 0 || off == len) return ATTN_OK;
+  if (last_bin == SIZE_MAX)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%zu bytes follow the %zu-byte JSON header but no "
+                         "input has parameters.binary_data_size",
+                         len - off, header_len);
+  return where_err(d, ATTN_EINVAL, "inputs", last_bin, desc[last_bin].name,
+                   "%zu trailing bytes after this input's binary data "
+                   "(body is %zu bytes, binary data ends at %zu)",
+                   len - off, len, off);
+}
+
+/* Pass 2: out->inputs, the n tensors of desc[] allocated and filled. */
+static attn_status build_inputs(const in_desc *desc, size_t n, const char *body,
+                                attn_infer_request *out, attn_diag *d) {
+  out->inputs = calloc(n ? n : 1, sizeof *out->inputs);
+  if (!out->inputs) return ATTN_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    out->n_inputs = i + 1; /* so that a failure frees this one too */
+    attn_status s = build_input(&desc[i], i, body, &out->inputs[i], d);
+    if (s != ATTN_OK) return s;
+  }
+  return ATTN_OK;
+}
+
+/* The request object: its keys, the request-level fields, then the inputs
+ * in two passes (the file's design). */
+static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
+                             size_t header_len, const attn_codec_limits *lim,
+                             attn_infer_request *out, attn_diag *d) {
+  req_keys k;
+  attn_status s;
+  if ((s = request_keys(root, &k, d))) return s;
+  if (k.id && (s = parse_id(k.id, "id", ATTN_MAX_ID_LEN, &out->id, d)))
+    return s;
+  if (k.mname &&
+      (s = parse_id(k.mname, "model_name", ATTN_MAX_NAME_LEN, &out->model, d)))
+    return s;
+  if (k.mver && (s = parse_id(k.mver, "model_version", ATTN_MAX_NAME_LEN,
+                              &out->version, d)))
+    return s;
+  if (k.params && (s = parse_req_params(k.params, out, d))) return s;
+  if (k.outputs && (s = parse_outputs(k.outputs, out, d))) return s;
+
+  if (!k.inputs)
     return attn_diag_set(d, ATTN_EINVAL, "request: missing 'inputs'");
-  if (!cJSON_IsArray(inputs))
+  if (!cJSON_IsArray(k.inputs))
     return attn_diag_set(d, ATTN_EINVAL, "'inputs' must be an array, got %s",
-                         attn_json_kind(inputs));
-  size_t n = (size_t)cJSON_GetArraySize(inputs), i = 0;
+                         attn_json_kind(k.inputs));
+  size_t n = (size_t)cJSON_GetArraySize(k.inputs);
   if (n > lim->max_inputs)
     return attn_diag_set(d, ATTN_ETOOBIG,
                          "inputs: %zu tensors, above the limit of %zu", n,
                          lim->max_inputs);
   in_desc *desc = calloc(n ? n : 1, sizeof *desc);
   if (!desc) return ATTN_ENOMEM;
-  size_t off = header_len, last_bin = SIZE_MAX;
-  s = ATTN_OK;
-  cJSON_ArrayForEach(c, inputs) { /* pass 1: metadata and layout */
-    s = scan_input(c, i, desc, header_len, len, &off, lim, &desc[i], d);
-    if (s != ATTN_OK) goto done;
-    if (desc[i].binary) last_bin = i;
-    i++;
-  }
-  if (header_len > 0 && off != len) {
-    if (last_bin == SIZE_MAX)
-      s = attn_diag_set(d, ATTN_EINVAL,
-                        "%zu bytes follow the %zu-byte JSON header but no "
-                        "input has parameters.binary_data_size",
-                        len - off, header_len);
-    else
-      s = where_err(d, ATTN_EINVAL, "inputs", last_bin, desc[last_bin].name,
-                    "%zu trailing bytes after this input's binary data "
-                    "(body is %zu bytes, binary data ends at %zu)",
-                    len - off, len, off);
-    goto done;
-  }
-  out->inputs = calloc(n ? n : 1, sizeof *out->inputs);
-  if (!out->inputs) {
-    s = ATTN_ENOMEM;
-    goto done;
-  }
-  for (i = 0; i < n; i++) { /* pass 2: data */
-    out->n_inputs = i + 1;  /* so that a failure frees this one too */
-    s = build_input(&desc[i], i, body, &out->inputs[i], d);
-    if (s != ATTN_OK) goto done;
-  }
-done:
+  s = scan_inputs(k.inputs, header_len, len, lim, desc, d);
+  if (s == ATTN_OK) s = build_inputs(desc, n, body, out, d);
   free(desc);
   return s;
 }
