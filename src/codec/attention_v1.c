@@ -18,8 +18,13 @@
  *      "weights" -> "mha": tensors as sent plus w_q..w_o and b_q..b_o;
  *      "model" -> that resident model: tensors as sent.
  *    attn_v1_info records what was done so attn_v1_encode can undo it: the
- *    sdpa answer [.., H, Lq, Dv] is written as [.., Lq, H*Dv] by reading with
- *    strides, without a transposed copy.
+ *    sdpa answer [.., H, Lq, Dv] is written as [.., Lq, H*Dv] (output_layout),
+ *    each row of H*Dv numbers one list; with H > 1 the heads are first
+ *    gathered side by side into one copy (gather_heads: a list per head and
+ *    row printed 3x slower).
+ *  - Decoding in stages: the keys (match_keys), the cheap checks of the
+ *    fields that are not tensors (check_options), the tensors
+ *    (parse_tensors), then the request (add_inputs, add_options).
  *  - Unknown fields are errors with a "did you mean" (edit distance <= 2).
  *  - Any failure frees everything decoded so far; *out ends zeroed.
  *
@@ -490,11 +495,33 @@ static attn_status check_bool(const cJSON *it, const char *name, attn_diag *d) {
                        name, attn_json_kind(it));
 }
 
-static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
-                                const attn_codec_limits *lim, attn_diag *d) {
+/* 'model': a resident model's name, not with 'weights', not a built-in. */
+static attn_status check_model(const cJSON *const *f, attn_diag *d) {
+  const cJSON *m = f[K_MODEL];
+  if (!cJSON_IsString(m) || !m->valuestring[0] ||
+      strlen(m->valuestring) > ATTN_MAX_NAME_LEN)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'model' must be a model name (1..%d bytes), got %s",
+                         ATTN_MAX_NAME_LEN, attn_json_kind(m));
+  if (f[K_WEIGHTS])
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "give either 'model' (a resident model) or "
+                         "'weights', not both");
+  if (strcmp(m->valuestring, "sdpa") == 0 || strcmp(m->valuestring, "mha") == 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'model': '%s' is chosen automatically (omit "
+                         "'model'%s)",
+                         m->valuestring,
+                         m->valuestring[0] == 'm' ? " and send 'weights'" : "");
+  return ATTN_OK;
+}
+
+/* The cheap checks, before any tensor is parsed: the fields that are not
+ * tensors, which fields need which, and the keys of 'weights' (their
+ * members into wf). */
+static attn_status check_options(const cJSON *const *f, const cJSON **wf,
+                                 attn_diag *d) {
   attn_status s;
-  const cJSON *wf[N_WEIGHTS] = {0};
-  /* cheap checks first */
   if (f[K_NUM_HEADS]) {
     double x = cJSON_IsNumber(f[K_NUM_HEADS]) ? f[K_NUM_HEADS]->valuedouble : 0;
     if (!(x >= 1 && x <= 65536) || x != floor(x)) {
@@ -517,26 +544,7 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
     return attn_diag_set(d, ATTN_EINVAL,
                          "'scale' must be a finite number, got %s",
                          attn_json_kind(f[K_SCALE]));
-  if (f[K_MODEL]) {
-    const cJSON *m = f[K_MODEL];
-    if (!cJSON_IsString(m) || !m->valuestring[0] ||
-        strlen(m->valuestring) > ATTN_MAX_NAME_LEN)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "'model' must be a model name (1..%d bytes), got %s",
-                           ATTN_MAX_NAME_LEN, attn_json_kind(m));
-    if (f[K_WEIGHTS])
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "give either 'model' (a resident model) or "
-                           "'weights', not both");
-    if (strcmp(m->valuestring, "sdpa") == 0 ||
-        strcmp(m->valuestring, "mha") == 0)
-      return attn_diag_set(
-          d, ATTN_EINVAL,
-          "'model': '%s' is chosen automatically (omit "
-          "'model'%s)",
-          m->valuestring,
-          m->valuestring[0] == 'm' ? " and send 'weights'" : "");
-  }
+  if (f[K_MODEL] && (s = check_model(f, d))) return s;
   if (f[K_TOKENS] && !cJSON_IsArray(f[K_TOKENS]))
     return attn_diag_set(d, ATTN_EINVAL, "'tokens' must be an array, got %s",
                          attn_json_kind(f[K_TOKENS]));
@@ -560,8 +568,15 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
         return attn_diag_set(d, ATTN_EINVAL, "weights: missing '%s'",
                              weight_names[i]);
   }
+  return ATTN_OK;
+}
 
-  /* tensors */
+/* The tensors into *t, each of a rank its layout allows (wf: the members
+ * of 'weights'), then the token labels against them. */
+static attn_status parse_tensors(const cJSON *const *f, const cJSON *const *wf,
+                                 v1_tensors *t, const attn_codec_limits *lim,
+                                 attn_diag *d) {
+  attn_status s;
   if ((s = parse_nested(f[K_QUERY], "query", LEAF_NUM, lim, &t->q, d)) ||
       (s = want_rank(&t->q, "query", 2, 3, "[Lq,D] or [B,Lq,D]", d)))
     return s;
@@ -610,6 +625,87 @@ static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
   return ATTN_OK;
 }
 
+/* The fields of the body (f, by K_*): cheap checks first, then the
+ * tensors. */
+static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
+                                const attn_codec_limits *lim, attn_diag *d) {
+  const cJSON *wf[N_WEIGHTS] = {0};
+  attn_status s = check_options(f, wf, d);
+  return s ? s : parse_tensors(f, wf, t, lim, d);
+}
+
+/* The input tensors request `map` makes of t. */
+static size_t count_inputs(attn_v1_mapping map, const v1_tensors *t) {
+  size_t n_in = 1 + (t->mask.data != NULL) + (t->kpm.data != NULL);
+  if (map == ATTN_V1_SDPA)
+    n_in += 2;
+  else
+    n_in += (t->k.data != NULL) + (t->v.data != NULL);
+  for (int i = 0; i < N_WEIGHTS; i++) n_in += t->w[i].data != NULL;
+  return n_in;
+}
+
+/* t's tensors move into out's inputs: for sdpa, query, key and value cut
+ * into H heads (self-attention's key a view of the query, a missing value
+ * one of the key); for the others, as sent; then the masks. */
+static attn_status add_inputs(attn_v1_mapping map, int64_t H, v1_tensors *t,
+                              attn_infer_request *out, attn_diag *d) {
+  attn_status s;
+  if (map == ATTN_V1_SDPA) {
+    attn_tensor q, k, v;
+    bool self = !t->k.data, has_v = t->v.data != NULL;
+    if ((s = split_heads(&t->q, H, "query", &q, d))) return s;
+    s = add_input(out, "query", &q);
+    if (s == ATTN_OK && !self) s = split_heads(&t->k, H, "key", &k, d);
+    if (s == ATTN_OK && self) alias_tensor(&out->inputs[0].tensor, &k);
+    if (s == ATTN_OK) s = add_input(out, "key", &k);
+    if (s == ATTN_OK && has_v) s = split_heads(&t->v, H, "value", &v, d);
+    if (s == ATTN_OK && !has_v) /* value defaults to key */
+      alias_tensor(&out->inputs[1].tensor, &v);
+    if (s == ATTN_OK) s = add_input(out, "value", &v);
+    if (s) return s;
+  } else {
+    if ((s = add_input(out, "query", &t->q))) return s;
+    if (t->k.data && (s = add_input(out, "key", &t->k))) return s;
+    if (t->v.data && (s = add_input(out, "value", &t->v))) return s;
+    for (int i = 0; i < N_WEIGHTS; i++)
+      if (t->w[i].data && (s = add_input(out, weight_names[i], &t->w[i])))
+        return s;
+  }
+  if (t->mask.data && (s = add_input(out, "attn_mask", &t->mask))) return s;
+  if (t->kpm.data && (s = add_input(out, "key_padding_mask", &t->kpm)))
+    return s;
+  return ATTN_OK;
+}
+
+/* The parameters for the model (num_heads when it takes one), then the
+ * labels echoed in the answer. */
+static attn_status add_options(const cJSON *const *f, attn_v1_mapping map,
+                               int64_t H, attn_infer_request *out) {
+  attn_status s;
+  if (map == ATTN_V1_MHA || (map == ATTN_V1_RESIDENT && f[K_NUM_HEADS]))
+    if ((s = add_param(out, "num_heads", ATTN_PARAM_INT, false, H, (double)H)))
+      return s;
+  if (f[K_CAUSAL] && (s = add_param(out, "causal", ATTN_PARAM_BOOL,
+                                    cJSON_IsTrue(f[K_CAUSAL]), 0, 0)))
+    return s;
+  if (f[K_SCALE] && (s = add_param(out, "scale", ATTN_PARAM_DOUBLE, false, 0,
+                                   f[K_SCALE]->valuedouble)))
+    return s;
+  if ((s = add_param(out, "need_weights", ATTN_PARAM_BOOL,
+                     !f[K_NEED_WEIGHTS] || cJSON_IsTrue(f[K_NEED_WEIGHTS]), 0,
+                     0)) ||
+      (s = add_param(out, "average_attn_weights", ATTN_PARAM_BOOL,
+                     f[K_AVG] && cJSON_IsTrue(f[K_AVG]), 0, 0)))
+    return s;
+  if (f[K_TOKENS] && (s = add_echo(out, "tokens", f[K_TOKENS]))) return s;
+  if (f[K_KEY_TOKENS] && (s = add_echo(out, "key_tokens", f[K_KEY_TOKENS])))
+    return s;
+  return ATTN_OK;
+}
+
+/* The body: its fields parsed, the model chosen (the mapping), then the
+ * request built: inputs, parameters, echoed labels. */
 static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
                              attn_infer_request *out, attn_v1_info *info,
                              attn_diag *d) {
@@ -628,12 +724,7 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
   attn_v1_mapping map = f[K_WEIGHTS] ? ATTN_V1_MHA
                         : f[K_MODEL] ? ATTN_V1_RESIDENT
                                      : ATTN_V1_SDPA;
-  size_t n_in = 1 + (t.mask.data != NULL) + (t.kpm.data != NULL);
-  if (map == ATTN_V1_SDPA)
-    n_in += 2;
-  else
-    n_in += (t.k.data != NULL) + (t.v.data != NULL);
-  for (int i = 0; i < N_WEIGHTS; i++) n_in += t.w[i].data != NULL;
+  size_t n_in = count_inputs(map, &t);
   if (n_in > lim->max_inputs) {
     s = attn_diag_set(d, ATTN_ETOOBIG,
                       "request makes %zu input tensors, above the limit of %zu",
@@ -650,49 +741,7 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
     s = ATTN_ENOMEM;
     goto done;
   }
-
-  if (map == ATTN_V1_SDPA) {
-    attn_tensor q, k, v;
-    bool self = !t.k.data, has_v = t.v.data != NULL;
-    if ((s = split_heads(&t.q, H, "query", &q, d))) goto done;
-    s = add_input(out, "query", &q);
-    if (s == ATTN_OK && !self) s = split_heads(&t.k, H, "key", &k, d);
-    if (s == ATTN_OK && self) alias_tensor(&out->inputs[0].tensor, &k);
-    if (s == ATTN_OK) s = add_input(out, "key", &k);
-    if (s == ATTN_OK && has_v) s = split_heads(&t.v, H, "value", &v, d);
-    if (s == ATTN_OK && !has_v) /* value defaults to key */
-      alias_tensor(&out->inputs[1].tensor, &v);
-    if (s == ATTN_OK) s = add_input(out, "value", &v);
-    if (s) goto done;
-  } else {
-    if ((s = add_input(out, "query", &t.q))) goto done;
-    if (t.k.data && (s = add_input(out, "key", &t.k))) goto done;
-    if (t.v.data && (s = add_input(out, "value", &t.v))) goto done;
-    for (int i = 0; i < N_WEIGHTS; i++)
-      if (t.w[i].data && (s = add_input(out, weight_names[i], &t.w[i])))
-        goto done;
-  }
-  if (t.mask.data && (s = add_input(out, "attn_mask", &t.mask))) goto done;
-  if (t.kpm.data && (s = add_input(out, "key_padding_mask", &t.kpm))) goto done;
-
-  if (map == ATTN_V1_MHA || (map == ATTN_V1_RESIDENT && f[K_NUM_HEADS]))
-    if ((s = add_param(out, "num_heads", ATTN_PARAM_INT, false, H, (double)H)))
-      goto done;
-  if (f[K_CAUSAL] && (s = add_param(out, "causal", ATTN_PARAM_BOOL,
-                                    cJSON_IsTrue(f[K_CAUSAL]), 0, 0)))
-    goto done;
-  if (f[K_SCALE] && (s = add_param(out, "scale", ATTN_PARAM_DOUBLE, false, 0,
-                                   f[K_SCALE]->valuedouble)))
-    goto done;
-  if ((s = add_param(out, "need_weights", ATTN_PARAM_BOOL,
-                     !f[K_NEED_WEIGHTS] || cJSON_IsTrue(f[K_NEED_WEIGHTS]), 0,
-                     0)) ||
-      (s = add_param(out, "average_attn_weights", ATTN_PARAM_BOOL,
-                     f[K_AVG] && cJSON_IsTrue(f[K_AVG]), 0, 0)))
-    goto done;
-
-  if (f[K_TOKENS] && (s = add_echo(out, "tokens", f[K_TOKENS]))) goto done;
-  if (f[K_KEY_TOKENS] && (s = add_echo(out, "key_tokens", f[K_KEY_TOKENS])))
+  if ((s = add_inputs(map, H, &t, out, d)) || (s = add_options(f, map, H, out)))
     goto done;
 
   info->mapping = map;
@@ -828,76 +877,61 @@ static float *gather_heads(const float *src, int64_t B, int64_t H, int64_t Lq,
   return dst;
 }
 
-attn_status attn_v1_encode(const attn_infer_response *r,
-                           const attn_infer_request *req,
-                           const attn_v1_info *info, const attn_v1_timing *t,
-                           attn_buf *out, attn_diag *d) {
-  const attn_infer_output *o = find_output(r, "attn_output"),
-                          *w = find_output(r, "attn_weights");
-  size_t start = out->len;
-  attn_status s;
-  int64_t oshape[ATTN_MAX_RANK];
-  int orank;
-  char sh[160];
-  if (!o) return attn_diag_set(d, ATTN_EINVAL, "response has no 'attn_output'");
-  if ((s = usable(o, d)) || (w && (s = usable(w, d)))) return s;
-  const attn_tensor *ot = &o->tensor;
-  bool sliced = info && info->heads_sliced;
-  float *heads = NULL; /* the output's rows gathered, when H > 1 */
-  dimspec outer[2], inner = {0, 1};
-  int n_outer = 0;
-  if (sliced) { /* [B?,H,Lq,Dv] -> [B?,Lq,H*Dv] */
-    int b = info->B_given > 0;
-    if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
-        ot->shape[b] != info->H)
-      return attn_diag_set(
-          d, ATTN_ESHAPE,
-          "attn_output: expected [%sH=%lld,Lq,Dv], the model "
-          "returned %s",
-          b ? "B," : "", (long long)info->H,
-          attn_shape_format(sh, sizeof sh, ot->rank, ot->shape));
-    int64_t H = ot->shape[b], Lq = ot->shape[b + 1], Dv = ot->shape[b + 2];
-    if (b) {
-      outer[n_outer].n = ot->shape[0];
-      outer[n_outer++].stride = H * Lq * Dv;
-    }
-    /* rows of H * Dv, printed in one call per matrix; with H > 1 from a
-     * copy of the output with its heads side by side */
-    if (H > 1 && !(heads = gather_heads(ot->data, b ? ot->shape[0] : 1, H,
-                                        Lq, Dv))) {
-      s = ATTN_ENOMEM;
-      goto fail;
-    }
-    outer[n_outer].n = Lq;
-    outer[n_outer++].stride = H * Dv;
-    inner.n = H * Dv;
-    orank = 2 + b;
-    if (b) oshape[0] = ot->shape[0];
-    oshape[b] = Lq;
-    oshape[b + 1] = H * Dv;
-  } else {
-    orank = ot->rank;
-    memcpy(oshape, ot->shape, sizeof oshape);
-  }
+/* How the answer's "output" is written.  With heads sliced (sdpa), the
+ * model's [B?,H,Lq,Dv] is written as [B?,Lq,H*Dv]: nested arrays over
+ * `outer`, rows of `inner`, printed in one call per matrix; with H > 1 from
+ * a copy with the heads side by side (gather_heads).  Otherwise the tensor
+ * as it is.  rank and shape are the "shape" the answer gives. */
+typedef struct out_layout {
+  bool sliced;
+  int64_t B, H, Lq, Dv; /* sliced: the model's dims (B = 1 when not given) */
+  dimspec outer[2], inner;
+  int n_outer;
+  int rank;
+  int64_t shape[ATTN_MAX_RANK];
+} out_layout;
 
-  TRY(attn_buf_puts(out, "{\"output\":"));
-  if (sliced)
-    TRY(put_nested(out, heads ? heads : ot->data, outer, n_outer, &inner));
-  else
-    TRY(put_tensor(out, ot));
-  free(heads);
-  heads = NULL;
-  if (w) {
-    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
-    TRY(put_tensor(out, &w->tensor));
+static attn_status output_layout(const attn_tensor *ot,
+                                 const attn_v1_info *info, out_layout *l,
+                                 attn_diag *d) {
+  char sh[160];
+  l->sliced = info && info->heads_sliced;
+  l->n_outer = 0;
+  l->inner = (dimspec){0, 1};
+  if (!l->sliced) {
+    l->rank = ot->rank;
+    memcpy(l->shape, ot->shape, sizeof l->shape);
+    return ATTN_OK;
   }
-  TRY(attn_buf_puts(out, ",\"shape\":{\"output\":"));
-  TRY(attn__json_shape(out, orank, oshape));
-  if (w) {
-    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
-    TRY(attn__json_shape(out, w->tensor.rank, w->tensor.shape));
+  int b = info->B_given > 0;
+  if (ot->rank != 3 + b || (b && ot->shape[0] != info->B_given) ||
+      ot->shape[b] != info->H)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "attn_output: expected [%sH=%lld,Lq,Dv], the model "
+                         "returned %s",
+                         b ? "B," : "", (long long)info->H,
+                         attn_shape_format(sh, sizeof sh, ot->rank, ot->shape));
+  int64_t H = ot->shape[b], Lq = ot->shape[b + 1], Dv = ot->shape[b + 2];
+  l->B = b ? ot->shape[0] : 1, l->H = H, l->Lq = Lq, l->Dv = Dv;
+  if (b) {
+    l->outer[l->n_outer].n = ot->shape[0];
+    l->outer[l->n_outer++].stride = H * Lq * Dv;
   }
-  TRY(attn_buf_append(out, "}", 1));
+  l->outer[l->n_outer].n = Lq;
+  l->outer[l->n_outer++].stride = H * Dv;
+  l->inner.n = H * Dv;
+  l->rank = 2 + b;
+  if (b) l->shape[0] = ot->shape[0];
+  l->shape[b] = Lq;
+  l->shape[b + 1] = H * Dv;
+  return ATTN_OK;
+}
+
+/* The members after "shape": the request's echoed labels, then the
+ * timing. */
+static attn_status put_extras(attn_buf *out, const attn_infer_request *req,
+                              const attn_v1_timing *t) {
+  attn_status s;
   for (size_t i = 0; req && i < req->n_echo; i++) {
     if (!req->echo[i].name || !req->echo[i].json) continue;
     TRY(attn_buf_append(out, ",", 1));
@@ -914,6 +948,53 @@ attn_status attn_v1_encode(const attn_infer_response *r,
     TRY(put_ms(out, "total_ms", t->total_ms));
     TRY(attn_buf_append(out, "}", 1));
   }
+  return ATTN_OK;
+fail:
+  return s;
+}
+
+/* The answer: the outputs checked and laid out (output_layout), then
+ * written: output, attn_weights, their shapes, the extras. */
+attn_status attn_v1_encode(const attn_infer_response *r,
+                           const attn_infer_request *req,
+                           const attn_v1_info *info, const attn_v1_timing *t,
+                           attn_buf *out, attn_diag *d) {
+  const attn_infer_output *o = find_output(r, "attn_output"),
+                          *w = find_output(r, "attn_weights");
+  size_t start = out->len;
+  attn_status s;
+  out_layout l;
+  if (!o) return attn_diag_set(d, ATTN_EINVAL, "response has no 'attn_output'");
+  if ((s = usable(o, d)) || (w && (s = usable(w, d)))) return s;
+  const attn_tensor *ot = &o->tensor;
+  if ((s = output_layout(ot, info, &l, d))) return s;
+  float *heads = NULL; /* the output's rows gathered, when H > 1 */
+  if (l.sliced && l.H > 1 &&
+      !(heads = gather_heads(ot->data, l.B, l.H, l.Lq, l.Dv))) {
+    s = ATTN_ENOMEM;
+    goto fail;
+  }
+
+  TRY(attn_buf_puts(out, "{\"output\":"));
+  if (l.sliced)
+    TRY(put_nested(out, heads ? heads : ot->data, l.outer, l.n_outer,
+                   &l.inner));
+  else
+    TRY(put_tensor(out, ot));
+  free(heads);
+  heads = NULL;
+  if (w) {
+    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
+    TRY(put_tensor(out, &w->tensor));
+  }
+  TRY(attn_buf_puts(out, ",\"shape\":{\"output\":"));
+  TRY(attn__json_shape(out, l.rank, l.shape));
+  if (w) {
+    TRY(attn_buf_puts(out, ",\"attn_weights\":"));
+    TRY(attn__json_shape(out, w->tensor.rank, w->tensor.shape));
+  }
+  TRY(attn_buf_append(out, "}", 1));
+  TRY(put_extras(out, req, t));
   TRY(attn_buf_append(out, "}", 1));
   return ATTN_OK;
 fail:
