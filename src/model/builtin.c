@@ -14,6 +14,8 @@
  *      max_weights_elements - all before anything is allocated.
  *   4. engine check and sizes (attn_*_check, attn_*_bytes), then allocate the
  *      outputs (zeroed), run, and hand the buffers to the response.
+ * attn__model_run is those stages in order: plan_request (1 to 3: read_*,
+ * sdpa_shapes or mha_shapes, check_limits), run_engine (4), make_response.
  * Nothing here holds state between calls; every function is reentrant.  No
  * threads of its own: the attn_exec from the caller goes to the engine.
  * Inputs are read in place (engine views over the request's tensors); the
@@ -429,6 +431,7 @@ typedef struct plan {
   int64_t B, H, Lq, Lk;
   int out_rank, w_rank;
   int64_t out_shape[ATTN_MAX_RANK], w_shape[ATTN_MAX_RANK];
+  size_t out_n, w_n; /* the outputs' element counts */
 } plan;
 
 /* Every dimension >= 1 (the engine's rule), checked first so that products
@@ -535,26 +538,12 @@ static attn_status expect(const attn_tensor *t, const char *name, int n,
                        LL(dims[1]));
 }
 
-static attn_status mha_shapes(attn__model_kind kind,
-                              const attn__resident *fx, const req_info *ri,
-                              plan *pl, attn_diag *d) {
-  const attn_tensor *q = ri->in[IN_QUERY], *k = ri->in[IN_KEY],
-                    *v = ri->in[IN_VALUE];
-  const int r = q->rank;
-  char sh[96];
-  attn_status s;
-  if (r != 2 && r != 3)
-    return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'query': shape %s, expected rank 3 [B,Lq,E] "
-                         "or 2 [Lq,E]",
-                         shape_str(q, sh, sizeof sh));
-  if ((s = positive_dims(q, "query", d)) ||
-      (k && (s = positive_dims(k, "key", d))) ||
-      (v && (s = positive_dims(v, "value", d))))
-    return s;
-  int64_t B = r == 3 ? q->shape[0] : 1, Lq = q->shape[r - 2],
-          E = q->shape[r - 1];
-  int64_t H, Hkv;
+/* The head counts: a resident model's own (parameters, if given, must
+ * agree; so must the query's embedding dim E), else the num_heads and
+ * num_kv_heads parameters.  r is the query's rank. */
+static attn_status mha_heads(attn__model_kind kind, const attn__resident *fx,
+                             const req_info *ri, int r, int64_t E, int64_t *H,
+                             int64_t *Hkv, attn_diag *d) {
   if (kind == ATTN__MODEL_RESIDENT) {
     if (ri->heads != -1 && ri->heads != fx->H)
       return attn_diag_set(d, ATTN_EINVAL,
@@ -571,27 +560,34 @@ static attn_status mha_shapes(attn__model_kind kind,
                            "input 'query': dim %d (E) is %lld, model '%s' has "
                            "embed_dim %lld",
                            r - 1, LL(E), ri->model, LL(fx->E));
-    H = fx->H, Hkv = fx->Hkv;
+    *H = fx->H, *Hkv = fx->Hkv;
   } else {
     if (ri->heads == -1)
       return attn_diag_set(d, ATTN_EINVAL,
                            "missing required parameter 'num_heads' for model "
                            "'%s'",
                            ri->model);
-    H = ri->heads;
-    Hkv = ri->kv == -1 ? H : ri->kv;
+    *H = ri->heads;
+    *Hkv = ri->kv == -1 ? *H : ri->kv;
   }
-  if (E < 1 || E % H != 0)
+  if (E < 1 || E % *H != 0)
     return attn_diag_set(d, ATTN_ESHAPE,
                          "input 'query': dim %d (E) is %lld, not a positive "
                          "multiple of num_heads=%lld",
-                         r - 1, LL(E), LL(H));
-  if (H % Hkv != 0)
+                         r - 1, LL(E), LL(*H));
+  if (*H % *Hkv != 0)
     return attn_diag_set(d, ATTN_EINVAL,
                          "num_heads=%lld is not a multiple of "
                          "num_kv_heads=%lld",
-                         LL(H), LL(Hkv));
-  int64_t Lk = Lq, kdim = E, vdim = E;
+                         LL(*H), LL(*Hkv));
+  return ATTN_OK;
+}
+
+/* Key and value against the query (rank r, batch B): Lk, kdim and vdim,
+ * which default to the query's Lq and E (self-attention, value = key). */
+static attn_status mha_kv(const attn_tensor *k, const attn_tensor *v, int r,
+                          int64_t B, int64_t *Lk, int64_t *kdim, int64_t *vdim,
+                          attn_diag *d) {
   if (k) {
     if (k->rank != r)
       return attn_diag_set(d, ATTN_ESHAPE,
@@ -601,8 +597,8 @@ static attn_status mha_shapes(attn__model_kind kind,
       return attn_diag_set(d, ATTN_ESHAPE,
                            "input 'key': dim 0 (B) is %lld, query has %lld",
                            LL(k->shape[0]), LL(B));
-    Lk = k->shape[r - 2];
-    kdim = vdim = k->shape[r - 1];
+    *Lk = k->shape[r - 2];
+    *kdim = *vdim = k->shape[r - 1];
   }
   if (v) {
     if (v->rank != r)
@@ -613,59 +609,106 @@ static attn_status mha_shapes(attn__model_kind kind,
       return attn_diag_set(d, ATTN_ESHAPE,
                            "input 'value': dim 0 (B) is %lld, query has %lld",
                            LL(v->shape[0]), LL(B));
-    if (v->shape[r - 2] != Lk)
+    if (v->shape[r - 2] != *Lk)
       return attn_diag_set(d, ATTN_ESHAPE,
                            "input 'value': dim %d (Lk) is %lld, key has %lld",
-                           r - 2, LL(v->shape[r - 2]), LL(Lk));
-    vdim = v->shape[r - 1];
+                           r - 2, LL(v->shape[r - 2]), LL(*Lk));
+    *vdim = v->shape[r - 1];
   }
+  return ATTN_OK;
+}
+
+/* A resident model's kdim and vdim against the key's and value's (or the
+ * query's, when they are not sent). */
+static attn_status resident_kv_dims(const attn__resident *fx,
+                                    const req_info *ri, int r, int64_t kdim,
+                                    int64_t vdim, attn_diag *d) {
+  const attn_tensor *k = ri->in[IN_KEY], *v = ri->in[IN_VALUE];
+  const char *who = k ? "key" : "query";
+  if (kdim != fx->kdim)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input '%s': dim %d (kdim) is %lld, model '%s' has "
+                         "kdim %lld%s",
+                         who, r - 1, LL(kdim), ri->model, LL(fx->kdim),
+                         k ? "" : " (send 'key')");
+  if (vdim != fx->vdim)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input '%s': dim %d (vdim) is %lld, model '%s' has "
+                         "vdim %lld%s",
+                         v ? "value" : who, r - 1, LL(vdim), ri->model,
+                         LL(fx->vdim), v ? "" : " (send 'value')");
+  return ATTN_OK;
+}
+
+/* p's weights and biases: a resident model's, or the request's w_* and b_*
+ * inputs once their shapes fit p's dims. */
+static attn_status mha_weights(attn__model_kind kind, const attn__resident *fx,
+                               const req_info *ri, attn_mha_problem *p,
+                               attn_diag *d) {
+  attn_status s;
   if (kind == ATTN__MODEL_RESIDENT) {
-    const char *who = k ? "key" : "query";
-    if (kdim != fx->kdim)
-      return attn_diag_set(d, ATTN_ESHAPE,
-                           "input '%s': dim %d (kdim) is %lld, model '%s' has "
-                           "kdim %lld%s",
-                           who, r - 1, LL(kdim), ri->model, LL(fx->kdim),
-                           k ? "" : " (send 'key')");
-    if (vdim != fx->vdim)
-      return attn_diag_set(d, ATTN_ESHAPE,
-                           "input '%s': dim %d (vdim) is %lld, model '%s' has "
-                           "vdim %lld%s",
-                           v ? "value" : who, r - 1, LL(vdim), ri->model,
-                           LL(fx->vdim), v ? "" : " (send 'value')");
+    p->wq = fx->wq, p->wk = fx->wk, p->wv = fx->wv, p->wo = fx->wo;
+    p->bq = fx->bq, p->bk = fx->bk, p->bv = fx->bv, p->bo = fx->bo;
+    return ATTN_OK;
   }
+  const int64_t E = p->E, kw = p->Hkv * (E / p->H);
+  const int64_t dq[2] = {E, E}, dk[2] = {p->kdim, kw}, dv[2] = {p->vdim, kw};
+  if ((s = expect(ri->in[IN_WQ], "w_q", 2, dq, "E,E", d)) ||
+      (s = expect(ri->in[IN_WK], "w_k", 2, dk, "kdim,Hkv*E/H", d)) ||
+      (s = expect(ri->in[IN_WV], "w_v", 2, dv, "vdim,Hkv*E/H", d)) ||
+      (s = expect(ri->in[IN_WO], "w_o", 2, dq, "E,E", d)) ||
+      (ri->in[IN_BQ] && (s = expect(ri->in[IN_BQ], "b_q", 1, &E, "E", d))) ||
+      (ri->in[IN_BK] &&
+       (s = expect(ri->in[IN_BK], "b_k", 1, &kw, "Hkv*E/H", d))) ||
+      (ri->in[IN_BV] &&
+       (s = expect(ri->in[IN_BV], "b_v", 1, &kw, "Hkv*E/H", d))) ||
+      (ri->in[IN_BO] && (s = expect(ri->in[IN_BO], "b_o", 1, &E, "E", d))))
+    return s;
+  p->wq = (attn_weight){ri->in[IN_WQ]->data, ATTN_W_IN_OUT, 0};
+  p->wk = (attn_weight){ri->in[IN_WK]->data, ATTN_W_IN_OUT, 0};
+  p->wv = (attn_weight){ri->in[IN_WV]->data, ATTN_W_IN_OUT, 0};
+  p->wo = (attn_weight){ri->in[IN_WO]->data, ATTN_W_IN_OUT, 0};
+  p->bq = ri->in[IN_BQ] ? ri->in[IN_BQ]->data : NULL;
+  p->bk = ri->in[IN_BK] ? ri->in[IN_BK]->data : NULL;
+  p->bv = ri->in[IN_BV] ? ri->in[IN_BV]->data : NULL;
+  p->bo = ri->in[IN_BO] ? ri->in[IN_BO]->data : NULL;
+  return ATTN_OK;
+}
+
+/* The mha problem (built-in or resident) from the query [B,]Lq,E, the
+ * optional key and value, and the weights: heads, key and value dims,
+ * weights, then the outputs' shapes. */
+static attn_status mha_shapes(attn__model_kind kind, const attn__resident *fx,
+                              const req_info *ri, plan *pl, attn_diag *d) {
+  const attn_tensor *q = ri->in[IN_QUERY], *k = ri->in[IN_KEY],
+                    *v = ri->in[IN_VALUE];
+  const int r = q->rank;
+  char sh[96];
+  attn_status s;
+  if (r != 2 && r != 3)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "input 'query': shape %s, expected rank 3 [B,Lq,E] "
+                         "or 2 [Lq,E]",
+                         shape_str(q, sh, sizeof sh));
+  if ((s = positive_dims(q, "query", d)) ||
+      (k && (s = positive_dims(k, "key", d))) ||
+      (v && (s = positive_dims(v, "value", d))))
+    return s;
+  int64_t B = r == 3 ? q->shape[0] : 1, Lq = q->shape[r - 2],
+          E = q->shape[r - 1];
+  int64_t H = 1, Hkv = 1, Lk = Lq, kdim = E, vdim = E;
+  if ((s = mha_heads(kind, fx, ri, r, E, &H, &Hkv, d)) ||
+      (s = mha_kv(k, v, r, B, &Lk, &kdim, &vdim, d)) ||
+      (kind == ATTN__MODEL_RESIDENT &&
+       (s = resident_kv_dims(fx, ri, r, kdim, vdim, d))))
+    return s;
   attn_mha_problem *p = &pl->mp;
-  const int64_t kw = Hkv * (E / H);
   p->B = B, p->Lq = Lq, p->Lk = Lk, p->E = E, p->H = H, p->Hkv = Hkv;
   p->kdim = kdim, p->vdim = vdim;
   p->xq = q->data;
   p->xk = k ? k->data : NULL;
   p->xv = v ? v->data : NULL;
-  if (kind == ATTN__MODEL_RESIDENT) {
-    p->wq = fx->wq, p->wk = fx->wk, p->wv = fx->wv, p->wo = fx->wo;
-    p->bq = fx->bq, p->bk = fx->bk, p->bv = fx->bv, p->bo = fx->bo;
-  } else {
-    const int64_t dq[2] = {E, E}, dk[2] = {kdim, kw}, dv[2] = {vdim, kw};
-    if ((s = expect(ri->in[IN_WQ], "w_q", 2, dq, "E,E", d)) ||
-        (s = expect(ri->in[IN_WK], "w_k", 2, dk, "kdim,Hkv*E/H", d)) ||
-        (s = expect(ri->in[IN_WV], "w_v", 2, dv, "vdim,Hkv*E/H", d)) ||
-        (s = expect(ri->in[IN_WO], "w_o", 2, dq, "E,E", d)) ||
-        (ri->in[IN_BQ] && (s = expect(ri->in[IN_BQ], "b_q", 1, &E, "E", d))) ||
-        (ri->in[IN_BK] &&
-         (s = expect(ri->in[IN_BK], "b_k", 1, &kw, "Hkv*E/H", d))) ||
-        (ri->in[IN_BV] &&
-         (s = expect(ri->in[IN_BV], "b_v", 1, &kw, "Hkv*E/H", d))) ||
-        (ri->in[IN_BO] && (s = expect(ri->in[IN_BO], "b_o", 1, &E, "E", d))))
-      return s;
-    p->wq = (attn_weight){ri->in[IN_WQ]->data, ATTN_W_IN_OUT, 0};
-    p->wk = (attn_weight){ri->in[IN_WK]->data, ATTN_W_IN_OUT, 0};
-    p->wv = (attn_weight){ri->in[IN_WV]->data, ATTN_W_IN_OUT, 0};
-    p->wo = (attn_weight){ri->in[IN_WO]->data, ATTN_W_IN_OUT, 0};
-    p->bq = ri->in[IN_BQ] ? ri->in[IN_BQ]->data : NULL;
-    p->bk = ri->in[IN_BK] ? ri->in[IN_BK]->data : NULL;
-    p->bv = ri->in[IN_BV] ? ri->in[IN_BV]->data : NULL;
-    p->bo = ri->in[IN_BO] ? ri->in[IN_BO]->data : NULL;
-  }
+  if ((s = mha_weights(kind, fx, ri, p, d))) return s;
   pl->is_sdpa = false;
   pl->B = B, pl->H = H, pl->Lq = Lq, pl->Lk = Lk;
   pl->out_rank = r;
@@ -728,73 +771,67 @@ static char *dup_or_null(const char *s, bool *oom) {
   return r;
 }
 
-attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
-                            const char *name, const char *version,
-                            const attn_infer_request *req,
-                            const attn_model_limits *lim, const attn_exec *x,
-                            attn_infer_response *resp, attn_diag *d) {
-  static const attn_exec one_thread = {0};
-  req_info ri;
-  plan pl;
+/* Stages 1 to 3: ri, pl and the engine's options o (zeroed by the
+ * caller) from the request (names and types, shapes and masks, limits),
+ * every client mistake found before anything is allocated. */
+static attn_status plan_request(attn__model_kind kind,
+                                const attn__resident *fixed,
+                                const attn_infer_request *req,
+                                const attn_model_limits *lim, req_info *ri,
+                                plan *pl, attn_attend_opts *o, attn_diag *d) {
   attn_status s;
-  memset(&ri, 0, sizeof ri);
-  memset(&pl, 0, sizeof pl);
-  memset(resp, 0, sizeof *resp);
-  ri.model = name;
-  ri.need = -1;
-  ri.heads = ri.kv = -1;
-  if (!x) x = &one_thread;
-  if (!req) return attn_diag_set(d, ATTN_EINVAL, "request is NULL");
-  if (kind == ATTN__MODEL_RESIDENT && !fixed)
-    return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
-
-  if ((s = read_inputs(kind, req, &ri, d)) || (s = read_params(kind, req, &ri, d)) ||
-      (s = read_outputs(req, &ri, d)))
+  if ((s = read_inputs(kind, req, ri, d)) ||
+      (s = read_params(kind, req, ri, d)) || (s = read_outputs(req, ri, d)))
     return s;
 
-  attn_attend_opts o;
-  memset(&o, 0, sizeof o);
-  o.causal = ri.causal;
-  o.has_scale = ri.has_scale;
-  o.scale = (float)ri.scale;
-  o.weights = !ri.want_w ? ATTN_WEIGHTS_NONE
-              : ri.avg   ? ATTN_WEIGHTS_MEAN
-                         : ATTN_WEIGHTS_PER_HEAD;
-  s = kind == ATTN__MODEL_SDPA ? sdpa_shapes(&ri, &pl, d)
-                               : mha_shapes(kind, fixed, &ri, &pl, d);
+  o->causal = ri->causal;
+  o->has_scale = ri->has_scale;
+  o->scale = (float)ri->scale;
+  o->weights = !ri->want_w ? ATTN_WEIGHTS_NONE
+               : ri->avg   ? ATTN_WEIGHTS_MEAN
+                           : ATTN_WEIGHTS_PER_HEAD;
+  s = kind == ATTN__MODEL_SDPA ? sdpa_shapes(ri, pl, d)
+                               : mha_shapes(kind, fixed, ri, pl, d);
   if (s) return s;
-  if ((s = read_masks(&ri, pl.B, pl.H, pl.Lq, pl.Lk, &o, d))) return s;
+  if ((s = read_masks(ri, pl->B, pl->H, pl->Lq, pl->Lk, o, d))) return s;
 
-  size_t out_n = 0, w_n = 0;
-  if (!attn_shape_numel(pl.out_rank, pl.out_shape, &out_n) ||
-      !attn_shape_numel(pl.w_rank, pl.w_shape, &w_n))
+  if (!attn_shape_numel(pl->out_rank, pl->out_shape, &pl->out_n) ||
+      !attn_shape_numel(pl->w_rank, pl->w_shape, &pl->w_n))
     return attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
-  if ((s = check_limits(lim, &pl, &ri, out_n, w_n, d))) return s;
+  return check_limits(lim, pl, ri, pl->out_n, pl->w_n, d);
+}
 
+/* Stage 4: the engine's check and sizes for pl with the options o, then
+ * the outputs allocated (zeroed) and computed into *out and *w (NULL when
+ * attn_weights are not wanted).  On failure nothing stays allocated. */
+static attn_status run_engine(attn__model_kind kind, const req_info *ri,
+                              plan *pl, attn_attend_opts *o, const attn_exec *x,
+                              float **out, float **w, attn_diag *d) {
+  attn_status s;
+  *out = *w = NULL;
   /* key_lengths widened to int64 (B values, bounded by the input). */
   int64_t *lens = NULL;
-  if (ri.in[IN_KLEN]) {
-    if (!(lens = copy_lengths(ri.in[IN_KLEN], pl.B)))
+  if (ri->in[IN_KLEN]) {
+    if (!(lens = copy_lengths(ri->in[IN_KLEN], pl->B)))
       return attn_diag_set(d, ATTN_ENOMEM, "out of memory for key_lengths");
-    o.kpm.lengths = lens;
+    o->kpm.lengths = lens;
   }
   /* Engine validation and sizes, still before allocating outputs. */
   attn_bytes bytes;
-  float *out = NULL, *w = NULL;
-  pl.sp.o = o;
-  pl.mp.o = o;
+  pl->sp.o = *o;
+  pl->mp.o = *o;
   if (kind == ATTN__MODEL_SDPA)
-    s = attn_sdpa_bytes(&pl.sp, x, &bytes, d);
+    s = attn_sdpa_bytes(&pl->sp, x, &bytes, d);
   else
-    s = attn_mha_bytes(&pl.mp, x, &bytes, d);
+    s = attn_mha_bytes(&pl->mp, x, &bytes, d);
   if (s) goto fail;
-  size_t out_b, w_b = 0;
+  size_t out_n = pl->out_n, w_n = pl->w_n, out_b, w_b = 0;
   if (!attn_size_mul(out_n, sizeof(float), &out_b) ||
-      (ri.want_w && !attn_size_mul(w_n, sizeof(float), &w_b))) {
+      (ri->want_w && !attn_size_mul(w_n, sizeof(float), &w_b))) {
     s = attn_diag_set(d, ATTN_ETOOBIG, "output size overflows");
     goto fail;
   }
-  if (out_b != bytes.out || (ri.want_w && w_b != bytes.weights)) {
+  if (out_b != bytes.out || (ri->want_w && w_b != bytes.weights)) {
     s = attn_diag_set(d, ATTN_EINTERNAL,
                       "output sizes disagree with the engine (%zu/%zu, "
                       "%zu/%zu bytes)",
@@ -802,50 +839,65 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
     goto fail;
   }
 
-  out = calloc(out_n ? out_n : 1, sizeof *out);
-  w = ri.want_w ? calloc(w_n ? w_n : 1, sizeof *w) : NULL;
-  if (!out || (ri.want_w && !w)) {
+  *out = calloc(out_n ? out_n : 1, sizeof **out);
+  *w = ri->want_w ? calloc(w_n ? w_n : 1, sizeof **w) : NULL;
+  if (!*out || (ri->want_w && !*w)) {
     s = attn_diag_set(d, ATTN_ENOMEM,
                       "out of memory for outputs (%zu + %zu bytes)", out_b,
                       w_b);
     goto fail;
   }
   if (kind == ATTN__MODEL_SDPA) {
-    const attn_sdpa_problem *p = &pl.sp;
-    attn_mview mv = {out, p->H * p->Lq * p->Dv, p->Lq * p->Dv, p->Dv};
-    s = attn_sdpa(p, x, mv, w, d);
+    const attn_sdpa_problem *p = &pl->sp;
+    attn_mview mv = {*out, p->H * p->Lq * p->Dv, p->Lq * p->Dv, p->Dv};
+    s = attn_sdpa(p, x, mv, *w, d);
   } else {
-    s = attn_mha(&pl.mp, x, out, w, d);
+    s = attn_mha(&pl->mp, x, *out, *w, d);
   }
-  free(lens);
-  lens = NULL;
   if (s) goto fail;
+  free(lens);
+  return ATTN_OK;
 
-  /* Hand the buffers to the response. */
+fail:
+  free(lens);
+  free(*out);
+  free(*w);
+  *out = *w = NULL;
+  return s;
+}
+
+/* The response: the model's names, the request's id and the outputs in the
+ * order asked, each owning its buffer (out, w: taken, and freed when not
+ * asked for). */
+static attn_status make_response(const char *name, const char *version,
+                                 const attn_infer_request *req,
+                                 const req_info *ri, const plan *pl, float *out,
+                                 float *w, attn_infer_response *resp,
+                                 attn_diag *d) {
   attn_infer_response r;
   memset(&r, 0, sizeof r);
   bool oom = false;
   r.model_name = dup_or_null(name, &oom);
   r.model_version = dup_or_null(version, &oom);
   r.id = dup_or_null(req->id, &oom);
-  r.outputs = calloc((size_t)ri.n_order, sizeof *r.outputs);
+  r.outputs = calloc((size_t)ri->n_order, sizeof *r.outputs);
   if (!r.outputs) oom = true;
-  for (int i = 0; !oom && i < ri.n_order; i++) {
-    int id = ri.order[i];
+  for (int i = 0; !oom && i < ri->n_order; i++) {
+    int id = ri->order[i];
     attn_infer_output *ro = &r.outputs[i];
     r.n_outputs = (size_t)i + 1;
     ro->name = dup_or_null(out_names[id], &oom);
-    ro->binary = ri.bin[id];
+    ro->binary = ri->bin[id];
     ro->tensor.dtype = ATTN_DT_FP32;
     ro->tensor.owns = true;
     if (id == OUT_O) {
-      ro->tensor.rank = pl.out_rank;
-      memcpy(ro->tensor.shape, pl.out_shape, sizeof pl.out_shape);
+      ro->tensor.rank = pl->out_rank;
+      memcpy(ro->tensor.shape, pl->out_shape, sizeof pl->out_shape);
       ro->tensor.data = out;
       out = NULL;
     } else {
-      ro->tensor.rank = pl.w_rank;
-      memcpy(ro->tensor.shape, pl.w_shape, sizeof pl.w_shape);
+      ro->tensor.rank = pl->w_rank;
+      memcpy(ro->tensor.shape, pl->w_shape, sizeof pl->w_shape);
       ro->tensor.data = w;
       w = NULL;
     }
@@ -858,10 +910,33 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
   }
   *resp = r;
   return ATTN_OK;
+}
 
-fail:
-  free(lens);
-  free(out);
-  free(w);
-  return s;
+/* The stages of the file's design: plan (1-3), run (4), the response. */
+attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
+                            const char *name, const char *version,
+                            const attn_infer_request *req,
+                            const attn_model_limits *lim, const attn_exec *x,
+                            attn_infer_response *resp, attn_diag *d) {
+  static const attn_exec one_thread = {0};
+  req_info ri;
+  plan pl;
+  attn_attend_opts o;
+  attn_status s;
+  float *out, *w;
+  memset(&ri, 0, sizeof ri);
+  memset(&pl, 0, sizeof pl);
+  memset(&o, 0, sizeof o);
+  memset(resp, 0, sizeof *resp);
+  ri.model = name;
+  ri.need = -1;
+  ri.heads = ri.kv = -1;
+  if (!x) x = &one_thread;
+  if (!req) return attn_diag_set(d, ATTN_EINVAL, "request is NULL");
+  if (kind == ATTN__MODEL_RESIDENT && !fixed)
+    return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
+  if ((s = plan_request(kind, fixed, req, lim, &ri, &pl, &o, d)) ||
+      (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, d)))
+    return s;
+  return make_response(name, version, req, &ri, &pl, out, w, resp, d);
 }
