@@ -2,10 +2,11 @@
  * weights.
  *
  * Design: the json file is read whole (refused unread above
- * ATTN_MODEL_MAX_JSON_BYTES), every key is checked against one table, the
- * dimensions are validated and the parameter count is computed with overflow
- * checks and compared with ATTN_MODEL_MAX_PARAMS - all before any weight
- * memory exists.  Weights come either from a .safetensors file with PyTorch
+ * ATTN_MODEL_MAX_JSON_BYTES), every key is checked against one table
+ * (read_keys), the dimensions are validated (read_dims) and the parameter
+ * count is computed with overflow checks and compared with
+ * ATTN_MODEL_MAX_PARAMS (count_params) - all before any weight memory
+ * exists.  Weights come either from a .safetensors file with PyTorch
  * nn.MultiheadAttention state_dict names ([out, in] layout) or from a seeded
  * PRNG.  The engine receives ATTN_W_OUT_IN views: the q, k and v blocks of a
  * packed in_proj_weight [3E, E] are pointer offsets into that one tensor, the
@@ -279,11 +280,11 @@ static attn_status file_weights(attn__resident *r, const dims *z,
 
 /* ---- the description file ------------------------------------------------ */
 
-static attn_status load_json(const char *path, const cJSON *root,
-                             attn__resident *r, attn_diag *d) {
-  const cJSON *k[K_N] = {NULL};
+/* The members of the description, by K_*, into k: each known and given at
+ * most once. */
+static attn_status read_keys(const char *path, const cJSON *root,
+                             const cJSON **k, attn_diag *d) {
   const cJSON *c;
-  attn_status s;
   if (!cJSON_IsObject(root))
     return attn_diag_set(d, ATTN_EPARSE, "%s: not a JSON object", path);
   cJSON_ArrayForEach(c, root) {
@@ -301,36 +302,43 @@ static attn_status load_json(const char *path, const cJSON *root,
                            keys[id]);
     k[id] = c;
   }
-  if (!k[K_NAME] || !k[K_E] || !k[K_H])
-    return attn_diag_set(d, ATTN_EINVAL, "%s: missing required key '%s'", path,
-                         !k[K_NAME] ? "name" : !k[K_E] ? "embed_dim"
-                                                       : "num_heads");
-  if ((s = json_str(k[K_NAME], path, "name", d))) return s;
-  if (!good_name(k[K_NAME]->valuestring))
-    return attn_diag_set(d, ATTN_EINVAL,
-                         "%s: \"name\" must be 1..%d of [A-Za-z0-9_.-] not "
-                         "starting with '.'",
-                         path, ATTN_MODEL_MAX_NAME);
-  dims z = {0};
-  if ((s = json_dim(k[K_E], path, "embed_dim", &z.E, d)) ||
-      (s = json_dim(k[K_H], path, "num_heads", &z.H, d)))
+  return ATTN_OK;
+}
+
+/* The dimensions: embed_dim and num_heads, the others defaulting to them,
+ * divisible as the engine needs. */
+static attn_status read_dims(const char *path, const cJSON *const *k, dims *z,
+                             attn_diag *d) {
+  attn_status s;
+  if ((s = json_dim(k[K_E], path, "embed_dim", &z->E, d)) ||
+      (s = json_dim(k[K_H], path, "num_heads", &z->H, d)))
     return s;
-  z.Hkv = z.H, z.kdim = z.vdim = z.E;
-  if ((k[K_HKV] && (s = json_dim(k[K_HKV], path, "num_kv_heads", &z.Hkv, d))) ||
-      (k[K_KDIM] && (s = json_dim(k[K_KDIM], path, "kdim", &z.kdim, d))) ||
-      (k[K_VDIM] && (s = json_dim(k[K_VDIM], path, "vdim", &z.vdim, d))))
+  z->Hkv = z->H, z->kdim = z->vdim = z->E;
+  if ((k[K_HKV] &&
+       (s = json_dim(k[K_HKV], path, "num_kv_heads", &z->Hkv, d))) ||
+      (k[K_KDIM] && (s = json_dim(k[K_KDIM], path, "kdim", &z->kdim, d))) ||
+      (k[K_VDIM] && (s = json_dim(k[K_VDIM], path, "vdim", &z->vdim, d))))
     return s;
-  if (z.E % z.H != 0)
+  if (z->E % z->H != 0)
     return attn_diag_set(d, ATTN_EINVAL,
                          "%s: embed_dim %lld is not divisible by num_heads "
                          "%lld",
-                         path, LL(z.E), LL(z.H));
-  if (z.H % z.Hkv != 0)
+                         path, LL(z->E), LL(z->H));
+  if (z->H % z->Hkv != 0)
     return attn_diag_set(d, ATTN_EINVAL,
                          "%s: num_heads %lld is not a multiple of "
                          "num_kv_heads %lld",
-                         path, LL(z.H), LL(z.Hkv));
-  z.kw = z.Hkv * (z.E / z.H);
+                         path, LL(z->H), LL(z->Hkv));
+  z->kw = z->Hkv * (z->E / z->H);
+  return ATTN_OK;
+}
+
+/* r->bias, and where the weights come from: exactly one of "weights" (a
+ * file name) and "seed" (into *seed). */
+static attn_status read_source(const char *path, const cJSON *const *k,
+                               attn__resident *r, uint64_t *seed,
+                               attn_diag *d) {
+  attn_status s;
   r->bias = true;
   if (k[K_BIAS]) {
     if (!cJSON_IsBool(k[K_BIAS]))
@@ -345,50 +353,91 @@ static attn_status load_json(const char *path, const cJSON *root,
                          path);
   if (k[K_WEIGHTS] && (s = json_str(k[K_WEIGHTS], path, "weights", d)))
     return s;
-  uint64_t seed = 0;
+  *seed = 0;
   if (k[K_SEED]) {
     double x = k[K_SEED]->valuedouble;
     if (!cJSON_IsNumber(k[K_SEED]) || x != floor(x) || x < 0 || x > SEED_MAX)
       return attn_diag_set(d, ATTN_EINVAL,
                            "%s: \"seed\" must be an integer in 0..2^53-1",
                            path);
-    seed = (uint64_t)x;
+    *seed = (uint64_t)x;
   }
-  if (k[K_DESC] && (s = json_str(k[K_DESC], path, "description", d))) return s;
-  char vbuf[32] = "1";
-  if (k[K_VERSION]) {
-    const cJSON *v = k[K_VERSION];
-    if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
-        v->valuedouble >= 0 && v->valuedouble <= SEED_MAX)
-      snprintf(vbuf, sizeof vbuf, "%llu", (unsigned long long)v->valuedouble);
-    else if (cJSON_IsString(v) && good_name(v->valuestring) &&
-             strlen(v->valuestring) < sizeof vbuf)
-      snprintf(vbuf, sizeof vbuf, "%s", v->valuestring);
-    else
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "%s: \"version\" must be a non-negative integer or "
-                           "1..31 of [A-Za-z0-9_.-]",
-                           path);
-  }
+  return ATTN_OK;
+}
 
-  /* Parameter count, overflow-checked, before any weight memory.  `bound`
-   * counts the biases even without "bias" so that a file holding them fails
-   * with a message naming them rather than on the size bound. */
-  size_t total = 0, bound = 0, t;
-  const int64_t terms[][2] = {{z.E, z.E},
-                              {z.kw, z.kdim},
-                              {z.kw, z.vdim},
-                              {z.E, z.E},
-                              {1, 2 * z.E + 2 * z.kw}};
+/* "version" as text into vbuf[32]: "1" when absent. */
+static attn_status read_version(const char *path, const cJSON *v, char *vbuf,
+                                attn_diag *d) {
+  snprintf(vbuf, 32, "1");
+  if (!v) return ATTN_OK;
+  if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
+      v->valuedouble >= 0 && v->valuedouble <= SEED_MAX)
+    snprintf(vbuf, 32, "%llu", (unsigned long long)v->valuedouble);
+  else if (cJSON_IsString(v) && good_name(v->valuestring) &&
+           strlen(v->valuestring) < 32)
+    snprintf(vbuf, 32, "%s", v->valuestring);
+  else
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: \"version\" must be a non-negative integer or "
+                         "1..31 of [A-Za-z0-9_.-]",
+                         path);
+  return ATTN_OK;
+}
+
+/* Parameter count, overflow-checked, before any weight memory: *total the
+ * weights the model holds, *bound what a weights file may hold.  `bound`
+ * counts the biases even without "bias" so that a file holding them fails
+ * with a message naming them rather than on the size bound. */
+static attn_status count_params(const char *path, const dims *z, bool bias,
+                                size_t *total, size_t *bound, attn_diag *d) {
+  size_t t;
+  const int64_t terms[][2] = {{z->E, z->E},
+                              {z->kw, z->kdim},
+                              {z->kw, z->vdim},
+                              {z->E, z->E},
+                              {1, 2 * z->E + 2 * z->kw}};
+  *total = *bound = 0;
   for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++) {
     if (!attn_size_mul((size_t)terms[i][0], (size_t)terms[i][1], &t) ||
-        !attn_size_add(bound, t, &bound) || bound > ATTN_MODEL_MAX_PARAMS)
+        !attn_size_add(*bound, t, bound) || *bound > ATTN_MODEL_MAX_PARAMS)
       return attn_diag_set(d, ATTN_ETOOBIG,
                            "%s: the model would have more than %zu "
                            "parameters",
                            path, ATTN_MODEL_MAX_PARAMS);
-    if (i < 4 || r->bias) total += t;
+    if (i < 4 || bias) *total += t;
   }
+  return ATTN_OK;
+}
+
+/* The description at `path` (root): keys, name, dimensions, the weights'
+ * source, description and version, the parameter count; then r's strings
+ * and its weights, seeded or read from the file. */
+static attn_status load_json(const char *path, const cJSON *root,
+                             attn__resident *r, attn_diag *d) {
+  const cJSON *k[K_N] = {NULL};
+  attn_status s;
+  if ((s = read_keys(path, root, k, d))) return s;
+  if (!k[K_NAME] || !k[K_E] || !k[K_H])
+    return attn_diag_set(d, ATTN_EINVAL, "%s: missing required key '%s'", path,
+                         !k[K_NAME] ? "name"
+                         : !k[K_E]  ? "embed_dim"
+                                    : "num_heads");
+  if ((s = json_str(k[K_NAME], path, "name", d))) return s;
+  if (!good_name(k[K_NAME]->valuestring))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: \"name\" must be 1..%d of [A-Za-z0-9_.-] not "
+                         "starting with '.'",
+                         path, ATTN_MODEL_MAX_NAME);
+  dims z = {0};
+  uint64_t seed;
+  char vbuf[32];
+  size_t total, bound;
+  if ((s = read_dims(path, k, &z, d)) ||
+      (s = read_source(path, k, r, &seed, d)) ||
+      (k[K_DESC] && (s = json_str(k[K_DESC], path, "description", d))) ||
+      (s = read_version(path, k[K_VERSION], vbuf, d)) ||
+      (s = count_params(path, &z, r->bias, &total, &bound, d)))
+    return s;
 
   r->name = strdup(k[K_NAME]->valuestring);
   r->version = strdup(vbuf);
