@@ -1,10 +1,11 @@
 /* safetensors.c - validate and convert .safetensors files (safetensors.h).
  *
- * Design: parsing is two passes over the header.  Pass one reads every entry
- * into a small `raw` record (name, dtype, shape, offsets) and checks it on its
- * own; pass two sorts the records by offset and checks that they tile the
- * data section exactly.  Only then is tensor memory allocated and the data
- * converted, so a malformed or oversize file costs no more than its header.
+ * Design: parsing is two passes over the header.  Pass one (read_entries,
+ * read_entry) reads every entry into a small `raw` record (name, dtype,
+ * shape, offsets) and checks it on its own; pass two (check_layout) sorts
+ * the records by offset and checks that they tile the data section
+ * exactly.  Only then is tensor memory allocated and the data converted,
+ * so a malformed or oversize file costs no more than its header.
  * All size arithmetic is overflow-checked (attn_size_mul/add); JSON numbers
  * are accepted as offsets or dimensions only when they are integers below
  * 2^53, where doubles are exact.
@@ -111,22 +112,18 @@ static attn_dtype st_dtype(const char *s, size_t *size, bool *known) {
   return ATTN_DT_INVALID;
 }
 
-/* Check one header entry on its own; fills *r. */
-static attn_status read_entry(const cJSON *e, const char *label,
-                              size_t data_len, raw *r, attn_diag *d) {
+/* The members of entry `nm` (an object): dtype, shape and data_offsets,
+ * each exactly once. */
+static attn_status entry_keys(const cJSON *e, const char *label,
+                              const cJSON **jd, const cJSON **js,
+                              const cJSON **jo, attn_diag *d) {
   const char *nm = e->string;
-  const cJSON *jd = NULL, *js = NULL, *jo = NULL, *c;
-  memset(r, 0, sizeof *r);
-  r->name = nm;
-  if (nm[0] == '\0')
-    return attn_diag_set(d, ATTN_EPARSE, "%s: empty tensor name", LBL(label));
-  if (!cJSON_IsObject(e))
-    return attn_diag_set(d, ATTN_EPARSE, "%s: tensor '%s' is not an object",
-                         LBL(label), nm);
+  const cJSON *c;
+  *jd = *js = *jo = NULL;
   cJSON_ArrayForEach(c, e) {
-    const cJSON **slot = strcmp(c->string, "dtype") == 0          ? &jd
-                         : strcmp(c->string, "shape") == 0        ? &js
-                         : strcmp(c->string, "data_offsets") == 0 ? &jo
+    const cJSON **slot = strcmp(c->string, "dtype") == 0          ? jd
+                         : strcmp(c->string, "shape") == 0        ? js
+                         : strcmp(c->string, "data_offsets") == 0 ? jo
                                                                   : NULL;
     if (!slot)
       return attn_diag_set(d, ATTN_EPARSE, "%s: tensor '%s': unknown key '%s'",
@@ -137,22 +134,38 @@ static attn_status read_entry(const cJSON *e, const char *label,
                            nm, c->string);
     *slot = c;
   }
-  if (!jd || !js || !jo)
+  if (!*jd || !*js || !*jo)
     return attn_diag_set(d, ATTN_EPARSE, "%s: tensor '%s': missing '%s'",
                          LBL(label), nm,
-                         !jd ? "dtype" : !js ? "shape" : "data_offsets");
+                         !*jd   ? "dtype"
+                         : !*js ? "shape"
+                                : "data_offsets");
+  return ATTN_OK;
+}
+
+/* r->dt and r->dsize from "dtype". */
+static attn_status entry_dtype(const cJSON *jd, const char *label, raw *r,
+                               attn_diag *d) {
+  bool known;
   if (!cJSON_IsString(jd))
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: tensor '%s': dtype is not a string", LBL(label),
-                         nm);
-  bool known;
+                         r->name);
   r->dt = st_dtype(jd->valuestring, &r->dsize, &known);
   if (r->dt == ATTN_DT_INVALID)
     return attn_diag_set(d, known ? ATTN_EUNSUPPORTED : ATTN_EPARSE,
                          "%s: tensor '%s': dtype '%.32s' %s (F32, F16, BF16 "
                          "or F64)",
-                         LBL(label), nm, jd->valuestring,
+                         LBL(label), r->name, jd->valuestring,
                          known ? "is not supported" : "is unknown");
+  return ATTN_OK;
+}
+
+/* r->rank, r->shape and r->numel (overflow-checked) from "shape". */
+static attn_status entry_shape(const cJSON *js, const char *label, raw *r,
+                               attn_diag *d) {
+  const char *nm = r->name;
+  const cJSON *c;
   if (!cJSON_IsArray(js))
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: tensor '%s': shape is not an array", LBL(label),
@@ -178,6 +191,14 @@ static attn_status read_entry(const cJSON *e, const char *label,
                            "%s: tensor '%s': element count overflows",
                            LBL(label), nm);
   }
+  return ATTN_OK;
+}
+
+/* r->begin and r->end from "data_offsets": inside the data section
+ * (data_len bytes) and exactly the bytes the dtype and shape need. */
+static attn_status entry_offsets(const cJSON *jo, const char *label,
+                                 size_t data_len, raw *r, attn_diag *d) {
+  const char *nm = r->name;
   uint64_t b, en;
   if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
       !json_uint(cJSON_GetArrayItem(jo, 0), &b) ||
@@ -201,6 +222,27 @@ static attn_status read_entry(const cJSON *e, const char *label,
                          "needs %zu elements of %zu bytes",
                          LBL(label), nm, r->end - r->begin, r->numel,
                          r->dsize);
+  return ATTN_OK;
+}
+
+/* Check one header entry on its own; fills *r. */
+static attn_status read_entry(const cJSON *e, const char *label,
+                              size_t data_len, raw *r, attn_diag *d) {
+  const char *nm = e->string;
+  const cJSON *jd, *js, *jo;
+  attn_status s;
+  memset(r, 0, sizeof *r);
+  r->name = nm;
+  if (nm[0] == '\0')
+    return attn_diag_set(d, ATTN_EPARSE, "%s: empty tensor name", LBL(label));
+  if (!cJSON_IsObject(e))
+    return attn_diag_set(d, ATTN_EPARSE, "%s: tensor '%s' is not an object",
+                         LBL(label), nm);
+  if ((s = entry_keys(e, label, &jd, &js, &jo, d)) ||
+      (s = entry_dtype(jd, label, r, d)) ||
+      (s = entry_shape(js, label, r, d)) ||
+      (s = entry_offsets(jo, label, data_len, r, d)))
+    return s;
   return ATTN_OK;
 }
 
@@ -336,11 +378,14 @@ static attn_status convert(attn_safetensors *st, const raw *rs, size_t n,
   return ATTN_OK;
 }
 
-attn_status attn_safetensors_parse(const void *buf, size_t len,
-                                   const char *label, size_t max_elements,
-                                   attn_safetensors **out, attn_diag *d) {
-  const unsigned char *b = buf;
-  *out = NULL;
+/* The 8-byte header length and the JSON header after it: *root (an object
+ * with nothing but whitespace after it; the caller deletes it), *data and
+ * *data_len the data section. */
+static attn_status read_header(const unsigned char *b, size_t len,
+                               const char *label, cJSON **root,
+                               const unsigned char **data, size_t *data_len,
+                               attn_diag *d) {
+  *root = NULL;
   if (len < 8)
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: %zu bytes, too short for the 8-byte header "
@@ -361,66 +406,96 @@ attn_status attn_safetensors_parse(const void *buf, size_t len,
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: header is not a JSON object", LBL(label));
   const char *hdr = (const char *)b + 8;
-  size_t data_len = len - 8 - (size_t)hn;
-  const unsigned char *data = b + 8 + hn;
+  *data_len = len - 8 - (size_t)hn;
+  *data = b + 8 + hn;
 
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hn, &end, false);
-  if (!root || !cJSON_IsObject(root)) {
+  cJSON *j = cJSON_ParseWithLengthOpts(hdr, (size_t)hn, &end, false);
+  if (!j || !cJSON_IsObject(j)) {
     size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
-    cJSON_Delete(root);
+    cJSON_Delete(j);
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: header is not valid JSON (near byte %zu)",
                          LBL(label), at);
   }
   for (const char *p = end; p < hdr + hn; p++)
     if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-      cJSON_Delete(root);
+      cJSON_Delete(j);
       return attn_diag_set(d, ATTN_EPARSE,
                            "%s: unexpected bytes after the header JSON",
                            LBL(label));
     }
+  *root = j;
+  return ATTN_OK;
+}
 
-  attn_status s = ATTN_OK;
-  size_t n = 0, total = 0;
-  const cJSON *c, *meta = NULL;
+/* The header's tensor entries (*n) and its __metadata__ (*meta, NULL when
+ * absent; given at most once). */
+static attn_status count_entries(const cJSON *root, const char *label,
+                                 size_t *n, const cJSON **meta, attn_diag *d) {
+  const cJSON *c;
+  *n = 0;
+  *meta = NULL;
   cJSON_ArrayForEach(c, root) {
     if (strcmp(c->string, "__metadata__") == 0) {
-      if (meta) {
-        cJSON_Delete(root);
+      if (*meta)
         return attn_diag_set(d, ATTN_EPARSE, "%s: __metadata__ given twice",
                              LBL(label));
-      }
-      meta = c;
+      *meta = c;
     } else {
-      n++;
+      (*n)++;
     }
+  }
+  return ATTN_OK;
+}
+
+/* Pass one: each entry but meta into rs[], checked on its own, with the
+ * running element count against max_elements (0: no bound). */
+static attn_status read_entries(const cJSON *root, const cJSON *meta,
+                                const char *label, size_t data_len,
+                                size_t max_elements, raw *rs, attn_diag *d) {
+  const cJSON *c;
+  size_t i = 0, total = 0;
+  cJSON_ArrayForEach(c, root) {
+    if (c == meta) continue;
+    attn_status s = read_entry(c, label, data_len, &rs[i], d);
+    if (s != ATTN_OK) return s;
+    if (!attn_size_add(total, rs[i].numel, &total) ||
+        (max_elements && total > max_elements))
+      return attn_diag_set(d, ATTN_ETOOBIG,
+                           "%s: tensors hold more than %zu elements (at '%s')",
+                           LBL(label), max_elements, rs[i].name);
+    i++;
+  }
+  return ATTN_OK;
+}
+
+/* The file's design: the header, pass one (read_entries), pass two
+ * (check_layout), then the metadata and the tensors converted. */
+attn_status attn_safetensors_parse(const void *buf, size_t len,
+                                   const char *label, size_t max_elements,
+                                   attn_safetensors **out, attn_diag *d) {
+  const unsigned char *data = NULL;
+  size_t data_len = 0, n;
+  cJSON *root;
+  const cJSON *meta;
+  *out = NULL;
+  attn_status s = read_header(buf, len, label, &root, &data, &data_len, d);
+  if (s != ATTN_OK) return s;
+  if ((s = count_entries(root, label, &n, &meta, d)) != ATTN_OK) {
+    cJSON_Delete(root);
+    return s;
   }
   raw *rs = calloc(n ? n : 1, sizeof *rs);
   const raw **idx = calloc(n ? n : 1, sizeof *idx);
   attn_safetensors *st = calloc(1, sizeof *st);
-  if (!rs || !idx || !st) {
+  if (!rs || !idx || !st)
     s = attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", LBL(label));
-    goto done;
-  }
-  size_t i = 0;
-  cJSON_ArrayForEach(c, root) {
-    if (c == meta) continue;
-    s = read_entry(c, label, data_len, &rs[i], d);
-    if (s != ATTN_OK) goto done;
-    if (!attn_size_add(total, rs[i].numel, &total) ||
-        (max_elements && total > max_elements)) {
-      s = attn_diag_set(d, ATTN_ETOOBIG,
-                        "%s: tensors hold more than %zu elements (at '%s')",
-                        LBL(label), max_elements, rs[i].name);
-      goto done;
-    }
-    i++;
-  }
-  s = check_layout(rs, idx, n, label, data_len, d);
+  if (s == ATTN_OK)
+    s = read_entries(root, meta, label, data_len, max_elements, rs, d);
+  if (s == ATTN_OK) s = check_layout(rs, idx, n, label, data_len, d);
   if (s == ATTN_OK && meta) s = copy_metadata(st, meta, label, d);
   if (s == ATTN_OK) s = convert(st, rs, n, data, label, d);
-done:
   free(rs);
   free(idx);
   cJSON_Delete(root);
