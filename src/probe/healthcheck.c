@@ -46,31 +46,10 @@
 
 /* ---- URL ---------------------------------------------------------------- */
 
-attn_status attn_url_parse(const char *text, attn_url *out, attn_diag *d) {
-  attn_url u;
-  if (!text || !out)
-    return attn_diag_set(d, ATTN_EINVAL, "attn_url_parse: NULL argument");
-  for (const char *p = text; *p; p++)
-    if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "URL '%.*s' contains a space or a control "
-                           "character",
-                           SHOW, text);
-  if (strlen(text) > ATTN_MAX_URL_LEN)
-    return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s...' is longer than %d "
-                         "bytes", SHOW, text, ATTN_MAX_URL_LEN);
-  const char *sep = strstr(text, "://");
-  if (!sep)
-    return attn_diag_set(d, ATTN_EINVAL,
-                         "'%.*s' is not a URL: write http://HOST[:PORT][/PATH]",
-                         SHOW, text);
-  if ((size_t)(sep - text) != 4 || strncasecmp(text, "http", 4) != 0)
-    return attn_diag_set(d, ATTN_EINVAL,
-                         "URL '%.*s': only http:// is supported (attnd "
-                         "serves plain HTTP)",
-                         SHOW, text);
-  const char *h = sep + 3;
-  size_t auth_len = strcspn(h, "/?#");
+/* The authority of `text`, the auth_len bytes at h: u->host, and u->port
+ * ("80" when it gives none). */
+static attn_status url_authority(const char *text, const char *h,
+                                 size_t auth_len, attn_url *u, attn_diag *d) {
   if (memchr(h, '@', auth_len))
     return attn_diag_set(d, ATTN_EINVAL,
                          "URL '%.*s': user information (user@) is not "
@@ -100,9 +79,9 @@ attn_status attn_url_parse(const char *text, attn_url *out, attn_diag *d) {
   if (host_len > ATTN_MAX_HOST_LEN)
     return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s': host longer than %d "
                          "bytes", SHOW, text, ATTN_MAX_HOST_LEN);
-  memcpy(u.host, host, host_len);
-  u.host[host_len] = '\0';
-  snprintf(u.port, sizeof u.port, "80");
+  memcpy(u->host, host, host_len);
+  u->host[host_len] = '\0';
+  snprintf(u->port, sizeof u->port, "80");
   if (port) {
     size_t n = (size_t)(h + auth_len - port);
     long v = 0;
@@ -114,8 +93,42 @@ attn_status attn_url_parse(const char *text, attn_url *out, attn_diag *d) {
     if (!ok || v < 1 || v > 65535)
       return attn_diag_set(d, ATTN_EINVAL,
                            "URL '%.*s': the port must be 1..65535", SHOW, text);
-    snprintf(u.port, sizeof u.port, "%ld", v);
+    snprintf(u->port, sizeof u->port, "%ld", v);
   }
+  return ATTN_OK;
+}
+
+/* The text as a whole, the scheme, the authority (url_authority), then the
+ * path (the readiness path when there is none). */
+attn_status attn_url_parse(const char *text, attn_url *out, attn_diag *d) {
+  attn_url u;
+  attn_status s;
+  if (!text || !out)
+    return attn_diag_set(d, ATTN_EINVAL, "attn_url_parse: NULL argument");
+  for (const char *p = text; *p; p++)
+    if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "URL '%.*s' contains a space or a control "
+                           "character",
+                           SHOW, text);
+  if (strlen(text) > ATTN_MAX_URL_LEN)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "URL '%.*s...' is longer than %d "
+                         "bytes",
+                         SHOW, text, ATTN_MAX_URL_LEN);
+  const char *sep = strstr(text, "://");
+  if (!sep)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'%.*s' is not a URL: write http://HOST[:PORT][/PATH]",
+                         SHOW, text);
+  if ((size_t)(sep - text) != 4 || strncasecmp(text, "http", 4) != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "URL '%.*s': only http:// is supported (attnd "
+                         "serves plain HTTP)",
+                         SHOW, text);
+  const char *h = sep + 3;
+  size_t auth_len = strcspn(h, "/?#");
+  if ((s = url_authority(text, h, auth_len, &u, d)) != ATTN_OK) return s;
   const char *path = h + auth_len;
   if (*path == '#') path = "";
   if (*path == '?') /* "http://h:1?x": the query of the root */
@@ -283,51 +296,45 @@ static const char *errno_reason(int err) {
   }
 }
 
-attn_status attn_healthcheck(const char *url, int64_t timeout_ms,
-                             int *http_status, attn_diag *d) {
-  attn_url u;
-  attn_status st;
-  int dummy;
-  if (!http_status) http_status = &dummy;
-  *http_status = 0;
-  if ((st = attn_url_parse(url, &u, d)) != ATTN_OK) return st;
-  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-
+/* The connected socket to u (resolved, then its addresses tried in turn
+ * before the deadline) into *fd. */
+static attn_status dial(const char *url, const attn_url *u, int64_t deadline,
+                        int64_t timeout_ms, int *fd, attn_diag *d) {
   struct addrinfo hints = {0}, *ai = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
-  int gai = getaddrinfo(u.host, u.port, &hints, &ai);
+  int gai = getaddrinfo(u->host, u->port, &hints, &ai);
   if (gai != 0)
-    return attn_diag_set(d, ATTN_EIO, "%.*s: host '%.*s': %s", SHOW, url, SHOW,
-                         u.host,
-                         gai == EAI_SYSTEM ? strerror(errno)
-                                           : gai_strerror(gai));
-  int fd = -1, err = ECONNREFUSED;
-  for (const struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
-    fd = connect_one(a, deadline, &err);
+    return attn_diag_set(
+        d, ATTN_EIO, "%.*s: host '%.*s': %s", SHOW, url, SHOW, u->host,
+        gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+  int err = ECONNREFUSED;
+  *fd = -1;
+  for (const struct addrinfo *a = ai; a && *fd < 0; a = a->ai_next)
+    *fd = connect_one(a, deadline, &err);
   freeaddrinfo(ai);
-  if (fd < 0 && err == ETIMEDOUT)
+  if (*fd < 0 && err == ETIMEDOUT)
     return attn_diag_set(d, ATTN_ETIMEDOUT,
                          "%.*s: no connection within %lld ms", SHOW, url,
                          (long long)timeout_ms);
-  if (fd < 0)
+  if (*fd < 0)
     return attn_diag_set(d, ATTN_EIO, "%.*s: %s", SHOW, url,
                          errno_reason(err));
+  return ATTN_OK;
+}
 
-  bool v6 = strchr(u.host, ':') != NULL;
+/* Send the GET for u and read the answer into buf[RESP_MAX + 1] (see
+ * read_answer).  Returns the bytes read, or -1 with *err. */
+static long exchange(int fd, const attn_url *u, int64_t deadline, char *buf,
+                     int *err) {
+  bool v6 = strchr(u->host, ':') != NULL;
   char req[ATTN_MAX_URL_LEN + ATTN_MAX_HOST_LEN + 160];
   int len = snprintf(req, sizeof req,
                      "GET %s HTTP/1.1\r\nHost: %s%s%s:%s\r\n"
                      "User-Agent: attnd-healthcheck\r\nAccept: */*\r\n"
                      "Connection: close\r\n\r\n",
-                     u.path, v6 ? "[" : "", u.host, v6 ? "]" : "", u.port);
-  char *buf = malloc(RESP_MAX + 1);
-  if (!buf) {
-    close(fd);
-    return attn_diag_set(d, ATTN_ENOMEM, "%.*s: out of memory", SHOW, url);
-  }
-  long n = 0;
+                     u->path, v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
   for (int sent = 0; sent < len;) {
     int r = wait_fd(fd, POLLOUT, deadline);
     ssize_t w = r == 1 ? send(fd, req + sent, (size_t)(len - sent),
@@ -335,27 +342,26 @@ attn_status attn_healthcheck(const char *url, int64_t timeout_ms,
                        : -1;
     if (w < 0 && r == 1 && (errno == EINTR || errno == EAGAIN)) continue;
     if (w < 0) {
-      err = r == 0 ? ETIMEDOUT : errno;
-      n = -1;
-      break;
+      *err = r == 0 ? ETIMEDOUT : errno;
+      return -1;
     }
     sent += (int)w;
   }
-  if (n == 0) n = read_answer(fd, buf, deadline, &err);
-  close(fd);
+  return read_answer(fd, buf, deadline, err);
+}
 
-  if (n < 0 && err == ETIMEDOUT) {
-    free(buf);
+/* What the n bytes of answer in buf (or the failure err, n <= 0) say:
+ * ATTN_OK for HTTP 200, else why not.  *http_status gets the status. */
+static attn_status judge(const char *url, const char *buf, long n, int err,
+                         int64_t timeout_ms, int *http_status, attn_diag *d) {
+  if (n < 0 && err == ETIMEDOUT)
     return attn_diag_set(d, ATTN_ETIMEDOUT,
                          "%.*s: connected, but no answer within %lld ms", SHOW,
                          url, (long long)timeout_ms);
-  }
-  if (n <= 0) {
-    free(buf);
+  if (n <= 0)
     return attn_diag_set(d, ATTN_EIO, "%.*s: %s", SHOW, url,
                          n == 0 ? "the connection was closed without an answer"
                                 : errno_reason(err));
-  }
   int code = 0;
   if (strncmp(buf, "HTTP/1.", 7) != 0 || !buf[7] || buf[8] != ' ' ||
       sscanf(buf + 9, "%3d", &code) != 1 || code < 100 || code > 999) {
@@ -365,19 +371,38 @@ attn_status attn_healthcheck(const char *url, int64_t timeout_ms,
          i++)
       first[k++] = (unsigned char)buf[i] >= 0x20 ? buf[i] : '?';
     first[k] = '\0';
-    free(buf);
     return attn_diag_set(d, ATTN_EIO, "%.*s: not an HTTP answer: '%s'", SHOW,
                          url, first);
   }
   *http_status = code;
-  if (code == 200) {
-    free(buf);
-    return ATTN_OK;
-  }
+  if (code == 200) return ATTN_OK;
   char why[SHOW * 2 + 8] = "";
   const char *body = strstr(buf, "\r\n\r\n");
   if (body) body_reason(body + 4, why, sizeof why);
-  free(buf);
   return attn_diag_set(d, ATTN_EBUSY, "%.*s: not ready: HTTP %d%s", SHOW, url,
                        code, why);
+}
+
+/* The URL parsed, the connection (dial), the request and its answer
+ * (exchange), then what the answer says (judge); one deadline for all. */
+attn_status attn_healthcheck(const char *url, int64_t timeout_ms,
+                             int *http_status, attn_diag *d) {
+  attn_url u;
+  attn_status st;
+  int dummy, fd, err = 0;
+  if (!http_status) http_status = &dummy;
+  *http_status = 0;
+  if ((st = attn_url_parse(url, &u, d)) != ATTN_OK) return st;
+  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  if ((st = dial(url, &u, deadline, timeout_ms, &fd, d)) != ATTN_OK) return st;
+  char *buf = malloc(RESP_MAX + 1);
+  if (!buf) {
+    close(fd);
+    return attn_diag_set(d, ATTN_ENOMEM, "%.*s: out of memory", SHOW, url);
+  }
+  long n = exchange(fd, &u, deadline, buf, &err);
+  close(fd);
+  st = judge(url, buf, n, err, timeout_ms, http_status, d);
+  free(buf);
+  return st;
 }
