@@ -921,6 +921,63 @@ int attn__json_set_impl(const char *name) {
 
 const char *attn__json_impl_name(void) { return json_impl_names[json_impl]; }
 
+/* ps->run doubled (JSON_RUN_FIRST numbers at first): pack_run keeps room
+ * for a chunk's or a window's numbers after the n it holds. */
+static attn_status run_grow(jparser *ps) {
+  size_t cap = ps->run_cap ? ps->run_cap * 2 : JSON_RUN_FIRST;
+  if (cap > (SIZE_MAX - sizeof(jblock)) / sizeof(double))
+    return out_of_memory(ps);
+  jblock *b = realloc(ps->run_block, sizeof(jblock) + cap * sizeof(double));
+  if (!b) return out_of_memory(ps);
+  ps->run_block = b;
+  ps->run = (double *)(void *)(b + 1);
+  ps->run_cap = cap;
+  return ATTN_OK;
+}
+
+/* A value other than a number follows a ',': the run's n numbers become
+ * ordinary child nodes of the open array, one node per value again. */
+static attn_status run_unpack(jparser *ps, size_t n) {
+  attn_status s;
+  ps->nodes -= n;
+  for (size_t i = 0; i < n; i++) {
+    cJSON *e = new_node(ps, NULL, &s);
+    if (!e) return s;
+    set_number(e, ps->run[i]);
+  }
+  return ATTN_OK;
+}
+
+/* The ']' at p closes arr: its n numbers, from the run, become its packed
+ * values (donated or copied, see the design), its frame is popped and
+ * *closed set. */
+static attn_status run_close(jparser *ps, cJSON *arr, size_t n, const char *p,
+                             bool *closed) {
+  double *v;
+  if (n * sizeof *v >= JSON_RUN_DONATE) {
+    /* the run's block joins the arena as it is (trimmed to its numbers);
+     * the next array gets a new one */
+    jblock *b = realloc(ps->run_block, sizeof(jblock) + n * sizeof *v);
+    if (!b) b = ps->run_block; /* could not shrink: keep it whole */
+    arena_link(&ps->a, b);
+    v = (double *)(void *)(b + 1);
+    ps->run_block = NULL;
+    ps->run = NULL;
+    ps->run_cap = 0;
+  } else {
+    v = arena_words(&ps->a, n * sizeof *v);
+    if (!v) return out_of_memory(ps);
+    memcpy(v, ps->run, n * sizeof *v);
+  }
+  arr->type = cJSON_Array | ATTN_JSON_PACKED;
+  arr->valuestring = (char *)(void *)v;
+  arr->valuedouble = (double)n; /* exact: n <= max_nodes < 2^53 */
+  ps->p = p + 1;
+  pop_frame(ps);
+  *closed = true;
+  return ATTN_OK;
+}
+
 /* Inside the array `arr` (its frame innermost), a number starts at ps->p.
  * Collect numbers while only numbers follow.  At ']' the array becomes
  * packed and its frame is closed (*closed = true).  When some other value
@@ -928,7 +985,9 @@ const char *attn__json_impl_name(void) { return json_impl_names[json_impl]; }
  * frame stays open with ps->p at that value (*closed = false): the generic
  * parser goes on from there, so any text parses to the same values (and
  * fails at the same byte) as without packing.  Each number counts against
- * the node limit. */
+ * the node limit.  The loop reads by windows (AVX-512, AVX2), chunks (SSE2)
+ * or one number at a time; run_grow, run_unpack and run_close are its
+ * rare ends. */
 static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   size_t n = 0;
   attn_status s;
@@ -938,16 +997,8 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
   unsigned backoff = JSON_WINDOW_BACKOFF; /* alone after the next failure */
 #endif
   for (;;) {
-    if (n + CHUNK >= ps->run_cap) { /* room for a chunk's numbers */
-      size_t cap = ps->run_cap ? ps->run_cap * 2 : JSON_RUN_FIRST;
-      if (cap > (SIZE_MAX - sizeof(jblock)) / sizeof(double))
-        return out_of_memory(ps);
-      jblock *b = realloc(ps->run_block, sizeof(jblock) + cap * sizeof(double));
-      if (!b) return out_of_memory(ps);
-      ps->run_block = b;
-      ps->run = (double *)(void *)(b + 1);
-      ps->run_cap = cap;
-    }
+    /* room for a chunk's numbers */
+    if (n + CHUNK >= ps->run_cap && (s = run_grow(ps)) != ATTN_OK) return s;
 #if JSON_WINDOWS
     /* A window that takes nothing (mostly: numbers of 16 bytes or more,
      * such as Python's 17-digit reprs) is tried again only after
@@ -998,38 +1049,10 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
     if (*p != ',') return malformed(ps, p);
     ps->p = p = skip_ws(p + 1, ps->end);
     if (p < ps->end && (*p == '-' || is_digit(*p))) continue;
-    ps->nodes -= n; /* something else: back to one node per value */
-    for (size_t i = 0; i < n; i++) {
-      cJSON *e = new_node(ps, NULL, &s);
-      if (!e) return s;
-      set_number(e, ps->run[i]);
-    }
     *closed = false;
-    return ATTN_OK;
+    return run_unpack(ps, n);
   }
-  double *v;
-  if (n * sizeof *v >= JSON_RUN_DONATE) {
-    /* the run's block joins the arena as it is (trimmed to its numbers);
-     * the next array gets a new one */
-    jblock *b = realloc(ps->run_block, sizeof(jblock) + n * sizeof *v);
-    if (!b) b = ps->run_block; /* could not shrink: keep it whole */
-    arena_link(&ps->a, b);
-    v = (double *)(void *)(b + 1);
-    ps->run_block = NULL;
-    ps->run = NULL;
-    ps->run_cap = 0;
-  } else {
-    v = arena_words(&ps->a, n * sizeof *v);
-    if (!v) return out_of_memory(ps);
-    memcpy(v, ps->run, n * sizeof *v);
-  }
-  arr->type = cJSON_Array | ATTN_JSON_PACKED;
-  arr->valuestring = (char *)(void *)v;
-  arr->valuedouble = (double)n; /* exact: n <= max_nodes < 2^53 */
-  ps->p = p + 1;
-  pop_frame(ps);
-  *closed = true;
-  return ATTN_OK;
+  return run_close(ps, arr, n, p, closed);
 }
 
 /* One value and everything nested in it, starting at ps->p (whitespace
