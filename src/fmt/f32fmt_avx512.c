@@ -237,7 +237,17 @@ INLINE __m512i rop(__m512i a, __m512i b, __m512i h, __m512i h32) {
  * "],[" (U rows of m floats).  Returns the bytes written, or 0 when U > 1
  * and one of the blocks is all zeros (then group() prints them one at a
  * time).  Stores stay below out + 17 * (floats) (+ 2 per row with
- * rowsep). */
+ * rowsep).
+ * One function of ~270 lines on purpose: steps 1 to 7 of the DESIGN, marked
+ * by number, each written once for the U blocks side by side (EACH), and
+ * each reading the U-vector arrays the steps before it computed (bits, be,
+ * t, k, h, the bounds, dec, d9, e, ...).  The compiler keeps those in
+ * registers as far as they fit because the body is one always-inlined
+ * function with U a constant; helpers would pass the arrays through memory
+ * by pointer (or, inlined back, be this same code), and the statements of
+ * the U blocks must stay interleaved for their latency chains to overlap,
+ * the point of the groups.  The pieces that stand alone are functions
+ * already (lookup, div10, widen, pack, rop). */
 INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
                      char *out, const int U, const int rowsep) {
   __attribute__((aligned(64))) char slot[UMAX][16 * 16];

@@ -187,6 +187,18 @@ static inline TARGET __m512i digits8(__m512i w, __m512i bv8, __m512i fv8,
                           _mm512_srli_epi64(t, 32));
 }
 
+/* One window at p (64 bytes readable): the numbers it takes into out (at
+ * most room), *adv and *closed as internal.h says; 0 when it takes none.
+ * Steps 1 to 6 of the DESIGN, in order, marked by number.
+ * One function of ~110 lines on purpose: it is the body of the windows
+ * loop below (always inlined there), on the chain that decides where the
+ * next window starts, and each step reads what the steps before it left
+ * in registers (the window, the class masks, S, E, F, the compressed
+ * starts, ends and digit counts).  The parts that stand alone are
+ * functions already (step 2: attn__json_window_marks; step 5: digits4,
+ * digits8); cutting the rest would hand a dozen masks and vectors between
+ * helpers, where GCC's register allocation is already tight (see kv, gpr
+ * and the loop's comment), for no gain in reading. */
 static inline TARGET __attribute__((always_inline)) size_t window(
     const char *p, size_t room, double *out, size_t *adv, int *closed) {
   const __m512i w = _mm512_loadu_si512((const void *)p);
