@@ -193,10 +193,9 @@ static attn_status nest_fill(nest_ctx *c, const cJSON *arr, int depth) {
   const double *v = attn_json_packed(arr, &n);
   if (v && depth + 1 < c->rank) {
     c->idx[depth] = 0;
-    return attn_diag_set(c->d, ATTN_EINVAL,
-                         "%s: expected an array of %lld, got a number",
-                         nest_path(c, depth + 1, p, sizeof p),
-                         (long long)c->shape[depth + 1]);
+    return attn_diag_set(
+        c->d, ATTN_EINVAL, "%s: expected an array of %lld, got a number",
+        nest_path(c, depth + 1, p, sizeof p), (long long)c->shape[depth + 1]);
   }
   if (v) return nest_packed(c, v, n, depth);
   const cJSON *e;
@@ -251,8 +250,10 @@ static attn_status parse_nested(const cJSON *item, const char *field,
   if (packed && (allow & LEAF_NUM))
     c.dt = ATTN_DT_FP32;
   else if (packed)
-    return attn_diag_set(d, ATTN_EINVAL, "%s: expected true or false, got "
-                         "a number", nest_path(&c, c.rank, p, sizeof p));
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: expected true or false, got "
+                         "a number",
+                         nest_path(&c, c.rank, p, sizeof p));
   else if (!leaf)
     c.dt = allow & LEAF_NUM ? ATTN_DT_FP32 : ATTN_DT_BOOL;
   else if ((allow & LEAF_BOOL) && cJSON_IsBool(leaf))
@@ -424,8 +425,9 @@ static const char *const top_names[K_COUNT] = {
 /* Members whose arrays of numbers reach this file packed: exactly the ones
  * read by parse_nested. */
 static const char *const packed_keys[] = {
-    "query", "key", "value", "attn_mask", "key_padding_mask", "w_q", "w_k",
-    "w_v",   "w_o", "b_q",   "b_k",       "b_v",              "b_o", NULL};
+    "query", "key", "value", "attn_mask", "key_padding_mask",
+    "w_q",   "w_k", "w_v",   "w_o",       "b_q",
+    "b_k",   "b_v", "b_o",   NULL};
 
 #define N_WEIGHTS 8 /* the first four are required */
 static const char *const weight_names[N_WEIGHTS] = {"w_q", "w_k", "w_v", "w_o",

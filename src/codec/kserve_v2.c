@@ -601,14 +601,13 @@ static attn_status put_num(fill_ctx *c, double x, int depth) {
 /* The wrong kind of value for the input's dtype. */
 static attn_status bad_elem(fill_ctx *c, const char *kind, int depth) {
   char p[128];
-  return where_err(c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
-                   "%s is %s, expected %s (%s)",
-                   fmt_path(c, depth, p, sizeof p), kind,
-                   c->in->dt == ATTN_DT_BOOL ? "true or false"
-                   : c->in->dt == ATTN_DT_INT32 || c->in->dt == ATTN_DT_INT64
-                       ? "an integer"
-                       : "a number",
-                   attn_dtype_name(c->in->dt));
+  return where_err(
+      c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
+      "%s is %s, expected %s (%s)", fmt_path(c, depth, p, sizeof p), kind,
+      c->in->dt == ATTN_DT_BOOL ? "true or false"
+      : c->in->dt == ATTN_DT_INT32 || c->in->dt == ATTN_DT_INT64 ? "an integer"
+                                                                 : "a number",
+      attn_dtype_name(c->in->dt));
 }
 
 static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {

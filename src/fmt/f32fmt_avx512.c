@@ -299,11 +299,10 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
     k[u] = _mm512_mask_srai_epi32(k[u], irr[u],
                                   _mm512_sub_epi32(q10, C32(32752)), 18);
     h[u] = _mm512_add_epi32(
-        q, _mm512_srai_epi32(
-               _mm512_mullo_epi32(
-                   _mm512_sub_epi32(_mm512_setzero_si512(), k[u]),
-                   C32(1741647)),
-               19));
+        q, _mm512_srai_epi32(_mm512_mullo_epi32(
+                                 _mm512_sub_epi32(_mm512_setzero_si512(), k[u]),
+                                 C32(1741647)),
+                             19));
   }
   EACH {
     __m512i idx = _mm512_sub_epi32(k[u], C32(ATTN__F32_K_MIN));
@@ -329,10 +328,8 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
       __m512i a1 = _mm512_mask_mov_epi64(a2, ir, g1);
       __m512i b1 = _mm512_mask_mov_epi64(b2, ir, g0);
       vb[hf] = rop(a, b, h64, h32);
-      vbl[hf] =
-          rop(_mm512_sub_epi64(a, a1), _mm512_sub_epi64(b, b1), h64, h32);
-      vbr[hf] =
-          rop(_mm512_add_epi64(a, a2), _mm512_add_epi64(b, b2), h64, h32);
+      vbl[hf] = rop(_mm512_sub_epi64(a, a1), _mm512_sub_epi64(b, b1), h64, h32);
+      vbr[hf] = rop(_mm512_add_epi64(a, a2), _mm512_add_epi64(b, b2), h64, h32);
     }
     VB[u] = pack(vb[0], vb[1]);
     __m512i c1 = _mm512_and_si512(t[u], one);
@@ -366,8 +363,7 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
      * recomputed where used, as keeping it live costs more (mask register
      * pressure) */
     dec[u] = _mm512_maskz_mov_epi32(
-        (__mmask16)~_mm512_testn_epi32_mask(bits[u], C32(0x7fffffff)),
-        dec[u]);
+        (__mmask16)~_mm512_testn_epi32_mask(bits[u], C32(0x7fffffff)), dec[u]);
   }
 
   /* 5. nine digits d9 = dec * 10^(9 - n0); e = exponent of the first */
@@ -405,8 +401,7 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
     __m512i nn[2];
     for (int hf = 0; hf < 2; hf++) {
       __m512i d = widen(d9[u], hf);
-      __m512i fd =
-          _mm512_srli_epi64(_mm512_mul_epu32(d, C64(1441151881)), 57);
+      __m512i fd = _mm512_srli_epi64(_mm512_mul_epu32(d, C64(1441151881)), 57);
       __m512i r = _mm512_sub_epi64(d, _mm512_mul_epu32(fd, C64(100000000)));
       __m512i h4 = _mm512_srli_epi64(_mm512_mul_epu32(r, C64(0xd1b71759)), 45);
       __m512i l4 = _mm512_sub_epi64(r, _mm512_mul_epu32(h4, C64(10000)));
@@ -416,13 +411,12 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
       x = _mm512_or_si512(
           dd, _mm512_slli_epi32(
                   _mm512_sub_epi32(x, _mm512_mullo_epi32(dd, C32(100))), 16));
-      dd = _mm512_srli_epi16(_mm512_mullo_epi16(x, _mm512_set1_epi16(103)),
-                             10);
+      dd = _mm512_srli_epi16(_mm512_mullo_epi16(x, _mm512_set1_epi16(103)), 10);
       x = _mm512_or_si512(
-          dd, _mm512_slli_epi16(
-                  _mm512_sub_epi16(
-                      x, _mm512_mullo_epi16(dd, _mm512_set1_epi16(10))),
-                  8));
+          dd,
+          _mm512_slli_epi16(_mm512_sub_epi16(x, _mm512_mullo_epi16(
+                                                    dd, _mm512_set1_epi16(10))),
+                            8));
       /* significant digits: 2 + index of the last nonzero byte (1 if none) */
       __m512i nz =
           _mm512_and_si512(_mm512_add_epi64(x, C64(0x7f7f7f7f7f7f7f7f)),
@@ -521,8 +515,8 @@ INLINE size_t blocks(const tables *tb, const float *const vu[], unsigned m,
 /* One block of m floats, 1 <= m <= 16 (the tails and the fallback of
  * group(): one copy of the code). */
 static TARGET __attribute__((noinline)) size_t block1(const tables *tb,
-                                                       const float *v,
-                                                       unsigned m, char *out) {
+                                                      const float *v,
+                                                      unsigned m, char *out) {
   const float *vu[1] = {v};
   return blocks(tb, vu, m, out, 1, 0);
 }
@@ -545,16 +539,16 @@ INLINE size_t group(const tables *tb, const float *const vu[], unsigned m,
 }
 
 static TARGET __attribute__((noinline)) size_t group4(const tables *tb,
-                                                       const float *const vu[],
-                                                       unsigned m, char *out,
-                                                       int rowsep) {
+                                                      const float *const vu[],
+                                                      unsigned m, char *out,
+                                                      int rowsep) {
   return group(tb, vu, m, out, 4, rowsep);
 }
 
 static TARGET __attribute__((noinline)) size_t group2(const tables *tb,
-                                                       const float *const vu[],
-                                                       unsigned m, char *out,
-                                                       int rowsep) {
+                                                      const float *const vu[],
+                                                      unsigned m, char *out,
+                                                      int rowsep) {
   return group(tb, vu, m, out, 2, rowsep);
 }
 

@@ -89,21 +89,22 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define TARGET                                                        \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi," \
-                        "avx512vbmi2,popcnt,bmi,bmi2")))
+#define TARGET                                                \
+  __attribute__((                                             \
+      target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi," \
+             "avx512vbmi2,popcnt,bmi,bmi2")))
 
 #define I4(b) b, b + 1, b + 2, b + 3
 #define I16(b) I4(b), I4(b + 4), I4(b + 8), I4(b + 12)
 #define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
 
-static const uint8_t IOTA[64] __attribute__((aligned(64))) = {
-    I16(0), I16(16), I16(32), I16(48)};
+static const uint8_t IOTA[64]
+    __attribute__((aligned(64))) = {I16(0), I16(16), I16(32), I16(48)};
 /* byte j -> j mod 16, and j -> the lane's token (j / 16) */
-static const uint8_t J16[64] __attribute__((aligned(64))) = {
-    I16(0), I16(0), I16(0), I16(0)};
-static const uint8_t LANE[64] __attribute__((aligned(64))) = {
-    R16(0), R16(1), R16(2), R16(3)};
+static const uint8_t J16[64]
+    __attribute__((aligned(64))) = {I16(0), I16(0), I16(0), I16(0)};
+static const uint8_t LANE[64]
+    __attribute__((aligned(64))) = {R16(0), R16(1), R16(2), R16(3)};
 /* the same for 8-byte lanes: j -> j mod 8, j -> j / 8 */
 #define I8(b) I4(b), I4(b + 4)
 #define R8(v) v, v, v, v, v, v, v, v
@@ -151,8 +152,8 @@ static inline TARGET uint64_t eq(__m512i w, const uint8_t *k) {
 static inline TARGET __m512i digits4(__m512i w, __m512i bv, __m512i fv,
                                      __m512i zv, unsigned k0) {
   const __m512i j = _mm512_load_si512(J16), one = _mm512_set1_epi8(1);
-  __m512i li = _mm512_add_epi8(_mm512_load_si512(LANE),
-                               _mm512_set1_epi8((char)k0));
+  __m512i li =
+      _mm512_add_epi8(_mm512_load_si512(LANE), _mm512_set1_epi8((char)k0));
   __m512i b = _mm512_permutexvar_epi8(li, bv);
   __mmask64 frac = _mm512_cmpge_epu8_mask(j, _mm512_permutexvar_epi8(li, fv));
   __mmask64 live = _mm512_cmpge_epu8_mask(j, _mm512_permutexvar_epi8(li, zv));
@@ -161,7 +162,7 @@ static inline TARGET __m512i digits4(__m512i w, __m512i bv, __m512i fv,
   __m512i d = _mm512_maskz_sub_epi8(live, _mm512_permutexvar_epi8(idx, w),
                                     _mm512_set1_epi8('0'));
   __m512i t = _mm512_maddubs_epi16(d, _mm512_set1_epi16(0x010A)); /* 10a+b */
-  t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00010064));      /* 100x+y */
+  t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00010064));        /* 100x+y */
   t = _mm512_packus_epi32(t, t);
   t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00012710)); /* 10^4 x + y */
   return _mm512_add_epi64(_mm512_mul_epu32(t, _mm512_set1_epi64(100000000)),
@@ -181,7 +182,7 @@ static inline TARGET __m512i digits8(__m512i w, __m512i bv8, __m512i fv8,
   __m512i d = _mm512_maskz_sub_epi8(live, _mm512_permutexvar_epi8(idx, w),
                                     _mm512_set1_epi8('0'));
   __m512i t = _mm512_maddubs_epi16(d, _mm512_set1_epi16(0x010A)); /* 10a+b */
-  t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00010064));      /* 100x+y */
+  t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00010064));        /* 100x+y */
   /* dword 0: the first four digits, dword 1: the last four */
   return _mm512_add_epi64(_mm512_mul_epu32(t, _mm512_set1_epi64(10000)),
                           _mm512_srli_epi64(t, 32));
@@ -205,8 +206,8 @@ static inline TARGET __attribute__((always_inline)) size_t window(
   const __m512i iota = _mm512_load_si512(IOTA), one = _mm512_set1_epi8(1);
 
   /* 1. classes */
-  uint64_t dig = gpr(_mm512_cmplt_epu8_mask(_mm512_sub_epi8(w, kv(K_ZERO)),
-                                            kv(K_TEN)));
+  uint64_t dig =
+      gpr(_mm512_cmplt_epu8_mask(_mm512_sub_epi8(w, kv(K_ZERO)), kv(K_TEN)));
   uint64_t dot = eq(w, K_DOT), min = eq(w, K_MIN), com = eq(w, K_COM),
            clo = eq(w, K_CLO), zero = eq(w, K_ZERO);
   /* whitespace: bytes equal to their low nibble's entry in a table that
@@ -274,21 +275,20 @@ static inline TARGET __attribute__((always_inline)) size_t window(
   __m512i zv = _mm512_sub_epi8(_mm512_set1_epi8(16), nd);
   const __m512d p0 = _mm512_load_pd(POW10), p1 = _mm512_load_pd(POW10 + 8);
   const __m512i even = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
-  if (k <= 8 && !(_cvtmask64_u64(_mm512_cmpgt_epu8_mask(
-                      nd, _mm512_set1_epi8(8))) &
-                  ((1ull << k) - 1))) {
+  if (k <= 8 &&
+      !(_cvtmask64_u64(_mm512_cmpgt_epu8_mask(nd, _mm512_set1_epi8(8))) &
+        ((1ull << k) - 1))) {
     /* the common window: at most 8 numbers of at most 8 digits, such as
      * -0.482913, in one register of 8-byte lanes */
-    __m512i m = digits8(
-        w, _mm512_add_epi8(bv, _mm512_set1_epi8(8)),
-        _mm512_sub_epi8(_mm512_set1_epi8(8), nf),
-        _mm512_sub_epi8(_mm512_set1_epi8(8), nd));
+    __m512i m = digits8(w, _mm512_add_epi8(bv, _mm512_set1_epi8(8)),
+                        _mm512_sub_epi8(_mm512_set1_epi8(8), nf),
+                        _mm512_sub_epi8(_mm512_set1_epi8(8), nd));
     __m512i nf8 = _mm512_cvtepu8_epi64(_mm512_castsi512_si128(nf));
     __m512i ng8 = _mm512_cvtepu8_epi64(_mm512_castsi512_si128(neg));
-    __m512d v = _mm512_div_pd(_mm512_cvtepu64_pd(m),
-                              _mm512_permutexvar_pd(nf8, p0));
-    v = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(v),
-                                             _mm512_slli_epi64(ng8, 63)));
+    __m512d v =
+        _mm512_div_pd(_mm512_cvtepu64_pd(m), _mm512_permutexvar_pd(nf8, p0));
+    v = _mm512_castsi512_pd(
+        _mm512_xor_si512(_mm512_castpd_si512(v), _mm512_slli_epi64(ng8, 63)));
     _mm512_mask_storeu_pd(out, (__mmask8)((1u << k) - 1), v);
     *adv = end;
     *closed = shut;
@@ -304,8 +304,8 @@ static inline TARGET __attribute__((always_inline)) size_t window(
         _mm512_castsi512_si128(_mm512_permutexvar_epi8(sel, neg)));
     __m512d v = _mm512_div_pd(_mm512_cvtepu64_pd(m),
                               _mm512_permutex2var_pd(p0, nf8, p1));
-    v = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(v),
-                                             _mm512_slli_epi64(ng8, 63)));
+    v = _mm512_castsi512_pd(
+        _mm512_xor_si512(_mm512_castpd_si512(v), _mm512_slli_epi64(ng8, 63)));
     unsigned left = k - k0 < 8 ? k - k0 : 8;
     _mm512_mask_storeu_pd(out + k0, (__mmask8)((1u << left) - 1), v);
   }

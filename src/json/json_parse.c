@@ -446,7 +446,7 @@ static inline const char *take_digits(const char *p, const char *end, int room,
   while (room >= 8 && end - p >= 8) {
     uint64_t x;
     memcpy(&x, p, 8);
-    x ^= 0x30 * ones;                                          /* digit value */
+    x ^= 0x30 * ones; /* digit value */
     uint64_t nd = (((x & 0x7F * ones) + 0x76 * ones) | x) & 0x80 * ones;
     int n = nd ? __builtin_ctzll(nd) >> 3 : 8; /* digits in this word */
     if (n == 0) break;
@@ -731,7 +731,7 @@ static void set_number(cJSON *n, double v) {
 /* Bytes scanned at once by pack_chunk (one bit each in a uint64). */
 #define CHUNK 64
 
-#if defined(__SSE2__) && defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+#if defined(__SSE2__) && defined(__GNUC__) && defined(__BYTE_ORDER__) &&     \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(FLT_EVAL_METHOD) && \
     FLT_EVAL_METHOD == 0
 #include <emmintrin.h>
@@ -751,9 +751,9 @@ static inline uint64_t chunk_delims(const char *p) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
     __m128i d = _mm_or_si128(
         _mm_or_si128(_mm_cmpeq_epi8(x, comma), _mm_cmpeq_epi8(x, close)),
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, sp), _mm_cmpeq_epi8(x, lf)),
-                     _mm_or_si128(_mm_cmpeq_epi8(x, cr),
-                                  _mm_cmpeq_epi8(x, tab))));
+        _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(x, sp), _mm_cmpeq_epi8(x, lf)),
+            _mm_or_si128(_mm_cmpeq_epi8(x, cr), _mm_cmpeq_epi8(x, tab))));
     m |= (uint64_t)(uint32_t)_mm_movemask_epi8(d) << (16 * i);
   }
   return m;
@@ -829,7 +829,7 @@ static int pack_chunk(jparser *ps, size_t *n) {
       return CHUNK_CLOSED;
     }
     if (!(p[t + 1] == '-' || is_digit(p[t + 1]))) { /* let the slow step */
-      k--;                                         /* redo this one */
+      k--;                                          /* redo this one */
       ps->nodes--;
       break;
     }
@@ -844,9 +844,10 @@ static int pack_chunk(jparser *ps, size_t *n) {
 #endif
 
 /* See pack_run. */
-#define JSON_RUN_FIRST 2048              /* numbers; doubled as it fills */
-#define JSON_RUN_DONATE ((size_t)4 << 10) /* bytes: a run this long is not
-                                             copied into the arena */
+#define JSON_RUN_FIRST 2048 /* numbers; doubled as it fills */
+#define JSON_RUN_DONATE                              \
+  ((size_t)4 << 10) /* bytes: a run this long is not \
+                       copied into the arena */
 #define JSON_WINDOW_BACKOFF 7
 #define JSON_WINDOW_BACKOFF_MAX 1024
 
@@ -919,7 +920,9 @@ int attn__json_set_impl(const char *name) {
   return 0;
 }
 
-const char *attn__json_impl_name(void) { return json_impl_names[json_impl]; }
+const char *attn__json_impl_name(void) {
+  return json_impl_names[json_impl];
+}
 
 /* ps->run doubled (JSON_RUN_FIRST numbers at first): pack_run keeps room
  * for a chunk's or a window's numbers after the n it holds. */
@@ -1030,7 +1033,7 @@ static attn_status pack_run(jparser *ps, cJSON *arr, bool *closed) {
     } else
 #endif
 #if JSON_CHUNKS
-    if (json_impl == JSON_IMPL_SSE2 && ps->end - ps->p >= CHUNK_READ) {
+        if (json_impl == JSON_IMPL_SSE2 && ps->end - ps->p >= CHUNK_READ) {
       int c = pack_chunk(ps, &n);
       if (c == CHUNK_MORE) continue;
       if (c == CHUNK_CLOSED) {

@@ -52,12 +52,21 @@ enum {
   IN_N
 };
 static const char *const in_names[IN_N] = {
-    "query", "key", "value", "attn_mask", "key_padding_mask", "key_lengths",
-    "w_q",   "w_k", "w_v",   "w_o",       "b_q",              "b_k",
-    "b_v",   "b_o"};
+    "query",       "key", "value", "attn_mask", "key_padding_mask",
+    "key_lengths", "w_q", "w_k",   "w_v",       "w_o",
+    "b_q",         "b_k", "b_v",   "b_o"};
 
 /* Parameter ids; sdpa takes the first P_N_SDPA. */
-enum { P_CAUSAL, P_SCALE, P_NEED, P_AVG, P_N_SDPA, P_HEADS = P_N_SDPA, P_KV, P_N };
+enum {
+  P_CAUSAL,
+  P_SCALE,
+  P_NEED,
+  P_AVG,
+  P_N_SDPA,
+  P_HEADS = P_N_SDPA,
+  P_KV,
+  P_N
+};
 static const char *const p_names[P_N] = {"causal",       "scale",
                                          "need_weights", "average_attn_weights",
                                          "num_heads",    "num_kv_heads"};
@@ -72,11 +81,11 @@ typedef struct req_info {
   bool causal, avg;
   bool has_scale;
   double scale;
-  int need;              /* need_weights: -1 unset, 0, 1 */
-  int64_t heads, kv;     /* -1 unset */
-  bool want_w;           /* compute attn_weights */
-  bool bin[OUT_N];       /* binary flag per output */
-  int order[OUT_N];      /* outputs returned, in order */
+  int need;          /* need_weights: -1 unset, 0, 1 */
+  int64_t heads, kv; /* -1 unset */
+  bool want_w;       /* compute attn_weights */
+  bool bin[OUT_N];   /* binary flag per output */
+  int order[OUT_N];  /* outputs returned, in order */
   int n_order;
 } req_info;
 
@@ -111,8 +120,8 @@ static const char *shape_str(const attn_tensor *t, char *buf, size_t cap) {
   size_t at = 0;
   buf[0] = '\0';
   for (int i = 0; i < t->rank && at < cap; i++) {
-    int w = snprintf(buf + at, cap - at, "%s%lld", i ? "," : "[",
-                     LL(t->shape[i]));
+    int w =
+        snprintf(buf + at, cap - at, "%s%lld", i ? "," : "[", LL(t->shape[i]));
     if (w < 0) break;
     at += (size_t)w;
   }
@@ -179,14 +188,13 @@ static attn_status read_inputs(attn__model_kind kind,
     }
     size_t numel;
     if (t->rank < 0 || t->rank > ATTN_MAX_RANK ||
-        !attn_shape_numel(t->rank, t->shape, &numel) ||
-        (numel && !t->data))
+        !attn_shape_numel(t->rank, t->shape, &numel) || (numel && !t->data))
       return attn_diag_set(d, ATTN_EINVAL, "input '%s': malformed tensor",
                            in_names[id]);
     ri->in[id] = t;
   }
-  const int required[] = {IN_QUERY, IN_KEY, IN_VALUE, IN_WQ, IN_WK, IN_WV,
-                          IN_WO};
+  const int required[] = {IN_QUERY, IN_KEY, IN_VALUE, IN_WQ,
+                          IN_WK,    IN_WV,  IN_WO};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     int id = required[i];
     if ((id == IN_KEY || id == IN_VALUE) && kind != ATTN__MODEL_SDPA) continue;
@@ -230,8 +238,8 @@ static attn_status want_count(const attn_param *p, int64_t *v, attn_diag *d) {
                          p->name, p->d);
   } else {
     return attn_diag_set(d, ATTN_EINVAL,
-                         "parameter '%s' must be an integer, got %s",
-                         p->name, param_type_name(p->type));
+                         "parameter '%s' must be an integer, got %s", p->name,
+                         param_type_name(p->type));
   }
   if (x < 1 || x > INT32_MAX)
     return attn_diag_set(d, ATTN_EINVAL,
@@ -343,11 +351,14 @@ static attn_status read_masks(const req_info *ri, int64_t B, int64_t H,
   const attn_tensor *m = ri->in[IN_MASK];
   if (m) {
     const int r = m->rank;
-    bool ok = r >= 2 && r <= 4 && m->shape[r - 2] == Lq && m->shape[r - 1] == Lk;
+    bool ok =
+        r >= 2 && r <= 4 && m->shape[r - 2] == Lq && m->shape[r - 1] == Lk;
     int64_t mb = 1, mh = 1;
     if (ok && r == 3) {
-      if (m->shape[0] == B * H && B * H != 1) mb = B, mh = H;
-      else ok = m->shape[0] == 1;
+      if (m->shape[0] == B * H && B * H != 1)
+        mb = B, mh = H;
+      else
+        ok = m->shape[0] == 1;
     } else if (ok && r == 4) {
       mb = m->shape[0];
       mh = m->shape[1];
@@ -482,8 +493,8 @@ static attn_status sdpa_shapes(const req_info *ri, plan *pl, attn_diag *d) {
                          LL(v->shape[0]), LL(B));
   if (k->shape[dd] != Dk)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'key': dim %d (Dk) is %lld, query has %lld",
-                         dd, LL(k->shape[dd]), LL(Dk));
+                         "input 'key': dim %d (Dk) is %lld, query has %lld", dd,
+                         LL(k->shape[dd]), LL(Dk));
   if (r >= 3 && v->shape[dh] != Hkv)
     return attn_diag_set(d, ATTN_ESHAPE,
                          "input 'value': dim %d (Hkv) is %lld, key has %lld",
@@ -522,8 +533,7 @@ static attn_status sdpa_shapes(const req_info *ri, plan *pl, attn_diag *d) {
 
 /* t must be rank n with the given dims; `what` names them for the message. */
 static attn_status expect(const attn_tensor *t, const char *name, int n,
-                          const int64_t *dims, const char *what,
-                          attn_diag *d) {
+                          const int64_t *dims, const char *what, attn_diag *d) {
   bool ok = t->rank == n;
   for (int i = 0; ok && i < n; i++) ok = t->shape[i] == dims[i];
   if (ok) return ATTN_OK;
@@ -532,10 +542,9 @@ static attn_status expect(const attn_tensor *t, const char *name, int n,
     return attn_diag_set(d, ATTN_ESHAPE,
                          "input '%s': shape %s, expected [%s] = [%lld]", name,
                          shape_str(t, sh, sizeof sh), what, LL(dims[0]));
-  return attn_diag_set(d, ATTN_ESHAPE,
-                       "input '%s': shape %s, expected [%s] = [%lld,%lld]",
-                       name, shape_str(t, sh, sizeof sh), what, LL(dims[0]),
-                       LL(dims[1]));
+  return attn_diag_set(
+      d, ATTN_ESHAPE, "input '%s': shape %s, expected [%s] = [%lld,%lld]", name,
+      shape_str(t, sh, sizeof sh), what, LL(dims[0]), LL(dims[1]));
 }
 
 /* The head counts: a resident model's own (parameters, if given, must
@@ -603,8 +612,8 @@ static attn_status mha_kv(const attn_tensor *k, const attn_tensor *v, int r,
   if (v) {
     if (v->rank != r)
       return attn_diag_set(d, ATTN_ESHAPE,
-                           "input 'value': rank %d, query has rank %d",
-                           v->rank, r);
+                           "input 'value': rank %d, query has rank %d", v->rank,
+                           r);
     if (r == 3 && v->shape[0] != B)
       return attn_diag_set(d, ATTN_ESHAPE,
                            "input 'value': dim 0 (B) is %lld, query has %lld",

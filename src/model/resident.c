@@ -75,8 +75,8 @@ enum {
   K_N
 };
 static const char *const keys[K_N] = {
-    "name", "embed_dim", "num_heads",   "num_kv_heads", "kdim",   "vdim",
-    "bias", "weights",   "seed",        "description",  "version"};
+    "name", "embed_dim", "num_heads", "num_kv_heads", "kdim",   "vdim",
+    "bias", "weights",   "seed",      "description",  "version"};
 
 static attn_status json_dim(const cJSON *j, const char *path, const char *key,
                             int64_t *v, attn_diag *d) {
@@ -149,8 +149,8 @@ static void set_views(attn__resident *r, const dims *z, const float *q,
   r->bo = out_b;
 }
 
-static attn_status seed_weights(attn__resident *r, const dims *z,
-                                uint64_t seed, size_t total, attn_diag *d) {
+static attn_status seed_weights(attn__resident *r, const dims *z, uint64_t seed,
+                                size_t total, attn_diag *d) {
   r->mem = calloc(total, sizeof *r->mem);
   if (!r->mem)
     return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory for %zu weights",
@@ -179,7 +179,8 @@ static const float *tensor_of(const attn_safetensors *st, const char *file,
     return NULL;
   }
   const attn_tensor *t = &e->tensor;
-  if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1)) {
+  if (t->rank != rank || t->shape[0] != d0 ||
+      (rank == 2 && t->shape[1] != d1)) {
     char got[96] = "[", want[48];
     size_t at = 1;
     for (int i = 0; i < t->rank && at < sizeof got; i++) {
@@ -192,8 +193,9 @@ static const float *tensor_of(const attn_safetensors *st, const char *file,
       snprintf(want, sizeof want, "[%lld, %lld]", LL(d0), LL(d1));
     else
       snprintf(want, sizeof want, "[%lld]", LL(d0));
-    *s = attn_diag_set(d, ATTN_ESHAPE, "%s: tensor '%s' has shape %s, expected %s",
-                       file, name, got, want);
+    *s = attn_diag_set(d, ATTN_ESHAPE,
+                       "%s: tensor '%s' has shape %s, expected %s", file, name,
+                       got, want);
     return NULL;
   }
   size_t n;
@@ -216,12 +218,11 @@ static attn_status file_weights(attn__resident *r, const dims *z,
   const attn_safetensors *st = r->st;
   const bool packable = z->kdim == z->E && z->vdim == z->E && z->Hkv == z->H;
   const bool packed = attn_safetensors_find(st, "in_proj_weight") != NULL;
-  static const char *const packed_names[] = {"in_proj_weight", "in_proj_bias",
-                                             "out_proj.weight",
-                                             "out_proj.bias"};
-  static const char *const split_names[] = {
-      "q_proj_weight",   "k_proj_weight", "v_proj_weight", "in_proj_bias",
-      "out_proj.weight", "out_proj.bias"};
+  static const char *const packed_names[] = {
+      "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+  static const char *const split_names[] = {"q_proj_weight",   "k_proj_weight",
+                                            "v_proj_weight",   "in_proj_bias",
+                                            "out_proj.weight", "out_proj.bias"};
   const char *const *allowed = packed ? packed_names : split_names;
   size_t n_allowed = packed ? 4 : 6;
   if (packed && !packable)
@@ -254,24 +255,23 @@ static attn_status file_weights(attn__resident *r, const dims *z,
   const float *q, *k, *v, *o, *in_b = NULL, *out_b = NULL;
   s = ATTN_OK;
   if (packed) {
-    const float *w = tensor_of(st, file, "in_proj_weight", 2, 3 * z->E, z->E,
-                               &s, d);
+    const float *w =
+        tensor_of(st, file, "in_proj_weight", 2, 3 * z->E, z->E, &s, d);
     if (!w) return s;
     q = w;
     k = w + z->E * z->E;
     v = k + z->E * z->E;
   } else {
     if (!(q = tensor_of(st, file, "q_proj_weight", 2, z->E, z->E, &s, d)) ||
-        !(k = tensor_of(st, file, "k_proj_weight", 2, z->kw, z->kdim, &s,
-                        d)) ||
+        !(k = tensor_of(st, file, "k_proj_weight", 2, z->kw, z->kdim, &s, d)) ||
         !(v = tensor_of(st, file, "v_proj_weight", 2, z->kw, z->vdim, &s, d)))
       return s;
   }
   if (!(o = tensor_of(st, file, "out_proj.weight", 2, z->E, z->E, &s, d)))
     return s;
   if (r->bias &&
-      (!(in_b = tensor_of(st, file, "in_proj_bias", 1, z->E + 2 * z->kw, 0,
-                          &s, d)) ||
+      (!(in_b = tensor_of(st, file, "in_proj_bias", 1, z->E + 2 * z->kw, 0, &s,
+                          d)) ||
        !(out_b = tensor_of(st, file, "out_proj.bias", 1, z->E, 0, &s, d))))
     return s;
   set_views(r, z, q, k, v, o, in_b, out_b);
@@ -357,9 +357,8 @@ static attn_status read_source(const char *path, const cJSON *const *k,
   if (k[K_SEED]) {
     double x = k[K_SEED]->valuedouble;
     if (!cJSON_IsNumber(k[K_SEED]) || x != floor(x) || x < 0 || x > SEED_MAX)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "%s: \"seed\" must be an integer in 0..2^53-1",
-                           path);
+      return attn_diag_set(
+          d, ATTN_EINVAL, "%s: \"seed\" must be an integer in 0..2^53-1", path);
     *seed = (uint64_t)x;
   }
   return ATTN_OK;
@@ -452,8 +451,8 @@ static attn_status load_json(const char *path, const cJSON *root,
   /* A packed file for a model that cannot use one should fail naming
    * in_proj_weight, so the read bound also admits that layout's size. */
   size_t packed = (size_t)(4 * z.E * z.E + 4 * z.E);
-  if (packed > bound) bound = packed < ATTN_MODEL_MAX_PARAMS ? packed
-                                                            : ATTN_MODEL_MAX_PARAMS;
+  if (packed > bound)
+    bound = packed < ATTN_MODEL_MAX_PARAMS ? packed : ATTN_MODEL_MAX_PARAMS;
   s = file_weights(r, &z, file, bound, d);
   free(file);
   return s;
@@ -464,7 +463,8 @@ attn_status attn__resident_load(const char *json_path, attn__resident *out,
   char *text = NULL;
   size_t len = 0;
   memset(out, 0, sizeof *out);
-  attn_status s = attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
+  attn_status s =
+      attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
   if (s) return s;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);

@@ -70,8 +70,8 @@ const attn_safetensors_entry *attn_safetensors_at(const attn_safetensors *st,
   return st && i < st->n ? &st->ents[i] : NULL;
 }
 
-const attn_safetensors_entry *attn_safetensors_find(
-    const attn_safetensors *st, const char *name) {
+const attn_safetensors_entry *attn_safetensors_find(const attn_safetensors *st,
+                                                    const char *name) {
   if (!st || !name) return NULL;
   for (size_t i = 0; i < st->n; i++)
     if (strcmp(st->ents[i].name, name) == 0) return &st->ents[i];
@@ -97,9 +97,9 @@ static bool json_uint(const cJSON *j, uint64_t *v) {
 
 /* Safetensors dtype names we convert; the others are known but refused. */
 static attn_dtype st_dtype(const char *s, size_t *size, bool *known) {
-  static const char *const other[] = {"BOOL", "U8",  "I8",  "I16",
-                                      "U16",  "I32", "U32", "I64",
-                                      "U64",  "F8_E4M3", "F8_E5M2", "F4",
+  static const char *const other[] = {"BOOL",    "U8",      "I8",      "I16",
+                                      "U16",     "I32",     "U32",     "I64",
+                                      "U64",     "F8_E4M3", "F8_E5M2", "F4",
                                       "F6_E2M3", "F6_E3M2", "F8_E8M0", "C64"};
   *known = true;
   if (strcmp(s, "F32") == 0) return *size = 4, ATTN_DT_FP32;
@@ -172,9 +172,8 @@ static attn_status entry_shape(const cJSON *js, const char *label, raw *r,
                          nm);
   int rank = cJSON_GetArraySize(js);
   if (rank > ATTN_MAX_RANK)
-    return attn_diag_set(d, ATTN_EPARSE,
-                         "%s: tensor '%s': rank %d exceeds %d", LBL(label), nm,
-                         rank, ATTN_MAX_RANK);
+    return attn_diag_set(d, ATTN_EPARSE, "%s: tensor '%s': rank %d exceeds %d",
+                         LBL(label), nm, rank, ATTN_MAX_RANK);
   r->rank = rank;
   r->numel = 1;
   int i = 0;
@@ -220,8 +219,7 @@ static attn_status entry_offsets(const cJSON *jo, const char *label,
     return attn_diag_set(d, ATTN_EPARSE,
                          "%s: tensor '%s': data_offsets hold %zu bytes, shape "
                          "needs %zu elements of %zu bytes",
-                         LBL(label), nm, r->end - r->begin, r->numel,
-                         r->dsize);
+                         LBL(label), nm, r->end - r->begin, r->numel, r->dsize);
   return ATTN_OK;
 }
 
@@ -297,8 +295,8 @@ static attn_status check_layout(raw *rs, const raw **idx, size_t n,
 static float load_f32(const unsigned char *p, attn_dtype dt) {
   switch (dt) {
     case ATTN_DT_FP32: {
-      uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
-                   (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+      uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24;
       float f;
       memcpy(&f, &u, sizeof f);
       return f;
@@ -366,7 +364,8 @@ static attn_status convert(attn_safetensors *st, const raw *rs, size_t n,
                            LBL(label), r->name);
     }
     const unsigned char *p = data + r->begin;
-    for (size_t k = 0; k < r->numel; k++) f[k] = load_f32(p + k * r->dsize, r->dt);
+    for (size_t k = 0; k < r->numel; k++)
+      f[k] = load_f32(p + k * r->dsize, r->dt);
     e->name = st->names[i];
     e->file_dtype = r->dt;
     e->tensor.dtype = ATTN_DT_FP32;
@@ -403,8 +402,8 @@ static attn_status read_header(const unsigned char *b, size_t len,
                          "%s: header length %llu exceeds %zu bytes", LBL(label),
                          (unsigned long long)hn, ATTN_SAFETENSORS_MAX_HEADER);
   if (hn < 2 || b[8] != '{')
-    return attn_diag_set(d, ATTN_EPARSE,
-                         "%s: header is not a JSON object", LBL(label));
+    return attn_diag_set(d, ATTN_EPARSE, "%s: header is not a JSON object",
+                         LBL(label));
   const char *hdr = (const char *)b + 8;
   *data_len = len - 8 - (size_t)hn;
   *data = b + 8 + hn;
@@ -537,8 +536,8 @@ attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
   fclose(f);
   if (got != n || err) {
     free(b);
-    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)",
-                         path, got, n);
+    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)", path,
+                         got, n);
   }
   b[n] = '\0';
   *buf = b;

@@ -60,8 +60,8 @@ static attn_status url_authority(const char *text, const char *h,
     host = h + 1;
     host_end = memchr(host, ']', auth_len);
     if (!host_end)
-      return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s': '[' without ']'",
-                           SHOW, text);
+      return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s': '[' without ']'", SHOW,
+                           text);
     const char *after = host_end + 1;
     if (after < h + auth_len && *after != ':')
       return attn_diag_set(d, ATTN_EINVAL,
@@ -77,8 +77,10 @@ static attn_status url_authority(const char *text, const char *h,
   if (host_len == 0)
     return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s' has no host", SHOW, text);
   if (host_len > ATTN_MAX_HOST_LEN)
-    return attn_diag_set(d, ATTN_EINVAL, "URL '%.*s': host longer than %d "
-                         "bytes", SHOW, text, ATTN_MAX_HOST_LEN);
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "URL '%.*s': host longer than %d "
+                         "bytes",
+                         SHOW, text, ATTN_MAX_HOST_LEN);
   memcpy(u->host, host, host_len);
   u->host[host_len] = '\0';
   snprintf(u->port, sizeof u->port, "80");
@@ -157,8 +159,10 @@ attn_status attn_healthcheck_url(const char *host, int port, char *buf,
   int n = snprintf(buf, size, "http://%s%s%s:%d%s", v6 ? "[" : "", host,
                    v6 ? "]" : "", port, ATTN_READY_PATH);
   if (n < 0 || (size_t)n >= size)
-    return attn_diag_set(d, ATTN_EINVAL, "the healthcheck URL for host '%s' "
-                         "is too long", host);
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "the healthcheck URL for host '%s' "
+                         "is too long",
+                         host);
   return ATTN_OK;
 }
 
@@ -206,8 +210,7 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline, int *err) {
   int r = wait_fd(fd, POLLOUT, deadline);
   int so = 0;
   socklen_t len = sizeof so;
-  if (r == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len) == 0 &&
-      so == 0)
+  if (r == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len) == 0 && so == 0)
     return fd;
   *err = r == 0 ? ETIMEDOUT : r < 0 ? errno : so ? so : EIO;
   close(fd);
@@ -319,8 +322,7 @@ static attn_status dial(const char *url, const attn_url *u, int64_t deadline,
                          "%.*s: no connection within %lld ms", SHOW, url,
                          (long long)timeout_ms);
   if (*fd < 0)
-    return attn_diag_set(d, ATTN_EIO, "%.*s: %s", SHOW, url,
-                         errno_reason(err));
+    return attn_diag_set(d, ATTN_EIO, "%.*s: %s", SHOW, url, errno_reason(err));
   return ATTN_OK;
 }
 
@@ -337,9 +339,8 @@ static long exchange(int fd, const attn_url *u, int64_t deadline, char *buf,
                      u->path, v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
   for (int sent = 0; sent < len;) {
     int r = wait_fd(fd, POLLOUT, deadline);
-    ssize_t w = r == 1 ? send(fd, req + sent, (size_t)(len - sent),
-                              MSG_NOSIGNAL)
-                       : -1;
+    ssize_t w =
+        r == 1 ? send(fd, req + sent, (size_t)(len - sent), MSG_NOSIGNAL) : -1;
     if (w < 0 && r == 1 && (errno == EINTR || errno == EAGAIN)) continue;
     if (w < 0) {
       *err = r == 0 ? ETIMEDOUT : errno;
