@@ -26,6 +26,17 @@ say() { echo "docker-engine: $*" >&2; }
 
 answers() { DOCKER_HOST="$1" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
+# What an engine of ours that did not stop cleanly left behind: its
+# exec-root keeps a network namespace mounted (exec/netns/default), which
+# makes a plain rm fail with "Device or resource busy".  Unmount what is
+# mounted there, deepest first, then remove it.  The images under $DIR/data
+# are kept: they are the build cache.
+clean_exec() {
+  awk -v d="$DIR/exec" 'index($2, d) == 1 { print $2 }' /proc/mounts |
+    sort -r | while read -r m; do umount -l "$m" || true; done
+  rm -rf "$DIR/exec" "$DIR/docker.sock"
+}
+
 install_missing() {
   missing=""
   command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || missing="$missing docker.io"
@@ -50,12 +61,10 @@ start() {
     fi
   done
   mkdir -p "$DIR"
-  # what an engine of ours that did not stop cleanly left behind (the images
-  # under $DIR/data are kept: they are the build cache)
   if [ -f "$PIDFILE" ] && ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
     rm -f "$PIDFILE"
   fi
-  [ -f "$PIDFILE" ] || rm -rf "$DIR/exec" "$DIR/docker.sock"
+  [ -f "$PIDFILE" ] || clean_exec
   say "starting dockerd on $SOCK (log: $DIR/dockerd.log)"
   # setsid: the engine outlives this shell; `stop` ends it
   PATH="/usr/sbin:$PATH" setsid dockerd --host "$SOCK" --data-root "$DIR/data" \
@@ -92,10 +101,15 @@ stop() {
     say "stopped dockerd ($pid)"
   fi
   rm -f "$PIDFILE"
+  clean_exec
 }
 
 case "${1:-}" in
-  start) start ;;
+  # `start` runs in a shell of its own so that any failure under set -e ends
+  # in `false` for the caller's eval: an empty output would eval to success
+  # and leave the caller talking to no engine
+  start) out=$(sh "$0" start-here) || { echo false; exit 1; }; echo "$out" ;;
+  start-here) start ;;
   stop) stop ;;
   *) echo "usage: $0 start|stop" >&2; exit 2 ;;
 esac
