@@ -65,11 +65,18 @@ static int k8s_link_name(const char *name, size_t len) {
           name[11] >= '0' && name[11] <= '9');
 }
 
-/* The environment as the config sees it: ATTND_PORT holding a service link
- * is not a port, and is left out (env_warnings says so). */
+/* ATTND_PORT, and ATTND_METRICS_PORT (a Service named attnd-metrics):
+ * the variables a service link may take. */
+static int port_var(const char *name) {
+  return strcmp(name, "ATTND_PORT") == 0 ||
+         strcmp(name, "ATTND_METRICS_PORT") == 0;
+}
+
+/* The environment as the config sees it: a port variable holding a
+ * service link is not a port, and is left out (env_warnings says so). */
 static const char *env(const char *name) {
   const char *v = getenv(name);
-  if (v && strcmp(name, "ATTND_PORT") == 0 && k8s_link_value(v)) return NULL;
+  if (v && port_var(name) && k8s_link_value(v)) return NULL;
   return v;
 }
 
@@ -87,12 +94,13 @@ static void env_warnings(void (*emit)(const char *msg)) {
     if (len >= sizeof name) len = sizeof name - 1;
     memcpy(name, *e, len);
     name[len] = '\0';
-    if (eq && strcmp(name, "ATTND_PORT") == 0 && k8s_link_value(eq + 1)) {
+    if (eq && port_var(name) && k8s_link_value(eq + 1)) {
       snprintf(msg, sizeof msg,
-               "ATTND_PORT=%.64s is a Kubernetes service link (a Service "
-               "named attnd), not a port: ignored (set enableServiceLinks: "
-               "false in the pod, or name the Service otherwise)",
-               eq + 1);
+               "%s=%.64s is a Kubernetes service link (a Service named %s), "
+               "not a port: ignored (set enableServiceLinks: false in the "
+               "pod, or name the Service otherwise)",
+               name, eq + 1,
+               strcmp(name, "ATTND_PORT") == 0 ? "attnd" : "attnd-metrics");
       emit(msg);
       continue;
     }
@@ -505,11 +513,15 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
                                       ? (uint64_t)pages * (uint64_t)page
                                       : 0);
   int64_t budget = attn_config_body_budget(cfg, memory);
-  attn_server_deps deps = {cfg, a->models, a->queue, a->pool, budget, cpus};
+  attn_server_deps deps = {cfg,    a->models, a->queue, a->pool,
+                           budget, cpus,      workers};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
   }
+  if (attn_server_metrics_port(a->server))
+    attn_log(ATTN_LOG_INFO, "metrics on %s:%d (GET /metrics only)", cfg->host,
+             attn_server_metrics_port(a->server));
   attn_log(ATTN_LOG_INFO,
            "attnd %s listening on %s:%d (workers=%d%s, cpus=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "

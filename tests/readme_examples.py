@@ -3,8 +3,9 @@
 
 Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
 "Try it with curl", points `localhost:8080` at that port and runs every
-command with bash.  Each must print JSON; the examples marked as mistakes
-must answer {"error": ...}, all others must not.  Ends with the line
+command with bash.  Each must print JSON (a command that reads /metrics:
+Prometheus text lines instead); the examples marked as mistakes must
+answer {"error": ...}, all others must not.  Ends with the line
 `N passed, M failed`.  Standard library only."""
 import argparse
 import json
@@ -51,6 +52,17 @@ def commands(readme):
     return cmds
 
 
+_SERIES = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? -?[0-9.e+-]+$')
+
+
+def exposition(out):
+    """True when out is one or more Prometheus text lines (comments or
+    series with a number)."""
+    lines = [l for l in out.splitlines() if l]
+    return bool(lines) and all(l.startswith("#") or _SERIES.match(l)
+                               for l in lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", default="build/src/attnd")
@@ -69,6 +81,11 @@ def main():
             out = subprocess.run(["bash", "-c", run], capture_output=True,
                                  text=True, timeout=30).stdout
             name = cmd.split("\n")[0][:70]
+            if "/metrics" in cmd:
+                ok = exposition(out)
+                print("%s %s" % ("ok  " if ok else "FAIL", name))
+                passed, failed = passed + ok, failed + (not ok)
+                continue
             try:
                 body = json.loads(out)
             except ValueError:

@@ -163,6 +163,7 @@ END_TEST
 START_TEST(test_key_names) {
   static const char *const want[] = {"host",
                                      "port",
+                                     "metrics_port",
                                      "workers",
                                      "blas_threads_per_worker",
                                      "http_threads",

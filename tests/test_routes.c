@@ -342,6 +342,61 @@ START_TEST(test_queue_full_and_expiry) {
 }
 END_TEST
 
+/* attnd_http_requests_total's route label: a template, never the path. */
+START_TEST(test_route_templates) {
+  size_t n;
+  const char *const *t = attn__route_templates(&n);
+  static const char *const cases[][2] = {
+      {"/", "/"},
+      {"/ui/app.js", "/ui/{file}"},
+      {"/ui", "/ui/{file}"},
+      {"/v2/", "/v2"},
+      {"/metrics", "/metrics"},
+      {"/v2/models/stats", "/v2/models/stats"},
+      {"/v2/models/anything", "/v2/models/{model}"},
+      {"/v2/models/x/", "/v2/models/{model}"},
+      {"/v2/models/x/infer", "/v2/models/{model}/infer"},
+      {"/v2/models/x/versions/9/ready",
+       "/v2/models/{model}/versions/{version}/ready"},
+      {"/v2/models/x/versions/9/stats",
+       "/v2/models/{model}/versions/{version}/stats"},
+      {"/v2/models/x/other", "other"},
+      {"/v2/models/", "other"},
+      {"/v1/attentionx", "other"},
+      {"/nope", "other"}};
+  ck_assert_str_eq(t[n - 1], "other");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int r = attn__route_template(cases[i][0]);
+    ck_assert_int_ge(r, 0);
+    ck_assert_int_lt(r, (int)n);
+    ck_assert_msg(strcmp(t[r], cases[i][1]) == 0, "%s: %s, expected %s",
+                  cases[i][0], t[r], cases[i][1]);
+  }
+}
+END_TEST
+
+/* The statistics routes answer Triton's shape; an unknown model is 404. */
+START_TEST(test_stats_routes) {
+  attn_http_resp r =
+      route("GET", "/v2/models/stats", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "{\"model_stats\":[{\"name\":\"sdpa\""));
+  free(r.body);
+  r = route("GET", "/v2/models/mha/versions/1/stats", NULL, NULL,
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"inference_stats\":{\"success\""));
+  ck_assert_ptr_null(strstr(r.body, "\"sdpa\""));
+  free(r.body);
+  r = route("GET", "/v2/models/nosuch/stats", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  free(r.body);
+  r = route("POST", "/v2/models/stats", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  free(r.body);
+}
+END_TEST
+
 Suite *routes_suite(void) {
   Suite *s = suite_create("routes");
   TCase *tc = tcase_create("routes");
@@ -353,6 +408,8 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_unready_still_serves);
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);
+  tcase_add_test(tc, test_route_templates);
+  tcase_add_test(tc, test_stats_routes);
   suite_add_tcase(s, tc);
   return s;
 }

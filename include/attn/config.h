@@ -64,6 +64,8 @@ typedef struct attn_config {
   attn_log_format log_format;
   bool access_log;                         /* one log line per request */
   attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
+  /* A second port, on host, serving only GET /metrics; 0 = none. */
+  int metrics_port;
 } attn_config;
 
 /* Fill *c with the built-in defaults.  Never fails. */

@@ -86,6 +86,11 @@ typedef struct attn_infer_response {
   char *id; /* echoed request id or NULL */
   attn_infer_output *outputs;
   size_t n_outputs;
+  /* What was computed, for the metrics: the attention's floating-point
+   * operations (attn_sdpa_flops / attn_mha_flops) and the query's
+   * sequence length Lq. */
+  double flops;
+  int64_t query_tokens;
 } attn_infer_response;
 
 void attn_infer_request_free(attn_infer_request *r);

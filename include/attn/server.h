@@ -29,6 +29,8 @@ typedef struct attn_server_deps {
    * = 0 shares among the requests computing at once; 0 = the CPUs
    * online. */
   int cpus;
+  /* The pool's worker threads (attnd_workers). */
+  int workers;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it
@@ -39,6 +41,9 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
 
 /* The port actually bound (useful with port 0). */
 int attn_server_port(const attn_server *s);
+
+/* metrics_port's port, where only GET /metrics is served; 0: none. */
+int attn_server_metrics_port(const attn_server *s);
 
 /* Readiness (/v2/health/ready and every model's .../ready) turns 503;
  * everything else, new inference requests included, is served as before,

@@ -115,6 +115,9 @@ static const cfg_key keys[] = {
           "address to listen on; 0.0.0.0 = all IPv4, :: = all IPv6"),
     K_INT(port, "ATTND_PORT", 8080, 0, 65535, "",
           "TCP port to listen on; 0 = ephemeral (the kernel picks)"),
+    K_INT(metrics_port, "ATTND_METRICS_PORT", 0, 0, 65535, "",
+          "a second TCP port (on host) that serves only GET /metrics, as "
+          "Triton's 8002; 0 = none (/metrics is on port)"),
     K_INT(workers, "ATTND_WORKERS", 0, 0, ATTN_MAX_WORKERS, "threads",
           "worker threads running requests; 0 = auto (the CPUs attnd may "
           "use: its affinity mask and its cgroup's CPU quota, rounded up)"),

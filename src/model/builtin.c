@@ -945,7 +945,11 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
   if (kind == ATTN__MODEL_RESIDENT && !fixed)
     return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
   if ((s = plan_request(kind, fixed, req, lim, &ri, &pl, &o, d)) ||
-      (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, d)))
+      (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, d)) ||
+      (s = make_response(name, version, req, &ri, &pl, out, w, resp, d)))
     return s;
-  return make_response(name, version, req, &ri, &pl, out, w, resp, d);
+  resp->flops = kind == ATTN__MODEL_SDPA ? attn_sdpa_flops(&pl.sp)
+                                         : attn_mha_flops(&pl.mp);
+  resp->query_tokens = pl.Lq;
+  return ATTN_OK;
 }

@@ -64,6 +64,8 @@
 struct attn_server {
   attn_srv_ctx ctx;
   struct MHD_Daemon *daemon;
+  struct MHD_Daemon *metrics_daemon; /* metrics_port's; NULL: none */
+  int metrics_port;
   int port;
   atomic_int inflight;
   size_t body_budget;      /* deps->body_budget */
@@ -226,6 +228,7 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   cx->status = resp->status;
   cx->bytes_out = resp->len;
+  if (resp != &cx->resp) cx->resp.trace = resp->trace; /* for observe.c */
   enum MHD_Result ret = MHD_queue_response(cx->conn, (unsigned)resp->status, r);
   MHD_destroy_response(r);
   return ret;
@@ -305,7 +308,9 @@ static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
   if (reserve(cx, resp->body ? resp->len : 0)) return;
   reserve(cx, 0);
   attn_http_resp e = {.queue_ms = resp->queue_ms,
-                      .compute_ms = resp->compute_ms};
+                      .compute_ms = resp->compute_ms,
+                      .trace = resp->trace};
+  e.trace.hint = 0; /* the new status says what it was */
   memcpy(e.request_id, resp->request_id, sizeof e.request_id);
   if (resp->len > s->body_budget)
     attn__resp_error(&e, 400,
@@ -661,20 +666,37 @@ static const char *closed_reason(enum MHD_RequestTerminationCode toe) {
   }
 }
 
+/* The request's status for the access log and the metrics: its answer's,
+ * or the one libmicrohttpd queued itself (a bad chunk), or 499. */
+static int ended_status(conn_ctx *cx, enum MHD_RequestTerminationCode toe) {
+  if (cx->status) return cx->status;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(cx->conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+  return ci && ci->http_status                        ? (int)ci->http_status
+         : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200
+                                                      : 499;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   attn_server *s = cls;
   conn_ctx *cx = *con_cls;
+  (void)conn;
   if (!cx) return;
   int log = cx->answering ? unlink_live(cx) : 1;
+  uint64_t end_ns = attn_now_ns();
+  int status = ended_status(cx, toe);
+  attn_ended e = {.method = cx->method,
+                  .path = cx->path,
+                  .status = status,
+                  .answered = cx->status != 0,
+                  .bytes_in = cx->received,
+                  .bytes_out = cx->bytes_out,
+                  .total_ns = end_ns - cx->start_ns,
+                  .end_ns = end_ns,
+                  .trace = &cx->resp.trace};
+  if (log) attn__observe(&s->ctx, &e);
   if (log && s->ctx.cfg->access_log) {
-    int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    int status = cx->status;
-    if (!status) { /* an answer libmicrohttpd queued itself (a bad chunk) */
-      const union MHD_ConnectionInfo *ci =
-          MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
-      status = ci && ci->http_status ? (int)ci->http_status : ok ? 200 : 499;
-    }
     attn_access a = {
         .method = cx->method,
         .path = cx->path,
@@ -684,7 +706,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         .bytes_out = cx->bytes_out,
         .queue_ms = cx->resp.queue_ms,
         .compute_ms = cx->resp.compute_ms,
-        .total_ms = (double)(attn_now_ns() - cx->start_ns) / 1e6,
+        .total_ms = (double)e.total_ns / 1e6,
         .closed =
             cx->peer_closed || (cx->peer_eof &&
                                 toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
@@ -708,10 +730,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
                           enum MHD_ConnectionNotificationCode code) {
   attn_server *s = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    atomic_fetch_add(&s->ctx.connections, 1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     *socket_context = ci ? attn__peer_open(s->peers, ci->connect_fd) : NULL;
   } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    atomic_fetch_sub(&s->ctx.connections, 1);
     attn__peer_close(s->peers, *socket_context);
     *socket_context = NULL;
   }
@@ -724,6 +748,105 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   size_t n = strlen(msg);
   while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
   attn_log(ATTN_LOG_WARN, "libmicrohttpd: %s", msg);
+}
+
+/* The metrics, labelled with the registry's model names and routes.c's
+ * route templates; the gauges' sources. */
+static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
+                                attn_diag *d) {
+  size_t n = attn_registry_count(deps->models);
+  const char **names = calloc(n ? n : 1, sizeof *names);
+  if (!names) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    names[i] = attn_model_name(attn_registry_at(deps->models, i));
+  attn_metrics_labels l = {.models = names, .n_models = n};
+  l.routes = attn__route_templates(&l.n_routes);
+  attn_status st = attn_metrics_create(&l, &s->ctx.metrics, d);
+  free(names);
+  s->ctx.workers = deps->workers;
+  atomic_init(&s->ctx.connections, 0);
+  return st;
+}
+
+/* metrics_port's access handler: GET or HEAD /metrics, and a JSON 404 or
+ * 405 for anything else; a body is read and dropped.  Not counted in the
+ * metrics nor written to the access log: it is the scrapers' port. */
+static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
+                                       const char *url, const char *method,
+                                       const char *version, const char *upload,
+                                       size_t *upload_size, void **con_cls) {
+  attn_server *s = cls;
+  static int seen; /* any non-NULL *con_cls: the headers were seen */
+  (void)version;
+  (void)upload;
+  if (!*con_cls || *upload_size) {
+    *con_cls = &seen;
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  attn_http_resp resp = {0};
+  if (strcmp(url, "/metrics") != 0) {
+    attn__resp_error(&resp, 404,
+                     "no route for %s %.200s: metrics_port serves "
+                     "only GET /metrics",
+                     method, url);
+  } else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    attn__resp_error(&resp, 405,
+                     "method %s is not allowed on /metrics "
+                     "(allowed: GET, HEAD)",
+                     method);
+    resp.allow = "GET, HEAD";
+  } else {
+    attn__metrics_answer(&s->ctx, &resp);
+  }
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      resp.body ? resp.len : 0, resp.body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(resp.body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(
+      r, MHD_HTTP_HEADER_CONTENT_TYPE,
+      resp.content_type ? resp.content_type : "application/json");
+  if (resp.allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp.allow);
+  enum MHD_Result ret =
+      MHD_queue_response(conn, (unsigned)(resp.body ? resp.status : 503), r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* The daemon of metrics_port (when set): one thread, on host. */
+static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
+  const attn_config *cfg = s->ctx.cfg;
+  struct addrinfo hints = {0}, *ai = NULL;
+  char port[16];
+  if (cfg->metrics_port <= 0) return ATTN_OK;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  snprintf(port, sizeof port, "%d", cfg->metrics_port);
+  if (getaddrinfo(cfg->host, port, &hints, &ai) != 0)
+    return attn_diag_set(d, ATTN_EINVAL, "metrics_port: host '%s' unknown",
+                         cfg->host);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                   MHD_USE_ERROR_LOG |
+                   (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+  s->metrics_daemon = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_metrics_port, s, MHD_OPTION_EXTERNAL_LOGGER,
+      mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+      (unsigned)1, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!s->metrics_daemon)
+    return attn_diag_set(d, ATTN_EIO,
+                         "cannot listen on %s:%d for metrics_port (is the "
+                         "port in use?)",
+                         cfg->host, cfg->metrics_port);
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(s->metrics_daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->metrics_port = info ? (int)info->port : cfg->metrics_port;
+  return ATTN_OK;
 }
 
 attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
@@ -744,14 +867,18 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
-  attn_status st = attn__peers_create(PEER_SWEEP_MS, &s->peers, d);
+  attn_status st = make_metrics(s, deps, d);
+  if (st == ATTN_OK) st = attn__peers_create(PEER_SWEEP_MS, &s->peers, d);
   if (st != ATTN_OK) {
+    attn_metrics_destroy(s->ctx.metrics);
     free(s);
     return st;
   }
   pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
   atomic_init(&s->body_held, 0);
+  s->ctx.body_held = &s->body_held;
+  s->ctx.body_budget = s->body_budget;
 
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -759,6 +886,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   snprintf(port, sizeof port, "%d", cfg->port);
   int gai = getaddrinfo(cfg->host, port, &hints, &ai);
   if (gai != 0) {
+    attn_metrics_destroy(s->ctx.metrics);
     attn__peers_destroy(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -779,6 +907,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->daemon) {
+    attn_metrics_destroy(s->ctx.metrics);
     attn__peers_destroy(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -789,8 +918,17 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = info ? (int)info->port : cfg->port;
+  st = start_metrics_port(s, d);
+  if (st != ATTN_OK) {
+    attn_server_destroy(s);
+    return st;
+  }
   *out = s;
   return ATTN_OK;
+}
+
+int attn_server_metrics_port(const attn_server *s) {
+  return s->metrics_port;
 }
 
 int attn_server_port(const attn_server *s) {
@@ -842,8 +980,10 @@ int attn_server_abandon(attn_server *s) {
 
 void attn_server_destroy(attn_server *s) {
   if (!s) return;
+  if (s->metrics_daemon) MHD_stop_daemon(s->metrics_daemon);
   if (s->daemon) MHD_stop_daemon(s->daemon);
   attn__peers_destroy(s->peers);
+  attn_metrics_destroy(s->ctx.metrics);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -59,6 +59,9 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
   attn_infer_job *job = (attn_infer_job *)j;
   attn_http_resp resp = {0};
   resp.queue_ms = (double)waited_ns / 1e6;
+  resp.trace.queued = true;
+  resp.trace.queue_ns = waited_ns;
+  resp.trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
   attn__resp_error(&resp, 503,
                    "request waited %.0f ms in the queue, longer than "
                    "queue_timeout_ms=%lld; the server is overloaded, "
@@ -169,6 +172,14 @@ static const attn_model *find_model(const attn_infer_job *job,
   return m;
 }
 
+/* m's index in the registry + 1 (attn_resp_trace.model). */
+static int model_index(const attn_registry *r, const attn_model *m) {
+  size_t n = attn_registry_count(r);
+  for (size_t i = 0; i < n; i++)
+    if (attn_registry_at(r, i) == m) return (int)i + 1;
+  return 0;
+}
+
 /* Model: run m on req into *out within the configured limits, unless the
  * request waited longer than its own timeout.  Sets resp->compute_ms; 0
  * when *resp holds the error. */
@@ -185,6 +196,7 @@ static int compute(const attn_infer_job *job, const attn_model *m,
                      "request waited %.3f ms in the queue, longer than its "
                      "timeout parameter (%lld us)",
                      resp->queue_ms, (long long)req->timeout_us);
+    resp->trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
     return 0;
   }
   attn_model_limits ml = {
@@ -195,7 +207,11 @@ static int compute(const attn_infer_job *job, const attn_model *m,
   attn_exec x = {.threads = request_threads(job->srv)};
   uint64_t c0 = attn_now_ns();
   attn_status st = attn_model_infer(m, req, &ml, &x, out, d);
-  resp->compute_ms = ms_since(c0);
+  uint64_t c1 = attn_now_ns();
+  resp->compute_ms = (double)(c1 - c0) / 1e6;
+  resp->trace.computed = true;
+  resp->trace.compute_ns = c1 - c0;
+  resp->trace.model = model_index(job->srv->models, m);
   if (st) {
     attn__resp_status(resp, st, d);
     return 0;
@@ -230,6 +246,23 @@ static void encode(const attn_infer_job *job, const attn_infer_response *out,
   attn_buf_free(&b);
 }
 
+/* The answer's share of the metrics that only the worker knows. */
+static void trace_run(attn_http_resp *resp, uint64_t waited_ns, uint64_t t0,
+                      uint64_t t1, uint64_t t2,
+                      const attn_infer_response *out) {
+  attn_resp_trace *t = &resp->trace;
+  t->queued = true;
+  t->queue_ns = waited_ns;
+  t->input_ns = t1 - t0;
+  if (resp->status == 200) {
+    t->output_ns = t2 > t1 + t->compute_ns ? t2 - t1 - t->compute_ns : 0;
+    t->flops = out->flops > 0 && out->flops < 1.8e19 ? (uint64_t)out->flops : 0;
+    t->query_tokens = out->query_tokens;
+  }
+  /* a worker's 503 without a reason of its own is out of memory */
+  if (resp->status == 503 && !t->hint) t->hint = ATTN_OUTCOME_INTERNAL + 1;
+}
+
 static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_infer_job *job = (attn_infer_job *)j;
   attn_http_resp resp = {0};
@@ -242,10 +275,13 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   (void)worker;
 
   resp.queue_ms = (double)waited_ns / 1e6;
+  uint64_t t0 = attn_now_ns(), t1 = t0;
   if (decode(job, &req, &info, &plain, &d, &resp) &&
-      (m = find_model(job, &req, &resp)) != NULL &&
+      (t1 = attn_now_ns(), m = find_model(job, &req, &resp)) != NULL &&
       compute(job, m, &req, waited_ns, &out, &d, &resp))
     encode(job, &out, &req, &info, &d, &resp);
+  if (t1 == t0) t1 = attn_now_ns(); /* decode failed */
+  trace_run(&resp, waited_ns, t0, t1, attn_now_ns(), &out);
   free(plain);
   attn_infer_request_free(&req);
   attn_infer_response_free(&out);
@@ -258,6 +294,7 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
   attn_infer_job *job = malloc(sizeof *job);
   if (!job) {
     attn__resp_error(resp, 503, "out of memory");
+    resp->trace.hint = ATTN_OUTCOME_INTERNAL + 1;
     return false;
   }
   job->job = (attn_job){.run = job_run, .expire = job_expire};
@@ -278,12 +315,14 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
   job->done_arg = arg;
   attn_status st = attn_queue_push(s->queue, &job->job);
   if (st == ATTN_OK) return true; /* the job is the worker's now */
-  if (st == ATTN_EBUSY)
+  if (st == ATTN_EBUSY) {
     attn__resp_error(resp, 503,
                      "queue full (%d requests waiting); retry after a moment",
                      s->cfg->queue_capacity);
-  else
+  } else {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
+    resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
+  }
   resp->retry_after_s = 1;
   free(job);
   return false;

@@ -17,6 +17,9 @@
  *             used by all of the above, calls none of them.
  *   inflate.c, peers.c, web.c: Content-Encoding, idle connections whose
  *             client left, the page's files.
+ *   observe.c each answered request into the metrics (http.c calls it
+ *             when a request ends).
+ *   stats.c   GET /metrics and Triton's statistics (routes.c's rows).
  * Plain data crosses between them (attn_http_req, attn_http_resp,
  * attn_infer_target), so that routes.c and infer.c run in unit tests
  * without sockets. */
@@ -30,6 +33,7 @@
 #include <string.h>
 
 #include "attn/config.h"
+#include "attn/metrics.h"
 #include "attn/model.h"
 #include "attn/queue.h"
 #include "attn/status.h"
@@ -65,6 +69,17 @@ typedef struct attn_http_req {
   uint64_t start_ns;
 } attn_http_req;
 
+/* What the stages measured of an inference request, for the metrics and
+ * statistics (observe.c); zero for every other answer. */
+typedef struct attn_resp_trace {
+  uint8_t hint;  /* attn_outcome + 1; 0: from the status (observe.c) */
+  bool queued;   /* a worker took it, or it expired queued */
+  bool computed; /* the model ran */
+  int model;     /* index in the registry + 1; 0: not known here */
+  uint64_t queue_ns, input_ns, compute_ns, output_ns, flops;
+  int64_t query_tokens; /* of a request computed */
+} attn_resp_trace;
+
 typedef struct attn_http_resp {
   int status;
   const char *content_type; /* static string */
@@ -78,6 +93,7 @@ typedef struct attn_http_resp {
   const char *headers[16];
   double queue_ms, compute_ms;
   char request_id[72];
+  attn_resp_trace trace;
 } attn_http_resp;
 
 /* State shared by the HTTP threads and the workers. */
@@ -90,6 +106,11 @@ typedef struct attn_srv_ctx {
   atomic_bool unready;  /* readiness 503, all else served */
   atomic_bool draining; /* readiness 503, new inference refused */
   atomic_uint_fast64_t next_id;
+  attn_metrics *metrics;          /* owned by the server */
+  int workers;                    /* the pool's threads */
+  const atomic_size_t *body_held; /* http.c's, for attnd_body_bytes_in_use */
+  size_t body_budget;
+  atomic_long connections; /* open now (http.c counts them) */
 } attn_srv_ctx;
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
@@ -156,6 +177,32 @@ int attn__http_status(attn_status s);
  * the number is past UINT64_MAX (*out = UINT64_MAX), 0 when the value is
  * not one (or v is NULL).  Any thread. */
 int attn__header_number(const char *v, uint64_t *out);
+
+/* routes.c: the route templates, the label of attnd_http_requests_total
+ * (*n of them; the last is "other"), and which one a path is. */
+const char *const *attn__route_templates(size_t *n);
+int attn__route_template(const char *path);
+
+/* stats.c: GET /metrics (Prometheus text), and Triton's statistics of m
+ * (version: the URL's, or NULL), or of every model when m is NULL. */
+void attn__metrics_answer(attn_srv_ctx *s, attn_http_resp *resp);
+void attn__stats_answer(attn_srv_ctx *s, const attn_model *m,
+                        attn_http_resp *resp);
+
+/* observe.c: count one request that ended in the metrics (attnd_http_*,
+ * and attnd_inference_* for an inference route).  answered: the server
+ * answered it (status is its answer's; else libmicrohttpd's or 499);
+ * resp: its answer's trace.  The request's HTTP thread. */
+typedef struct attn_ended {
+  const char *method, *path;
+  int status;
+  bool answered;
+  uint64_t bytes_in, bytes_out;
+  uint64_t total_ns; /* as the access log's total_ms */
+  uint64_t end_ns;   /* attn_now_ns() now */
+  const attn_resp_trace *trace;
+} attn_ended;
+void attn__observe(attn_srv_ctx *s, const attn_ended *e);
 
 /* inflate.c: *out from a Content-Encoding header (NULL: identity); 0 when
  * it is not one of identity, gzip, x-gzip, deflate (case-insensitive). */

@@ -15,6 +15,9 @@
  *   POST /v2/models/{m}[/versions/{v}]/infer
  *   POST /v1/attention
  *   GET  /v1/models  (a list, for people with curl)
+ *   GET  /metrics    (Prometheus text, stats.c)
+ *   GET  /v2/models/stats, /v2/models/{m}[/versions/{v}]/stats (Triton's
+ *        statistics extension, stats.c)
  *   GET  /           (a short index of the above; the page, web.c, for a
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
@@ -219,7 +222,9 @@ static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
                   "\"GET /v2\",\"GET /v2/health/live\","
                   "\"GET /v2/health/ready\","
                   "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
-                  "\"POST /v2/models/{model}/infer\",\"GET /ui/\"]}",
+                  "\"POST /v2/models/{model}/infer\",\"GET /v2/models/stats\","
+                  "\"GET /v2/models/{model}/stats\",\"GET /metrics\","
+                  "\"GET /ui/\"]}",
                   ATTN_VERSION);
   attn__resp_json(resp, 200, &b);
   return ATTN_ROUTE_DONE;
@@ -260,6 +265,7 @@ static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
   }
   if (atomic_load(&s->draining)) {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
+    resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
     return 0;
   }
   if (req->body_len == 0) {
@@ -358,7 +364,8 @@ static attn_route_kind model_routes(attn_srv_ctx *s, const attn_http_req *req,
   }
   int is_infer = strcmp(tail, "/infer") == 0;
   int is_ready = strcmp(tail, "/ready") == 0;
-  if (!is_infer && !is_ready && strcmp(tail, "") != 0 &&
+  int is_stats = strcmp(tail, "/stats") == 0;
+  if (!is_infer && !is_ready && !is_stats && strcmp(tail, "") != 0 &&
       strcmp(tail, "/") != 0) {
     attn__resp_error(resp, 404, "no route for %s", req->path);
     return ATTN_ROUTE_DONE;
@@ -379,11 +386,73 @@ static attn_route_kind model_routes(attn_srv_ctx *s, const attn_http_req *req,
     return ATTN_ROUTE_DONE;
   }
   if (is_infer) return infer_v2(s, req, resp, t);
-  if (is_ready)
+  if (is_stats)
+    attn__stats_answer(s, m, resp);
+  else if (is_ready)
     model_ready(s, m, resp);
   else
     model_metadata(m, resp);
   return ATTN_ROUTE_DONE;
+}
+
+/* ---- metrics and statistics (stats.c) ---------------------------------- */
+
+static attn_route_kind metrics(attn_srv_ctx *s, const attn_http_req *req,
+                               attn_http_resp *resp, attn_infer_target *t) {
+  attn__metrics_answer(s, resp);
+  return ATTN_ROUTE_DONE;
+}
+
+static attn_route_kind all_stats(attn_srv_ctx *s, const attn_http_req *req,
+                                 attn_http_resp *resp, attn_infer_target *t) {
+  attn__stats_answer(s, NULL, resp);
+  return ATTN_ROUTE_DONE;
+}
+
+/* attnd_http_requests_total's route label: the templates of the table
+ * below, the model routes spelt out (with and without a version). */
+static const char *const templates[] = {
+    "/",
+    "/ui/{file}",
+    "/v1/attention",
+    "/v1/models",
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/metrics",
+    "/v2/models/stats",
+    "/v2/models/{model}",
+    "/v2/models/{model}/ready",
+    "/v2/models/{model}/infer",
+    "/v2/models/{model}/stats",
+    "/v2/models/{model}/versions/{version}",
+    "/v2/models/{model}/versions/{version}/ready",
+    "/v2/models/{model}/versions/{version}/infer",
+    "/v2/models/{model}/versions/{version}/stats",
+    "other"};
+enum { T_MODEL = 9, T_VERSIONED = 13, T_OTHER = 17 };
+
+const char *const *attn__route_templates(size_t *n) {
+  *n = sizeof templates / sizeof templates[0];
+  return templates;
+}
+
+int attn__route_template(const char *path) {
+  static const char *const tails[] = {"", "/ready", "/infer", "/stats"};
+  if (strcmp(path, "/v2/") == 0) return 4;
+  if (strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0) return 1;
+  for (int i = 0; i < T_MODEL; i++)
+    if (i != 1 && strcmp(path, templates[i]) == 0) return i;
+  attn_infer_target t;
+  const char *tail;
+  if (strncmp(path, "/v2/models/", 11) != 0 ||
+      !parse_model_path(path, &t, &tail))
+    return T_OTHER;
+  if (strcmp(tail, "/") == 0) tail = "";
+  for (int i = 0; i < 4; i++)
+    if (strcmp(tail, tails[i]) == 0)
+      return (t.version[0] ? T_VERSIONED : T_MODEL) + i;
+  return T_OTHER;
 }
 
 /* ---- the table ---------------------------------------------------------- */
@@ -417,6 +486,8 @@ static const route routes[] = {
     {"/ui", FOLDER, GET, web_file},
     {"/v1/models", EXACT, GET, model_list},
     {"/v1/attention", EXACT, POST, infer_v1},
+    {"/metrics", EXACT, GET, metrics},
+    {"/v2/models/stats", EXACT, GET, all_stats},
     {"/v2/models/", PREFIX, BY_HANDLER, model_routes},
 };
 

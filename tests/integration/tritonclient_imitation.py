@@ -36,6 +36,8 @@ from harness import (Failure, HOST, HTTP_TIMEOUT_S, Resp, check, flatten,
 # - Health: GET /v2/health/live, /v2/health/ready and
 #   /v2/models/{m}[/versions/{v}]/ready; only "status == 200" is read.
 #   Metadata: GET /v2 and /v2/models/{m}[/versions/{v}]; the body is JSON.
+#   Statistics (get_inference_statistics): GET /v2/models/stats, or
+#   /v2/models/{m}[/versions/{v}]/stats when a model is named; JSON.
 # - Errors: any non-200 body is read as UTF-8 JSON and its "error" string
 #   becomes InferenceServerException(msg, status).
 # - Infer: POST /v2/models/{m}[/versions/{v}]/infer with User-Agent, the
@@ -319,6 +321,14 @@ class TcClient:
 
     def get_model_metadata(self, model, model_version=""):
         return self._get_json(self._model_uri(model, model_version))
+
+    def get_inference_statistics(self, model_name="", model_version=""):
+        """The statistics extension: GET v2/models/stats (every model), or
+        v2/models/{m}[/versions/{v}]/stats; the body as JSON."""
+        if model_name != "":
+            return self._get_json(self._model_uri(model_name, model_version,
+                                                  "/stats"))
+        return self._get_json("/v2/models/stats")
 
     def get_model_config(self, model, model_version=""):
         return self._get_json(self._model_uri(model, model_version,

@@ -1,0 +1,72 @@
+/* observe.c - one ended request into the metrics.
+ *
+ * DESIGN
+ * http.c calls attn__observe once per request, where it writes the access
+ * line (on_completed), with the same numbers: the status, the body bytes,
+ * the total time.  Every request counts in attnd_http_requests_total under
+ * its route template (routes.c: bounded, never the raw path), its method
+ * (a fixed set) and its code.  A POST to an inference route also counts
+ * in attnd_inference_requests_total and the histograms, unless nothing
+ * answered it (the client left before any answer: code 499 only): its
+ * model is the one the worker ran, else the URL's when the registry has
+ * it (v2), else "" (not known: a /v1 body never read, an unknown model);
+ * its outcome is what the stage that answered said (trace.hint: timeout,
+ * draining...), else follows from the status: 200 success, 413 too_large,
+ * other 4xx invalid, 503 rejected, other 5xx internal.
+ * Runs on the request's HTTP thread, after the answer was sent; the
+ * metrics module writes only that thread's shard.
+ */
+#include "internal.h"
+
+/* v2's model from "/v2/models/{m}..." as a registry index + 1; 0 when
+ * the registry has no such model. */
+static int url_model(const attn_srv_ctx *s, const char *path) {
+  const char *p = path + strlen("/v2/models/");
+  size_t n = strcspn(p, "/");
+  size_t count = attn_registry_count(s->models);
+  for (size_t i = 0; i < count; i++) {
+    const char *name = attn_model_name(attn_registry_at(s->models, i));
+    if (strlen(name) == n && memcmp(name, p, n) == 0) return (int)i + 1;
+  }
+  return 0;
+}
+
+static attn_outcome outcome_of(int status, const attn_resp_trace *t) {
+  if (t->hint) return (attn_outcome)(t->hint - 1);
+  if (status >= 200 && status < 300) return ATTN_OUTCOME_SUCCESS;
+  if (status == 413) return ATTN_OUTCOME_TOO_LARGE;
+  if (status >= 400 && status < 500) return ATTN_OUTCOME_INVALID;
+  if (status == 503) return ATTN_OUTCOME_REJECTED;
+  return ATTN_OUTCOME_INTERNAL;
+}
+
+void attn__observe(attn_srv_ctx *s, const attn_ended *e) {
+  if (!s->metrics) return;
+  int route = attn__route_template(e->path);
+  attn_metrics_http(s->metrics, route, attn_metrics_method(e->method),
+                    e->status, e->bytes_in, e->bytes_out);
+  const char *name = attn__route_templates(&(size_t){0})[route];
+  int v1 = strcmp(name, "/v1/attention") == 0;
+  size_t len = strlen(name);
+  if (!e->answered || strcmp(e->method, "POST") != 0 ||
+      (!v1 && (len < 6 || strcmp(name + len - 6, "/infer") != 0)))
+    return;
+  const attn_resp_trace *t = e->trace;
+  int model = t->model ? t->model : v1 ? 0 : url_model(s, e->path);
+  attn_infer_obs o = {.model = model - 1,
+                      .proto = v1 ? ATTN_PROTO_V1 : ATTN_PROTO_V2,
+                      .outcome = outcome_of(e->status, t),
+                      .total_ns = e->total_ns,
+                      .queued = t->queued,
+                      .queue_ns = t->queue_ns,
+                      .computed = t->computed,
+                      .input_ns = t->input_ns,
+                      .compute_ns = t->compute_ns,
+                      .output_ns = t->output_ns,
+                      .flops = t->flops,
+                      .query_tokens = -1,
+                      .end_mono_ns = e->end_ns};
+  if (o.computed && o.outcome == ATTN_OUTCOME_SUCCESS)
+    o.query_tokens = t->query_tokens;
+  attn_metrics_infer(s->metrics, &o);
+}
