@@ -38,6 +38,12 @@
 #       --handoff 1 --delay-ms <that engine-only time> (transport plus a
 #       pause as long as the computation: what a server that added nothing
 #       would measure on this machine).
+#  (c) With --baseline PATH, another attnd build (say, main before a change)
+#      runs the default config (h2-w2) beside ATTND's in each repeat, the
+#      order of the two swapped from one repeat to the next (target
+#      "baseline"): the report gives attnd / baseline per endpoint, the
+#      median of the repeats' ratios.  --no-echo leaves the echo rows out,
+#      for such an A/B alone.
 #  Every measurement is repeated REPEATS times (default 2): the second core
 #  of these machines is noisy.  The 1-minute load average is recorded before
 #  each one.
@@ -52,7 +58,7 @@
 # Usage: bench/load.sh [--duration S] [--connections C] [--attnd PATH]
 #          [--echo PATH] [--large-duration S] [--repeats R]
 #          [--configs "H:W H:W ..."] [--work-sweep "U ..."] [--no-small]
-#          [--no-large] [--out FILE] [--keep]
+#          [--no-large] [--baseline PATH] [--no-echo] [--out FILE] [--keep]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +72,8 @@ CONFIGS="1:1 1:2 2:1 2:2"   # http_threads:workers
 WORK_SWEEP=                 # worker CPU us per request for the hand-off echo
 DO_SMALL=1
 DO_LARGE=1
+BASELINE=   # another attnd, run beside ATTND's default config (A/B)
+DO_ECHO=1
 OUT=
 KEEP=0
 
@@ -82,6 +90,8 @@ while [ $# -gt 0 ]; do
     --work-sweep) WORK_SWEEP=$2; shift ;;
     --no-small) DO_SMALL=0 ;;
     --no-large) DO_LARGE=0 ;;
+    --baseline) BASELINE=$2; shift ;;
+    --no-echo) DO_ECHO=0 ;;
     --out) OUT=$2; shift ;;
     --keep) KEEP=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -279,8 +289,22 @@ if [ "$DO_SMALL" = 1 ]; then
   echo "# small bodies: v1 $(stat -c %s "$V1") B in, $V1_OUT B out; v2 $(stat -c %s "$V2") B in, $V2_OUT B out" >>"$WORK/meta.txt"
 
   for rep in $(seq "$REPEATS"); do
+    # (c) the A/B: the baseline and attnd, h2-w2, in turns
+    if [ -n "$BASELINE" ]; then
+      pair="baseline:$BASELINE attnd:$ATTND"
+      [ $((rep % 2)) = 0 ] && pair="attnd:$ATTND baseline:$BASELINE"
+      for tb in $pair; do
+        start_server "$WORK/attnd.log" "${tb#*:}" "${ATTND_COMMON[@]}" --access-log false
+        wrk_run small "${tb%%:*}" h2-w2 v1 "$rep" "http://127.0.0.1:$PORT/v1/attention" \
+          "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
+        wrk_run small "${tb%%:*}" h2-w2 v2 "$rep" "http://127.0.0.1:$PORT/v2/models/sdpa/infer" \
+          "$V2" application/json 2 "$CONNECTIONS" "$DURATION"
+        stop_server
+      done
+    fi
     # t2-batch: under SCHED_BATCH, as attnd runs by default
     # (cpu_scheduling_policy); it counts for the ceiling too.
+    if [ "$DO_ECHO" = 1 ]; then  # the echo rows (not indented further)
     for ec in t2 t1 t2-batch; do
       et=${ec#t} pre=()
       if [ "$ec" = t2-batch ]; then et=2 pre=(chrt -b 0); fi
@@ -317,6 +341,7 @@ if [ "$DO_SMALL" = 1 ]; then
         "$V1" application/json 2 "$CONNECTIONS" "$DURATION"
       stop_server
     done
+    fi
 
     for hw in $CONFIGS; do
       ht=${hw%%:*} wk=${hw##*:}

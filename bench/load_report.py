@@ -99,7 +99,31 @@ def small_tables(rows, ncpu):
               "echo (%.0f req/s)" % (ep, c, m, 100 * m / ceiling[ep],
                                       ceiling[ep]))
     print()
+    baseline_lines(g)
     budget_table(rows, g, ncpu)
+
+
+def baseline_lines(g):
+    """load.sh --baseline: attnd / baseline, h2-w2, per endpoint: the
+    median of the repeats' ratios (each repeat ran both, one after the
+    other), for req/s and for the server's CPU per request."""
+    for ep in ("v1", "v2"):
+        a, b = g.get(("attnd", "h2-w2", ep)), g.get(("baseline", "h2-w2", ep))
+        if not a or not b:
+            continue
+        pairs = [(x, y) for x in a for y in b if x["rep"] == y["rep"]]
+        rps = [x["rps"] / y["rps"] for x, y in pairs if y.get("rps")]
+        cpu = [x["server_cpu_us"] / y["server_cpu_us"] for x, y in pairs
+               if y.get("server_cpu_us")]
+        if rps:
+            print("- %s, attnd / baseline (h2-w2, %d interleaved repeats): "
+                  "req/s %.3f (median; runs %s), server CPU us/req %.3f "
+                  "(runs %s)" % (
+                      ep, len(rps), statistics.median(rps),
+                      " ".join("%.3f" % r for r in rps),
+                      statistics.median(cpu) if cpu else float("nan"),
+                      " ".join("%.3f" % r for r in cpu)))
+    print()
 
 
 def budget_table(rows, g, ncpu):
