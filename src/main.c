@@ -60,9 +60,13 @@ static int k8s_link_value(const char *v) {
 }
 
 static int k8s_link_name(const char *name, size_t len) {
-  return (len > 14 && strncmp(name, "ATTND_SERVICE_", 14) == 0) ||
-         (len > 11 && strncmp(name, "ATTND_PORT_", 11) == 0 &&
-          name[11] >= '0' && name[11] <= '9');
+  /* after ATTND_, or after ATTND_METRICS_ (a Service named attnd-metrics,
+   * for metrics_port, links the same way) */
+  size_t at = len > 14 && strncmp(name, "ATTND_METRICS_", 14) == 0 ? 14 : 6;
+  const char *r = name + at;
+  len -= at;
+  return (len > 8 && strncmp(r, "SERVICE_", 8) == 0) ||
+         (len > 5 && strncmp(r, "PORT_", 5) == 0 && r[5] >= '0' && r[5] <= '9');
 }
 
 /* ATTND_PORT, and ATTND_METRICS_PORT (a Service named attnd-metrics):

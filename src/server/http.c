@@ -815,12 +815,20 @@ static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
   return ret;
 }
 
-/* The daemon of metrics_port (when set): one thread, on host. */
+/* The daemon of metrics_port (when set): one thread, on host.  Without
+ * port's SO_REUSEPORT (MHD_OPTION_LISTENING_ADDRESS_REUSE): a port another
+ * process holds is refused, not shared with it. */
 static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
   const attn_config *cfg = s->ctx.cfg;
   struct addrinfo hints = {0}, *ai = NULL;
   char port[16];
   if (cfg->metrics_port <= 0) return ATTN_OK;
+  if (cfg->metrics_port == s->port)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "metrics_port=%d is port: /metrics is served on "
+                         "port anyway; set metrics_port to another port, or "
+                         "to 0 for none",
+                         cfg->metrics_port);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -835,8 +843,7 @@ static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
       flags, 0, NULL, NULL, on_metrics_port, s, MHD_OPTION_EXTERNAL_LOGGER,
       mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-      (unsigned)1, MHD_OPTION_END);
+      (unsigned)cfg->connection_timeout_s, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->metrics_daemon)
     return attn_diag_set(d, ATTN_EIO,

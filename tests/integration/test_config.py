@@ -331,7 +331,11 @@ def unknown_environment_variables_warned():
     with a warning, the link's other variables without one."""
     links = {"ATTND_PORT": "tcp://10.0.0.1:8080",
              "ATTND_SERVICE_HOST": "10.0.0.1",
-             "ATTND_PORT_8080_TCP_ADDR": "10.0.0.1"}
+             "ATTND_PORT_8080_TCP_ADDR": "10.0.0.1",
+             # a Service named attnd-metrics, for metrics_port
+             "ATTND_METRICS_PORT": "tcp://10.0.0.2:8002",
+             "ATTND_METRICS_SERVICE_HOST": "10.0.0.2",
+             "ATTND_METRICS_PORT_8002_TCP_ADDR": "10.0.0.2"}
     env = dict(links, ATTND_WORKRS="3")
     with Server(name="env-warnings", env=env) as s:
         expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
@@ -344,8 +348,12 @@ def unknown_environment_variables_warned():
         link = [w for w in warns if "ATTND_PORT=tcp://10.0.0.1:8080" in w]
         check(len(link) == 1 and "service link" in link[0],
               "warning for ATTND_PORT: %r" % warns)
-        check(not [w for w in warns if "ATTND_SERVICE_HOST" in w or
-                   "ATTND_PORT_8080" in w],
+        mlink = [w for w in warns
+                 if "ATTND_METRICS_PORT=tcp://10.0.0.2:8002" in w]
+        check(len(mlink) == 1 and "attnd-metrics" in mlink[0],
+              "warning for ATTND_METRICS_PORT: %r" % warns)
+        check(not [w for w in warns if "SERVICE_HOST" in w or
+                   "_PORT_8080" in w or "_PORT_8002" in w],
               "warned about the link's other variables: %r" % warns)
     # --check-config: the port stays the default, the warning on stderr
     p = subprocess.run([cfg.attnd, "--check-config"], capture_output=True,
@@ -353,6 +361,8 @@ def unknown_environment_variables_warned():
     check(p.returncode == 0, "--check-config rc %d: %r" %
           (p.returncode, p.stderr[-300:]))
     check(json.loads(p.stdout)["port"] == 8080, "port: %r" % p.stdout[:200])
+    check(json.loads(p.stdout)["metrics_port"] == 0,
+          "metrics_port: %r" % p.stdout[:200])
     check(b"service link" in p.stderr, "stderr: %r" % p.stderr[-300:])
 
 

@@ -431,6 +431,17 @@ def metrics_port_in_use_stops_startup():
 
 
 @test
+def metrics_port_same_as_port_refused():
+    from harness import run_attnd, cfg
+    port = free_port()
+    rc, _, err = run_attnd("--host", HOST, "--port", str(port),
+                           "--models-dir", cfg.models_dir,
+                           "--metrics-port", str(port))
+    check(rc != 0 and "metrics_port=%d is port" % port in err,
+          "rc=%r %r" % (rc, err[-300:]))
+
+
+@test
 def statistics_triton_shape():
     """tritonclient's get_inference_statistics: the shape and the counts
     of a fresh server's requests."""
