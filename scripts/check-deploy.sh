@@ -25,8 +25,9 @@
 #     (systemd-analyze security, at most 2.0), and its stop timeout
 #     against shutdown_delay_ms + drain_timeout_ms;
 #  7. the sandbox against a running attnd: every system call it makes
-#     (under strace: start, requests on both protocols, SIGTERM) must pass
-#     the unit's SystemCallFilter, RestrictAddressFamilies,
+#     (under strace: start, requests on both protocols, a /metrics scrape
+#     and the statistics, SIGTERM) must pass the unit's SystemCallFilter,
+#     RestrictAddressFamilies,
 #     MemoryDenyWriteExecute, RestrictNamespaces, PrivateDevices and
 #     ProtectSystem=strict;
 #  8. haproxy -c on deploy/haproxy/haproxy.cfg, nginx -t on deploy/nginx;
@@ -299,7 +300,9 @@ sandbox_fit() {
     curl -fsS --max-time 10 "$base/v2/models/demo/infer" -H 'Content-Type: application/json' \
       -d '{"inputs": [{"name": "query", "shape": [1, 16], "datatype": "FP32",
            "data": [1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1]}]}' >/dev/null &&
-    curl -fsS --max-time 10 "$base/v2/models/demo" >/dev/null; }; then
+    curl -fsS --max-time 10 "$base/v2/models/demo" >/dev/null &&
+    curl -fsS --max-time 10 "$base/metrics" >/dev/null &&
+    curl -fsS --max-time 10 "$base/v2/models/stats" >/dev/null; }; then
     echo "a request to attnd failed:"; cat "$log"
     kill -TERM "$apid"; wait "$spid"
     return 1
