@@ -565,7 +565,7 @@ START_TEST(resident_packed) {
   ck_assert(info.bias && !info.seeded);
   size_t n;
   const attn_model_io *ins = attn_model_inputs(m, &n);
-  ck_assert_uint_eq(n, 6);
+  ck_assert_uint_eq(n, 7);
   ck_assert_str_eq(ins[0].name, "query");
   ck_assert_int_eq(ins[0].rank, 3);
   ck_assert_int_eq(ins[0].shape[0], -1);
@@ -789,6 +789,29 @@ static void expect_reg_err(const char *json, attn_status s, const char *sub) {
 }
 
 #define HDR "{\"name\": \"m\", \"embed_dim\": 4, \"num_heads\": 2, "
+/* A model file's variant settings are checked at load like a request's,
+ * in the file's own words (HDR: embed_dim 4, 2 heads: head dim 2). */
+START_TEST(resident_variant_errors) {
+  expect_reg_err(HDR "\"seed\": 1, \"causal\": true, \"window\": [1, 2]}",
+                 ATTN_EINVAL, "m.json: 'window[1]' is 2 with 'causal' true");
+  expect_reg_err(HDR "\"seed\": 1, \"window\": [1]}", ATTN_EINVAL,
+                 "m.json: \"window\" must be [left, right]");
+  expect_reg_err(HDR "\"seed\": 1, \"causal\": \"top\"}", ATTN_EINVAL,
+                 "m.json: 'causal' must be true, false");
+  expect_reg_err(HDR "\"seed\": 1, \"softcap\": 0}", ATTN_EINVAL,
+                 "m.json: 'softcap' is 0: it must be > 0");
+  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"dims\": 4}}",
+                 ATTN_EINVAL, "m.json: 'rotary.dims' is 4");
+  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"bass\": 4}}",
+                 ATTN_EINVAL, "m.json: unknown key 'rotary.bass'");
+  expect_reg_err(HDR "\"seed\": 1, \"alibi_slopes\": [1]}", ATTN_EINVAL,
+                 "m.json: \"alibi_slopes\" must be a list of num_heads = 2");
+  expect_reg_err(HDR "\"seed\": 1, \"alibi\": true, \"alibi_slopes\": "
+                     "[1, 2]}",
+                 ATTN_EINVAL, "not both");
+}
+END_TEST
+
 START_TEST(registry_errors) {
   expect_reg_err("{\"name\": \"m\", ", ATTN_EPARSE, "m.json: invalid JSON");
   expect_reg_err("[1]", ATTN_EPARSE, "not a JSON object");
@@ -845,11 +868,11 @@ START_TEST(registry_dirs) {
   ck_assert_ptr_null(attn_registry_at(reg, 2));
   size_t n;
   const attn_model *sdpa = attn_registry_find(reg, "sdpa", "1");
-  ck_assert_uint_eq((attn_model_inputs(sdpa, &n), n), 6);
+  ck_assert_uint_eq((attn_model_inputs(sdpa, &n), n), 7);
   ck_assert_uint_eq((attn_model_inputs(attn_registry_find(reg, "mha", NULL),
                                        &n),
                      n),
-                    14);
+                    15);
   attn_model_info info;
   attn_model_info_get(sdpa, &info);
   ck_assert_str_eq(info.kind, "sdpa");
@@ -919,7 +942,7 @@ START_TEST(input_errors) {
   rename_input(&r, 0, "qeury");
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
              "unknown input 'qeury' for model 'sdpa' (expected query, key, "
-             "value, attn_mask, key_padding_mask, key_lengths)");
+             "value, attn_mask, key_padding_mask, key_lengths, alibi_slopes)");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1023,7 +1046,8 @@ START_TEST(shape_errors) {
   sdpa_req(&r);
   r.inputs[1].tensor.shape[3] = 2, r.inputs[1].tensor.shape[2] = 6;
   expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
-             "input 'key': dim 3 (Dk) is 2, query has 4");
+             "input 'key' has 2 values per position (dim 3, Dk) where "
+             "'query' has 4");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1036,13 +1060,13 @@ START_TEST(shape_errors) {
   sdpa_req(&r);
   r.inputs[2].tensor.shape[2] = 2, r.inputs[2].tensor.shape[3] = 6;
   expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
-             "input 'value': dim 2 (Lk) is 2, key has 3");
+             "input 'value' has 2 positions (dim 2, Lk) where 'key' has 3");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
   r.inputs[0].tensor.shape[0] = 1, r.inputs[0].tensor.shape[2] = 6;
   expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
-             "input 'key': dim 0 (B) is 2, query has 1");
+             "input 'key' has a batch of 2 (dim 0) where 'query' has 1");
   attn_infer_request_free(&r);
 
   sdpa_req(&r); /* H=2 query heads, key and value with 4 */
@@ -1052,7 +1076,7 @@ START_TEST(shape_errors) {
     memcpy((char *)r.inputs[i].tensor.data + sizeof qkv, qkv, sizeof qkv);
   }
   expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
-             "input 'key': dim 1 (Hkv) is 4; it must divide");
+             "input 'key' has 4 heads (dim 1), which do not divide");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1074,7 +1098,7 @@ START_TEST(shape_errors) {
              "missing required parameter 'num_heads' for model 'mha'");
   add_pi(&m, "num_heads", 3);
   expect_err(reg, "mha", &m, NULL, ATTN_ESHAPE,
-             "dim 2 (E) is 4, not a positive multiple of num_heads=3");
+             "has 4 columns (dim 2, E), not a multiple of num_heads 3");
   m.params[0].i = 2;
   add_pi(&m, "num_kv_heads", 2);
   m.inputs[2].tensor.shape[1] = 2; /* w_k [4,2] but Hkv*E/H = 4 */
@@ -1096,7 +1120,7 @@ START_TEST(shape_errors) {
   rename_input(&m, m.n_inputs - 1, "key");
   m.inputs[m.n_inputs - 1].tensor.shape[0] = 2;
   expect_err(reg, "mha", &m, NULL, ATTN_ESHAPE,
-             "input 'key': dim 0 (B) is 2, query has 1");
+             "input 'key' has a batch of 2 (dim 0) where 'query' has 1");
   attn_infer_request_free(&m);
   attn_registry_destroy(reg);
 }
@@ -1109,8 +1133,8 @@ START_TEST(param_errors) {
   sdpa_req(&r);
   add_pb(&r, "casual", true);
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
-             "unknown parameter 'casual' for model 'sdpa' (expected causal, "
-             "scale, need_weights, average_attn_weights)");
+             "unknown parameter 'casual' for model 'sdpa' (expected scale, "
+             "need_weights, average_attn_weights, causal, window_left");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1121,7 +1145,8 @@ START_TEST(param_errors) {
   sdpa_req(&r);
   add_pi(&r, "causal", 1);
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
-             "parameter 'causal' must be a bool, got an integer");
+             "'causal' must be true, false, \"bottom_right\" or \"top_left\", "
+             "got a number");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1346,6 +1371,7 @@ Suite *model_suite(void) {
   tcase_add_test(tc, resident_split_gqa);
   tcase_add_test(tc, resident_seeded);
   tcase_add_test(tc, registry_errors);
+  tcase_add_test(tc, resident_variant_errors);
   tcase_add_test(tc, registry_dirs);
   tcase_add_test(tc, input_errors);
   tcase_add_test(tc, shape_errors);

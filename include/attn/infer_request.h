@@ -27,6 +27,8 @@ typedef enum {
 /* A request parameter such as causal, scale, num_heads, need_weights. */
 typedef struct attn_param {
   char *name;
+  char *label; /* how the user wrote it when that differs from name (/v1's
+                  "window[1]" for window_right), for messages; or NULL */
   attn_param_type type;
   bool b;
   int64_t i;

@@ -6,9 +6,13 @@
  *      inputs  query [B,H,Lq,Dk], key [B,Hkv,Lk,Dk], value [B,Hkv,Lk,Dv]
  *              (B and H optional: rank 2 is [L,D], rank 3 is [H,L,D]; all
  *              three share one rank), optional attn_mask, key_padding_mask,
- *              key_lengths (below).
- *      params  causal (bool), scale (number), need_weights (bool, default
- *              true), average_attn_weights (bool, default false).
+ *              key_lengths (below), alibi_slopes FP32 [H].
+ *      params  causal (bool, "bottom_right" or "top_left"), scale (number),
+ *              need_weights (bool, default true), average_attn_weights
+ *              (bool, default false), and the variants: window_left,
+ *              window_right, softcap, alibi, rotary, rotary_base,
+ *              rotary_dims, rotary_interleaved, rotary_query_offset
+ *              (docs/api.md "Attention variants"; every model).
  *      outputs attn_output [..,H,Lq,Dv] (rank of query),
  *              attn_weights [..,H,Lq,Lk], or [..,Lq,Lk] when averaged.
  *  - "mha" (built in): multi-head attention with client-supplied weights.
@@ -26,7 +30,9 @@
  * weights are loaded once at registry creation (PyTorch nn.MultiheadAttention
  *    state_dict names in a .safetensors file, or seeded random weights).
  *    Inputs query/key/value and the masks; params as mha, where num_heads and
- *    num_kv_heads, if given, must equal the model's.
+ *    num_kv_heads, if given, must equal the model's.  The file may fix any
+ *    variant ("causal", "window", "alibi", "alibi_slopes", "softcap",
+ *    "rotary"); a request contradicting one is ATTN_EINVAL naming both.
  *      {"name": "tiny", "embed_dim": 64, "num_heads": 4, "num_kv_heads": 4,
  *       "kdim": 64, "vdim": 64, "bias": true,
  *       "weights": "tiny.safetensors" | "seed": 1234,

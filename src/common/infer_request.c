@@ -26,6 +26,7 @@ void attn_infer_request_free(attn_infer_request *r) {
   free(r->inputs);
   for (size_t i = 0; r->params && i < r->n_params; i++) {
     free(r->params[i].name);
+    free(r->params[i].label);
     free(r->params[i].s);
   }
   free(r->params);

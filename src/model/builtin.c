@@ -15,7 +15,11 @@
  *   4. engine check and sizes (attn_*_check, attn_*_bytes), then allocate the
  *      outputs (zeroed), run, and hand the buffers to the response.
  * attn__model_run is those stages in order: plan_request (1 to 3: read_*,
- * sdpa_shapes or mha_shapes, check_limits), run_engine (4), make_response.
+ * sdpa_shapes or mha_shapes, plan_variants, check_limits), run_engine (4),
+ * make_response.  The attention variants (causal alignment, window, ALiBi,
+ * softcap, rotary) are variants.c's: read_params hands it their
+ * parameters, plan_variants merges a resident model's fixed settings and
+ * checks every combination against the problem's heads and head dim.
  * Nothing here holds state between calls; every function is reentrant.  No
  * threads of its own: the attn_exec from the caller goes to the engine.
  * Inputs are read in place (engine views over the request's tensors); the
@@ -40,6 +44,7 @@ enum {
   IN_MASK,
   IN_KPM,
   IN_KLEN,
+  IN_ALIBI,
   IN_N_COMMON,
   IN_WQ = IN_N_COMMON,
   IN_WK,
@@ -52,24 +57,16 @@ enum {
   IN_N
 };
 static const char *const in_names[IN_N] = {
-    "query",       "key", "value", "attn_mask", "key_padding_mask",
-    "key_lengths", "w_q", "w_k",   "w_v",       "w_o",
-    "b_q",         "b_k", "b_v",   "b_o"};
+    "query",       "key",          "value", "attn_mask", "key_padding_mask",
+    "key_lengths", "alibi_slopes", "w_q",   "w_k",       "w_v",
+    "w_o",         "b_q",          "b_k",   "b_v",       "b_o"};
 
-/* Parameter ids; sdpa takes the first P_N_SDPA. */
-enum {
-  P_CAUSAL,
-  P_SCALE,
-  P_NEED,
-  P_AVG,
-  P_N_SDPA,
-  P_HEADS = P_N_SDPA,
-  P_KV,
-  P_N
-};
-static const char *const p_names[P_N] = {"causal",       "scale",
-                                         "need_weights", "average_attn_weights",
-                                         "num_heads",    "num_kv_heads"};
+/* Parameter ids; sdpa takes the first P_N_SDPA.  The variants (causal,
+ * window, alibi, softcap, rotary) are variants.c's, for every model. */
+enum { P_SCALE, P_NEED, P_AVG, P_N_SDPA, P_HEADS = P_N_SDPA, P_KV, P_N };
+static const char *const p_names[P_N] = {"scale", "need_weights",
+                                         "average_attn_weights", "num_heads",
+                                         "num_kv_heads"};
 
 enum { OUT_O, OUT_W, OUT_N };
 static const char *const out_names[OUT_N] = {"attn_output", "attn_weights"};
@@ -78,7 +75,8 @@ static const char *const out_names[OUT_N] = {"attn_output", "attn_weights"};
 typedef struct req_info {
   const char *model; /* for messages */
   const attn_tensor *in[IN_N];
-  bool causal, avg;
+  attn__variants var; /* causal, window, alibi, softcap, rotary */
+  bool avg;
   bool has_scale;
   double scale;
   int need;          /* need_weights: -1 unset, 0, 1 */
@@ -249,31 +247,46 @@ static attn_status want_count(const attn_param *p, int64_t *v, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* p is none of the model's parameters; is_causal (PyTorch's name) is
+ * answered with the alignment it means here. */
+static attn_status unknown_param(const attn_param *p, const char *model,
+                                 const char *const *names, int n,
+                                 attn_diag *d) {
+  char list[120];
+  if (p->name && strcmp(p->name, "is_causal") == 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "unknown parameter 'is_causal': use 'causal': "
+                         "\"top_left\" for PyTorch's is_causal (query i sees "
+                         "keys j <= i); 'causal': true aligns bottom-right "
+                         "(j <= i + Lk - Lq), which differs when Lq != Lk");
+  return attn_diag_set(d, ATTN_EINVAL,
+                       "unknown parameter '%.40s' for model '%s' (expected "
+                       "%s, %s)",
+                       p->name ? p->name : "", model,
+                       join(names, n, list, sizeof list), attn__variant_names);
+}
+
 static attn_status read_params(attn__model_kind kind,
                                const attn_infer_request *req, req_info *ri,
                                attn_diag *d) {
   int n = kind == ATTN__MODEL_SDPA ? P_N_SDPA : P_N;
   bool seen[P_N] = {false};
-  char list[160];
   attn_status s = ATTN_OK;
   for (size_t i = 0; i < req->n_params && s == ATTN_OK; i++) {
     const attn_param *p = &req->params[i];
     int id = find_name(p_names, n, p->name);
-    if (id < 0)
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "unknown parameter '%.40s' for model '%s' "
-                           "(expected %s)",
-                           p->name ? p->name : "", ri->model,
-                           join(p_names, n, list, sizeof list));
+    int v = id < 0 ? attn__variant_find(p->name) : -1;
+    if (v >= 0) {
+      s = attn__variant_param(p, v, &ri->var, d);
+      continue;
+    }
+    if (id < 0) return unknown_param(p, ri->model, p_names, n, d);
     if (seen[id])
       return attn_diag_set(d, ATTN_EINVAL, "parameter '%s' given twice",
                            p_names[id]);
     seen[id] = true;
     bool b = false;
     switch (id) {
-      case P_CAUSAL:
-        s = want_bool(p, &ri->causal, d);
-        break;
       case P_AVG:
         s = want_bool(p, &ri->avg, d);
         break;
@@ -458,6 +471,15 @@ static attn_status positive_dims(const attn_tensor *t, const char *name,
   return ATTN_OK;
 }
 
+/* Input `name`'s batch (dim 0) is not the query's. */
+static attn_status batch_differs(const char *name, int64_t got, int64_t B,
+                                 attn_diag *d) {
+  return attn_diag_set(d, ATTN_ESHAPE,
+                       "input '%s' has a batch of %lld (dim 0) where 'query' "
+                       "has %lld",
+                       name, LL(got), LL(B));
+}
+
 static attn_status sdpa_shapes(const req_info *ri, plan *pl, attn_diag *d) {
   const attn_tensor *q = ri->in[IN_QUERY], *k = ri->in[IN_KEY],
                     *v = ri->in[IN_VALUE];
@@ -484,30 +506,30 @@ static attn_status sdpa_shapes(const req_info *ri, plan *pl, attn_diag *d) {
   int64_t Hkv = r >= 3 ? k->shape[dh] : 1, Lk = k->shape[dl];
   int64_t Dv = v->shape[dd];
   if (r == 4 && k->shape[0] != B)
-    return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'key': dim 0 (B) is %lld, query has %lld",
-                         LL(k->shape[0]), LL(B));
+    return batch_differs("key", k->shape[0], B, d);
   if (r == 4 && v->shape[0] != B)
-    return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'value': dim 0 (B) is %lld, query has %lld",
-                         LL(v->shape[0]), LL(B));
+    return batch_differs("value", v->shape[0], B, d);
   if (k->shape[dd] != Dk)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'key': dim %d (Dk) is %lld, query has %lld", dd,
-                         LL(k->shape[dd]), LL(Dk));
+                         "input 'key' has %lld values per position (dim %d, "
+                         "Dk) where 'query' has %lld",
+                         LL(k->shape[dd]), dd, LL(Dk));
   if (r >= 3 && v->shape[dh] != Hkv)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'value': dim %d (Hkv) is %lld, key has %lld",
-                         dh, LL(v->shape[dh]), LL(Hkv));
+                         "input 'value' has %lld heads (dim %d) where 'key' "
+                         "has %lld",
+                         LL(v->shape[dh]), dh, LL(Hkv));
   if (v->shape[dl] != Lk)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'value': dim %d (Lk) is %lld, key has %lld", dl,
-                         LL(v->shape[dl]), LL(Lk));
+                         "input 'value' has %lld positions (dim %d, Lk) where "
+                         "'key' has %lld",
+                         LL(v->shape[dl]), dl, LL(Lk));
   if (Hkv < 1 || H < 1 || H % Hkv != 0)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'key': dim %d (Hkv) is %lld; it must divide "
-                         "the query's H=%lld",
-                         dh, LL(Hkv), LL(H));
+                         "input 'key' has %lld heads (dim %d), which do not "
+                         "divide the %lld heads of 'query' (query head h "
+                         "reads key head h / (H / Hkv))",
+                         LL(Hkv), dh, LL(H));
   attn_sdpa_problem *p = &pl->sp;
   pl->is_sdpa = true;
   p->B = B, p->H = H, p->Hkv = Hkv, p->Lq = Lq, p->Lk = Lk, p->Dk = Dk,
@@ -566,9 +588,9 @@ static attn_status mha_heads(attn__model_kind kind, const attn__resident *fx,
                            LL(ri->kv), ri->model, LL(fx->Hkv));
     if (E != fx->E)
       return attn_diag_set(d, ATTN_ESHAPE,
-                           "input 'query': dim %d (E) is %lld, model '%s' has "
-                           "embed_dim %lld",
-                           r - 1, LL(E), ri->model, LL(fx->E));
+                           "input 'query' has %lld columns (dim %d, E) where "
+                           "model '%s' has embed_dim %lld",
+                           LL(E), r - 1, ri->model, LL(fx->E));
     *H = fx->H, *Hkv = fx->Hkv;
   } else {
     if (ri->heads == -1)
@@ -581,9 +603,9 @@ static attn_status mha_heads(attn__model_kind kind, const attn__resident *fx,
   }
   if (E < 1 || E % *H != 0)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input 'query': dim %d (E) is %lld, not a positive "
-                         "multiple of num_heads=%lld",
-                         r - 1, LL(E), LL(*H));
+                         "input 'query' has %lld columns (dim %d, E), not a "
+                         "multiple of num_heads %lld",
+                         LL(E), r - 1, LL(*H));
   if (*H % *Hkv != 0)
     return attn_diag_set(d, ATTN_EINVAL,
                          "num_heads=%lld is not a multiple of "
@@ -603,9 +625,7 @@ static attn_status mha_kv(const attn_tensor *k, const attn_tensor *v, int r,
                            "input 'key': rank %d, query has rank %d", k->rank,
                            r);
     if (r == 3 && k->shape[0] != B)
-      return attn_diag_set(d, ATTN_ESHAPE,
-                           "input 'key': dim 0 (B) is %lld, query has %lld",
-                           LL(k->shape[0]), LL(B));
+      return batch_differs("key", k->shape[0], B, d);
     *Lk = k->shape[r - 2];
     *kdim = *vdim = k->shape[r - 1];
   }
@@ -615,13 +635,12 @@ static attn_status mha_kv(const attn_tensor *k, const attn_tensor *v, int r,
                            "input 'value': rank %d, query has rank %d", v->rank,
                            r);
     if (r == 3 && v->shape[0] != B)
-      return attn_diag_set(d, ATTN_ESHAPE,
-                           "input 'value': dim 0 (B) is %lld, query has %lld",
-                           LL(v->shape[0]), LL(B));
+      return batch_differs("value", v->shape[0], B, d);
     if (v->shape[r - 2] != *Lk)
       return attn_diag_set(d, ATTN_ESHAPE,
-                           "input 'value': dim %d (Lk) is %lld, key has %lld",
-                           r - 2, LL(v->shape[r - 2]), LL(*Lk));
+                           "input 'value' has %lld rows (dim %d, Lk) where "
+                           "'key' has %lld",
+                           LL(v->shape[r - 2]), r - 2, LL(*Lk));
     *vdim = v->shape[r - 1];
   }
   return ATTN_OK;
@@ -636,15 +655,15 @@ static attn_status resident_kv_dims(const attn__resident *fx,
   const char *who = k ? "key" : "query";
   if (kdim != fx->kdim)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input '%s': dim %d (kdim) is %lld, model '%s' has "
-                         "kdim %lld%s",
-                         who, r - 1, LL(kdim), ri->model, LL(fx->kdim),
+                         "input '%s' has %lld columns (dim %d) where model "
+                         "'%s' takes kdim %lld%s",
+                         who, LL(kdim), r - 1, ri->model, LL(fx->kdim),
                          k ? "" : " (send 'key')");
   if (vdim != fx->vdim)
     return attn_diag_set(d, ATTN_ESHAPE,
-                         "input '%s': dim %d (vdim) is %lld, model '%s' has "
-                         "vdim %lld%s",
-                         v ? "value" : who, r - 1, LL(vdim), ri->model,
+                         "input '%s' has %lld columns (dim %d) where model "
+                         "'%s' takes vdim %lld%s",
+                         v ? "value" : who, LL(vdim), r - 1, ri->model,
                          LL(fx->vdim), v ? "" : " (send 'value')");
   return ATTN_OK;
 }
@@ -780,6 +799,23 @@ static char *dup_or_null(const char *s, bool *oom) {
   return r;
 }
 
+/* The variants (variants.c): a resident model's fixed settings merged
+ * with the request's, then every combination checked against the
+ * problem's query heads and head dim. */
+static attn_status plan_variants(attn__model_kind kind,
+                                 const attn__resident *fixed, req_info *ri,
+                                 const plan *pl, attn_attend_opts *o,
+                                 attn_diag *d) {
+  attn_status s;
+  const attn_tensor *slopes = ri->in[IN_ALIBI];
+  if (kind == ATTN__MODEL_RESIDENT &&
+      (s = attn__variants_merge(&fixed->fixed, ri->model, slopes != NULL,
+                                &ri->var, d)))
+    return s;
+  int64_t Dh = pl->is_sdpa ? pl->sp.Dk : pl->mp.E / pl->mp.H;
+  return attn__variants_check(&ri->var, slopes, pl->H, Dh, o, d);
+}
+
 /* Stages 1 to 3: ri, pl and the engine's options o (zeroed by the
  * caller) from the request (names and types, shapes and masks, limits),
  * every client mistake found before anything is allocated. */
@@ -793,7 +829,6 @@ static attn_status plan_request(attn__model_kind kind,
       (s = read_params(kind, req, ri, d)) || (s = read_outputs(req, ri, d)))
     return s;
 
-  o->causal = ri->causal;
   o->has_scale = ri->has_scale;
   o->scale = (float)ri->scale;
   o->weights = !ri->want_w ? ATTN_WEIGHTS_NONE
@@ -802,7 +837,9 @@ static attn_status plan_request(attn__model_kind kind,
   s = kind == ATTN__MODEL_SDPA ? sdpa_shapes(ri, pl, d)
                                : mha_shapes(kind, fixed, ri, pl, d);
   if (s) return s;
-  if ((s = read_masks(ri, pl->B, pl->H, pl->Lq, pl->Lk, o, d))) return s;
+  if ((s = read_masks(ri, pl->B, pl->H, pl->Lq, pl->Lk, o, d)) ||
+      (s = plan_variants(kind, fixed, ri, pl, o, d)))
+    return s;
 
   if (!attn_shape_numel(pl->out_rank, pl->out_shape, &pl->out_n) ||
       !attn_shape_numel(pl->w_rank, pl->w_shape, &pl->w_n))
@@ -818,12 +855,22 @@ static attn_status run_engine(attn__model_kind kind, const req_info *ri,
                               float **out, float **w, attn_diag *d) {
   attn_status s;
   *out = *w = NULL;
-  /* key_lengths widened to int64 (B values, bounded by the input). */
+  /* key_lengths widened to int64 (B values, bounded by the input); the
+   * standard ALiBi slopes (H values, bounded by the inputs too). */
   int64_t *lens = NULL;
+  float *slopes = NULL;
   if (ri->in[IN_KLEN]) {
     if (!(lens = copy_lengths(ri->in[IN_KLEN], pl->B)))
       return attn_diag_set(d, ATTN_ENOMEM, "out of memory for key_lengths");
     o->kpm.lengths = lens;
+  }
+  if (attn__variants_standard_alibi(&ri->var, o)) {
+    if (!(slopes = malloc((size_t)pl->H * sizeof *slopes))) {
+      s = attn_diag_set(d, ATTN_ENOMEM, "out of memory for alibi slopes");
+      goto fail;
+    }
+    if ((s = attn_alibi_slopes(pl->H, slopes, d))) goto fail;
+    o->alibi_slopes = slopes;
   }
   /* Engine validation and sizes, still before allocating outputs. */
   attn_bytes bytes;
@@ -865,10 +912,12 @@ static attn_status run_engine(attn__model_kind kind, const req_info *ri,
   }
   if (s) goto fail;
   free(lens);
+  free(slopes);
   return ATTN_OK;
 
 fail:
   free(lens);
+  free(slopes);
   free(*out);
   free(*w);
   *out = *w = NULL;

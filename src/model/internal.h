@@ -14,6 +14,65 @@
 #include "attn/status.h"
 
 struct attn_safetensors;
+struct cJSON;
+
+/* The attention variants of a request or of a resident model's file
+ * (variants.c): each setting a value with a "given" flag. */
+typedef enum {
+  ATTN__V_CAUSAL,  /* i: attn_causal */
+  ATTN__V_WL,      /* i: window_left, -1 unbounded */
+  ATTN__V_WR,      /* i: window_right */
+  ATTN__V_SOFTCAP, /* d */
+  ATTN__V_ALIBI,   /* i: 0/1, the standard slopes unless slopes are given */
+  ATTN__V_ROTARY,  /* i: 0/1 */
+  ATTN__V_RBASE,   /* d */
+  ATTN__V_RDIMS,   /* i */
+  ATTN__V_RINTER,  /* i: 0/1 */
+  ATTN__V_ROFF,    /* i: rotary_query_offset */
+  ATTN__V_N
+} attn__variant_id;
+
+typedef struct attn__variants {
+  bool given[ATTN__V_N];
+  int64_t i[ATTN__V_N];
+  double d[ATTN__V_N];
+  const char *label[ATTN__V_N]; /* the user's spelling (attn_param.label) */
+  float *slopes; /* a model file's alibi_slopes (owned by the model's copy,
+                    borrowed by a merged request's) */
+  int64_t n_slopes;
+} attn__variants;
+
+/* "causal, window_left, ...": the parameter names, for messages. */
+extern const char attn__variant_names[];
+/* The setting a parameter name sets, or -1. */
+int attn__variant_find(const char *name);
+/* p (named as setting id) into v: its type and range checked; given twice
+ * is an error.  Messages use p->label when set, else p->name. */
+attn_status attn__variant_param(const attn_param *p, int id, attn__variants *v,
+                                attn_diag *d);
+/* A resident model file's "causal", "window", "alibi", "alibi_slopes",
+ * "softcap", "rotary" (root: the file's object; H query heads, Dh head
+ * dim), checked; *v zeroed first, owns its slopes (attn__variants_free). */
+attn_status attn__variants_from_json(const char *path, const struct cJSON *root,
+                                     int64_t H, int64_t Dh, attn__variants *v,
+                                     attn_diag *d);
+void attn__variants_free(attn__variants *v);
+/* A model's fixed settings into the request's: a setting given by both
+ * with another value, or an alibi_slopes input (slopes_input) where the
+ * model fixes alibi, is ATTN_EINVAL naming both. */
+attn_status attn__variants_merge(const attn__variants *fixed, const char *model,
+                                 bool slopes_input, attn__variants *req,
+                                 attn_diag *d);
+/* Every combination checked against H query heads and the head dim Dh
+ * (slopes: the alibi_slopes input or NULL), then written into *o (NULL:
+ * check only).  The standard ALiBi slopes are not filled in: see
+ * attn__variants_standard_alibi. */
+attn_status attn__variants_check(const attn__variants *v,
+                                 const attn_tensor *slopes, int64_t H,
+                                 int64_t Dh, attn_attend_opts *o, attn_diag *d);
+/* True when o still needs the standard slopes (attn_alibi_slopes). */
+bool attn__variants_standard_alibi(const attn__variants *v,
+                                   const attn_attend_opts *o);
 
 typedef enum {
   ATTN__MODEL_SDPA,
@@ -31,6 +90,7 @@ typedef struct attn__resident {
   const float *bq, *bk, *bv, *bo; /* NULL without bias */
   struct attn_safetensors *st;
   float *mem;
+  attn__variants fixed; /* the settings the model file fixes */
 } attn__resident;
 
 /* resident.c: load one json file into *out (zeroed on entry).  On error *out

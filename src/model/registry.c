@@ -22,7 +22,7 @@
 #include "attn/model.h"
 #include "internal.h"
 
-#define MAX_IO 14
+#define MAX_IO 15
 
 struct attn_model {
   attn__model_kind kind;
@@ -65,6 +65,7 @@ static void describe(attn_model *m) {
       io(in, ni, "attn_mask", ATTN_DT_BOOL, true, 4, V, V, V, V);
       io(in, ni, "key_padding_mask", ATTN_DT_BOOL, true, 2, V, V, 0, 0);
       io(in, ni, "key_lengths", ATTN_DT_INT64, true, 1, V, 0, 0, 0);
+      io(in, ni, "alibi_slopes", ATTN_DT_FP32, true, 1, V, 0, 0, 0);
       io(out, no, "attn_output", ATTN_DT_FP32, false, 4, V, V, V, V);
       io(out, no, "attn_weights", ATTN_DT_FP32, true, 4, V, V, V, V);
       break;
@@ -75,6 +76,7 @@ static void describe(attn_model *m) {
       io(in, ni, "attn_mask", ATTN_DT_BOOL, true, 4, V, V, V, V);
       io(in, ni, "key_padding_mask", ATTN_DT_BOOL, true, 2, V, V, 0, 0);
       io(in, ni, "key_lengths", ATTN_DT_INT64, true, 1, V, 0, 0, 0);
+      io(in, ni, "alibi_slopes", ATTN_DT_FP32, true, 1, V, 0, 0, 0);
       io(in, ni, "w_q", ATTN_DT_FP32, false, 2, V, V, 0, 0);
       io(in, ni, "w_k", ATTN_DT_FP32, false, 2, V, V, 0, 0);
       io(in, ni, "w_v", ATTN_DT_FP32, false, 2, V, V, 0, 0);
@@ -94,6 +96,7 @@ static void describe(attn_model *m) {
       io(in, ni, "attn_mask", ATTN_DT_BOOL, true, 4, V, V, V, V);
       io(in, ni, "key_padding_mask", ATTN_DT_BOOL, true, 2, V, V, 0, 0);
       io(in, ni, "key_lengths", ATTN_DT_INT64, true, 1, V, 0, 0, 0);
+      io(in, ni, "alibi_slopes", ATTN_DT_FP32, true, 1, r->H, 0, 0, 0);
       io(out, no, "attn_output", ATTN_DT_FP32, false, 3, V, V, r->E, 0);
       io(out, no, "attn_weights", ATTN_DT_FP32, true, 4, V, r->H, V, V);
     } break;

@@ -42,6 +42,7 @@ void attn__resident_free(attn__resident *r) {
   free(r->path);
   attn_safetensors_destroy(r->st);
   free(r->mem);
+  attn__variants_free(&r->fixed);
   memset(r, 0, sizeof *r);
 }
 
@@ -72,11 +73,18 @@ enum {
   K_SEED,
   K_DESC,
   K_VERSION,
+  K_CAUSAL, /* the variants: read by variants.c */
+  K_WINDOW,
+  K_ALIBI,
+  K_SLOPES,
+  K_SOFTCAP,
+  K_ROTARY,
   K_N
 };
 static const char *const keys[K_N] = {
-    "name", "embed_dim", "num_heads", "num_kv_heads", "kdim",   "vdim",
-    "bias", "weights",   "seed",      "description",  "version"};
+    "name",   "embed_dim", "num_heads",    "num_kv_heads", "kdim",    "vdim",
+    "bias",   "weights",   "seed",         "description",  "version", "causal",
+    "window", "alibi",     "alibi_slopes", "softcap",      "rotary"};
 
 static attn_status json_dim(const cJSON *j, const char *path, const char *key,
                             int64_t *v, attn_diag *d) {
@@ -295,7 +303,9 @@ static attn_status read_keys(const char *path, const cJSON *root,
       return attn_diag_set(d, ATTN_EINVAL,
                            "%s: unknown key '%.40s' (expected name, "
                            "embed_dim, num_heads, num_kv_heads, kdim, vdim, "
-                           "bias, weights, seed, description, version)",
+                           "bias, weights, seed, description, version, "
+                           "causal, window, alibi, alibi_slopes, softcap, "
+                           "rotary)",
                            path, c->string);
     if (k[id])
       return attn_diag_set(d, ATTN_EINVAL, "%s: key '%s' given twice", path,
@@ -435,7 +445,8 @@ static attn_status load_json(const char *path, const cJSON *root,
       (s = read_source(path, k, r, &seed, d)) ||
       (k[K_DESC] && (s = json_str(k[K_DESC], path, "description", d))) ||
       (s = read_version(path, k[K_VERSION], vbuf, d)) ||
-      (s = count_params(path, &z, r->bias, &total, &bound, d)))
+      (s = count_params(path, &z, r->bias, &total, &bound, d)) ||
+      (s = attn__variants_from_json(path, root, z.H, z.E / z.H, &r->fixed, d)))
     return s;
 
   r->name = strdup(k[K_NAME]->valuestring);
