@@ -491,11 +491,11 @@ static const v1_case v1_cases[] = {
      "query:FP32[1,1,2]=1,2;key:FP32[1,2,2]=3,4,5,6;value:FP32[1,2,2]=3,4,5,6;"
      "attn_mask:BOOL[1,2]=1,0;key_padding_mask:BOOL[1,2]=0,1",
      "need_weights=b1,average_attn_weights=b0", 1, 0, 1, 0},
-    {"{'query':[[[1,2]]],'attn_mask':[[[[0,-1e30]]]],"
+    {"{'query':[[[1,2]]],'attn_mask':[[[[-1e30]]]],"
      "'key_padding_mask':[[true]]}",
      ATTN_OK, NULL, "sdpa",
      "query:FP32[1,1,1,2]=1,2;key:FP32[1,1,1,2]=1,2;value:FP32[1,1,1,2]=1,2;"
-     "attn_mask:FP32[1,1,1,2]=0,-1e30;key_padding_mask:BOOL[1,1]=1",
+     "attn_mask:FP32[1,1,1,1]=-1e30;key_padding_mask:BOOL[1,1]=1",
      "need_weights=b1,average_attn_weights=b0", 1, 1, 1, 0},
     {"{'query':[[1,2]],'num_heads':2,'weights':{'w_q':[[1,0],[0,1]],"
      "'w_k':[[1,0],[0,1]],'w_v':[[1,0],[0,1]],'w_o':[[1,0],[0,1]],"
@@ -584,12 +584,11 @@ static const v1_case v1_cases[] = {
     {"{'query':[[1]],'key':[[[1]]]}", ATTN_EINVAL,
      "'key' must be [L,D] like 'query', got shape [1,1,1]", NULL, NULL, NULL, 0,
      0, 0, 0},
-    {"{'query':[[1,2,3]],'num_heads':2}", ATTN_EINVAL,
-     "'query': last dimension 3 is not divisible by num_heads 2", NULL, NULL,
-     NULL, 0, 0, 0, 0},
-    {"{'query':[[1,2]],'key':[[1,2,3]],'num_heads':2}", ATTN_EINVAL,
-     "'key': last dimension 3 is not divisible by num_heads 2", NULL, NULL,
-     NULL, 0, 0, 0, 0},
+    {"{'query':[[1,2,3]],'num_heads':2}", ATTN_ESHAPE,
+     "'query' has 3 columns, not a multiple of num_heads 2", NULL, NULL, NULL,
+     0, 0, 0, 0},
+    {"{'query':[[1,2]],'key':[[1,2,3]],'num_heads':2}", ATTN_ESHAPE,
+     "'key' has 3 columns where 'query' has 2", NULL, NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'num_heads':0}", ATTN_EINVAL,
      "'num_heads' must be an integer in 1..65536, got 0", NULL, NULL, NULL, 0,
      0, 0, 0},
@@ -603,8 +602,9 @@ static const v1_case v1_cases[] = {
      "'num_heads' must be an integer in 1..65536, got a string", NULL, NULL,
      NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'causal':1}", ATTN_EINVAL,
-     "'causal' must be true or false, got a number", NULL, NULL, NULL, 0, 0, 0,
-     0},
+     "'causal' must be true, false, \"bottom_right\" or \"top_left\", got "
+     "a number",
+     NULL, NULL, NULL, 0, 0, 0, 0},
     {"{'query':[[1]],'scale':'0.5'}", ATTN_EINVAL,
      "'scale' must be a finite number, got a string", NULL, NULL, NULL, 0, 0, 0,
      0},

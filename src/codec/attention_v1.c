@@ -24,7 +24,14 @@
  *    row printed 3x slower).
  *  - Decoding in stages: the keys (match_keys), the cheap checks of the
  *    fields that are not tensors (check_options), the tensors
- *    (parse_tensors), then the request (add_inputs, add_options).
+ *    (parse_tensors), for sdpa the shapes in the request's own words
+ *    (check_sdpa_shapes: the model only ever sees the 4-d cut), then the
+ *    request (add_inputs, add_options).
+ *  - The variants (causal alignment, window, alibi, alibi_slopes, softcap,
+ *    rotary) become the model's parameters (docs/api.md), each labelled as
+ *    the user wrote it ("window[1]", "rotary.dims") so that the model's
+ *    messages name the /v1 field; num_kv_heads cuts key and value into
+ *    that many heads; key_lengths becomes an INT64 input.
  *  - Unknown fields are errors with a "did you mean" (edit distance <= 2).
  *  - Any failure frees everything decoded so far; *out ends zeroed.
  *
@@ -411,6 +418,13 @@ enum {
   K_AVG,
   K_TOKENS,
   K_KEY_TOKENS,
+  K_WINDOW, /* the variants (issue 34) and the v2 parity fields */
+  K_ALIBI,
+  K_SLOPES,
+  K_SOFTCAP,
+  K_ROTARY,
+  K_NUM_KV,
+  K_KLEN,
   K_COUNT
 };
 static const char *const top_names[K_COUNT] = {
@@ -420,20 +434,30 @@ static const char *const top_names[K_COUNT] = {
     "causal",       "scale",
     "attn_mask",    "key_padding_mask",
     "need_weights", "average_attn_weights",
-    "tokens",       "key_tokens"};
+    "tokens",       "key_tokens",
+    "window",       "alibi",
+    "alibi_slopes", "softcap",
+    "rotary",       "num_kv_heads",
+    "key_lengths"};
 
 /* Members whose arrays of numbers reach this file packed: exactly the ones
  * read by parse_nested. */
 static const char *const packed_keys[] = {
-    "query", "key", "value", "attn_mask", "key_padding_mask",
-    "w_q",   "w_k", "w_v",   "w_o",       "b_q",
-    "b_k",   "b_v", "b_o",   NULL};
+    "query", "key", "value", "attn_mask",    "key_padding_mask",
+    "w_q",   "w_k", "w_v",   "w_o",          "b_q",
+    "b_k",   "b_v", "b_o",   "alibi_slopes", NULL};
 
 #define N_WEIGHTS 8 /* the first four are required */
 static const char *const weight_names[N_WEIGHTS] = {"w_q", "w_k", "w_v", "w_o",
                                                     "b_q", "b_k", "b_v", "b_o"};
 
-#define MAX_V1_INPUTS (5 + N_WEIGHTS)
+#define MAX_V1_INPUTS (7 + N_WEIGHTS)
+#define MAX_V1_PARAMS 16
+
+/* The members of 'rotary', as the rotary_* parameters they become. */
+#define N_ROTARY 4
+static const char *const rotary_names[N_ROTARY] = {
+    "base", "dims", "interleaved", "query_offset"};
 
 /* Moves *t into a new input named `name`; *t is consumed (zeroed) even on
  * failure. */
@@ -454,6 +478,7 @@ static attn_status add_input(attn_infer_request *r, const char *name,
 static attn_status add_param(attn_infer_request *r, const char *name,
                              attn_param_type type, bool b, int64_t i,
                              double dv) {
+  if (r->n_params == MAX_V1_PARAMS) return ATTN_EINTERNAL;
   attn_param *p = &r->params[r->n_params];
   if (!(p->name = dupstr(name))) return ATTN_ENOMEM;
   p->type = type;
@@ -479,10 +504,12 @@ static attn_status add_echo(attn_infer_request *r, const char *name,
 
 /* Tensors parsed from the body before they move into the request. */
 typedef struct v1_tensors {
-  attn_tensor q, k, v, mask, kpm, w[N_WEIGHTS];
+  attn_tensor q, k, v, mask, kpm, w[N_WEIGHTS], slopes, klen;
 } v1_tensors;
 
 static void v1_tensors_free(v1_tensors *t) {
+  attn_tensor_free(&t->slopes);
+  attn_tensor_free(&t->klen);
   attn_tensor_free(&t->q);
   attn_tensor_free(&t->k);
   attn_tensor_free(&t->v);
@@ -518,26 +545,78 @@ static attn_status check_model(const cJSON *const *f, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* An integer count field (num_heads, num_kv_heads) in 1..65536. */
+static attn_status check_count(const cJSON *it, const char *name,
+                               attn_diag *d) {
+  double x = cJSON_IsNumber(it) ? it->valuedouble : 0;
+  if (!it || ((x >= 1 && x <= 65536) && x == floor(x))) return ATTN_OK;
+  if (cJSON_IsNumber(it))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'%s' must be an integer in 1..65536, got %.15g", name,
+                         x);
+  return attn_diag_set(d, ATTN_EINVAL,
+                       "'%s' must be an integer in 1..65536, got %s", name,
+                       attn_json_kind(it));
+}
+
+/* The variant fields' JSON types (their values are checked by the model,
+ * which names them as written here): causal, window, alibi, softcap,
+ * rotary (its members into rf), num_kv_heads, key_lengths; and is_causal,
+ * PyTorch's name, answered with the alignment it means. */
+static attn_status check_variant_fields(const cJSON *const *f, const cJSON **rf,
+                                        attn_diag *d) {
+  const cJSON *c = f[K_CAUSAL], *w = f[K_WINDOW], *r = f[K_ROTARY];
+  attn_status s;
+  if (c && !cJSON_IsBool(c) && !cJSON_IsString(c))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'causal' must be true, false, \"bottom_right\" or "
+                         "\"top_left\", got %s",
+                         attn_json_kind(c));
+  if (w && (!cJSON_IsArray(w) || cJSON_GetArraySize(w) != 2 ||
+            !cJSON_IsNumber(w->child) || !cJSON_IsNumber(w->child->next)))
+    return attn_diag_set(
+        d, ATTN_EINVAL,
+        "'window' must be [left, right]: two integers, -1 "
+        "for unbounded (got %s)",
+        cJSON_IsArray(w) ? "another array" : attn_json_kind(w));
+  if ((s = check_bool(f[K_ALIBI], "alibi", d)) ||
+      (s = check_count(f[K_NUM_KV], "num_kv_heads", d)))
+    return s;
+  if (f[K_SOFTCAP] && !cJSON_IsNumber(f[K_SOFTCAP]))
+    return attn_diag_set(d, ATTN_EINVAL, "'softcap' must be a number, got %s",
+                         attn_json_kind(f[K_SOFTCAP]));
+  if (r && !cJSON_IsObject(r) && !cJSON_IsBool(r))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'rotary' must be an object {\"base\", \"dims\", "
+                         "\"interleaved\", \"query_offset\"} (or true for "
+                         "the defaults), got %s",
+                         attn_json_kind(r));
+  if (cJSON_IsObject(r) &&
+      (s = match_keys(r, rotary_names, N_ROTARY, rf, "rotary: ", d)))
+    return s;
+  for (int i = 0; i < N_ROTARY; i++) {
+    bool flag = i == 2;
+    if (rf[i] && (flag ? !cJSON_IsBool(rf[i]) : !cJSON_IsNumber(rf[i])))
+      return attn_diag_set(d, ATTN_EINVAL, "'rotary.%s' must be %s, got %s",
+                           rotary_names[i], flag ? "true or false" : "a number",
+                           attn_json_kind(rf[i]));
+  }
+  if (f[K_KLEN] && !cJSON_IsArray(f[K_KLEN]))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'key_lengths' must be an array of integers, one per "
+                         "batch entry, got %s",
+                         attn_json_kind(f[K_KLEN]));
+  return ATTN_OK;
+}
+
 /* The cheap checks, before any tensor is parsed: the fields that are not
  * tensors, which fields need which, and the keys of 'weights' (their
  * members into wf). */
 static attn_status check_options(const cJSON *const *f, const cJSON **wf,
-                                 attn_diag *d) {
+                                 const cJSON **rf, attn_diag *d) {
   attn_status s;
-  if (f[K_NUM_HEADS]) {
-    double x = cJSON_IsNumber(f[K_NUM_HEADS]) ? f[K_NUM_HEADS]->valuedouble : 0;
-    if (!(x >= 1 && x <= 65536) || x != floor(x)) {
-      if (cJSON_IsNumber(f[K_NUM_HEADS]))
-        return attn_diag_set(d, ATTN_EINVAL,
-                             "'num_heads' must be an integer in 1..65536, "
-                             "got %.15g",
-                             x);
-      return attn_diag_set(d, ATTN_EINVAL,
-                           "'num_heads' must be an integer in 1..65536, got %s",
-                           attn_json_kind(f[K_NUM_HEADS]));
-    }
-  }
-  if ((s = check_bool(f[K_CAUSAL], "causal", d)) ||
+  if ((s = check_count(f[K_NUM_HEADS], "num_heads", d)) ||
+      (s = check_variant_fields(f, rf, d)) ||
       (s = check_bool(f[K_NEED_WEIGHTS], "need_weights", d)) ||
       (s = check_bool(f[K_AVG], "average_attn_weights", d)))
     return s;
@@ -570,6 +649,37 @@ static attn_status check_options(const cJSON *const *f, const cJSON **wf,
         return attn_diag_set(d, ATTN_EINVAL, "weights: missing '%s'",
                              weight_names[i]);
   }
+  return ATTN_OK;
+}
+
+/* 'key_lengths': [B] integers into an INT64 tensor (their range against
+ * the key's length is the model's check). */
+static attn_status parse_lengths(const cJSON *a, const attn_codec_limits *lim,
+                                 attn_tensor *t, attn_diag *d) {
+  size_t n = attn_json_len(a), k = 0;
+  if (n > lim->max_tensor_elements)
+    return attn_diag_set(d, ATTN_ETOOBIG,
+                         "'key_lengths' has %zu entries, above the limit of "
+                         "%zu",
+                         n, lim->max_tensor_elements);
+  int64_t *v = malloc(n ? n * sizeof *v : 1);
+  if (!v) return ATTN_ENOMEM;
+  for (const cJSON *e = a->child; e; e = e->next, k++) {
+    double x = cJSON_IsNumber(e) ? e->valuedouble : -1;
+    if (!(x >= 0 && x <= 9007199254740991.0) || x != floor(x)) {
+      free(v);
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "key_lengths[%zu]: expected a key count (an "
+                           "integer >= 0), got %s",
+                           k, attn_json_kind(e));
+    }
+    v[k] = (int64_t)x;
+  }
+  t->dtype = ATTN_DT_INT64;
+  t->rank = 1;
+  t->shape[0] = (int64_t)n;
+  t->data = v;
+  t->owns = true;
   return ATTN_OK;
 }
 
@@ -618,6 +728,13 @@ static attn_status parse_tensors(const cJSON *const *f, const cJSON *const *wf,
                        i < 4 ? "[in,out]" : "[out]", d)))
       return s;
   }
+  if (f[K_SLOPES] &&
+      ((s = parse_nested(f[K_SLOPES], "alibi_slopes", LEAF_NUM, lim, &t->slopes,
+                         d)) ||
+       (s = want_rank(&t->slopes, "alibi_slopes", 1, 1,
+                      "a list of numbers, one per query head", d))))
+    return s;
+  if (f[K_KLEN] && (s = parse_lengths(f[K_KLEN], lim, &t->klen, d))) return s;
   /* self-attention: the keys are the query's positions */
   const attn_tensor *keys = f[K_KEY] ? &t->k : &t->q;
   if ((s = check_labels(f[K_TOKENS], "tokens", &t->q, "query", d)) ||
@@ -629,11 +746,114 @@ static attn_status parse_tensors(const cJSON *const *f, const cJSON *const *wf,
 
 /* The fields of the body (f, by K_*): cheap checks first, then the
  * tensors. */
-static attn_status parse_fields(const cJSON *const *f, v1_tensors *t,
-                                const attn_codec_limits *lim, attn_diag *d) {
+static attn_status parse_fields(const cJSON *const *f, const cJSON **rf,
+                                v1_tensors *t, const attn_codec_limits *lim,
+                                attn_diag *d) {
   const cJSON *wf[N_WEIGHTS] = {0};
-  attn_status s = check_options(f, wf, d);
+  attn_status s = check_options(f, wf, rf, d);
   return s ? s : parse_tensors(f, wf, t, lim, d);
+}
+
+static const char *v1_shape(const attn_tensor *t, char *buf, size_t cap) {
+  return attn_shape_format(buf, cap, t->rank, t->shape);
+}
+
+/* The masks, key_lengths and alibi_slopes of the sdpa mapping against its
+ * B, H, Lq and Lk, in the request's words. */
+static attn_status check_v1_masks(const v1_tensors *t, long long B, long long H,
+                                  long long Lq, long long Lk, attn_diag *d) {
+  const attn_tensor *m = &t->mask, *p = &t->kpm;
+  char sh[96];
+  if (m->data) {
+    const int64_t *x = m->shape;
+    bool ok = m->rank == 2
+                  ? x[0] == Lq && x[1] == Lk
+                  : (x[0] == 1 || x[0] == B) && (x[1] == 1 || x[1] == H) &&
+                        x[2] == Lq && x[3] == Lk;
+    if (!ok)
+      return attn_diag_set(d, ATTN_ESHAPE,
+                           "'attn_mask' is %s, expected [Lq, Lk] = [%lld, "
+                           "%lld] (a row per query position, a column per "
+                           "key) or [B, H, Lq, Lk] = [%lld, %lld, %lld, "
+                           "%lld] (B and H may be 1)",
+                           v1_shape(m, sh, sizeof sh), Lq, Lk, B, H, Lq, Lk);
+  }
+  if (p->data && (p->shape[1] != Lk || (p->shape[0] != B && p->shape[0] != 1)))
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "'key_padding_mask' has %lld column%s, expected [Lk] "
+                         "= [%lld] or [B, Lk] = [%lld, %lld]: one per key",
+                         (long long)p->shape[1], plural(p->shape[1]), Lk, B,
+                         Lk);
+  if (p->data && p->shape[0] != B)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "'key_padding_mask' has %lld rows, but 'query' has "
+                         "a batch of %lld",
+                         (long long)p->shape[0], B);
+  if (t->klen.data && t->klen.shape[0] != B)
+    return attn_diag_set(
+        d, ATTN_ESHAPE,
+        "'key_lengths' has %lld entr%s, but 'query' has %s "
+        "%lld: one per batch entry",
+        (long long)t->klen.shape[0], t->klen.shape[0] == 1 ? "y" : "ies",
+        t->q.rank == 3 ? "a batch of" : "no batch: expected", B);
+  if (t->slopes.data && t->slopes.shape[0] != H)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "'alibi_slopes' has %lld value%s, but num_heads is "
+                         "%lld: give one slope per query head",
+                         (long long)t->slopes.shape[0],
+                         plural(t->slopes.shape[0]), H);
+  return ATTN_OK;
+}
+
+/* The shapes of the sdpa mapping ([.., L, H*D] cut into heads) checked in
+ * the request's own rank and words, before the cut: batches, rows,
+ * columns against num_heads and num_kv_heads, and the masks. */
+static attn_status check_sdpa_shapes(const v1_tensors *t, int64_t H,
+                                     int64_t Hkv, attn_diag *d) {
+  const attn_tensor *q = &t->q, *k = t->k.data ? &t->k : q,
+                    *v = t->v.data ? &t->v : k;
+  const char *kn = t->k.data ? "'key'" : "'key' (the query: none given)";
+  const char *vn = t->v.data ? "'value'" : "'value' (the key: none given)";
+  const int r = q->rank;
+  const char *rows = r == 3 ? "positions" : "rows";
+  const long long B = r == 3 ? q->shape[0] : 1, Dq = q->shape[r - 1],
+                  Lq = q->shape[r - 2], Lk = k->shape[r - 2],
+                  Dk = k->shape[r - 1], Dv = v->shape[r - 1];
+  if (r == 3 && (k->shape[0] != B || v->shape[0] != B))
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "%s has a batch of %lld where "
+                         "'query' has %lld",
+                         k->shape[0] != B ? kn : vn,
+                         (long long)(k->shape[0] != B ? k : v)->shape[0], B);
+  if (v->shape[r - 2] != Lk)
+    return attn_diag_set(d, ATTN_ESHAPE, "%s has %lld %s where %s has %lld", vn,
+                         (long long)v->shape[r - 2], rows, kn, Lk);
+  if (Dq % H != 0)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "'query' has %lld columns, not a multiple of "
+                         "num_heads %lld (each head takes an equal block)",
+                         Dq, (long long)H);
+  if (H % Hkv != 0)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "num_heads %lld is not a multiple of num_kv_heads "
+                         "%lld",
+                         (long long)H, (long long)Hkv);
+  if (Dk != Hkv * (Dq / H) && Hkv == H)
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "%s has %lld columns where 'query' "
+                         "has %lld",
+                         kn, Dk, Dq);
+  if (Dk != Hkv * (Dq / H))
+    return attn_diag_set(d, ATTN_ESHAPE,
+                         "%s has %lld columns, but num_kv_heads %lld heads of "
+                         "the query's head size %lld make %lld",
+                         kn, Dk, (long long)Hkv, Dq / H,
+                         (long long)Hkv * (Dq / H));
+  if (Dv % Hkv != 0)
+    return attn_diag_set(
+        d, ATTN_ESHAPE, "%s has %lld columns, not a multiple of %s %lld", vn,
+        Dv, Hkv == H ? "num_heads" : "num_kv_heads", (long long)Hkv);
+  return check_v1_masks(t, B, H, Lq, Lk, d);
 }
 
 /* The input tensors request `map` makes of t. */
@@ -644,24 +864,25 @@ static size_t count_inputs(attn_v1_mapping map, const v1_tensors *t) {
   else
     n_in += (t->k.data != NULL) + (t->v.data != NULL);
   for (int i = 0; i < N_WEIGHTS; i++) n_in += t->w[i].data != NULL;
-  return n_in;
+  return n_in + (t->slopes.data != NULL) + (t->klen.data != NULL);
 }
 
 /* t's tensors move into out's inputs: for sdpa, query, key and value cut
  * into H heads (self-attention's key a view of the query, a missing value
  * one of the key); for the others, as sent; then the masks. */
-static attn_status add_inputs(attn_v1_mapping map, int64_t H, v1_tensors *t,
-                              attn_infer_request *out, attn_diag *d) {
+static attn_status add_inputs(attn_v1_mapping map, int64_t H, int64_t Hkv,
+                              v1_tensors *t, attn_infer_request *out,
+                              attn_diag *d) {
   attn_status s;
   if (map == ATTN_V1_SDPA) {
     attn_tensor q, k, v;
     bool self = !t->k.data, has_v = t->v.data != NULL;
     if ((s = split_heads(&t->q, H, "query", &q, d))) return s;
     s = add_input(out, "query", &q);
-    if (s == ATTN_OK && !self) s = split_heads(&t->k, H, "key", &k, d);
+    if (s == ATTN_OK && !self) s = split_heads(&t->k, Hkv, "key", &k, d);
     if (s == ATTN_OK && self) alias_tensor(&out->inputs[0].tensor, &k);
     if (s == ATTN_OK) s = add_input(out, "key", &k);
-    if (s == ATTN_OK && has_v) s = split_heads(&t->v, H, "value", &v, d);
+    if (s == ATTN_OK && has_v) s = split_heads(&t->v, Hkv, "value", &v, d);
     if (s == ATTN_OK && !has_v) /* value defaults to key */
       alias_tensor(&out->inputs[1].tensor, &v);
     if (s == ATTN_OK) s = add_input(out, "value", &v);
@@ -677,19 +898,73 @@ static attn_status add_inputs(attn_v1_mapping map, int64_t H, v1_tensors *t,
   if (t->mask.data && (s = add_input(out, "attn_mask", &t->mask))) return s;
   if (t->kpm.data && (s = add_input(out, "key_padding_mask", &t->kpm)))
     return s;
+  if (t->klen.data && (s = add_input(out, "key_lengths", &t->klen))) return s;
+  if (t->slopes.data && (s = add_input(out, "alibi_slopes", &t->slopes)))
+    return s;
+  return ATTN_OK;
+}
+
+/* A parameter the user wrote as `label` ("window[0]", "rotary.dims"), from
+ * the JSON value j (bool, string or number). */
+static attn_status add_labelled(attn_infer_request *r, const char *name,
+                                const char *label, const cJSON *j) {
+  attn_status s;
+  if (cJSON_IsBool(j))
+    s = add_param(r, name, ATTN_PARAM_BOOL, cJSON_IsTrue(j), 0, 0);
+  else if (cJSON_IsString(j))
+    s = add_param(r, name, ATTN_PARAM_STRING, false, 0, 0);
+  else
+    s = add_param(r, name, ATTN_PARAM_DOUBLE, false, 0, j->valuedouble);
+  if (s) return s;
+  attn_param *p = &r->params[r->n_params - 1];
+  if (cJSON_IsString(j) && !(p->s = dupstr(j->valuestring))) return ATTN_ENOMEM;
+  if (label && !(p->label = dupstr(label))) return ATTN_ENOMEM;
+  return ATTN_OK;
+}
+
+/* The variants as the model's parameters (causal, window_left/right,
+ * alibi, softcap, rotary and rotary_* from rf), each labelled as the
+ * user wrote it. */
+static attn_status add_variants(const cJSON *const *f, const cJSON *const *rf,
+                                attn_infer_request *out) {
+  static const char *const rp[N_ROTARY] = {"rotary_base", "rotary_dims",
+                                           "rotary_interleaved",
+                                           "rotary_query_offset"};
+  attn_status s;
+  const cJSON *w = f[K_WINDOW];
+  if ((f[K_CAUSAL] && (s = add_labelled(out, "causal", NULL, f[K_CAUSAL]))) ||
+      (w && (s = add_labelled(out, "window_left", "window[0]", w->child))) ||
+      (w &&
+       (s = add_labelled(out, "window_right", "window[1]", w->child->next))) ||
+      (f[K_ALIBI] && (s = add_labelled(out, "alibi", NULL, f[K_ALIBI]))) ||
+      (f[K_SOFTCAP] && (s = add_labelled(out, "softcap", NULL, f[K_SOFTCAP]))))
+    return s;
+  if (!f[K_ROTARY]) return ATTN_OK;
+  if (cJSON_IsBool(f[K_ROTARY]))
+    return add_labelled(out, "rotary", NULL, f[K_ROTARY]);
+  if ((s = add_param(out, "rotary", ATTN_PARAM_BOOL, true, 0, 0))) return s;
+  for (int i = 0; i < N_ROTARY; i++) {
+    char label[32];
+    snprintf(label, sizeof label, "rotary.%s", rotary_names[i]);
+    if (rf[i] && (s = add_labelled(out, rp[i], label, rf[i]))) return s;
+  }
   return ATTN_OK;
 }
 
 /* The parameters for the model (num_heads when it takes one), then the
  * labels echoed in the answer. */
-static attn_status add_options(const cJSON *const *f, attn_v1_mapping map,
-                               int64_t H, attn_infer_request *out) {
+static attn_status add_options(const cJSON *const *f, const cJSON *const *rf,
+                               attn_v1_mapping map, int64_t H,
+                               attn_infer_request *out) {
   attn_status s;
+  if ((s = add_variants(f, rf, out))) return s;
   if (map == ATTN_V1_MHA || (map == ATTN_V1_RESIDENT && f[K_NUM_HEADS]))
     if ((s = add_param(out, "num_heads", ATTN_PARAM_INT, false, H, (double)H)))
       return s;
-  if (f[K_CAUSAL] && (s = add_param(out, "causal", ATTN_PARAM_BOOL,
-                                    cJSON_IsTrue(f[K_CAUSAL]), 0, 0)))
+  if (map != ATTN_V1_SDPA && f[K_NUM_KV] &&
+      (s = add_param(out, "num_kv_heads", ATTN_PARAM_INT, false,
+                     (int64_t)f[K_NUM_KV]->valuedouble,
+                     f[K_NUM_KV]->valuedouble)))
     return s;
   if (f[K_SCALE] && (s = add_param(out, "scale", ATTN_PARAM_DOUBLE, false, 0,
                                    f[K_SCALE]->valuedouble)))
@@ -719,13 +994,22 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
     return attn_diag_set(d, ATTN_EINVAL,
                          "request must be a JSON object, got %s",
                          attn_json_kind(root));
+  if (cJSON_GetObjectItemCaseSensitive(root, "is_causal"))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "unknown field 'is_causal': use \"causal\": "
+                         "\"top_left\" for PyTorch's is_causal (query i sees "
+                         "keys j <= i); \"causal\": true aligns bottom-right "
+                         "(j <= i + Lk - Lq), which differs when Lq != Lk");
   if ((s = match_keys(root, top_names, K_COUNT, f, "", d))) return s;
-  if ((s = parse_fields(f, &t, lim, d))) goto done;
+  const cJSON *rf[N_ROTARY] = {0};
+  if ((s = parse_fields(f, rf, &t, lim, d))) goto done;
 
   int64_t H = f[K_NUM_HEADS] ? (int64_t)f[K_NUM_HEADS]->valuedouble : 1;
+  int64_t Hkv = f[K_NUM_KV] ? (int64_t)f[K_NUM_KV]->valuedouble : H;
   attn_v1_mapping map = f[K_WEIGHTS] ? ATTN_V1_MHA
                         : f[K_MODEL] ? ATTN_V1_RESIDENT
                                      : ATTN_V1_SDPA;
+  if (map == ATTN_V1_SDPA && (s = check_sdpa_shapes(&t, H, Hkv, d))) goto done;
   size_t n_in = count_inputs(map, &t);
   if (n_in > lim->max_inputs) {
     s = attn_diag_set(d, ATTN_ETOOBIG,
@@ -737,13 +1021,14 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
                       : map == ATTN_V1_SDPA ? "sdpa"
                                             : f[K_MODEL]->valuestring);
   out->inputs = calloc(MAX_V1_INPUTS, sizeof *out->inputs);
-  out->params = calloc(6, sizeof *out->params);
+  out->params = calloc(MAX_V1_PARAMS, sizeof *out->params);
   out->echo = calloc(2, sizeof *out->echo);
   if (!out->model || !out->inputs || !out->params || !out->echo) {
     s = ATTN_ENOMEM;
     goto done;
   }
-  if ((s = add_inputs(map, H, &t, out, d)) || (s = add_options(f, map, H, out)))
+  if ((s = add_inputs(map, H, Hkv, &t, out, d)) ||
+      (s = add_options(f, rf, map, H, out)))
     goto done;
 
   info->mapping = map;
