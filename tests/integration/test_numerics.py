@@ -130,23 +130,62 @@ def load_golden(name):
         return json.load(f)
 
 
-# Fields of the golden cases for the attention variants (issue 34), which
-# the engine runs (tests/test_golden.c) but the protocols cannot ask for
-# yet: those cases are left out here until the codecs carry them.
+# Fields of the golden cases for the attention variants (issue 34): each
+# protocol carries them (golden_variants_v2, golden_variants_v1).
 GOLDEN_VARIANT_KEYS = ("causal_alignment", "window", "alibi_slopes",
                        "alibi_standard", "softcap", "rotary")
 
 
 def golden_names(kind):
-    out = []
-    for n in sorted(os.listdir(cfg.golden_dir)):
-        if n.endswith(".json") and n.startswith(kind + "_"):
-            with open(os.path.join(cfg.golden_dir, n)) as f:
-                case = json.load(f)
-            if any(k in case for k in GOLDEN_VARIANT_KEYS):
-                continue
-            out.append(n)
-    return out
+    return [n for n in sorted(os.listdir(cfg.golden_dir))
+            if n.endswith(".json") and n.startswith(kind + "_")]
+
+
+def golden_causal(g):
+    """The case's causal setting as both protocols take it."""
+    if not g["causal"]:
+        return False
+    return g.get("causal_alignment", "bottom_right")
+
+
+def golden_variants_v2(g):
+    """(parameters, extra inputs) of the case's variants on KServe v2."""
+    p, t = {}, []
+    if "window" in g:
+        p["window_left"], p["window_right"] = g["window"]
+    if "softcap" in g:
+        p["softcap"] = g["softcap"]
+    if g.get("alibi_standard"):
+        p["alibi"] = True
+    elif "alibi_slopes" in g:
+        a = g["alibi_slopes"]
+        t.append(("alibi_slopes", "FP32", a["shape"], gvals(a)))
+    for k, v in g.get("rotary", {}).items():
+        p["rotary_" + k] = v
+    return p, t
+
+
+def golden_variants_v1(g):
+    """The /v1 fields of the case's variants."""
+    f = {}
+    for k in ("window", "softcap", "rotary"):
+        if k in g:
+            f[k] = g[k]
+    if g.get("alibi_standard"):
+        f["alibi"] = True
+    elif "alibi_slopes" in g:
+        f["alibi_slopes"] = gvals(g["alibi_slopes"])
+    return f
+
+
+def both_paths(g):
+    """The case as given, and (when it returns weights) again without them:
+    the engine's other path (streaming instead of materialised)."""
+    yield g
+    if g["need_weights"]:
+        h = dict(g)
+        h["need_weights"] = False
+        yield h
 
 
 def gvals(t):
@@ -241,7 +280,7 @@ def golden_mha_v2():
     names = golden_names("mha")
     check(len(names) >= 8, "only %d mha golden files" % len(names))
     for n in names:
-        g = load_golden(n)
+      for g in both_paths(load_golden(n)):
         t = [("query", "FP32", g["query"]["shape"], gvals(g["query"]))]
         if not g["self_attention"]:
             t.append(("key", "FP32", g["key"]["shape"], gvals(g["key"])))
@@ -250,11 +289,14 @@ def golden_mha_v2():
         for wn, (shape, vals) in sorted(mha_golden_weights(g).items()):
             t.append((wn, "FP32", shape, vals))
         t += _golden_masks(g)
-        params = {"num_heads": g["num_heads"], "causal": g["causal"],
+        params = {"num_heads": g["num_heads"], "causal": golden_causal(g),
                   "need_weights": g["need_weights"],
                   "average_attn_weights": g["average_attn_weights"]}
-        r = _v2_golden_request(p, "mha", t, params)
-        _v2_golden_outputs(r, g, "v2 mha " + n)
+        vp, vt = golden_variants_v2(g)
+        params.update(vp)
+        r = _v2_golden_request(p, "mha", t + vt, params)
+        _v2_golden_outputs(r, g, "v2 mha %s (need_weights %s)" %
+                           (n, g["need_weights"]))
 
 
 def _v1_mask_value(x):
@@ -289,11 +331,11 @@ def golden_mha_v1():
     p = shared().port
     done = 0
     for n in golden_names("mha"):
-        g = load_golden(n)
+      for g in both_paths(load_golden(n)):
         if not _v1_float_mask_ok(g):
             continue
         body = {"query": nested(gvals(g["query"]), g["query"]["shape"]),
-                "num_heads": g["num_heads"], "causal": g["causal"],
+                "num_heads": g["num_heads"], "causal": golden_causal(g),
                 "need_weights": g["need_weights"],
                 "average_attn_weights": g["average_attn_weights"],
                 "weights": {wn: nested(vals, shape) for wn, (shape, vals)
@@ -303,13 +345,15 @@ def golden_mha_v1():
             body["value"] = nested(gvals(g["value"]), g["value"]["shape"])
         for mn, _, shape, vals in _golden_masks(g):
             body[mn] = nested([_v1_mask_value(x) for x in vals], shape)
-        j = v1_ok(v1(p, body), "v1 mha " + n)
+        body.update(golden_variants_v1(g))
+        what = "v1 mha %s (need_weights %s)" % (n, g["need_weights"])
+        j = v1_ok(v1(p, body), what)
         golden_compare(g, j["shape"]["output"], flatten(j["output"]),
                        j["shape"].get("attn_weights"),
                        flatten(j["attn_weights"]) if "attn_weights" in j
-                       else None, "v1 mha " + n)
+                       else None, what)
         done += 1
-    check(done >= 8, "only %d mha golden cases ran on /v1" % done)
+    check(done >= 16, "only %d mha golden cases ran on /v1" % done)
 
 
 @test
@@ -318,16 +362,64 @@ def golden_sdpa_v2():
     names = golden_names("sdpa")
     check(len(names) >= 3, "only %d sdpa golden files" % len(names))
     for n in names:
-        g = load_golden(n)
+      for g in both_paths(load_golden(n)):
         t = [(x, "FP32", g[s]["shape"], gvals(g[s]))
              for x, s in (("query", "q"), ("key", "k"), ("value", "v"))]
         t += _golden_masks(g)
-        params = {"causal": g["causal"], "need_weights": g["need_weights"],
+        params = {"causal": golden_causal(g),
+                  "need_weights": g["need_weights"],
                   "average_attn_weights": g["average_attn_weights"]}
         if g.get("scale") is not None:
             params["scale"] = g["scale"]
-        r = _v2_golden_request(p, "sdpa", t, params)
-        _v2_golden_outputs(r, g, "v2 sdpa " + n)
+        vp, vt = golden_variants_v2(g)
+        params.update(vp)
+        r = _v2_golden_request(p, "sdpa", t + vt, params)
+        _v2_golden_outputs(r, g, "v2 sdpa %s (need_weights %s)" %
+                           (n, g["need_weights"]))
+
+
+def _heads_side_by_side(vals, shape):
+    """[B, H, L, D] (flat) as /v1's [B, L, H*D] nested lists."""
+    B, H, L, D = shape
+    out = [[[vals[((b * H + h) * L + i) * D + x] for h in range(H)
+             for x in range(D)] for i in range(L)] for b in range(B)]
+    return out
+
+
+@test
+def golden_sdpa_v1():
+    """The sdpa golden cases on /v1: the heads side by side in columns
+    (num_heads, num_kv_heads), the variants as /v1 fields, both paths."""
+    p = shared().port
+    done = 0
+    for n in golden_names("sdpa"):
+      for g in both_paths(load_golden(n)):
+        if not _v1_float_mask_ok(g):
+            continue
+        body = {"query": _heads_side_by_side(gvals(g["q"]), g["q"]["shape"]),
+                "key": _heads_side_by_side(gvals(g["k"]), g["k"]["shape"]),
+                "value": _heads_side_by_side(gvals(g["v"]), g["v"]["shape"]),
+                "num_heads": g["num_heads"],
+                "num_kv_heads": g["num_kv_heads"],
+                "causal": golden_causal(g),
+                "need_weights": g["need_weights"],
+                "average_attn_weights": g["average_attn_weights"]}
+        if g.get("scale") is not None:
+            body["scale"] = g["scale"]
+        for mn, _, shape, vals in _golden_masks(g):
+            body[mn] = nested([_v1_mask_value(x) for x in vals], shape)
+        body.update(golden_variants_v1(g))
+        what = "v1 sdpa %s (need_weights %s)" % (n, g["need_weights"])
+        j = v1_ok(v1(p, body), what)
+        B, H, Lq, Dv = g["attn_output"]["shape"]
+        o = flatten(j["output"])  # [B, Lq, H*Dv] back to [B, H, Lq, Dv]
+        o = [o[(b * Lq + i) * H * Dv + h * Dv + x] for b in range(B)
+             for h in range(H) for i in range(Lq) for x in range(Dv)]
+        golden_compare(g, [B, H, Lq, Dv], o, j["shape"].get("attn_weights"),
+                       flatten(j["attn_weights"]) if "attn_weights" in j
+                       else None, what)
+        done += 1
+    check(done >= 20, "only %d sdpa golden cases ran on /v1" % done)
 
 
 @test
