@@ -2,7 +2,8 @@
 """Run the README's curl examples verbatim against a real attnd.
 
 Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
-"Try it with curl", points `localhost:8080` at that port and runs every
+"Try it with curl" of README.md, and the one under "Attention variants" of
+docs/api.md, points `localhost:8080` at that port and runs every
 command with bash.  Each must print JSON (a command that reads /metrics:
 Prometheus text lines instead); the examples marked as mistakes must
 answer {"error": ...}, all others must not.  Ends with the line
@@ -34,9 +35,9 @@ def start(attnd, source_dir):
     raise SystemExit("attnd did not start")
 
 
-def commands(readme):
+def commands(readme, heading="## Try it with curl"):
     text = open(readme, encoding="utf-8").read()
-    section = text.split("## Try it with curl", 1)[1]
+    section = text.split(heading, 1)[1]
     block = section.split("```sh", 1)[1].split("```", 1)[0]
     cmds, cur, comment = [], "", ""
     for line in block.splitlines():
@@ -73,9 +74,13 @@ def main():
     passed = failed = 0
     try:
         cmds = commands(os.path.join(a.source_dir, "README.md"))
-        if len(cmds) < 5:
-            print("FAIL found only %d curl examples" % len(cmds))
+        docs = commands(os.path.join(a.source_dir, "docs", "api.md"),
+                        "## Attention variants")
+        if len(cmds) < 5 or len(docs) < 10:
+            print("FAIL found only %d + %d curl examples" %
+                  (len(cmds), len(docs)))
             failed += 1
+        cmds += docs
         for comment, cmd in cmds:
             run = cmd.replace("localhost:8080", "127.0.0.1:%d" % port)
             out = subprocess.run(["bash", "-c", run], capture_output=True,
@@ -92,7 +97,7 @@ def main():
                 print("FAIL %s: not JSON: %r" % (name, out[:200]))
                 failed += 1
                 continue
-            want_error = "Mistakes" in comment
+            want_error = "Mistake" in comment
             if want_error != ("error" in body):
                 print("FAIL %s: %r" % (name, out[:200]))
                 failed += 1
