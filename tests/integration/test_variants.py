@@ -254,13 +254,81 @@ V1_SHAPES = [
 ]
 
 
+def _eye(n, m=None):
+    m = m or n
+    return [[1 if i == j else 0 for j in range(m)] for i in range(n)]
+
+
+W4 = {"w_q": _eye(4), "w_k": _eye(4), "w_v": _eye(4), "w_o": _eye(4)}
+
+# /v1 with weights or a resident model: the tensors go to the model as
+# sent, so its messages are in the request's own rank.
+V1_SHAPES += [
+    ("mha query columns and heads", {"query": [[1, 0, 1, 0]], "num_heads": 3,
+                                     "weights": W4},
+     ["'query' has 4 columns (dim 1, E), not a multiple of num_heads 3"]),
+    ("mha key batch", {"query": [[[1, 0, 1, 0]]], "num_heads": 2,
+                       "key": [[[1, 0, 1, 0]], [[0, 1, 0, 1]]],
+                       "value": [[[1, 0, 1, 0]], [[0, 1, 0, 1]]],
+                       "weights": W4},
+     ["'key' has a batch of 2 (dim 0) where 'query' has 1"]),
+    ("mha value rows", {"query": [[1, 0, 1, 0]], "num_heads": 2,
+                        "key": [[1, 0, 1, 0], [0, 1, 0, 1]],
+                        "value": [[1, 0, 1, 0]], "weights": W4},
+     ["'value' has 1 rows (dim 0, Lk) where 'key' has 2"]),
+    ("resident embed_dim", {"model": "demo", "query": [[1, 0, 1, 0]]},
+     ["'query' has 4 columns (dim 1, E) where model 'demo' has embed_dim 16"]),
+    ("resident alibi_slopes", {"model": "demo", "query": [[0.5] * 16],
+                               "alibi_slopes": [1, 2]},
+     ["'alibi_slopes' has 2 values, but the query has 4 heads"]),
+]
+
+# /v1 fields of the wrong kind: (what, body, needles).
+V1_FIELDS = [
+    ("window not a pair", {"window": [1]}, ["'window' must be [left, right]"]),
+    ("window of strings", {"window": ["a", 0]},
+     ["'window' must be [left, right]"]),
+    ("rotary unknown member", {"rotary": {"bass": 10}},
+     ["rotary: unknown field 'bass' (did you mean 'base'?)"]),
+    ("rotary a number", {"rotary": 3}, ["'rotary' must be an object"]),
+    ("rotary.interleaved a number", {"rotary": {"interleaved": 1}},
+     ["'rotary.interleaved' must be true or false"]),
+    ("rotary.query_offset a fraction", {"rotary": {"query_offset": 0.5}},
+     ["'rotary.query_offset' must be an integer"]),
+    ("softcap a string", {"softcap": "50"}, ["'softcap' must be a number"]),
+    ("alibi a number", {"alibi": 1}, ["'alibi' must be true or false"]),
+    ("causal a number", {"causal": 1}, ["'causal' must be true, false"]),
+    ("num_kv_heads 0", {"num_kv_heads": 0},
+     ["'num_kv_heads' must be an integer in 1..65536"]),
+    ("key_lengths an object", {"key_lengths": {"a": 1}},
+     ["'key_lengths' must be an array"]),
+    ("key_lengths of fractions", {"key_lengths": [0.5]},
+     ["key_lengths[0]: expected a key count"]),
+    ("key_lengths over the keys", {"key_lengths": [5]},
+     ["'key_lengths': element 0 is 5", "Lk=3"]),
+    ("key_lengths with key_padding_mask",
+     {"key_lengths": [1], "key_padding_mask": [False, False, True]},
+     ["'key_padding_mask' and 'key_lengths' both given"]),
+]
+
+
+@test
+def v1_variant_fields_of_the_wrong_kind():
+    p = shared().port
+    for what, f, needles in V1_FIELDS:
+        body = {"query": Q4}
+        body.update(f)
+        expect_error(v1(p, body), 400, *needles, what="/v1 " + what)
+
+
 @test
 def v1_shape_errors_in_the_users_terms():
     p = shared().port
     for what, body, needles in V1_SHAPES:
         e = expect_error(v1(p, body), 400, *needles, what="/v1 " + what)
-        check("dim " not in e, "/v1 %s speaks of internal dims: %r" %
-              (what, e))
+        # sdpa: the model sees the heads cut, the user must not
+        check("dim " not in e or "weights" in body or "model" in body,
+              "/v1 %s speaks of internal dims: %r" % (what, e))
 
 
 def _t(name, shape, dt="FP32"):
