@@ -100,7 +100,10 @@ typedef struct attn_model_info {
   /* resident only (0 / false otherwise): */
   int64_t embed_dim, num_heads, num_kv_heads, kdim, vdim;
   bool bias;
-  bool seeded; /* weights from "seed" rather than a file */
+  bool seeded;       /* weights from "seed" rather than a file */
+  const char *fixed; /* the attention variants the file fixes, a JSON
+                        object as /v1 spells them ({"causal": "bottom_right",
+                        "window": [4, 0], ...}), or NULL */
 } attn_model_info;
 
 /* Build the registry: "sdpa" and "mha", then one resident model per

@@ -57,6 +57,10 @@ attn_status attn__variants_from_json(const char *path, const struct cJSON *root,
                                      int64_t H, int64_t Dh, attn__variants *v,
                                      attn_diag *d);
 void attn__variants_free(attn__variants *v);
+/* The settings v gives, as a JSON object in /v1's and the model files'
+ * spelling ({"causal": "bottom_right", "window": [4, 0], ...}), into *out
+ * (malloc'd; NULL when v gives none).  ATTN_ENOMEM. */
+attn_status attn__variants_json(const attn__variants *v, char **out);
 /* A model's fixed settings into the request's: a setting given by both
  * with another value, or an alibi_slopes input (slopes_input) where the
  * model fixes alibi, is ATTN_EINVAL naming both. */
@@ -91,6 +95,7 @@ typedef struct attn__resident {
   struct attn_safetensors *st;
   float *mem;
   attn__variants fixed; /* the settings the model file fixes */
+  char *fixed_json;     /* the same as JSON (attn__variants_json) or NULL */
 } attn__resident;
 
 /* resident.c: load one json file into *out (zeroed on entry).  On error *out

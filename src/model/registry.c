@@ -326,6 +326,7 @@ void attn_model_info_get(const attn_model *m, attn_model_info *info) {
       info->vdim = r->vdim;
       info->bias = r->bias;
       info->seeded = r->seeded;
+      info->fixed = r->fixed_json;
     } break;
   }
 }

@@ -43,6 +43,7 @@ void attn__resident_free(attn__resident *r) {
   attn_safetensors_destroy(r->st);
   free(r->mem);
   attn__variants_free(&r->fixed);
+  free(r->fixed_json);
   memset(r, 0, sizeof *r);
 }
 
@@ -453,7 +454,8 @@ static attn_status load_json(const char *path, const cJSON *root,
   r->version = strdup(vbuf);
   r->description = k[K_DESC] ? strdup(k[K_DESC]->valuestring) : NULL;
   r->path = strdup(path);
-  if (!r->name || !r->version || !r->path || (k[K_DESC] && !r->description))
+  if (!r->name || !r->version || !r->path || (k[K_DESC] && !r->description) ||
+      attn__variants_json(&r->fixed, &r->fixed_json) != ATTN_OK)
     return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
   r->E = z.E, r->H = z.H, r->Hkv = z.Hkv, r->kdim = z.kdim, r->vdim = z.vdim;
   if (k[K_SEED]) return seed_weights(r, &z, seed, total, d);

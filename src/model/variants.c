@@ -305,6 +305,65 @@ attn_status attn__variants_from_json(const char *path, const cJSON *root,
   return s ? in_file(d, s, path) : ATTN_OK;
 }
 
+/* The settings v gives, as /v1 and model files spell them, into obj. */
+static bool add_json(const attn__variants *v, cJSON *obj) {
+  static const char *const causal[] = {"false", "bottom_right", "top_left"};
+  const bool *g = v->given;
+  bool ok = true;
+  if (g[ATTN__V_CAUSAL])
+    ok &= (v->i[ATTN__V_CAUSAL] == ATTN_CAUSAL_NONE
+               ? cJSON_AddFalseToObject(obj, "causal")
+               : cJSON_AddStringToObject(
+                     obj, "causal", causal[v->i[ATTN__V_CAUSAL] % 3])) != NULL;
+  if (g[ATTN__V_WL] || g[ATTN__V_WR]) {
+    cJSON *w = cJSON_AddArrayToObject(obj, "window");
+    ok &=
+        w && cJSON_AddItemToArray(
+                 w, cJSON_CreateNumber(g[ATTN__V_WL] ? v->i[ATTN__V_WL] : -1));
+    ok &=
+        w && cJSON_AddItemToArray(
+                 w, cJSON_CreateNumber(g[ATTN__V_WR] ? v->i[ATTN__V_WR] : -1));
+  }
+  if (v->slopes)
+    ok &= cJSON_AddItemToObject(
+        obj, "alibi_slopes",
+        cJSON_CreateFloatArray(v->slopes, (int)v->n_slopes));
+  else if (g[ATTN__V_ALIBI])
+    ok &= cJSON_AddBoolToObject(obj, "alibi", v->i[ATTN__V_ALIBI] != 0) != NULL;
+  if (g[ATTN__V_SOFTCAP])
+    ok &=
+        cJSON_AddNumberToObject(obj, "softcap", v->d[ATTN__V_SOFTCAP]) != NULL;
+  if (g[ATTN__V_ROTARY] && !v->i[ATTN__V_ROTARY])
+    ok &= cJSON_AddFalseToObject(obj, "rotary") != NULL;
+  else if (g[ATTN__V_ROTARY]) {
+    cJSON *r = cJSON_AddObjectToObject(obj, "rotary");
+    ok &= r != NULL;
+    if (r && g[ATTN__V_RBASE])
+      ok &= cJSON_AddNumberToObject(r, "base", v->d[ATTN__V_RBASE]) != NULL;
+    if (r && g[ATTN__V_RDIMS])
+      ok &= cJSON_AddNumberToObject(r, "dims", (double)v->i[ATTN__V_RDIMS]) !=
+            NULL;
+    if (r && g[ATTN__V_RINTER])
+      ok &=
+          cJSON_AddBoolToObject(r, "interleaved", v->i[ATTN__V_RINTER]) != NULL;
+    if (r && g[ATTN__V_ROFF])
+      ok &= cJSON_AddNumberToObject(r, "query_offset",
+                                    (double)v->i[ATTN__V_ROFF]) != NULL;
+  }
+  return ok;
+}
+
+attn_status attn__variants_json(const attn__variants *v, char **out) {
+  *out = NULL;
+  bool any = v->slopes != NULL;
+  for (int id = 0; id < ATTN__V_N; id++) any |= v->given[id];
+  if (!any) return ATTN_OK;
+  cJSON *obj = cJSON_CreateObject();
+  if (obj && add_json(v, obj)) *out = cJSON_PrintUnformatted(obj);
+  cJSON_Delete(obj);
+  return *out ? ATTN_OK : ATTN_ENOMEM;
+}
+
 void attn__variants_free(attn__variants *v) {
   if (!v) return;
   free(v->slopes);

@@ -203,6 +203,10 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
       attn_buf_puts(&b, ",\"description\":");
       attn_buf_json_string(&b, info.description);
     }
+    if (info.fixed) { /* a JSON object made by the model layer */
+      attn_buf_puts(&b, ",\"fixed\":");
+      attn_buf_puts(&b, info.fixed);
+    }
     attn_buf_puts(&b, "}");
   }
   attn_buf_puts(&b, "]}");

@@ -203,6 +203,13 @@ def resident_fixed_settings():
                  params={"window_left": 2})
     expect_error(r, 400, "window_left", "mistral_tiny", "window_left = 4",
                  what="v2 mistral_tiny window_left 2")
+    r = request(p, "GET", "/v1/models")
+    ms = {m["name"]: m for m in r.json()["models"]}
+    want = {"causal": "bottom_right", "window": [4, 0],
+            "rotary": {"base": 10000, "dims": 8, "interleaved": False}}
+    check(ms["mistral_tiny"].get("fixed") == want,
+          "/v1/models mistral_tiny fixed: %r" % ms["mistral_tiny"])
+    check("fixed" not in ms["demo"], "demo fixes nothing: %r" % ms["demo"])
     r = request(p, "GET", "/v2/models/mistral_tiny")
     expect_status(r, 200, "mistral_tiny metadata")
     ins = {x["name"]: x for x in r.json()["inputs"]}
