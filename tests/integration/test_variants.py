@@ -48,6 +48,9 @@ COMBINATIONS = [
      {"rotary_dims": 6}, [], ["at most the head dim 4"]),
     ("rotary base 1", {"rotary": {"base": 1}}, {"rotary_base": 1}, [],
      ["must be > 1"]),
+    ("rotary query_offset beyond 2^31",
+     {"rotary": {"query_offset": 2 ** 31}}, {"rotary_query_offset": 2 ** 31},
+     [], ["within +-2^31"]),
     ("rotary settings with rotary off (v2 only)", None,
      {"rotary": False, "rotary_dims": 2}, [], ["rotary_dims", "false"]),
     ("causal not a known alignment", {"causal": "top_right"},
@@ -79,6 +82,19 @@ def variant_combinations_refused_on_both():
                 "dims" in f1["rotary"]:
             check("rotary.dims" in e, "/v1 %s names rotary.dims: %r" %
                   (what, e))
+
+
+@test
+def rotary_on_an_odd_head_dim():
+    """rotary dims default to the head dim, which must then be even."""
+    p = shared().port
+    q = [[1, 0, 1], [0, 1, 0]]
+    expect_error(v1(p, {"query": q, "rotary": True}), 400, "head dim 3",
+                 "odd", what="/v1 rotary on head dim 3")
+    ins = [v2_in(n, [2, 3], flatten(q)) for n in ("query", "key", "value")]
+    expect_error(v2_infer(p, "sdpa", ins, params={"rotary": True}), 400,
+                 "head dim 3", "odd", what="v2 rotary on head dim 3")
+    v1_ok(v1(p, {"query": q, "rotary": {"dims": 2}}), "rotary dims 2 of 3")
 
 
 @test
