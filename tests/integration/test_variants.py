@@ -3,7 +3,8 @@
 (causal alignment, window, ALiBi, softcap, rotary; num_kv_heads and
 key_lengths on /v1), the resident model that fixes some of them
 (config/models/mistral_tiny.json), every meaningless combination answered
-400 with its reason, and shape errors in the user's own terms.  The
+400 with its reason, shape errors in the user's own terms, and the
+variants as tritonclient sends them.  The
 numbers themselves are checked against PyTorch by test_numerics.py's
 golden tests.
 
@@ -17,6 +18,7 @@ import sys
 from harness import (assert_close, cfg, check, decode_v2, expect_error,
                      expect_status, flatten, main, rand_f32, request, shared,
                      test, v1, v1_ok, v2_binary, v2_in, v2_infer)
+from tritonclient_imitation import (TcClient, tc_expect_error, tc_input)
 
 Q4 = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
 
@@ -148,6 +150,34 @@ def v2_alibi_slopes_binary_equals_json_and_standard():
                      what + " slopes = binary slopes")
     check(o0["attn_weights"]["data"] != ob["attn_weights"]["data"],
           "alibi changes nothing")
+
+
+@test
+def tritonclient_variants():
+    """The variants as tritonclient sends them: parameters= and an FP32
+    alibi_slopes InferInput, binary; the same answer as plain v2 JSON, and
+    attnd's refusal as the client's exception."""
+    p = shared().port
+    rng = random.Random(cfg.seed + 341)
+    q, k, v = (rand_f32(rng, 2 * 5 * 4) for _ in range(3))
+    params = {"causal": "top_left", "window_left": 2, "window_right": 0,
+              "softcap": 20.0, "rotary_dims": 4, "rotary_interleaved": True}
+    ins = [tc_input(n, [2, 5, 4], "FP32", x) for n, x in
+           (("query", q), ("key", k), ("value", v))]
+    ins.append(tc_input("alibi_slopes", [2], "FP32", [0.5, 0.125]))
+    with TcClient(p) as c:
+        res = c.infer("sdpa", ins, parameters=params)
+        r = v2_infer(p, "sdpa", [v2_in("query", [2, 5, 4], q),
+                                 v2_in("key", [2, 5, 4], k),
+                                 v2_in("value", [2, 5, 4], v),
+                                 v2_in("alibi_slopes", [2], [0.5, 0.125])],
+                     params=params)
+        _, o = decode_v2(r, "v2 JSON with variants")
+        assert_close(res.as_values("attn_output"), o["attn_output"]["data"],
+                     "tritonclient = v2 JSON, variants")
+        bad = dict(params, window_right=3)
+        tc_expect_error(lambda: c.infer("sdpa", ins, parameters=bad), 400,
+                        "window_right", "causal", what="tritonclient window")
 
 
 @test
