@@ -1,5 +1,6 @@
 /* test_http.c - what src/server/http.c does without a connection: the
- * numbers of its headers (attn__header_number). */
+ * numbers of its headers (attn__header_number), the path of a request
+ * target (attn__target_path, attn__path_control). */
 #include <stdint.h>
 
 #include "../src/server/internal.h"
@@ -23,10 +24,34 @@ START_TEST(test_header_number) {
 }
 END_TEST
 
+/* attn__target_path: absolute-form targets routed by their path. */
+START_TEST(test_target_path) {
+  ck_assert_str_eq(attn__target_path("/v2/health/ready"), "/v2/health/ready");
+  ck_assert_str_eq(attn__target_path("http://h/v2/x"), "/v2/x");
+  ck_assert_str_eq(attn__target_path("HTTPS://h:8080/a/b"), "/a/b");
+  ck_assert_str_eq(attn__target_path("http://h"), "/");
+  ck_assert_str_eq(attn__target_path("http:/x"), "http:/x");
+  ck_assert_str_eq(attn__target_path("*"), "*");
+}
+END_TEST
+
+/* attn__path_control: the first control byte of a decoded path. */
+START_TEST(test_path_control) {
+  ck_assert_int_eq(attn__path_control("/v2/models/sdpa"), -1);
+  ck_assert_int_eq(attn__path_control(""), -1);
+  ck_assert_int_eq(attn__path_control("/a\x01b"), 2);
+  ck_assert_int_eq(attn__path_control("/a\x1f"), 2);
+  ck_assert_int_eq(attn__path_control("\x7f"), 0);
+  ck_assert_int_eq(attn__path_control("/caf\xc3\xa9"), -1); /* UTF-8 */
+}
+END_TEST
+
 Suite *http_suite(void) {
   Suite *s = suite_create("http");
   TCase *tc = tcase_create("http");
   tcase_add_test(tc, test_header_number);
+  tcase_add_test(tc, test_target_path);
+  tcase_add_test(tc, test_path_control);
   suite_add_tcase(s, tc);
   return s;
 }

