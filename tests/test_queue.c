@@ -531,6 +531,48 @@ START_TEST(test_pop_expired) {
 }
 END_TEST
 
+/* A job whose deadline is earlier than those ahead of it (a request's own
+ * short timeout) is reaped where it stands, not once it reaches the head;
+ * the rest keep their order.  Deterministic: every deadline but its own is
+ * far away or absent. */
+START_TEST(test_pop_expired_out_of_order) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(8, &q), ATTN_OK);
+  tjob a, b, c, d;
+  tjob_init(&a, NULL, 1, false);
+  tjob_init(&b, NULL, 2, false);
+  tjob_init(&c, NULL, 3, false);
+  tjob_init(&d, NULL, 4, false);
+  a.job.deadline_ns = attn_now_ns() + 3600ull * 1000000000u;
+  c.job.deadline_ns = attn_now_ns() + 20 * 1000000u; /* due in 20 ms */
+  d.job.deadline_ns = attn_now_ns();                 /* the tail: due */
+  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &b.job), ATTN_OK); /* none */
+  ck_assert_int_eq(attn_queue_push(q, &c.job), ATTN_OK);
+  attn_job *out = NULL;
+  ck_assert_int_eq(attn_queue_pop_expired(q, &out), ATTN_OK); /* waits */
+  ck_assert_ptr_eq(out, &c.job);
+  ck_assert_int_eq(attn_queue_push(q, &d.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_pop_expired(q, &out), ATTN_OK); /* the tail */
+  ck_assert_ptr_eq(out, &d.job);
+  attn_queue_stats st;
+  attn_queue_get_stats(q, &st);
+  ck_assert_uint_eq(st.depth, 2);
+  ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK);
+  ck_assert_ptr_eq(out, &a.job);
+  ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK);
+  ck_assert_ptr_eq(out, &b.job);
+  /* the tail pointer survived the removals: pushes still append */
+  ck_assert_int_eq(attn_queue_push(q, &a.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_push(q, &b.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK);
+  ck_assert_ptr_eq(out, &a.job);
+  ck_assert_int_eq(attn_queue_pop(q, &out), ATTN_OK);
+  ck_assert_ptr_eq(out, &b.job);
+  attn_queue_destroy(q);
+}
+END_TEST
+
 static void *release_later(void *arg) {
   struct timespec ts = {0, 20 * 1000000};
   nanosleep(&ts, NULL);
@@ -799,6 +841,7 @@ Suite *queue_suite(void) {
   tcase_add_test(tc, test_deadline_reaped_while_busy);
   tcase_add_test(tc, test_deadline_reaped_while_draining);
   tcase_add_test(tc, test_pop_expired);
+  tcase_add_test(tc, test_pop_expired_out_of_order);
   tcase_add_test(tc, test_drain_waits);
   tcase_add_test(tc, test_drain_timeout);
   tcase_add_test(tc, test_drain_timeout_then_destroy);

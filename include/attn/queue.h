@@ -12,8 +12,9 @@
  *  - Closing refuses new pushes; jobs already queued still pop and run.
  *  - A job whose deadline passes is handed to expire instead of run, so its
  *    owner can answer "timed out": by the pool's reaper thread the moment it
- *    passes while the job waits at the head of the queue (so even while every
- *    worker is busy), or by the worker that takes it late.
+ *    passes while the job waits in the queue (so even while every worker is
+ *    busy; wherever it stands, also when its deadline is earlier than those
+ *    of jobs ahead of it), or by the worker that takes it late.
  *  - attn_pool_drain closes the queue and waits, with a timeout, until every
  *    queued and running job has finished: the graceful-shutdown step.
  *
@@ -106,10 +107,10 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job);
  * normally the pool's workers. */
 attn_status attn_queue_pop(attn_queue *q, attn_job **out);
 
-/* Blocks until the job at the head of the queue has a deadline that has
- * passed, then takes it: ATTN_OK with *out set (the job is the caller's, to
- * expire).  Only the head is watched (see queue.c).  It goes on after close
- * (a draining queue still times out) and answers ATTN_ESHUTDOWN with *out
+/* Blocks until a queued job has a deadline that has passed, then takes it:
+ * ATTN_OK with *out set (the job is the caller's, to expire).  The earliest
+ * deadline is watched, wherever its job stands (see queue.c).  It goes on after
+ * close (a draining queue still times out) and answers ATTN_ESHUTDOWN with *out
  * NULL once the queue is closed and empty.
  * ATTN_EINVAL for NULL arguments.  One thread at a time: the pool's
  * reaper. */

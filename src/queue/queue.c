@@ -11,11 +11,15 @@
  *   and then takes the head, so that a job times out when its time is up
  *   even while every worker is busy.  It watches the head only: deadlines
  *   that grow along the queue (the server's: push time + queue_timeout_ms)
- *   are all met on time; a job whose deadline is earlier than that of a job
- *   ahead of it waits for that job to leave the head.  reaper_wake is when
+ *   are all met on time.  A job pushed with a deadline earlier than the
+ *   tail's (a request's own, shorter timeout) makes the queue `unordered`
+ *   until it empties: the reaper then looks through the whole list for the
+ *   earliest deadline (at most capacity jobs, under mu, once per wake), so
+ *   that job too times out on time instead of waiting to become the head.
+ *   Removing jobs keeps an ordered queue ordered.  reaper_wake is when
  *   the reaper will look next (UINT64_MAX: not before a signal); a push
- *   signals expiry only when its job becomes the head with an earlier
- *   deadline than that (and a pop when the new head has one), which under
+ *   signals expiry only when its job has an earlier deadline than that
+ *   (and a pop when the new head has one), which under
  *   load is once per queue_timeout_ms or so, not once per request.  After
  *   close the reaper goes on until the queue is empty (a drain still times
  *   requests out on time); the pop that empties a closed queue wakes it to
@@ -56,6 +60,7 @@ struct attn_queue {
   size_t count;          /* under mu */
   bool closed;           /* under mu; mirrored in closed_flag */
   size_t capacity;       /* fixed */
+  size_t unordered;      /* under mu; jobs pushed out of deadline order */
 
   atomic_bool closed_flag;
   atomic_uint_fast64_t depth;
@@ -136,6 +141,10 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job) {
   }
   job->next = NULL;
   job->enqueued_ns = attn_now_ns();
+  /* no deadline counts as the latest one */
+  if (q->tail && job->deadline_ns &&
+      (!q->tail->deadline_ns || job->deadline_ns < q->tail->deadline_ns))
+    q->unordered++;
   if (q->tail)
     q->tail->next = job;
   else
@@ -145,7 +154,8 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job) {
   atomic_store(&q->depth, q->count);
   atomic_fetch_add(&q->pushed, 1);
   pthread_cond_signal(&q->nonempty);
-  if (job == q->head && job->deadline_ns && job->deadline_ns < q->reaper_wake)
+  if (job->deadline_ns && job->deadline_ns < q->reaper_wake &&
+      (job == q->head || q->unordered))
     pthread_cond_signal(&q->expiry);
   pthread_mutex_unlock(&q->mu);
   return ATTN_OK;
@@ -166,6 +176,7 @@ attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
   q->head = job->next;
   if (!q->head) q->tail = NULL;
   q->count--;
+  if (!q->count) q->unordered = 0;
   atomic_store(&q->depth, q->count);
   if ((q->head && q->head->deadline_ns &&
        q->head->deadline_ns < q->reaper_wake) ||
@@ -176,6 +187,31 @@ attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
   job->next = NULL;
   *out = job;
   return ATTN_OK;
+}
+
+/* The job the reaper watches: the head, or in an unordered queue the one
+ * with the earliest deadline (*prev: the job before it, NULL for the
+ * head).  NULL when no queued job has a deadline.  Under mu. */
+static attn_job *earliest(const attn_queue *q, attn_job **prev) {
+  *prev = NULL;
+  if (!q->unordered) return q->head && q->head->deadline_ns ? q->head : NULL;
+  attn_job *best = NULL;
+  for (attn_job *p = NULL, *j = q->head; j; p = j, j = j->next)
+    if (j->deadline_ns && (!best || j->deadline_ns < best->deadline_ns))
+      best = j, *prev = p;
+  return best;
+}
+
+/* Take job (after prev, or the head) off the list.  Under mu. */
+static void unlink_job(attn_queue *q, attn_job *prev, attn_job *job) {
+  if (prev)
+    prev->next = job->next;
+  else
+    q->head = job->next;
+  if (q->tail == job) q->tail = prev;
+  q->count--;
+  if (!q->count) q->unordered = 0;
+  atomic_store(&q->depth, q->count);
 }
 
 attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out) {
@@ -190,7 +226,7 @@ attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out) {
       pthread_mutex_unlock(&q->mu);
       return ATTN_ESHUTDOWN;
     }
-    attn_job *h = q->head;
+    attn_job *prev, *h = earliest(q, &prev);
     uint64_t dl = h ? h->deadline_ns : 0;
     if (dl == 0) { /* nothing to watch until a push says so */
       q->reaper_wake = UINT64_MAX;
@@ -198,10 +234,7 @@ attn_status attn_queue_pop_expired(attn_queue *q, attn_job **out) {
       continue;
     }
     if (attn_now_ns() >= dl) {
-      q->head = h->next;
-      if (!q->head) q->tail = NULL;
-      q->count--;
-      atomic_store(&q->depth, q->count);
+      unlink_job(q, prev, h);
       pthread_mutex_unlock(&q->mu);
       h->next = NULL;
       *out = h;

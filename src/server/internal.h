@@ -155,6 +155,11 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
                         const attn_infer_target *t, attn_infer_done done,
                         void *arg, attn_http_resp *resp);
 
+/* infer.c: Triton's `parameters.timeout` (microseconds, a non-negative
+ * integer) in the v2 JSON json[0, n), found without decoding the rest; -1
+ * when it is absent or anything on the way is malformed.  Any thread. */
+int64_t attn__json_timeout_us(const char *json, size_t n);
+
 /* respond.c: fill an attn_http_resp.  Any thread. */
 struct attn_buf;
 /* A JSON body taken from buf (buf is emptied), with status. */

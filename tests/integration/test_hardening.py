@@ -12,9 +12,11 @@ Run alone: python3 tests/integration/test_hardening.py --attnd PATH
 import json
 import socket
 import sys
+import time
 
-from harness import (HOST, check, expect_error, expect_status, main,
-                     raw_exchange, shared, test)
+from harness import (HOST, Pending, Server, check, check_slow_answer,
+                     expect_error, expect_status, main, raw_exchange, request,
+                     shared, slow_running, small_v2_body, test, v2_binary)
 
 
 def _get(path, extra=b""):
@@ -122,6 +124,51 @@ def library_refusals_keep_their_status():
         finally:
             s.close()
     expect_status(raw_exchange(p, [_get(b"/v2/health/live")]), 200)
+
+
+@test
+def triton_timeout_honoured_while_queued():
+    """Triton's `timeout` (microseconds) bounds the wait in the queue like
+    queue_timeout_ms: a request queued behind a slow one on the only worker
+    gets its 503 when its own time is up, while the slow one still computes
+    (before the fix only when a worker took it, 1.28 s for 200 ms), in JSON
+    and in the binary format, also when queued behind requests with later
+    deadlines.  The time to the 503 is printed, not asserted (no timing
+    assertions: the issue's bound is 10% of the timeout)."""
+    timeout_us = 200000
+    with Server("--workers", "1", "--queue-capacity", "8",
+                "--blas-threads-per-worker", "1",
+                name="triton-timeout") as s:
+        slow, shape = slow_running(s)
+        pend = []
+        try:
+            # queued first, with the server's 10 s deadline: the reaper must
+            # still find the shorter one behind it
+            pend.append(Pending(s.port, "/v2/models/sdpa/infer",
+                                small_v2_body(), {"Content-Type":
+                                                  "application/json"}))
+            bbody, bhdrs = v2_binary(
+                [{"name": n, "datatype": "FP32", "shape": [2, 2],
+                  "values": [1, 0, 0, 1]} for n in ("query", "key", "value")],
+                params={"timeout": timeout_us})
+            for body, hdrs in ((small_v2_body(timeout_us=timeout_us),
+                                {"Content-Type": "application/json"}),
+                               (bbody, bhdrs)):
+                t0 = time.monotonic()
+                late = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
+                pend.append(late)
+                r = late.response()
+                dt = time.monotonic() - t0
+                check(not slow.answered(), "the 503 came only after the "
+                      "slow request finished (%.0f ms)" % (dt * 1e3))
+                expect_error(r, 503, "timeout parameter (200000 us)")
+                print("    timeout 200 ms: 503 after %.0f ms" % (dt * 1e3))
+            check_slow_answer(slow.response(), shape, "slow request")
+            expect_status(pend[0].response(), 200, "queued without timeout")
+        finally:
+            slow.close()
+            for x in pend:
+                x.close()
 
 
 if __name__ == "__main__":
