@@ -151,6 +151,9 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.max_weights_elements, 16LL * 1024 * 1024);
   ck_assert_int_eq(c.max_connections, 1024);
   ck_assert_int_eq(c.connection_timeout_s, 60);
+  ck_assert_int_eq(c.header_timeout_s, 10);
+  ck_assert_int_eq(c.body_min_rate_bytes_s, 500);
+  ck_assert_int_eq(c.max_connections_per_ip, 0);
   ck_assert_str_eq(c.models_dir, "config/models");
   ck_assert_str_eq(c.models_dir_from, "");
   ck_assert_int_eq(c.log_level, ATTN_LOG_INFO);
@@ -179,6 +182,9 @@ START_TEST(test_key_names) {
                                      "max_weights_elements",
                                      "max_connections",
                                      "connection_timeout_s",
+                                     "header_timeout_s",
+                                     "body_min_rate_bytes_s",
+                                     "max_connections_per_ip",
                                      "models_dir",
                                      "log_level",
                                      "log_format",

@@ -1,6 +1,10 @@
 /* test_peers.c - the connections attnd watches for clients that left
  * (src/server/peers.c). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/server/internal.h"
@@ -17,10 +21,10 @@ START_TEST(test_peer_sweeps) {
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, alive), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, again), 0);
-  attn_peer *g = attn__peer_open(p, gone[0]);
-  attn_peer *a = attn__peer_open(p, alive[0]);
-  attn_peer *b = attn__peer_open(p, busy[0]);
-  attn_peer *r = attn__peer_open(p, again[0]);
+  attn_peer *g = attn__peer_open(p, gone[0], NULL);
+  attn_peer *a = attn__peer_open(p, alive[0], NULL);
+  attn_peer *b = attn__peer_open(p, busy[0], NULL);
+  attn_peer *r = attn__peer_open(p, again[0], NULL);
   ck_assert(g && a && b && r);
   attn__peer_begin(b);
   close(gone[1]); /* the clients of gone, busy and again leave */
@@ -55,10 +59,114 @@ START_TEST(test_peer_sweeps) {
 }
 END_TEST
 
+/* Admission at the limits: past max_connections the idle connection that
+ * waited longest is shut down to make room, kept-alive ones first; when
+ * every other one is handling a request the new one gets a 503; past
+ * max_per_ip, a 429.  Socketpairs stand for connections. */
+static int recv_status(int fd) {
+  char buf[256] = {0};
+  ssize_t n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+  int st = 0;
+  if (n > 12 && sscanf(buf, "HTTP/1.1 %d", &st) == 1) return st;
+  return n == 0 ? -1 : 0; /* -1: closed without an answer */
+}
+
+START_TEST(test_peer_admit) {
+  attn_peers *p = NULL;
+  attn_diag d;
+  ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
+  attn_peer_limits lim = {.max_connections = 2, .max_per_ip = 2};
+  attn__peers_set_limits(p, &lim);
+  int fd[5][2];
+  attn_peer *e[5];
+  struct sockaddr_in one = {.sin_family = AF_INET};
+  one.sin_addr.s_addr = htonl(0x7f000001);
+  for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fd[i]), 0);
+  e[0] = attn__peer_open(p, fd[0][0], NULL);
+  ck_assert_int_eq(attn__peers_admit(p, e[0]), 0);
+  e[1] = attn__peer_open(p, fd[1][0], NULL);
+  ck_assert_int_eq(attn__peers_admit(p, e[1]), 0);
+  ck_assert(attn__peer_begin(e[0]) && attn__peer_begin(e[1]));
+  /* both handling requests: the third is refused */
+  e[2] = attn__peer_open(p, fd[2][0], NULL);
+  ck_assert_int_eq(attn__peers_admit(p, e[2]), 503);
+  ck_assert_int_eq(recv_status(fd[2][1]), 503);
+  ck_assert_int_eq(attn__peer_cut(e[2]), ATTN_PEER_CUT_REFUSED);
+  ck_assert(!attn__peer_begin(e[2]));
+  /* e[1] kept alive and idle: it makes room for the fourth */
+  attn__peer_end(e[1]);
+  e[3] = attn__peer_open(p, fd[3][0], NULL);
+  ck_assert_int_eq(attn__peers_admit(p, e[3]), 0);
+  ck_assert_int_eq(attn__peer_cut(e[1]), ATTN_PEER_CUT_EVICTED);
+  ck_assert_int_eq(recv_status(fd[1][1]), -1); /* shut down, no answer */
+  ck_assert(!attn__peer_begin(e[1]));          /* never begins again */
+  ck_assert_int_eq(attn__peer_cut(e[0]), 0);   /* busy: untouched */
+  ck_assert_int_eq(attn__peer_cut(e[3]), 0);
+  /* per address: two from 127.0.0.1 pass the limit of 2 with the third */
+  attn__peer_close(p, e[1]);
+  attn__peer_close(p, e[2]);
+  attn__peer_close(p, e[3]);
+  lim.max_connections = 100;
+  attn__peers_set_limits(p, &lim);
+  attn_peer *ip[3];
+  int ipfd[3][2];
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, ipfd[i]), 0);
+    ip[i] = attn__peer_open(p, ipfd[i][0], (struct sockaddr *)&one);
+    ck_assert_int_eq(attn__peers_admit(p, ip[i]), i < 2 ? 0 : 429);
+  }
+  ck_assert_int_eq(recv_status(ipfd[2][1]), 429);
+  attn__peers_destroy(p);
+  for (int i = 0; i < 5; i++) close(fd[i][0]), close(fd[i][1]);
+  for (int i = 0; i < 3; i++) close(ipfd[i][0]), close(ipfd[i][1]);
+}
+END_TEST
+
+/* The time limits: a new connection whose headers do not come within
+ * header_timeout_s, and a body slower than body_min_rate_bytes_s for
+ * longer than that, get a 408; a request being handled is left alone.
+ * header_timeout_s is 1: the test sleeps 1.1 s once. */
+START_TEST(test_peer_time_limits) {
+  attn_peers *p = NULL;
+  attn_diag d;
+  ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
+  attn_peer_limits lim = {.header_timeout_s = 1, .body_min_rate = 1000};
+  attn__peers_set_limits(p, &lim);
+  int hs[2], bd[2], bz[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, hs), 0);
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, bd), 0);
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, bz), 0);
+  attn_peer *h = attn__peer_open(p, hs[0], NULL);
+  attn_peer *b = attn__peer_open(p, bd[0], NULL);
+  attn_peer *z = attn__peer_open(p, bz[0], NULL);
+  ck_assert(attn__peer_begin(b) && attn__peer_begin(z));
+  attn__peer_body_begin(b);
+  ck_assert(attn__peer_body_bytes(b, 10));
+  ck_assert_int_eq(attn__peers_sweep(p), 0); /* in time */
+  nanosleep(&(struct timespec){1, 100 * 1000000}, NULL);
+  ck_assert_int_eq(attn__peers_sweep(p), 2); /* h and b; not z */
+  ck_assert_int_eq(recv_status(hs[1]), 408);
+  ck_assert_int_eq(recv_status(bd[1]), 408);
+  ck_assert_int_eq(attn__peer_cut(h), ATTN_PEER_CUT_HEADERS);
+  ck_assert_int_eq(attn__peer_cut(b), ATTN_PEER_CUT_BODY);
+  ck_assert(!attn__peer_body_bytes(b, 20));
+  ck_assert(!attn__peer_body_end(b));
+  ck_assert(!attn__peer_begin(h));
+  ck_assert_int_eq(attn__peer_cut(z), 0);
+  ck_assert_int_eq(recv_status(bz[1]), 0); /* nothing written */
+  attn__peers_destroy(p);
+  close(hs[0]), close(hs[1]), close(bd[0]), close(bd[1]);
+  close(bz[0]), close(bz[1]);
+}
+END_TEST
+
 Suite *peers_suite(void) {
   Suite *s = suite_create("peers");
   TCase *tc = tcase_create("peers");
   tcase_add_test(tc, test_peer_sweeps);
+  tcase_add_test(tc, test_peer_admit);
+  tcase_add_test(tc, test_peer_time_limits);
   suite_add_tcase(s, tc);
   return s;
 }

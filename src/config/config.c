@@ -167,6 +167,19 @@ static const cfg_key keys[] = {
     K_INT(connection_timeout_s, "ATTND_CONNECTION_TIMEOUT_S", 60, 0,
           ATTN_MAX_CONNECTION_TIMEOUT_S, "s",
           "idle connection timeout; 0 = none"),
+    K_INT(header_timeout_s, "ATTND_HEADER_TIMEOUT_S", 10, 0,
+          ATTN_MAX_CONNECTION_TIMEOUT_S, "s",
+          "a request's line and headers must arrive within this, counted "
+          "from their first byte (a new connection: from its opening); else "
+          "408 and close; 0 = no limit"),
+    K_I64(body_min_rate_bytes_s, "ATTND_BODY_MIN_RATE_BYTES_S", 500, 0,
+          ATTN_MAX_BODY_BYTES, "bytes/s",
+          "a request body arriving slower than this on average for longer "
+          "than header_timeout_s is cut with a 408; 0 = no limit"),
+    K_INT(max_connections_per_ip, "ATTND_MAX_CONNECTIONS_PER_IP", 0, 0,
+          ATTN_MAX_CONNECTIONS, "connections",
+          "open connections from one client address; past it: 429; 0 = no "
+          "limit (behind a load balancer every client has its address)"),
     K_PATH(models_dir, models_dir_from, "ATTND_MODELS_DIR", "config/models",
            "directory of model definitions; relative: to the config file's "
            "folder in a file, else to the working directory"),

@@ -100,9 +100,10 @@ typedef struct conn_ctx {
   int peer_closed; /* peer_gone() saw the client leave */
   int peer_eof;    /* a chunked body's socket is at its end (see below) */
   int suspended;
-  int answering;   /* counted in inflight (see answering()) */
-  int must_close;  /* answer with Connection: close (see check_framing()) */
-  atomic_int done; /* a worker stored resp */
+  int answering;      /* counted in inflight (see answering()) */
+  int must_close;     /* answer with Connection: close (see check_framing()) */
+  const char *closed; /* the access log's "closed" when attnd cut it */
+  atomic_int done;    /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
   attn_peer *peer;              /* the connection's, in srv->peers */
   attn_http_resp resp;
@@ -628,7 +629,11 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->fd = ci ? (int)ci->connect_fd : -1;
   ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   cx->peer = ci ? ci->socket_context : NULL;
-  attn__peer_begin(cx->peer);
+  if (!attn__peer_begin(cx->peer)) { /* cut (and logged) by peers.c */
+    free(cx);
+    *con_cls = NULL;
+    return MHD_NO;
+  }
   attn__copy_str(cx->method, sizeof cx->method, method);
   const char *rid = header(conn, "X-Request-Id");
   if (rid && *rid)
@@ -671,7 +676,33 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->ihcl = header(conn, "Inference-Header-Content-Length");
   cx->ihcl_ok = attn__header_number(cx->ihcl, &cx->ihcl_val) != 0;
   if (cx->ihcl_ok) cx->pad = (size_t)((64 - cx->ihcl_val % 64) % 64);
+  /* a body follows: its rate is watched (body_min_rate_bytes_s) */
+  int has_body = cx->expect == SIZE_MAX
+                     ? header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL
+                     : cx->expect > 0;
+  if (has_body) attn__peer_body_begin(cx->peer);
   return MHD_YES;
+}
+
+/* A chunked body past max_body_bytes (a Content-Length past it was
+ * refused with the headers): 413 now, written on the socket since
+ * libmicrohttpd 0.9.75 takes no answer before the body's end, and the
+ * connection closed.  Before, the rest was read and discarded, up to
+ * another max_body_bytes, for a 413 at the end; a chunk announced as
+ * ffffffffffffffff then held the connection for that long.  (Its size
+ * itself is libmicrohttpd's, not shown to attnd: the bytes count.) */
+static enum MHD_Result refuse_too_big(conn_ctx *cx) {
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "request body exceeds max_body_bytes=%lld (read so far: %zu bytes)",
+           (long long)cx->srv->ctx.cfg->max_body_bytes, cx->received);
+  attn__raw_answer(cx->fd, 413, cx->request_id, 0, msg);
+  shutdown(cx->fd, SHUT_WR); /* the answer, then the end: no more is read */
+  free_body(cx);
+  reserve(cx, 0);
+  cx->status = 413;
+  cx->closed = "body_too_big";
+  return MHD_NO;
 }
 
 /* n more bytes of the body: kept (the buffer grows as needed), or counted
@@ -679,17 +710,19 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
 static enum MHD_Result on_body(conn_ctx *cx, const char *upload, size_t n) {
   const attn_config *cfg = cx->srv->ctx.cfg;
   cx->received += n;
+  if (!attn__peer_body_bytes(cx->peer, cx->received)) return MHD_NO; /* cut */
   if (cx->expect == SIZE_MAX) chunked_peer_check(cx);
-  /* A chunked body (no Content-Length) can only be found too large, or
-   * past the budget, while it arrives, and libmicrohttpd 0.9.75 takes no
-   * response before the upload ends: discard the rest and answer 413 or
-   * 503 then, but read at most max_body_bytes more; past that close the
-   * connection (a body without end must not hold it forever). */
+  /* A chunked body (no Content-Length) can only be found past the budget
+   * while it arrives, and libmicrohttpd 0.9.75 takes no response before
+   * the upload ends: discard the rest and answer 503 then, but read at
+   * most max_body_bytes more; past that close the connection (a body
+   * without end must not hold it forever).  One found too large is
+   * refused at once: refuse_too_big(). */
   if (cx->fate != KEEP) {
     cx->drained += n;
     return cx->drained > (size_t)cfg->max_body_bytes ? MHD_NO : MHD_YES;
   }
-  if (cx->len + n > (size_t)cfg->max_body_bytes) return discard(cx, TOO_BIG, n);
+  if (cx->len + n > (size_t)cfg->max_body_bytes) return refuse_too_big(cx);
   if (cx->len + n > cx->cap || !cx->body) {
     /* the Content-Length when it was sent, else BODY_INITIAL, doubled as
      * a chunked body grows */
@@ -718,6 +751,7 @@ static enum MHD_Result on_body(conn_ctx *cx, const char *upload, size_t n) {
 static enum MHD_Result on_end(conn_ctx *cx) {
   const attn_config *cfg = cx->srv->ctx.cfg;
   if (cx->suspended) return MHD_YES; /* spurious call while queued */
+  if (!attn__peer_body_end(cx->peer)) return MHD_NO; /* cut: too slow */
   if (cx->peer_eof) /* the body is whole: the daemon's timeout again */
     MHD_set_connection_option(cx->conn, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)cfg->connection_timeout_s);
@@ -793,6 +827,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   (void)conn;
   if (!cx) return;
   int log = cx->answering ? unlink_live(cx) : 1;
+  if (attn__peer_cut(cx->peer) == ATTN_PEER_CUT_BODY) {
+    cx->status = 408;
+    cx->closed = "body_too_slow";
+  }
   uint64_t end_ns = attn_now_ns();
   int status = ended_status(cx, toe);
   attn_ended e = {.method = cx->method,
@@ -817,8 +855,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         .compute_ms = cx->resp.compute_ms,
         .total_ms = (double)e.total_ns / 1e6,
         .closed =
-            cx->peer_closed || (cx->peer_eof &&
-                                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+            cx->closed ? cx->closed
+            : cx->peer_closed || (cx->peer_eof &&
+                                  toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
                 ? "client"
                 : closed_reason(toe)};
     attn_log_access(&a);
@@ -842,7 +881,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     atomic_fetch_add(&s->ctx.connections, 1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    *socket_context = ci ? attn__peer_open(s->peers, ci->connect_fd) : NULL;
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_context = ci ? attn__peer_open(s->peers, ci->connect_fd,
+                                           ai ? ai->client_addr : NULL)
+                         : NULL;
+    /* past the limits: answered and shut down there; libmicrohttpd then
+     * reads the end and closes it */
+    attn__peers_admit(s->peers, *socket_context);
   } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
     atomic_fetch_sub(&s->ctx.connections, 1);
     attn__peer_close(s->peers, *socket_context);
@@ -990,6 +1036,12 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
     free(s);
     return st;
   }
+  attn_peer_limits lim = {.header_timeout_s = cfg->header_timeout_s,
+                          .body_min_rate = cfg->body_min_rate_bytes_s,
+                          .max_connections = cfg->max_connections,
+                          .max_per_ip = cfg->max_connections_per_ip,
+                          .access_log = cfg->access_log};
+  attn__peers_set_limits(s->peers, &lim);
   pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
   atomic_init(&s->body_held, 0);
@@ -1016,9 +1068,10 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   s->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
       NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)cfg->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-      on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      (unsigned)(cfg->max_connections + ATTN_ADMIT_HEADROOM),
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
       (unsigned)1, MHD_OPTION_END);

@@ -242,20 +242,64 @@ attn_status attn__peers_create(int interval_ms, attn_peers **out, attn_diag *d);
  * has stopped.  Main thread. */
 void attn__peers_destroy(attn_peers *p);
 /* One look at every peer not handling a request: shuts down the sockets
- * seen at their end twice in a row with no request begun in between.
+ * seen at their end twice in a row with no request begun in between, and
+ * cuts (408) the requests past the time limits (attn_peer_limits).
  * Returns how many this call shut down.  Sweeper (or a test). */
 int attn__peers_sweep(attn_peers *p);
 /* Connections shut down by sweeps so far.  Any thread. */
 unsigned long long attn__peers_closed(attn_peers *p);
-/* Register the connection on socket fd; NULL when out of memory (the
- * connection is then not watched).  MHD thread, when it opens. */
-attn_peer *attn__peer_open(attn_peers *p, int fd);
+/* The limits the sweeps and admission keep (see peers.c's DESIGN). */
+typedef struct attn_peer_limits {
+  int header_timeout_s;  /* 0: headers and bodies not timed */
+  int64_t body_min_rate; /* bytes/s; 0: bodies not timed */
+  int max_connections;   /* past it, room is made or the client refused */
+  int max_per_ip;        /* 0: no limit per address */
+  int access_log;        /* write access lines for header timeouts */
+} attn_peer_limits;
+/* libmicrohttpd's connection limit is max_connections plus this, so that
+ * it accepts the connections that attn__peers_admit refuses. */
+#define ATTN_ADMIT_HEADROOM 32
+/* Why a connection was cut (attn__peer_cut). */
+enum {
+  ATTN_PEER_CUT_HEADERS = 1, /* header_timeout_s */
+  ATTN_PEER_CUT_BODY,        /* body_min_rate_bytes_s */
+  ATTN_PEER_CUT_EVICTED,     /* closed to make room at max_connections */
+  ATTN_PEER_CUT_REFUSED      /* refused at the limit (503 or 429) */
+};
+/* Set the limits, before the first connection.  Main thread. */
+void attn__peers_set_limits(attn_peers *p, const attn_peer_limits *lim);
+/* Register the connection on socket fd from address sa (NULL: unknown);
+ * NULL when out of memory (the connection is then not watched).  MHD
+ * thread, when it opens. */
+struct sockaddr;
+attn_peer *attn__peer_open(attn_peers *p, int fd, const struct sockaddr *sa);
+/* Admit the connection e just opened: 0, or the status (429 past
+ * max_per_ip, 503 when max_connections are all handling requests) already
+ * written on its socket, which is shut down.  Makes room at the limit by
+ * shutting down the idle connection that waited longest (kept-alive ones
+ * first).  NULL is admitted.  MHD thread, right after attn__peer_open. */
+int attn__peers_admit(attn_peers *p, attn_peer *e);
+/* A small JSON answer ({"error": msg}; msg holds no quote or backslash)
+ * written straight on a socket, with Connection: close, for the moments
+ * libmicrohttpd cannot answer (a body being read, a connection it has not
+ * begun to read).  One non-blocking send; errors ignored.  Any thread. */
+void attn__raw_answer(int fd, int status, const char *request_id,
+                      int retry_after_s, const char *msg);
 /* Unregister (NULL is a no-op), before the socket is closed. */
 void attn__peer_close(attn_peers *p, attn_peer *e);
 /* A request begins (its headers are read) / has ended (completed or cut):
- * the sweeper leaves a peer alone in between.  NULL is a no-op.  The
- * connection's MHD thread. */
-void attn__peer_begin(attn_peer *e);
+ * the sweeper leaves a peer alone in between, but for the body's rate.
+ * begin returns 0 when the connection was cut already (give it up).  NULL
+ * is a no-op (1).  The connection's MHD thread. */
+int attn__peer_begin(attn_peer *e);
 void attn__peer_end(attn_peer *e);
+/* The request's body: it begins (after the headers), received bytes so
+ * far (0: the connection was cut, give it up), it is whole or answered
+ * (0: cut).  NULL is a no-op (1).  The connection's MHD thread. */
+void attn__peer_body_begin(attn_peer *e);
+int attn__peer_body_bytes(attn_peer *e, uint64_t received);
+int attn__peer_body_end(attn_peer *e);
+/* Why the connection was cut (ATTN_PEER_CUT_*), 0 when it was not. */
+int attn__peer_cut(const attn_peer *e);
 
 #endif

@@ -27,37 +27,81 @@
  *   previous one ending, long before the second look, and is answered.
  *   shutdown() drops nothing already queued for sending.
  *
+ *   The same sweeps keep the time limits (attn__peers_set_limits): a
+ *   request whose line and headers are not complete header_timeout_s after
+ *   they began, and a body slower than body_min_rate_bytes_s for longer
+ *   than header_timeout_s, are cut with a 408 written on the socket
+ *   (libmicrohttpd 0.9.75 cannot time a request's headers, and each byte
+ *   resets its idle timer), then shut down.  When headers begin: for a
+ *   new connection, when it opened; for a kept-alive one, the first sweep
+ *   that sees the socket's received-bytes counter (TCP_INFO) pass where it
+ *   stood when the previous request ended (an idle keep-alive connection
+ *   is connection_timeout_s's, not this limit's).  A stage per connection
+ *   (idle, busy, body, cut; compare-and-swap) makes sure that the sweeper
+ *   writes only on a socket libmicrohttpd is not answering on: once cut,
+ *   http.c's next step (attn__peer_begin, _body_end) fails and it gives
+ *   the connection up.
+ *
+ *   Admission (attn__peers_admit, as each connection opens): past
+ *   max_connections_per_ip connections from one address, 429; past
+ *   max_connections, room is made by closing the connection that has
+ *   waited longest without a complete request (idle keep-alive ones
+ *   first), and when none waits, the new one gets a 503 with Retry-After.
+ *   libmicrohttpd's own limit is max_connections + ATTN_ADMIT_HEADROOM, so
+ *   that it keeps accepting (at its limit it stops and clients wait in the
+ *   backlog, unanswered) and these refusals are prompt.  A warning line, at
+ *   most once a second, counts what was closed and refused.
+ *
  * Threads
  *   MHD threads: attn__peer_open, attn__peer_close, attn__peer_begin,
- *   attn__peer_end.  The sweeper thread (or a test): attn__peers_sweep.
- *   main: attn__peers_create, attn__peers_destroy.
+ *   attn__peer_end, attn__peers_admit, the body steps.  The sweeper thread
+ *   (or a test): attn__peers_sweep.  main: attn__peers_create,
+ *   attn__peers_destroy, attn__peers_set_limits (before connections).
  *
  * Invariants
  *   - Under mu: the list holds exactly the open peers; a peer's fd is open
  *     while it is on the list (attn__peer_close runs before the socket is
  *     closed), so the sweeper never touches a reused descriptor.
- *   - busy and begun are written by the connection's MHD thread only and
- *     read by the sweeper; eof_sweeps, begun_seen and shut are the
- *     sweeper's, under mu.
+ *   - stage goes IDLE -> BUSY (-> BODY -> BUSY) -> IDLE on the
+ *     connection's MHD thread, and IDLE or BODY -> CUT on the sweeper or
+ *     in admit; CUT is final.  begun and the body counters are written by
+ *     the MHD thread; eof_sweeps, begun_seen, shut and the header clock
+ *     are the sweeper's, under mu (admit reads them under mu too).
  */
 #include <errno.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "attn/log.h"
 #include "internal.h"
 
+enum { PEER_IDLE, PEER_BUSY, PEER_BODY, PEER_CUT };
+
 struct attn_peer {
   int fd;
-  atomic_int busy;   /* a request is being handled (begin .. end) */
+  atomic_int stage;  /* PEER_*; see Invariants */
+  atomic_int cut;    /* why it was cut: ATTN_PEER_CUT_* */
   atomic_uint begun; /* requests begun on this connection */
+  atomic_uint_fast64_t body_start_ns, body_bytes; /* in PEER_BODY */
+  uint64_t open_ns;
+  unsigned char ip[16]; /* the client's address (ip_len bytes) */
+  int ip_len;
   /* the sweeper's */
   int eof_sweeps;      /* consecutive sweeps that saw the socket's end */
   unsigned begun_seen; /* begun at the first of those sweeps */
   int shut;            /* shut down already */
+  unsigned hdr_begun;  /* begun when the header clock was last set */
+  int hdr_seen;        /* the header clock has been set once */
+  uint64_t rx_mark;    /* bytes received when the last request ended */
+  uint64_t hdr_since;  /* when this request's headers began; 0: not yet */
+  uint64_t idle_since; /* when the last request ended (or it opened) */
   attn_peer *prev, *next;
 };
 
@@ -65,11 +109,16 @@ struct attn_peers {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* stop */
   attn_peer *head;
+  int open; /* peers not shut down, under mu */
   int interval_ms;
   int stop;
   int have_thread;
   pthread_t thread;
+  attn_peer_limits lim;
   atomic_ullong closed; /* connections shut down by a sweep, ever */
+  /* the limit's warning: counts since the last one, when it was written */
+  atomic_ullong evicted, refused;
+  atomic_uint_fast64_t warned_ns;
 };
 
 /* 1: the socket is at its end or broken, 0: open (or bytes waiting). */
@@ -82,12 +131,129 @@ static int socket_ended(int fd) {
   return 1;
 }
 
+/* e is shut down (by this file): it no longer counts as open.  Under mu. */
+static void mark_shut(attn_peers *p, attn_peer *e) {
+  if (e->shut) return;
+  e->shut = 1;
+  p->open--;
+}
+
+/* See internal.h. */
+void attn__raw_answer(int fd, int status, const char *request_id,
+                      int retry_after_s, const char *msg) {
+  char body[384], head[320], ra[32] = "";
+  const char *reason = status == 408   ? "Request Timeout"
+                       : status == 413 ? "Content Too Large"
+                       : status == 429 ? "Too Many Requests"
+                                       : "Service Unavailable";
+  int bn = snprintf(body, sizeof body, "{\"error\":\"%s\"}", msg);
+  if (bn < 0 || (size_t)bn >= sizeof body) return;
+  if (retry_after_s > 0)
+    snprintf(ra, sizeof ra, "Retry-After: %d\r\n", retry_after_s);
+  int hn =
+      snprintf(head, sizeof head,
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n%s%s%.72s%sConnection: close\r\n\r\n",
+               status, reason, bn, ra, request_id ? "X-Request-Id: " : "",
+               request_id ? request_id : "", request_id ? "\r\n" : "");
+  if (hn < 0 || (size_t)hn >= sizeof head) return;
+  char all[sizeof head + sizeof body];
+  memcpy(all, head, (size_t)hn);
+  memcpy(all + hn, body, (size_t)bn);
+  /* small, on a socket with room: one try, never waits */
+  ssize_t w = send(fd, all, (size_t)(hn + bn), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)w;
+}
+
+/* Bytes received on the socket so far (TCP_INFO); 0 when unknown. */
+static int rx_bytes(int fd, uint64_t *out) {
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(struct tcp_info, tcpi_bytes_received) +
+                sizeof ti.tcpi_bytes_received)
+    return 0;
+  *out = ti.tcpi_bytes_received;
+  return 1;
+}
+
+/* Cut e (IDLE or BODY) with a 408: 1 when this call did.  Under mu. */
+static int cut_slow(attn_peers *p, attn_peer *e, int from, int why,
+                    uint64_t now) {
+  int expect = from;
+  if (!atomic_compare_exchange_strong(&e->stage, &expect, PEER_CUT)) return 0;
+  atomic_store(&e->cut, why);
+  char msg[200];
+  if (why == ATTN_PEER_CUT_HEADERS)
+    snprintf(msg, sizeof msg,
+             "the request line and headers did not arrive within "
+             "header_timeout_s=%d",
+             p->lim.header_timeout_s);
+  else
+    snprintf(msg, sizeof msg,
+             "the request body arrived slower than body_min_rate_bytes_s=%lld "
+             "for longer than header_timeout_s=%d",
+             (long long)p->lim.body_min_rate, p->lim.header_timeout_s);
+  attn__raw_answer(e->fd, 408, NULL, 0, msg);
+  shutdown(e->fd, SHUT_RDWR);
+  mark_shut(p, e);
+  if (why == ATTN_PEER_CUT_HEADERS && p->lim.access_log) {
+    /* no request began: the access line is written here */
+    attn_access a = {.method = "-",
+                     .path = "-",
+                     .request_id = "-",
+                     .status = 408,
+                     .total_ms = (double)(now - e->hdr_since) / 1e6,
+                     .closed = "header_timeout"};
+    attn_log_access(&a);
+  }
+  return 1;
+}
+
+/* The time limits, for one peer: headers (IDLE) and body rate (BODY).
+ * 1 when it was cut.  Under mu. */
+static int sweep_limits(attn_peers *p, attn_peer *e, uint64_t now) {
+  uint64_t limit = (uint64_t)p->lim.header_timeout_s * 1000000000u;
+  if (!limit) return 0;
+  int stage = atomic_load(&e->stage);
+  if (stage == PEER_BODY && p->lim.body_min_rate > 0) {
+    uint64_t t0 = atomic_load(&e->body_start_ns);
+    uint64_t got = atomic_load(&e->body_bytes);
+    if (now > t0 + limit &&
+        (double)got < (double)p->lim.body_min_rate * (double)(now - t0) / 1e9)
+      return cut_slow(p, e, PEER_BODY, ATTN_PEER_CUT_BODY, now);
+    return 0;
+  }
+  if (stage != PEER_IDLE) return 0;
+  unsigned begun = atomic_load(&e->begun);
+  if (!e->hdr_seen || begun != e->hdr_begun) { /* a request since: reset */
+    e->hdr_seen = 1;
+    e->hdr_begun = begun;
+    e->hdr_since = begun ? 0 : e->open_ns;
+    e->idle_since = begun ? now : e->open_ns;
+    if (!rx_bytes(e->fd, &e->rx_mark)) e->rx_mark = UINT64_MAX;
+  } else if (!e->hdr_since && e->rx_mark != UINT64_MAX) {
+    uint64_t rx;
+    if (rx_bytes(e->fd, &rx) && rx > e->rx_mark) e->hdr_since = now;
+  }
+  if (e->hdr_since && now > e->hdr_since + limit)
+    return cut_slow(p, e, PEER_IDLE, ATTN_PEER_CUT_HEADERS, now);
+  return 0;
+}
+
 int attn__peers_sweep(attn_peers *p) {
-  int n = 0;
+  int n = 0, slow = 0;
+  uint64_t now = attn_now_ns();
   pthread_mutex_lock(&p->mu);
   for (attn_peer *e = p->head; e; e = e->next) {
     unsigned begun = atomic_load(&e->begun);
-    if (e->shut || atomic_load(&e->busy) || !socket_ended(e->fd)) {
+    if (!e->shut && sweep_limits(p, e, now)) {
+      slow++;
+      continue;
+    }
+    if (e->shut || atomic_load(&e->stage) != PEER_IDLE ||
+        !socket_ended(e->fd)) {
       e->eof_sweeps = 0;
       continue;
     }
@@ -97,12 +263,12 @@ int attn__peers_sweep(attn_peers *p) {
       continue;
     }
     shutdown(e->fd, SHUT_RDWR);
-    e->shut = 1;
+    mark_shut(p, e);
     n++;
   }
   pthread_mutex_unlock(&p->mu);
   if (n) atomic_fetch_add(&p->closed, (unsigned long long)n);
-  return n;
+  return n + slow;
 }
 
 static void *sweeper_main(void *arg) {
@@ -184,16 +350,127 @@ unsigned long long attn__peers_closed(attn_peers *p) {
   return atomic_load(&p->closed);
 }
 
-attn_peer *attn__peer_open(attn_peers *p, int fd) {
+/* The idle peer (not e) to close to make room: one between requests,
+ * kept alive with nothing sent first, else the one that has waited
+ * longest without a complete request.  NULL when every other connection
+ * is handling a request.  Under mu. */
+static attn_peer *eviction_victim(attn_peers *p, const attn_peer *e) {
+  attn_peer *best = NULL;
+  int best_ka = 0;
+  for (attn_peer *v = p->head; v; v = v->next) {
+    if (v == e || v->shut || atomic_load(&v->stage) != PEER_IDLE) continue;
+    /* kept alive and quiet: requests before, no header clock running */
+    int ka = atomic_load(&v->begun) > 0 && !v->hdr_since;
+    uint64_t since = v->hdr_since ? v->hdr_since : v->idle_since;
+    uint64_t best_since =
+        best ? (best->hdr_since ? best->hdr_since : best->idle_since) : 0;
+    if (!best || ka > best_ka || (ka == best_ka && since < best_since))
+      best = v, best_ka = ka;
+  }
+  return best;
+}
+
+/* Connections from e's address, e included.  Under mu. */
+static int same_address(attn_peers *p, const attn_peer *e) {
+  int n = 0;
+  for (attn_peer *v = p->head; v; v = v->next)
+    n += !v->shut && v->ip_len == e->ip_len &&
+         !memcmp(v->ip, e->ip, (size_t)e->ip_len);
+  return n;
+}
+
+/* The limit's warning, at most once a second.  Any thread, no lock. */
+static void limit_warning(attn_peers *p) {
+  uint64_t now = attn_now_ns(), last = atomic_load(&p->warned_ns);
+  if (last && now - last < 1000000000u) return;
+  if (!atomic_compare_exchange_strong(&p->warned_ns, &last, now)) return;
+  unsigned long long ev = atomic_exchange(&p->evicted, 0);
+  unsigned long long rf = atomic_exchange(&p->refused, 0);
+  attn_log(ATTN_LOG_WARN,
+           "connection limit reached (max_connections=%d, "
+           "max_connections_per_ip=%d): closed %llu idle connection%s to make "
+           "room and refused %llu since the last warning",
+           p->lim.max_connections, p->lim.max_per_ip, ev, ev == 1 ? "" : "s",
+           rf);
+}
+
+int attn__peers_admit(attn_peers *p, attn_peer *e) {
+  if (!e) return 0;
+  int status = 0;
+  pthread_mutex_lock(&p->mu);
+  if (p->lim.max_per_ip > 0 && e->ip_len &&
+      same_address(p, e) > p->lim.max_per_ip) {
+    status = 429;
+  } else if (p->lim.max_connections > 0) {
+    while (p->open > p->lim.max_connections) {
+      attn_peer *v = eviction_victim(p, e);
+      int idle = PEER_IDLE;
+      if (!v) {
+        status = 503;
+        break;
+      }
+      if (!atomic_compare_exchange_strong(&v->stage, &idle, PEER_CUT))
+        continue; /* began a request just now: look again */
+      atomic_store(&v->cut, ATTN_PEER_CUT_EVICTED);
+      shutdown(v->fd, SHUT_RDWR);
+      mark_shut(p, v);
+      atomic_fetch_add(&p->evicted, 1);
+    }
+  }
+  if (status) { /* e itself never began a request: nothing races */
+    atomic_store(&e->stage, PEER_CUT);
+    atomic_store(&e->cut, ATTN_PEER_CUT_REFUSED);
+    mark_shut(p, e);
+    atomic_fetch_add(&p->refused, 1);
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (status) {
+    char msg[160];
+    if (status == 429)
+      snprintf(msg, sizeof msg,
+               "too many connections from your address "
+               "(max_connections_per_ip=%d); retry after a moment",
+               p->lim.max_per_ip);
+    else
+      snprintf(msg, sizeof msg,
+               "server busy: all %d connections are handling requests "
+               "(max_connections); retry after a moment",
+               p->lim.max_connections);
+    attn__raw_answer(e->fd, status, NULL, 1, msg);
+    shutdown(e->fd, SHUT_RDWR);
+  }
+  if (status || atomic_load(&p->evicted)) limit_warning(p);
+  return status;
+}
+
+void attn__peers_set_limits(attn_peers *p, const attn_peer_limits *lim) {
+  pthread_mutex_lock(&p->mu);
+  p->lim = *lim;
+  pthread_mutex_unlock(&p->mu);
+}
+
+attn_peer *attn__peer_open(attn_peers *p, int fd, const struct sockaddr *sa) {
   attn_peer *e = calloc(1, sizeof *e);
   if (!e) return NULL; /* untracked: libmicrohttpd's timeout still holds */
   e->fd = fd;
-  atomic_init(&e->busy, 0);
+  atomic_init(&e->stage, PEER_IDLE);
+  atomic_init(&e->cut, 0);
   atomic_init(&e->begun, 0);
+  atomic_init(&e->body_start_ns, 0);
+  atomic_init(&e->body_bytes, 0);
+  e->open_ns = e->idle_since = attn_now_ns();
+  if (sa && sa->sa_family == AF_INET) {
+    memcpy(e->ip, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    e->ip_len = 4;
+  } else if (sa && sa->sa_family == AF_INET6) {
+    memcpy(e->ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    e->ip_len = 16;
+  }
   pthread_mutex_lock(&p->mu);
   e->next = p->head;
   if (p->head) p->head->prev = e;
   p->head = e;
+  p->open++;
   pthread_mutex_unlock(&p->mu);
   return e;
 }
@@ -206,16 +483,45 @@ void attn__peer_close(attn_peers *p, attn_peer *e) {
   else
     p->head = e->next;
   if (e->next) e->next->prev = e->prev;
+  if (!e->shut) p->open--;
   pthread_mutex_unlock(&p->mu);
   free(e);
 }
 
-void attn__peer_begin(attn_peer *e) {
-  if (!e) return;
+int attn__peer_begin(attn_peer *e) {
+  if (!e) return 1;
+  int idle = PEER_IDLE;
+  if (!atomic_compare_exchange_strong(&e->stage, &idle, PEER_BUSY)) return 0;
   atomic_fetch_add(&e->begun, 1u);
-  atomic_store(&e->busy, 1);
+  return 1;
 }
 
 void attn__peer_end(attn_peer *e) {
-  if (e) atomic_store(&e->busy, 0);
+  int busy = PEER_BUSY;
+  if (e) atomic_compare_exchange_strong(&e->stage, &busy, PEER_IDLE);
+}
+
+void attn__peer_body_begin(attn_peer *e) {
+  if (!e) return;
+  atomic_store(&e->body_bytes, 0);
+  atomic_store(&e->body_start_ns, attn_now_ns());
+  int busy = PEER_BUSY;
+  atomic_compare_exchange_strong(&e->stage, &busy, PEER_BODY);
+}
+
+int attn__peer_body_bytes(attn_peer *e, uint64_t received) {
+  if (!e) return 1;
+  atomic_store_explicit(&e->body_bytes, received, memory_order_relaxed);
+  return atomic_load(&e->stage) != PEER_CUT;
+}
+
+int attn__peer_body_end(attn_peer *e) {
+  if (!e) return 1;
+  int body = PEER_BODY;
+  if (atomic_compare_exchange_strong(&e->stage, &body, PEER_BUSY)) return 1;
+  return body != PEER_CUT;
+}
+
+int attn__peer_cut(const attn_peer *e) {
+  return e ? atomic_load(&e->cut) : 0;
 }

@@ -171,5 +171,196 @@ def triton_timeout_honoured_while_queued():
                 x.close()
 
 
+def _read_until_closed(s, limit_s):
+    """What the server sends on s until it closes it, or limit_s passes
+    (then None: the connection was kept)."""
+    got = b""
+    deadline = time.monotonic() + limit_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        s.settimeout(left)
+        try:
+            part = s.recv(65536)
+        except socket.timeout:
+            return None
+        except ConnectionResetError:
+            return got
+        if not part:
+            return got
+        got += part
+
+
+def _status(got):
+    line = got.split(b"\r\n", 1)[0] if got else b""
+    parts = line.split()
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+@test
+def slow_headers_cut_with_408():
+    """header_timeout_s: a client sending a header line every 0.3 s (each
+    byte used to reset the idle timer: held forever) gets a 408 and is
+    closed once its headers have taken longer than the limit, with an
+    access line; an idle kept-alive connection is not cut by it."""
+    with Server("--header-timeout-s", "1", name="header-timeout") as srv:
+        ka = socket.create_connection((HOST, srv.port), timeout=10)
+        s = socket.create_connection((HOST, srv.port), timeout=10)
+        try:
+            ka.sendall(_get(b"/v2/health/live").replace(
+                b"Connection: close\r\n", b""))
+            check(_status(ka.recv(4096)) == 200, "keep-alive request")
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+            t0 = time.monotonic()
+            got = None
+            while time.monotonic() - t0 < 5:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    break
+                s.settimeout(0.3)
+                try:
+                    got = s.recv(4096)
+                    break
+                except socket.timeout:
+                    pass
+            dt = time.monotonic() - t0
+            check(got is not None and _status(got) == 408,
+                  "no 408 for slow headers after %.1f s: %r" % (dt, got))
+            check(b"header_timeout_s=1" in got, "408 body %r" % got[-120:])
+            print("    slow headers cut after %.2f s (limit 1 s)" % dt)
+            # the kept-alive connection, idle longer than the limit, works
+            ka.sendall(_get(b"/v2/health/live"))
+            check(_status(ka.recv(4096)) == 200, "kept-alive request cut")
+        finally:
+            s.close()
+            ka.close()
+        time.sleep(0.1)
+        check('"status":408' in srv.log_text() and
+              '"closed":"header_timeout"' in srv.log_text(),
+              "no access line for the header timeout")
+
+
+@test
+def slow_body_cut_with_408():
+    """body_min_rate_bytes_s: a body that stops after its first byte is cut
+    with a 408 once header_timeout_s has passed, not held until
+    connection_timeout_s (60 s); its access line says body_too_slow."""
+    with Server("--header-timeout-s", "1", name="body-rate") as srv:
+        s = socket.create_connection((HOST, srv.port), timeout=10)
+        try:
+            s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{")
+            t0 = time.monotonic()
+            got = _read_until_closed(s, 5)
+            dt = time.monotonic() - t0
+            check(got is not None and _status(got) == 408,
+                  "no 408 for a stalled body after %.1f s: %r" % (dt, got))
+            check(b"body_min_rate_bytes_s=500" in got, "408 %r" % got[-150:])
+        finally:
+            s.close()
+        time.sleep(0.1)
+        check('"closed":"body_too_slow"' in srv.log_text(),
+              "no access line for the slow body")
+
+
+@test
+def huge_chunk_refused_at_once():
+    """A chunk announced as ffffffffffffffff whose bytes pass
+    max_body_bytes is refused at once: 413 (JSON) and close, instead of
+    being read for another max_body_bytes and closed without an answer."""
+    with Server("--max-body-bytes", "1048576", name="huge-chunk") as srv:
+        s = socket.create_connection((HOST, srv.port), timeout=10)
+        try:
+            s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Type: application/json\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n"
+                      b"ffffffffffffffff\r\n")
+            sent, piece = 0, b"7" * 65536
+            while sent < 4 * 1048576:  # twice what the old drain read
+                try:
+                    s.sendall(piece)
+                except OSError:
+                    break
+                sent += len(piece)
+            got = _read_until_closed(s, 5)
+            check(got is not None and _status(got) == 413,
+                  "no 413 after %d bytes: %r" % (sent, got and got[:100]))
+            check(b"max_body_bytes=1048576" in got, "413 %r" % got[-120:])
+        finally:
+            s.close()
+        expect_status(raw_exchange(srv.port, [_get(b"/v2/health/ready")]),
+                      200)
+
+
+def _raise_fd_limit(want):
+    """The soft open-files limit raised toward want: what it is now."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@test
+def probe_answered_through_connection_flood():
+    """At max_connections (1024, the default) held by 2,000 idle and 500
+    slow-header clients, a health probe on a new connection is answered:
+    the connections that waited longest without a complete request are
+    closed to make room, and a warning (at most once a second) says so.
+    Before, the probe waited unaccepted (59 s in the issue).  The probe's
+    time is printed; the test asserts an answer within 5 s only (the
+    issue's 100 ms is measured, not asserted, on a loaded machine)."""
+    limit = _raise_fd_limit(4096)
+    idle_n, slow_n = 2000, 500
+    if limit < idle_n + slow_n + 64:  # scaled down to fit, said so
+        idle_n = max(0, (limit - 64) * 4 // 5)
+        slow_n = max(0, (limit - 64) - idle_n)
+        print("    open-files limit %d: %d idle and %d slow clients" %
+              (limit, idle_n, slow_n))
+    socks = []
+    with Server(name="flood") as srv:
+        try:
+            for i in range(idle_n + slow_n):
+                c = socket.socket()
+                c.setblocking(False)
+                try:
+                    c.connect((HOST, srv.port))
+                except BlockingIOError:
+                    pass
+                socks.append(c)
+            time.sleep(0.3)
+            for c in socks[idle_n:]:  # the slow ones start their headers
+                try:
+                    c.send(b"GET /v2/health/ready HTTP/1.1\r\nX-a: 1\r\n")
+                except OSError:
+                    pass
+            times = []
+            for _ in range(3):
+                t0 = time.monotonic()
+                r = raw_exchange(srv.port, [_get(b"/v2/health/ready")],
+                                 timeout=5)
+                times.append(time.monotonic() - t0)
+                expect_status(r, 200, "probe during the flood")
+            print("    probe through %d idle + %d slow: %s ms" %
+                  (idle_n, slow_n, ", ".join("%.1f" % (t * 1e3)
+                                             for t in times)))
+        finally:
+            for c in socks:
+                c.close()
+        time.sleep(0.2)
+        warn = [l for l in srv.log_text().splitlines()
+                if "connection limit reached" in l]
+        check(warn, "no warning for the connection limit")
+        stamps = [json.loads(l)["time"] for l in warn]
+        secs = [int(t[11:13]) * 3600 + int(t[14:16]) * 60 + float(t[17:23])
+                for t in stamps]
+        check(all(b - a >= 0.999 for a, b in zip(secs, secs[1:])),
+              "warnings closer than a second apart: %r" % stamps)
+
+
 if __name__ == "__main__":
     sys.exit(main())
