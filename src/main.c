@@ -453,8 +453,9 @@ static const char *prepare_process(const attn_config *cfg,
    * own arenas, which otherwise give the top of their heap back after each
    * request and fault it in again (n=2048 binary request: compute 65 ms
    * without it, 60 ms with it).  The cost: memory freed after a peak stays
-   * mapped, and an arena's heap grows in steps of up to 64 MB of address
-   * space (pages count towards RSS only once touched). */
+   * mapped while requests keep coming (idle_trim gives it back after an
+   * idle second), and an arena's heap grows in steps of up to 64 MB of
+   * address space (pages count towards RSS only once touched). */
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
@@ -540,12 +541,43 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
   return 1;
 }
 
+/* Free heap memory held past this, once idle, is given back. */
+#define TRIM_ABOVE_BYTES (16u << 20)
+
+/* Give freed heap memory back to the system once attnd has been idle for a
+ * second (looked at once a second, from serve).  prepare_process keeps
+ * freed memory mapped for speed (M_TRIM_THRESHOLD, M_TOP_PAD, the mmap
+ * threshold), so after a burst of large requests, or a gzip bomb refused
+ * with 413, RSS stayed at its peak (400-630 MB in issue 32) though every
+ * block was freed.  When no job is queued or running and none was queued
+ * in the last second, and the arenas hold more than TRIM_ABOVE_BYTES free,
+ * malloc_trim(0) returns the free pages of every arena (the top of each
+ * heap, and whole free pages inside them).  A busy server never trims, so
+ * the hot path is as before; the first large request after an idle second
+ * faults its pages in again. */
+static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
+  attn_queue_stats st;
+  attn_pool_get_stats(pool, &st);
+  int idle =
+      st.pushed == *last_pushed && st.depth == 0 && attn_pool_busy(pool) == 0;
+  *last_pushed = st.pushed;
+  if (!idle) return;
+  struct mallinfo2 mi = mallinfo2();
+  if (mi.fordblks > TRIM_ABOVE_BYTES) malloc_trim(0);
+}
+
 /* Serve: the server's threads do the work; main waits for SIGTERM or
- * SIGINT, then runs the shutdown delay (when there is one). */
-static void serve(attn_server *server, const attn_config *cfg,
-                  const sigset_t *sigs) {
+ * SIGINT, giving memory back once a second when idle (idle_trim), then
+ * runs the shutdown delay (when there is one). */
+static void serve(attn_server *server, const attn_pool *pool,
+                  const attn_config *cfg, const sigset_t *sigs) {
   int sig = 0;
-  while (sigwait(sigs, &sig) != 0) {
+  uint64_t last_pushed = UINT64_MAX;
+  for (;;) {
+    struct timespec tick = {1, 0};
+    sig = sigtimedwait(sigs, NULL, &tick);
+    if (sig > 0) break;
+    if (errno == EAGAIN) idle_trim(pool, &last_pushed);
   }
   if (cfg->shutdown_delay_ms > 0) {
     shutdown_delay(server, sigs, sig, cfg->shutdown_delay_ms);
@@ -610,7 +642,7 @@ int main(int argc, char **argv) {
   attnd a = {0};
   rc = 1;
   if (start(&cfg, policy, &a)) {
-    serve(a.server, &cfg, &sigs);
+    serve(a.server, a.pool, &cfg, &sigs);
     drain(&a, &cfg);
     rc = 0;
   }
