@@ -1040,7 +1040,9 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
                           .body_min_rate = cfg->body_min_rate_bytes_s,
                           .max_connections = cfg->max_connections,
                           .max_per_ip = cfg->max_connections_per_ip,
-                          .access_log = cfg->access_log};
+                          .access_log = cfg->access_log,
+                          .metrics = s->ctx.metrics,
+                          .metrics_route = attn__route_template("-")};
   attn__peers_set_limits(s->peers, &lim);
   pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;

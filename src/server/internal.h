@@ -255,6 +255,10 @@ typedef struct attn_peer_limits {
   int max_connections;   /* past it, room is made or the client refused */
   int max_per_ip;        /* 0: no limit per address */
   int access_log;        /* write access lines for header timeouts */
+  /* header timeouts are counted here (no request began, so http.c never
+   * sees them), under the route template metrics_route; NULL: not */
+  attn_metrics *metrics;
+  int metrics_route;
 } attn_peer_limits;
 /* libmicrohttpd's connection limit is max_connections plus this, so that
  * it accepts the connections that attn__peers_admit refuses. */

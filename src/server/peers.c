@@ -32,7 +32,9 @@
  *   they began, and a body slower than body_min_rate_bytes_s for longer
  *   than header_timeout_s, are cut with a 408 written on the socket
  *   (libmicrohttpd 0.9.75 cannot time a request's headers, and each byte
- *   resets its idle timer), then shut down.  When headers begin: for a
+ *   resets its idle timer), then shut down (a header timeout is also
+ *   counted in the metrics: attnd_http_requests_total, code 408, route
+ *   "other").  When headers begin: for a
  *   new connection, when it opened; for a kept-alive one, the first sweep
  *   that sees the socket's received-bytes counter (TCP_INFO) pass where it
  *   stood when the previous request ended (an idle keep-alive connection
@@ -80,6 +82,7 @@
 #include <time.h>
 
 #include "attn/log.h"
+#include "attn/metrics.h"
 #include "internal.h"
 
 enum { PEER_IDLE, PEER_BUSY, PEER_BODY, PEER_CUT };
@@ -208,6 +211,9 @@ static int cut_slow(attn_peers *p, attn_peer *e, int from, int why,
                      .closed = "header_timeout"};
     attn_log_access(&a);
   }
+  if (why == ATTN_PEER_CUT_HEADERS && p->lim.metrics)
+    attn_metrics_http(p->lim.metrics, p->lim.metrics_route,
+                      attn_metrics_method("-"), 408, 0, 0);
   return 1;
 }
 

@@ -240,6 +240,12 @@ def slow_headers_cut_with_408():
         check('"status":408' in srv.log_text() and
               '"closed":"header_timeout"' in srv.log_text(),
               "no access line for the header timeout")
+        m = request(srv.port, "GET", "/metrics").body.decode()
+        n408 = [l for l in m.splitlines()
+                if l.startswith("attnd_http_requests_total{") and
+                'code="408"' in l]
+        check(n408 and float(n408[0].split()[-1]) >= 1,
+              "header timeout not in the metrics: %r" % n408)
 
 
 @test
