@@ -2,6 +2,7 @@
  * `timeout` found in a v2 JSON header before the job is queued
  * (attn__json_timeout_us). */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../src/server/internal.h"
@@ -37,6 +38,18 @@ START_TEST(test_json_timeout) {
   const char bin[] = "{\"parameters\":{\"timeout\":7}}\x00\xff\"timeout\"";
   ck_assert_int_eq(attn__json_timeout_us(bin, sizeof bin - 1), 7);
   ck_assert_int_eq(attn__json_timeout_us(bin, 20), -1);
+  /* a long body: found at its end (where tritonclient puts parameters),
+   * not in its middle (left to the worker's decode) */
+  char big[4096];
+  int k = snprintf(big, sizeof big, "{\"inputs\": [%*s], ", 3000, "");
+  snprintf(big + k, sizeof big - (size_t)k,
+           "\"parameters\": {\"timeout\": 42}}");
+  ck_assert_int_eq(t_us(big), 42);
+  k = snprintf(big, sizeof big, "{\"id\": \"%*s\", ", 1000, "");
+  k += snprintf(big + k, sizeof big - (size_t)k,
+                "\"parameters\": {\"timeout\": 42}, ");
+  snprintf(big + k, sizeof big - (size_t)k, "\"inputs\": [%*s]}", 1000, "");
+  ck_assert_int_eq(t_us(big), -1);
 }
 END_TEST
 
