@@ -287,7 +287,11 @@ int attn__peers_admit(attn_peers *p, attn_peer *e);
 /* A small JSON answer ({"error": msg}; msg holds no quote or backslash)
  * written straight on a socket, with Connection: close, for the moments
  * libmicrohttpd cannot answer (a body being read, a connection it has not
- * begun to read).  One non-blocking send; errors ignored.  Any thread. */
+ * begun to read).  One non-blocking send; errors ignored.  Any thread.
+ * Plain TCP only: on a TLS connection these bytes would break the stream,
+ * so when the listener speaks TLS the callers must only shut the socket
+ * down (peers.c's cut_slow and attn__peers_admit, http.c's
+ * refuse_too_big). */
 void attn__raw_answer(int fd, int status, const char *request_id,
                       int retry_after_s, const char *msg);
 /* Unregister (NULL is a no-op), before the socket is closed. */
