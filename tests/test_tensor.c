@@ -1,5 +1,6 @@
 /* test_tensor.c - dtypes, shapes, half floats and conversions
  * (src/common/tensor.c). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,12 +119,63 @@ START_TEST(test_shape_format) {
 }
 END_TEST
 
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* Float to FP16 and BF16: every non-NaN half value converts back to
+ * itself; the midpoint between two neighbours goes to the even one and
+ * anything off the midpoint to the nearer; NaN stays NaN. */
+START_TEST(test_f32_to_half) {
+  for (uint32_t h = 0; h < 0x10000u; h++) {
+    float f = attn_f16_to_f32((uint16_t)h), g = attn_bf16_to_f32((uint16_t)h);
+    if (f == f) ck_assert_uint_eq(attn_f32_to_f16(f), h);
+    if (g == g) ck_assert_uint_eq(attn_f32_to_bf16(g), h);
+    if (f != f)
+      ck_assert(attn_f16_to_f32(attn_f32_to_f16(f)) !=
+                attn_f16_to_f32(attn_f32_to_f16(f)));
+    if (g != g)
+      ck_assert(attn_bf16_to_f32(attn_f32_to_bf16(g)) !=
+                attn_bf16_to_f32(attn_f32_to_bf16(g)));
+    /* midpoints to the next value up in magnitude, finite ones */
+    uint16_t n = (uint16_t)(h + 1);
+    if ((h & 0x7fffu) < 0x7c00u) { /* FP16: next is finite or inf */
+      double a = attn_f16_to_f32((uint16_t)h), b = attn_f16_to_f32(n);
+      float mid = (float)((a + b) / 2); /* exact: 11 bits + 1 */
+      uint16_t even = (h & 1u) ? n : (uint16_t)h;
+      ck_assert_uint_eq(attn_f32_to_f16(mid), even);
+      uint32_t up = bits_of(mid) + 1u, dn = bits_of(mid) - 1u;
+      float above, below;
+      memcpy(&above, &up, 4);
+      memcpy(&below, &dn, 4);
+      if ((h & 0x7fffu) != 0x7bffu) { /* not next to inf */
+        ck_assert_uint_eq(attn_f32_to_f16(above), n);
+        ck_assert_uint_eq(attn_f32_to_f16(below), h);
+      }
+    }
+    if ((h & 0x7fffu) < 0x7f80u) { /* BF16 */
+      double a = attn_bf16_to_f32((uint16_t)h), b = attn_bf16_to_f32(n);
+      float mid = (float)((a + b) / 2);
+      uint16_t even = (h & 1u) ? n : (uint16_t)h;
+      ck_assert_uint_eq(attn_f32_to_bf16(mid), even);
+    }
+  }
+  ck_assert_uint_eq(attn_f32_to_f16(65519.0f), 0x7bffu);
+  ck_assert_uint_eq(attn_f32_to_f16(65520.0f), 0x7c00u);
+  ck_assert_uint_eq(attn_f32_to_f16(-1e30f), 0xfc00u);
+  ck_assert_uint_eq(attn_f32_to_bf16(FLT_MAX), 0x7f80u);
+}
+END_TEST
+
 Suite *tensor_suite(void) {
   Suite *s = suite_create("tensor");
   TCase *tc = tcase_create("tensor");
   tcase_add_test(tc, test_dtype_table);
   tcase_add_test(tc, test_numel_overflow);
   tcase_add_test(tc, test_half_conversions);
+  tcase_add_test(tc, test_f32_to_half);
   tcase_add_test(tc, test_to_f32);
   tcase_add_test(tc, test_shape_format);
   suite_add_tcase(s, tc);

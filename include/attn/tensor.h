@@ -75,5 +75,11 @@ attn_status attn_tensor_to_f32(const attn_tensor *in, attn_tensor *out);
 /* IEEE half and bfloat16 to float. */
 float attn_f16_to_f32(uint16_t h);
 float attn_bf16_to_f32(uint16_t h);
+/* Float to IEEE half and bfloat16, rounded to nearest even as numpy's
+ * astype(float16) and PyTorch's .to(torch.bfloat16) do: subnormal results
+ * kept, beyond the largest finite value infinity, NaN stays a quiet NaN
+ * with its sign. */
+uint16_t attn_f32_to_f16(float f);
+uint16_t attn_f32_to_bf16(float f);
 
 #endif /* ATTN_TENSOR_H */

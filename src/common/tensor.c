@@ -160,3 +160,39 @@ attn_status attn_tensor_to_f32(const attn_tensor *in, attn_tensor *out) {
   out->owns = true;
   return ATTN_OK;
 }
+
+uint16_t attn_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign kept */
+    return (uint16_t)((x >> 16) | 0x0040u);
+  x += 0x7fffu + ((x >> 16) & 1u); /* ties to even; overflow gives inf */
+  return (uint16_t)(x >> 16);
+}
+
+/* Below 2^-14 in magnitude (ax < 0x38800000): a subnormal half, m * 2^-24
+ * rounded to nearest even (2^-25 and below round to 0). */
+static uint16_t f16_subnormal(uint32_t ax) {
+  if (ax < 0x33000000u) return 0; /* < 2^-25; exactly 2^-25 ties to 0 */
+  uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - e; /* 14..24 */
+  uint32_t h = m >> shift, rem = m & ((1u << shift) - 1u),
+           half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (h & 1u))) h++; /* 1024 is 2^-14 */
+  return (uint16_t)h;
+}
+
+uint16_t attn_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN: quiet, the top of the payload kept */
+    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 */
+  if (ax < 0x38800000u) return (uint16_t)(sign | f16_subnormal(ax));
+  uint32_t r = ax - 0x38000000u; /* exponent rebiased from 127 to 15 */
+  uint32_t h = r >> 13, rem = r & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
