@@ -5,7 +5,7 @@
 set -eu
 PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev zlib1g-dev"
 if [ "${1:-}" = "--test" ]; then
-  PKGS="$PKGS check libsubunit-dev curl python3 prometheus"
+  PKGS="$PKGS check libsubunit-dev curl python3 prometheus python3-numpy"
 fi
 missing=""
 for p in $PKGS; do

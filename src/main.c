@@ -393,6 +393,16 @@ typedef struct attnd {
   attn_server *server;
 } attnd;
 
+/* Whether BF16 kernels are available, for --version and the start-up
+ * line: "avx512bf16 (AVX512-BF16)" or "portable (no AVX512-BF16 on this
+ * CPU: same results, no speed-up)". */
+static const char *bf16_kernels(void) {
+  return strcmp(attn_engine_bf16_kernel_name(), "avx512bf16") == 0
+             ? "avx512bf16 (AVX512-BF16)"
+             : "portable (no AVX512-BF16 on this CPU: same results, no "
+               "speed-up)";
+}
+
 /* Read the configuration from argv and the environment into *cfg, and
  * carry out a command other than serving (--help, --version,
  * --check-config, --healthcheck).  Returns 1 with *exit_code set when
@@ -414,8 +424,11 @@ static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
       *exit_code = 0;
       return 1;
     case ATTN_CLI_VERSION:
-      printf("attnd %s (engine kernel: %s, OpenBLAS kernels: %s)\n",
-             ATTN_VERSION, attn_engine_kernel_name(), attn_engine_blas_core());
+      printf(
+          "attnd %s (engine kernel: %s, OpenBLAS kernels: %s, bf16 "
+          "kernel: %s)\n",
+          ATTN_VERSION, attn_engine_kernel_name(), attn_engine_blas_core(),
+          bf16_kernels());
       *exit_code = 0;
       return 1;
     case ATTN_CLI_CHECK: {
@@ -531,13 +544,13 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
            "attnd %s listening on %s:%d (workers=%d%s, cpus=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "
            "cpu_scheduling_policy=%s, max_total_body_bytes=%lld%s, "
-           "models=%zu, kernel=%s, blas=%s)",
+           "models=%zu, bf16=%s, kernel=%s, blas=%s)",
            ATTN_VERSION, cfg->host, attn_server_port(a->server), workers,
            cfg->workers ? "" : " (auto)", cpus, cfg->blas_threads_per_worker,
            cfg->http_threads, cfg->queue_capacity, policy, (long long)budget,
            cfg->max_total_body_bytes ? "" : " (auto)",
-           attn_registry_count(a->models), attn_engine_kernel_name(),
-           attn_engine_blas_core());
+           attn_registry_count(a->models), bf16_kernels(),
+           attn_engine_kernel_name(), attn_engine_blas_core());
   return 1;
 }
 

@@ -929,20 +929,20 @@ static int run_mha_case_v(const mha_case *c, const variant_opts *vo,
     p.bv = bpack + c->E + kw;
   }
   if (packed && c->torch_layout == 1) {
-    p.wq = (attn_weight){wpack, lay, c->E};
-    p.wk = (attn_weight){wpack + (size_t)c->E * c->E, lay, c->E};
-    p.wv = (attn_weight){wpack + (size_t)(c->E + kw) * c->E, lay, c->E};
+    p.wq = (attn_weight){wpack, lay, c->E, NULL};
+    p.wk = (attn_weight){wpack + (size_t)c->E * c->E, lay, c->E, NULL};
+    p.wv = (attn_weight){wpack + (size_t)(c->E + kw) * c->E, lay, c->E, NULL};
   } else if (packed) { /* [E, E + 2kw] row-major, column blocks */
     int64_t ld = c->E + 2 * kw;
-    p.wq = (attn_weight){wpack, lay, ld};
-    p.wk = (attn_weight){wpack + c->E, lay, ld};
-    p.wv = (attn_weight){wpack + c->E + kw, lay, ld};
+    p.wq = (attn_weight){wpack, lay, ld, NULL};
+    p.wk = (attn_weight){wpack + c->E, lay, ld, NULL};
+    p.wv = (attn_weight){wpack + c->E + kw, lay, ld, NULL};
   } else {
-    p.wq = (attn_weight){wq, lay, 0};
-    p.wk = (attn_weight){wk, lay, 0};
-    p.wv = (attn_weight){wv, lay, 0};
+    p.wq = (attn_weight){wq, lay, 0, NULL};
+    p.wk = (attn_weight){wk, lay, 0, NULL};
+    p.wv = (attn_weight){wv, lay, 0, NULL};
   }
-  p.wo = (attn_weight){wo, lay, 0};
+  p.wo = (attn_weight){wo, lay, 0, NULL};
   p.o.weights = c->weights;
   p.o.causal = c->causal;
   sdpa_case sc = {c->B,      c->H,    c->Hkv, c->Lq,      Lk, 1, 1,
@@ -1326,7 +1326,7 @@ START_TEST(test_mha_misuse) {
   for (int i = 0; i < 16; i++) w[i] = 0.1f;
   for (int i = 0; i < 8; i++) x[i] = 0.2f;
   for (int i = 0; i < 4; i++) b[i] = 0.0f;
-  attn_weight W = {w, ATTN_W_IN_OUT, 0};
+  attn_weight W = {w, ATTN_W_IN_OUT, 0, NULL};
   attn_mha_problem p = {.B = 1,
                         .Lq = 2,
                         .E = 4,
@@ -2033,6 +2033,72 @@ START_TEST(test_bf16_misc) {
 }
 END_TEST
 
+/* Weights held in bfloat16 (attn_weight.bf16, data NULL) give a bf16 call
+ * the same bits as the fp32 weights they round, in both layouts, fused
+ * (consecutive blocks) and separate, with and without weights returned;
+ * and the double reference reads them alike.  An fp32 call of such a
+ * weight is ATTN_EINVAL; a NaN in one is ATTN_ENONFINITE. */
+START_TEST(test_bf16_held_weights) {
+  const int64_t E = 48, H = 4, L = 37;
+  rng_seed(351);
+  float *x = rnd_buf((size_t)(L * E)), *w = rnd_buf((size_t)(4 * E * E));
+  float *b = rnd_buf((size_t)(4 * E));
+  uint16_t *wb = malloc((size_t)(4 * E * E) * sizeof *wb);
+  for (int64_t i = 0; i < 4 * E * E; i++) wb[i] = attn__bf16(w[i]);
+  size_t n = (size_t)(L * E), nw = (size_t)(H * L * L);
+  float *o1 = malloc(n * 4), *o2 = malloc(n * 4), *w1 = malloc(nw * 4),
+        *w2 = malloc(nw * 4);
+  double *r1 = malloc(n * 8), *r2 = malloc(n * 8);
+  attn_diag d;
+  for (int lay = 0; lay < 2; lay++)
+    for (int fused = 0; fused < 2; fused++)
+      for (int need = 0; need < 2; need++) {
+        attn_mha_problem p = {.B = 1,
+                              .Lq = L,
+                              .E = E,
+                              .H = H,
+                              .Hkv = H,
+                              .kdim = E,
+                              .vdim = E,
+                              .xq = x};
+        p.o.precision = ATTN_PRECISION_BF16;
+        p.o.weights = need ? ATTN_WEIGHTS_PER_HEAD : ATTN_WEIGHTS_NONE;
+        p.bq = b, p.bk = b + E, p.bv = b + 2 * E, p.bo = b + 3 * E;
+        attn_weight *ws[4] = {&p.wq, &p.wk, &p.wv, &p.wo};
+        for (int k = 0; k < 4; k++) {
+          /* fused: the blocks of one [3E, E] / [E, 3E] matrix */
+          int64_t off = fused && k < 3 ? (lay ? k * E * E : k * E) : k * E * E;
+          int64_t ld = fused && k < 3 && !lay ? 3 * E : E;
+          *ws[k] = (attn_weight){w + off, lay ? ATTN_W_OUT_IN : ATTN_W_IN_OUT,
+                                 ld, NULL};
+        }
+        ck_assert_int_eq(attn_mha(&p, NULL, o1, need ? w1 : NULL, &d), 0);
+        ck_assert_int_eq(attn_ref_mha(&p, r1, NULL, &d), 0);
+        for (int k = 0; k < 4; k++) {
+          ws[k]->bf16 = wb + (ws[k]->data - w);
+          ws[k]->data = NULL;
+        }
+        ck_assert_int_eq(attn_mha(&p, NULL, o2, need ? w2 : NULL, &d), 0);
+        ck_assert_int_eq(attn_ref_mha(&p, r2, NULL, &d), 0);
+        ck_assert(memcmp(o1, o2, n * 4) == 0);
+        ck_assert(!need || memcmp(w1, w2, nw * 4) == 0);
+        ck_assert(memcmp(r1, r2, n * 8) == 0);
+        p.o.precision = ATTN_PRECISION_FP32;
+        ck_assert_int_eq(attn_mha(&p, NULL, o2, need ? w2 : NULL, &d),
+                         ATTN_EINVAL);
+        ck_assert(strstr(d.msg, "w_q") && strstr(d.msg, "bfloat16"));
+        p.o.precision = ATTN_PRECISION_BF16;
+        uint16_t keep = wb[5];
+        wb[5] = 0x7fc0; /* NaN */
+        ck_assert_int_eq(attn_mha(&p, NULL, o2, need ? w2 : NULL, &d),
+                         ATTN_ENONFINITE);
+        wb[5] = keep;
+      }
+  free(x), free(w), free(b), free(wb), free(o1), free(o2), free(w1);
+  free(w2), free(r1), free(r2);
+}
+END_TEST
+
 Suite *engine_suite(void) {
   Suite *s = suite_create("engine");
   TCase *tc = tcase_create("core");
@@ -2069,6 +2135,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tb, test_bf16_mha_tables);
   tcase_add_test(tb, test_bf16_portable);
   tcase_add_test(tb, test_bf16_misc);
+  tcase_add_test(tb, test_bf16_held_weights);
   suite_add_tcase(s, tb);
   return s;
 }

@@ -646,15 +646,15 @@ static void run_mha(const golden *g, const variant *v,
     p.xk = p.xv = g->q.f;
   }
   if (g->in_w.present) { /* views into PyTorch's packed [3E, E] */
-    p.wq = (attn_weight){g->in_w.f, ATTN_W_OUT_IN, E};
-    p.wk = (attn_weight){g->in_w.f + E * E, ATTN_W_OUT_IN, E};
-    p.wv = (attn_weight){g->in_w.f + 2 * E * E, ATTN_W_OUT_IN, E};
+    p.wq = (attn_weight){g->in_w.f, ATTN_W_OUT_IN, E, NULL};
+    p.wk = (attn_weight){g->in_w.f + E * E, ATTN_W_OUT_IN, E, NULL};
+    p.wv = (attn_weight){g->in_w.f + 2 * E * E, ATTN_W_OUT_IN, E, NULL};
   } else {
-    p.wq = (attn_weight){g->q_w.f, ATTN_W_OUT_IN, E};
-    p.wk = (attn_weight){g->k_w.f, ATTN_W_OUT_IN, g->kdim};
-    p.wv = (attn_weight){g->v_w.f, ATTN_W_OUT_IN, g->vdim};
+    p.wq = (attn_weight){g->q_w.f, ATTN_W_OUT_IN, E, NULL};
+    p.wk = (attn_weight){g->k_w.f, ATTN_W_OUT_IN, g->kdim, NULL};
+    p.wv = (attn_weight){g->v_w.f, ATTN_W_OUT_IN, g->vdim, NULL};
   }
-  p.wo = (attn_weight){g->out_w.f, ATTN_W_OUT_IN, 0};
+  p.wo = (attn_weight){g->out_w.f, ATTN_W_OUT_IN, 0, NULL};
   if (g->bias) {
     p.bq = g->in_b.f;
     p.bk = g->in_b.f + E;

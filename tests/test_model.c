@@ -91,6 +91,7 @@ static void add_out(attn_infer_request *r, const char *name, int binary) {
   r->outputs = realloc(r->outputs, (r->n_outputs + 1) * sizeof *r->outputs);
   ck_assert_ptr_nonnull(r->outputs);
   r->outputs[r->n_outputs].name = strdup(name);
+  r->outputs[r->n_outputs].datatype = ATTN_DT_INVALID; /* not said: FP32 */
   r->outputs[r->n_outputs++].binary = binary;
 }
 
@@ -382,10 +383,10 @@ static void run_mha(const mha_case *c) {
   p.xq = xq;
   p.xk = c->kv ? xk : NULL;
   p.xv = c->kv == 2 ? xv : NULL;
-  p.wq = (attn_weight){wq, ATTN_W_IN_OUT, 0};
-  p.wk = (attn_weight){wk, ATTN_W_IN_OUT, 0};
-  p.wv = (attn_weight){wv, ATTN_W_IN_OUT, 0};
-  p.wo = (attn_weight){wo, ATTN_W_IN_OUT, 0};
+  p.wq = (attn_weight){wq, ATTN_W_IN_OUT, 0, NULL};
+  p.wk = (attn_weight){wk, ATTN_W_IN_OUT, 0, NULL};
+  p.wv = (attn_weight){wv, ATTN_W_IN_OUT, 0, NULL};
+  p.wo = (attn_weight){wo, ATTN_W_IN_OUT, 0, NULL};
   if (c->bias) p.bq = bq, p.bk = bk, p.bv = bv, p.bo = bo;
   p.o.causal = c->causal;
   p.o.weights = c->avg ? ATTN_WEIGHTS_MEAN : ATTN_WEIGHTS_PER_HEAD;
@@ -591,10 +592,10 @@ START_TEST(resident_packed) {
   memset(&p, 0, sizeof p);
   p.B = B, p.Lq = p.Lk = L, p.E = E, p.H = p.Hkv = H, p.kdim = p.vdim = E;
   p.xq = x;
-  p.wq = (attn_weight){in_w, ATTN_W_OUT_IN, E};
-  p.wk = (attn_weight){in_w + E * E, ATTN_W_OUT_IN, E};
-  p.wv = (attn_weight){in_w + 2 * E * E, ATTN_W_OUT_IN, E};
-  p.wo = (attn_weight){out_w, ATTN_W_OUT_IN, E};
+  p.wq = (attn_weight){in_w, ATTN_W_OUT_IN, E, NULL};
+  p.wk = (attn_weight){in_w + E * E, ATTN_W_OUT_IN, E, NULL};
+  p.wv = (attn_weight){in_w + 2 * E * E, ATTN_W_OUT_IN, E, NULL};
+  p.wo = (attn_weight){out_w, ATTN_W_OUT_IN, E, NULL};
   p.bq = in_b, p.bk = in_b + E, p.bv = in_b + 2 * E, p.bo = out_b;
   p.o.causal = 1;
   p.o.weights = ATTN_WEIGHTS_PER_HEAD;
@@ -670,10 +671,10 @@ START_TEST(resident_split_gqa) {
   p.B = B, p.Lq = Lq, p.Lk = Lk, p.E = E, p.H = H, p.Hkv = Hkv;
   p.kdim = kdim, p.vdim = vdim;
   p.xq = xq, p.xk = xk, p.xv = xv;
-  p.wq = (attn_weight){qw, ATTN_W_OUT_IN, 0};
-  p.wk = (attn_weight){kwt, ATTN_W_OUT_IN, 0};
-  p.wv = (attn_weight){vw, ATTN_W_OUT_IN, 0};
-  p.wo = (attn_weight){ow, ATTN_W_OUT_IN, 0};
+  p.wq = (attn_weight){qw, ATTN_W_OUT_IN, 0, NULL};
+  p.wk = (attn_weight){kwt, ATTN_W_OUT_IN, 0, NULL};
+  p.wv = (attn_weight){vw, ATTN_W_OUT_IN, 0, NULL};
+  p.wo = (attn_weight){ow, ATTN_W_OUT_IN, 0, NULL};
   int64_t lens[2] = {4, 6};
   p.o.kpm = (attn_key_padding){ATTN_KPM_LENGTHS, NULL, lens};
   p.o.weights = ATTN_WEIGHTS_MEAN;
@@ -1134,7 +1135,8 @@ START_TEST(param_errors) {
   add_pb(&r, "casual", true);
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
              "unknown parameter 'casual' for model 'sdpa' (expected scale, "
-             "need_weights, average_attn_weights, causal, window_left");
+             "need_weights, average_attn_weights, precision, causal, "
+             "window_left");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);

@@ -96,9 +96,14 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
  *   {"model_name":..,"model_version":..(if set),"id":..(if set),
  *    "outputs":[{"name":..,"datatype":"FP32","shape":[..],"data":[..]},..]}
  * Outputs with .binary carry "parameters":{"binary_data_size":N} instead of
- * "data", and their little-endian bytes follow the JSON in output order.
+ * "data", and their little-endian bytes follow the JSON in output order;
+ * an output whose .datatype is FP16 or BF16 (binary only) is written in
+ * that type, rounded to nearest even.  r->precision and r->kernel, when
+ * set, become the response's "parameters":{"precision":..,"kernel":..}.
  *
- * r           borrowed; outputs must be FP32 tensors.
+ * r           borrowed; outputs must be FP32 tensors.  Decoding reads an
+ *             output's "datatype" parameter (FP32, FP16, BF16) into
+ *             attn_infer_output_req.datatype.
  * out         caller-owned; appended to (normally empty on entry).
  * header_len  set to the JSON length when any output is binary (the value of
  *             the Inference-Header-Content-Length response header), else 0.

@@ -246,10 +246,16 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
  * OUT_IN), so a block of PyTorch's packed in_proj_weight is a pointer offset.
  */
 typedef enum { ATTN_W_IN_OUT = 0, ATTN_W_OUT_IN } attn_wlayout;
+/* bf16: the same matrix stored as bfloat16 bits (same layout and ld), or
+ * NULL.  A bf16 call reads bf16 when it is set (no rounding: a weight kept
+ * in bfloat16, half the memory); data may then be NULL, and an fp32 call
+ * of such a weight is ATTN_EINVAL.  When both are set, bf16 must hold data
+ * rounded to nearest even (what a bf16 call would round data to). */
 typedef struct attn_weight {
   const float *data;
   attn_wlayout layout;
   int64_t ld;
+  const uint16_t *bf16;
 } attn_weight;
 
 /* Multi-head attention with projections.
@@ -320,6 +326,11 @@ const char *attn_engine_bf16_kernel_name(void);
  * "avx512", "avx2" or "blas" (OpenBLAS for every product).  For a
  * response's timing: precision and kernel actually used. */
 const char *attn_engine_kernel_for(attn_precision p);
+
+/* "fp32" or "bf16", the names requests and model files use. */
+const char *attn_precision_name(attn_precision p);
+/* *p from "fp32" or "bf16" (exactly); 0 for anything else (NULL too). */
+int attn_precision_parse(const char *s, attn_precision *p);
 
 /* ---- Reference kernels (src/engine/ref.c) --------------------------------
  * Plain, unblocked, double-precision implementations of the same contracts,

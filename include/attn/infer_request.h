@@ -46,10 +46,14 @@ typedef struct attn_infer_input {
                          the body or from another input of the request */
 } attn_infer_input;
 
-/* One requested output.  binary: -1 not said, 0 JSON, 1 binary. */
+/* One requested output.  binary: -1 not said, 0 JSON, 1 binary.
+ * datatype: the binary encoding asked for (v2 output parameter
+ * "datatype"): ATTN_DT_INVALID when not said (FP32), else FP32, FP16 or
+ * BF16. */
 typedef struct attn_infer_output_req {
   char *name;
   int binary;
+  attn_dtype datatype;
 } attn_infer_output_req;
 
 /* A labelled JSON value echoed back verbatim (v1 `tokens`, `key_tokens`). */
@@ -78,8 +82,10 @@ typedef struct attn_infer_request {
 
 typedef struct attn_infer_output {
   char *name;
-  attn_tensor tensor; /* FP32, owned */
-  bool binary;        /* encode as a binary blob */
+  attn_tensor tensor;  /* FP32, owned */
+  bool binary;         /* encode as a binary blob */
+  attn_dtype datatype; /* binary blob's type: FP32 (or 0), FP16 or BF16,
+                          converted from the FP32 tensor when encoded */
 } attn_infer_output;
 
 typedef struct attn_infer_response {
@@ -93,6 +99,11 @@ typedef struct attn_infer_response {
    * sequence length Lq. */
   double flops;
   int64_t query_tokens;
+  /* The arithmetic actually used ("fp32" or "bf16") and the kernel of its
+   * products (attn_engine_kernel_for: "avx512", "avx2", "blas",
+   * "avx512bf16", "portable"); static strings, NULL when not said.  v1
+   * writes them in "timing", v2 in the response's "parameters". */
+  const char *precision, *kernel;
 } attn_infer_response;
 
 void attn_infer_request_free(attn_infer_request *r);

@@ -36,7 +36,9 @@
  *      {"name": "tiny", "embed_dim": 64, "num_heads": 4, "num_kv_heads": 4,
  *       "kdim": 64, "vdim": 64, "bias": true,
  *       "weights": "tiny.safetensors" | "seed": 1234,
- *       "description": "...", "version": "1"}
+ *       "description": "...", "version": "1", "precision": "fp32"}
+ *    "precision": "bf16" makes bf16 the model's arithmetic (a request may
+ *    still ask "fp32") and keeps F16 / BF16 weights in bfloat16.
  *
  * Masks (every model)
  *   attn_mask         BOOL (true = blocked) or FP32 (added to the scores);
@@ -100,10 +102,13 @@ typedef struct attn_model_info {
   /* resident only (0 / false otherwise): */
   int64_t embed_dim, num_heads, num_kv_heads, kdim, vdim;
   bool bias;
-  bool seeded;       /* weights from "seed" rather than a file */
-  const char *fixed; /* the attention variants the file fixes, a JSON
-                        object as /v1 spells them ({"causal": "bottom_right",
-                        "window": [4, 0], ...}), or NULL */
+  bool seeded;           /* weights from "seed" rather than a file */
+  const char *fixed;     /* the attention variants the file fixes, a JSON
+                            object as /v1 spells them ({"causal": "bottom_right",
+                            "window": [4, 0], ...}), or NULL */
+  const char *precision; /* resident: "fp32" or "bf16"; else NULL */
+  size_t weight_bytes;   /* resident: bytes its weights hold in memory
+                            (bfloat16 ones 2 a value, the others 4) */
 } attn_model_info;
 
 /* Build the registry: "sdpa" and "mha", then one resident model per

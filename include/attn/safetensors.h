@@ -19,6 +19,7 @@
 #ifndef ATTN_SAFETENSORS_H
 #define ATTN_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,7 +29,8 @@
 
 typedef struct attn_safetensors attn_safetensors;
 
-/* One tensor of a file.  `tensor` is FP32, contiguous and owned by the set. */
+/* One tensor of a file.  `tensor` is FP32 (or BF16: attn_safetensors_load_as),
+ * contiguous and owned by the set. */
 typedef struct attn_safetensors_entry {
   const char *name;
   attn_dtype file_dtype; /* dtype stored in the file (FP32/FP16/BF16/FP64) */
@@ -52,6 +54,14 @@ attn_status attn_safetensors_parse(const void *buf, size_t len,
  * attn_safetensors_parse.  Same ownership rules. */
 attn_status attn_safetensors_load(const char *path, size_t max_elements,
                                   attn_safetensors **out, attn_diag *d);
+
+/* As attn_safetensors_load; with keep_bf16, F16 and BF16 tensors are not
+ * widened: they become BF16 tensors (uint16_t bfloat16 bits; BF16 as
+ * stored, F16 rounded to nearest even), half the memory of FP32.  F32 and
+ * F64 tensors are FP32 either way. */
+attn_status attn_safetensors_load_as(const char *path, size_t max_elements,
+                                     bool keep_bf16, attn_safetensors **out,
+                                     attn_diag *d);
 
 /* NULL is allowed. */
 void attn_safetensors_destroy(attn_safetensors *st);

@@ -425,6 +425,7 @@ enum {
   K_ROTARY,
   K_NUM_KV,
   K_KLEN,
+  K_PRECISION, /* issue 35 */
   K_COUNT
 };
 static const char *const top_names[K_COUNT] = {
@@ -438,7 +439,7 @@ static const char *const top_names[K_COUNT] = {
     "window",       "alibi",
     "alibi_slopes", "softcap",
     "rotary",       "num_kv_heads",
-    "key_lengths"};
+    "key_lengths",  "precision"};
 
 /* Members whose arrays of numbers reach this file packed: exactly the ones
  * read by parse_nested. */
@@ -452,7 +453,7 @@ static const char *const weight_names[N_WEIGHTS] = {"w_q", "w_k", "w_v", "w_o",
                                                     "b_q", "b_k", "b_v", "b_o"};
 
 #define MAX_V1_INPUTS (7 + N_WEIGHTS)
-#define MAX_V1_PARAMS 16
+#define MAX_V1_PARAMS 17
 
 /* The members of 'rotary', as the rotary_* parameters they become. */
 #define N_ROTARY 4
@@ -626,6 +627,10 @@ static attn_status check_options(const cJSON *const *f, const cJSON **wf,
                          "'scale' must be a finite number, got %s",
                          attn_json_kind(f[K_SCALE]));
   if (f[K_MODEL] && (s = check_model(f, d))) return s;
+  if (f[K_PRECISION] && !cJSON_IsString(f[K_PRECISION]))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "'precision' must be \"fp32\" or \"bf16\", got %s",
+                         attn_json_kind(f[K_PRECISION]));
   if (f[K_TOKENS] && !cJSON_IsArray(f[K_TOKENS]))
     return attn_diag_set(d, ATTN_EINVAL, "'tokens' must be an array, got %s",
                          attn_json_kind(f[K_TOKENS]));
@@ -975,6 +980,9 @@ static attn_status add_options(const cJSON *const *f, const cJSON *const *rf,
       (s = add_param(out, "average_attn_weights", ATTN_PARAM_BOOL,
                      f[K_AVG] && cJSON_IsTrue(f[K_AVG]), 0, 0)))
     return s;
+  if (f[K_PRECISION] &&
+      (s = add_labelled(out, "precision", NULL, f[K_PRECISION])))
+    return s;
   if (f[K_TOKENS] && (s = add_echo(out, "tokens", f[K_TOKENS]))) return s;
   if (f[K_KEY_TOKENS] && (s = add_echo(out, "key_tokens", f[K_KEY_TOKENS])))
     return s;
@@ -1217,6 +1225,7 @@ static attn_status output_layout(const attn_tensor *ot,
 /* The members after "shape": the request's echoed labels, then the
  * timing. */
 static attn_status put_extras(attn_buf *out, const attn_infer_request *req,
+                              const attn_infer_response *r,
                               const attn_v1_timing *t) {
   attn_status s;
   for (size_t i = 0; req && i < req->n_echo; i++) {
@@ -1233,6 +1242,14 @@ static attn_status put_extras(attn_buf *out, const attn_infer_request *req,
     TRY(put_ms(out, "compute_ms", t->compute_ms));
     TRY(attn_buf_append(out, ",", 1));
     TRY(put_ms(out, "total_ms", t->total_ms));
+    if (r->precision) {
+      TRY(attn_buf_puts(out, ",\"precision\":"));
+      TRY(attn_buf_json_string(out, r->precision));
+    }
+    if (r->kernel) {
+      TRY(attn_buf_puts(out, ",\"kernel\":"));
+      TRY(attn_buf_json_string(out, r->kernel));
+    }
     TRY(attn_buf_append(out, "}", 1));
   }
   return ATTN_OK;
@@ -1281,7 +1298,7 @@ attn_status attn_v1_encode(const attn_infer_response *r,
     TRY(attn__json_shape(out, w->tensor.rank, w->tensor.shape));
   }
   TRY(attn_buf_append(out, "}", 1));
-  TRY(put_extras(out, req, t));
+  TRY(put_extras(out, req, r, t));
   TRY(attn_buf_append(out, "}", 1));
   return ATTN_OK;
 fail:

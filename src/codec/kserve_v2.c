@@ -28,7 +28,10 @@
  *  - Any failure frees the partially built request; *out ends zeroed.
  *  - Encoding writes JSON straight into an attn_buf; floats go through
  *    attn_f32_append (shortest round-trip text).  Binary outputs follow the
- *    JSON, little-endian, in output order.
+ *    JSON, little-endian, in output order: FP32 as computed, or FP16 / BF16
+ *    when the output asked for that "datatype" (rounded to nearest even a
+ *    block at a time, append_half).  The response's "parameters" name the
+ *    precision and kernel the model used.
  *
  * Threads: reentrant; no state.
  */
@@ -233,6 +236,43 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
   return ATTN_OK;
 }
 
+/* A requested output's parameters: binary_data (a boolean) and datatype
+ * (the binary blob's type: "FP32", "FP16" or "BF16"). */
+static attn_status output_params(const cJSON *params, size_t i, const char *nm,
+                                 int *binary, attn_dtype *dt, attn_diag *d) {
+  const cJSON *c;
+  cJSON_ArrayForEach(c, params) {
+    bool is_bin = strcmp(c->string, "binary_data") == 0;
+    if (!is_bin && strcmp(c->string, "datatype") != 0)
+      return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                       "unknown parameter '%.64s' (binary_data and datatype "
+                       "are known)",
+                       c->string);
+    if (is_bin ? *binary != -1 : *dt != ATTN_DT_INVALID)
+      return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                       "duplicate parameter '%s'", c->string);
+    if (is_bin && !cJSON_IsBool(c))
+      return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                       "'binary_data' must be a boolean, got %s",
+                       attn_json_kind(c));
+    if (is_bin) {
+      *binary = cJSON_IsTrue(c) ? 1 : 0;
+      continue;
+    }
+    attn_dtype t =
+        cJSON_IsString(c) ? attn_dtype_parse(c->valuestring) : ATTN_DT_INVALID;
+    if (t != ATTN_DT_FP32 && t != ATTN_DT_FP16 && t != ATTN_DT_BF16)
+      return where_err(d, ATTN_EINVAL, "outputs", i, nm,
+                       "'datatype' must be \"FP32\", \"FP16\" or "
+                       "\"BF16\", got %s%.32s%s",
+                       cJSON_IsString(c) ? "\"" : attn_json_kind(c),
+                       cJSON_IsString(c) ? c->valuestring : "",
+                       cJSON_IsString(c) ? "\"" : "");
+    *dt = t;
+  }
+  return ATTN_OK;
+}
+
 static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
                                  attn_diag *d) {
   const cJSON *o;
@@ -284,21 +324,9 @@ static attn_status parse_outputs(const cJSON *arr, attn_infer_request *out,
         return where_err(d, ATTN_EINVAL, "outputs", i, nm,
                          "'parameters' must be an object, got %s",
                          attn_json_kind(params));
-      cJSON_ArrayForEach(c, params) {
-        if (strcmp(c->string, "binary_data") != 0)
-          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
-                           "unknown parameter '%.64s' (only binary_data is "
-                           "known)",
-                           c->string);
-        if (binary != -1)
-          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
-                           "duplicate parameter 'binary_data'");
-        if (!cJSON_IsBool(c))
-          return where_err(d, ATTN_EINVAL, "outputs", i, nm,
-                           "'binary_data' must be a boolean, got %s",
-                           attn_json_kind(c));
-        binary = cJSON_IsTrue(c) ? 1 : 0;
-      }
+      attn_status s =
+          output_params(params, i, nm, &binary, &out->outputs[i].datatype, d);
+      if (s) return s;
     }
     if (!(out->outputs[i].name = dupstr(nm))) return ATTN_ENOMEM;
     out->outputs[i].binary = binary;
@@ -964,6 +992,46 @@ static void restore(attn_buf *b, size_t start) {
   }
 }
 
+/* The type an output is written in: FP32 unless a binary one asks FP16 or
+ * BF16. */
+static attn_dtype out_dtype(const attn_infer_output *o) {
+  return o->datatype ? o->datatype : ATTN_DT_FP32;
+}
+
+/* The FP32 values v[0, n) appended as little-endian FP16 or BF16, rounded
+ * to nearest even, a block at a time. */
+static attn_status append_half(attn_buf *out, const float *v, size_t n,
+                               attn_dtype t) {
+  unsigned char blk[4096];
+  attn_status s = attn_buf_reserve(out, 2 * n);
+  for (size_t i = 0; s == ATTN_OK && i < n;) {
+    size_t m = n - i < sizeof blk / 2 ? n - i : sizeof blk / 2;
+    for (size_t k = 0; k < m; k++) {
+      uint16_t h = t == ATTN_DT_BF16 ? attn_f32_to_bf16(v[i + k])
+                                     : attn_f32_to_f16(v[i + k]);
+      blk[2 * k] = (unsigned char)(h & 255);
+      blk[2 * k + 1] = (unsigned char)(h >> 8);
+    }
+    s = attn_buf_append(out, blk, 2 * m);
+    i += m;
+  }
+  return s;
+}
+
+/* The response's "parameters": the precision and kernel actually used. */
+static attn_status put_resp_params(attn_buf *out,
+                                   const attn_infer_response *r) {
+  attn_status s;
+  if (!r->precision) return ATTN_OK;
+  if ((s = attn_buf_puts(out, ",\"parameters\":{\"precision\":")) ||
+      (s = attn_buf_json_string(out, r->precision)))
+    return s;
+  if (r->kernel && ((s = attn_buf_puts(out, ",\"kernel\":")) ||
+                    (s = attn_buf_json_string(out, r->kernel))))
+    return s;
+  return attn_buf_puts(out, "}");
+}
+
 static attn_status check_output(const attn_infer_output *o, size_t i,
                                 size_t *numel, attn_diag *d) {
   if (!o->name) return where_err(d, ATTN_EINVAL, "outputs", i, NULL, "no name");
@@ -973,6 +1041,13 @@ static attn_status check_output(const attn_infer_output *o, size_t i,
                      attn_dtype_name(o->tensor.dtype)
                          ? attn_dtype_name(o->tensor.dtype)
                          : "invalid");
+  attn_dtype w = out_dtype(o);
+  if (w != ATTN_DT_FP32 && (w != ATTN_DT_FP16 && w != ATTN_DT_BF16))
+    return where_err(d, ATTN_EINVAL, "outputs", i, o->name,
+                     "datatype %d is not FP32, FP16 or BF16", (int)w);
+  if (w != ATTN_DT_FP32 && !o->binary)
+    return where_err(d, ATTN_EINVAL, "outputs", i, o->name,
+                     "%s only as binary data", attn_dtype_name(w));
   if (!attn_shape_numel(o->tensor.rank, o->tensor.shape, numel) ||
       *numel > SIZE_MAX / sizeof(float))
     return where_err(d, ATTN_EINVAL, "outputs", i, o->name, "bad shape");
@@ -1002,6 +1077,7 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
     TRY(attn_buf_puts(out, ",\"id\":"));
     TRY(attn_buf_json_string(out, r->id));
   }
+  TRY(put_resp_params(out, r));
   TRY(attn_buf_puts(out, ",\"outputs\":["));
   for (size_t i = 0; i < r->n_outputs; i++) {
     const attn_infer_output *o = &r->outputs[i];
@@ -1009,12 +1085,14 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
     attn_shape_numel(o->tensor.rank, o->tensor.shape, &numel);
     TRY(attn_buf_puts(out, i ? ",{\"name\":" : "{\"name\":"));
     TRY(attn_buf_json_string(out, o->name));
-    TRY(attn_buf_puts(out, ",\"datatype\":\"FP32\",\"shape\":"));
+    TRY(attn_buf_puts(out, ",\"datatype\":\""));
+    TRY(attn_buf_puts(out, attn_dtype_name(out_dtype(o))));
+    TRY(attn_buf_puts(out, "\",\"shape\":"));
     TRY(attn__json_shape(out, o->tensor.rank, o->tensor.shape));
     if (o->binary) {
       any_binary = true;
       TRY(attn_buf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}",
-                          numel * sizeof(float)));
+                          numel * attn_dtype_size(out_dtype(o))));
       continue;
     }
     TRY(attn_buf_puts(out, ",\"data\":["));
@@ -1027,6 +1105,10 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
     const attn_infer_output *o = &r->outputs[i];
     if (!o->binary) continue;
     attn_shape_numel(o->tensor.rank, o->tensor.shape, &numel);
+    if (out_dtype(o) != ATTN_DT_FP32) {
+      TRY(append_half(out, o->tensor.data, numel, out_dtype(o)));
+      continue;
+    }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     TRY(attn_buf_append(out, o->tensor.data, numel * sizeof(float)));
 #else

@@ -50,7 +50,8 @@
  * per-unit band packing), each unit's query rows and each group's
  * probabilities rounded into its thread's scratch, values paired from an
  * even key (a zero before an odd first key).  mha packs its four weights
- * into bf16 panels on every call and rounds each chunk's input rows;
+ * into bf16 panels on every call (copied, not rounded, from a weight held
+ * in bfloat16: attn_weight.bf16) and rounds each chunk's input rows;
  * rotary is applied to the fp32 q and k, which are rounded after it.
  * Scores, masks, softmax and outputs stay fp32, so the fp32 code is
  * unchanged and fp32 calls give the same bits as before.
@@ -1374,8 +1375,15 @@ void attn__mha_normalise(const attn_mha_problem *in, attn_mha_problem *p) {
 }
 
 static attn_status check_weight(const char *name, const attn_weight *w,
-                                int64_t in, int64_t out, attn_diag *d) {
-  if (!w->data) return attn_diag_set(d, ATTN_EINVAL, "%s is missing", name);
+                                int64_t in, int64_t out, attn_precision prec,
+                                attn_diag *d) {
+  if (!w->data && !w->bf16)
+    return attn_diag_set(d, ATTN_EINVAL, "%s is missing", name);
+  if (!w->data && prec != ATTN_PRECISION_BF16)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s is held in bfloat16 only: an fp32 call needs "
+                         "its fp32 values",
+                         name);
   if (w->layout != ATTN_W_IN_OUT && w->layout != ATTN_W_OUT_IN)
     return attn_diag_set(d, ATTN_EINVAL, "%s: unknown layout", name);
   int64_t need = w->layout == ATTN_W_IN_OUT ? out : in;
@@ -1411,10 +1419,10 @@ static attn_status mha_check_norm(const attn_mha_problem *p, attn_diag *d) {
         (long long)p->H, (long long)p->Hkv);
   if (!p->xq) return attn_diag_set(d, ATTN_EINVAL, "query is missing");
   int64_t kw = p->Hkv * (p->E / p->H);
-  if ((s = check_weight("w_q", &p->wq, p->E, p->E, d)) ||
-      (s = check_weight("w_k", &p->wk, p->kdim, kw, d)) ||
-      (s = check_weight("w_v", &p->wv, p->vdim, kw, d)) ||
-      (s = check_weight("w_o", &p->wo, p->E, p->E, d)))
+  if ((s = check_weight("w_q", &p->wq, p->E, p->E, p->o.precision, d)) ||
+      (s = check_weight("w_k", &p->wk, p->kdim, kw, p->o.precision, d)) ||
+      (s = check_weight("w_v", &p->wv, p->vdim, kw, p->o.precision, d)) ||
+      (s = check_weight("w_o", &p->wo, p->E, p->E, p->o.precision, d)))
     return s;
   return check_opts(&p->o, p->B, p->H, p->E / p->H, d);
 }
@@ -1563,6 +1571,20 @@ static void proj_unit(void *vctx, int64_t u, int tid) {
   }
 }
 
+/* A weight into bf16 panels: rounded from fp32, or copied when it is held
+ * in bfloat16. */
+static void pack_weight_bf16(const attn_weight *w, int64_t in, int64_t out,
+                             int64_t ldw, uint16_t *wb) {
+  if (w->bf16 && w->layout == ATTN_W_IN_OUT)
+    attn__bf16_pack_nn_u16(out, in, w->bf16, ldw, wb);
+  else if (w->bf16)
+    attn__bf16_pack_nt_u16(out, in, w->bf16, ldw, wb);
+  else if (w->layout == ATTN_W_IN_OUT)
+    attn__bf16_pack_nn(out, in, w->data, ldw, wb);
+  else
+    attn__bf16_pack_nt(out, in, w->data, ldw, wb);
+}
+
 /* Weights stored [out, in] are packed for the NT kernel when enough rows
  * use them (without the memory, cblas_sgemm takes them as they are).
  * bf16: every weight is packed as bf16 panels and each thread gets a
@@ -1589,10 +1611,7 @@ static attn_status run_proj(proj_ctx *c, int threads) {
         s = ATTN_ENOMEM;
         continue;
       }
-      if (p->w->layout == ATTN_W_IN_OUT)
-        attn__bf16_pack_nn(p->out, p->in, p->w->data, ldw, p->wb);
-      else
-        attn__bf16_pack_nt(p->out, p->in, p->w->data, ldw, p->wb);
+      pack_weight_bf16(p->w, p->in, p->out, ldw, p->wb);
     } else if (p->w->layout == ATTN_W_OUT_IN && attn__gemm_packs() &&
                p->rows >= PACK_MIN_ROWS) {
       if ((p->wpack = alloc_floats(attn__pack_floats(p->out, p->in))))
@@ -1620,12 +1639,24 @@ static attn_status run_proj(proj_ctx *c, int threads) {
   return s;
 }
 
+/* The first row of a bfloat16 matrix holding NaN or Inf, or -1. */
+static int64_t bf16_nonfinite(const uint16_t *m, int64_t rows, int64_t ld,
+                              int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      if ((m[r * ld + c] & 0x7f80u) == 0x7f80u) return r;
+  return -1;
+}
+
 static attn_status check_weight_values(const char *name, const attn_weight *w,
-                                       int64_t in, int64_t out, attn_diag *d) {
+                                       int64_t in, int64_t out,
+                                       attn_precision prec, attn_diag *d) {
   int64_t rows = w->layout == ATTN_W_IN_OUT ? in : out;
   int64_t cols = w->layout == ATTN_W_IN_OUT ? out : in;
-  int64_t at = view_nonfinite(w->data, 1, 0, 1, 0, rows,
-                              attn__weight_ld(w, in, out), cols);
+  int64_t ld = attn__weight_ld(w, in, out);
+  int64_t at = w->bf16 && (prec == ATTN_PRECISION_BF16 || !w->data)
+                   ? bf16_nonfinite(w->bf16, rows, ld, cols)
+                   : view_nonfinite(w->data, 1, 0, 1, 0, rows, ld, cols);
   if (at >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "%s contains NaN or Inf (row %lld)", name,
@@ -1658,10 +1689,12 @@ static attn_status mha_check_values(const attn_mha_problem *p, attn_diag *d) {
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Lk])",
                          (long long)at);
-  if ((s = check_weight_values("w_q", &p->wq, p->E, p->E, d)) ||
-      (s = check_weight_values("w_k", &p->wk, p->kdim, kw, d)) ||
-      (s = check_weight_values("w_v", &p->wv, p->vdim, kw, d)) ||
-      (s = check_weight_values("w_o", &p->wo, p->E, p->E, d)) ||
+  if ((s = check_weight_values("w_q", &p->wq, p->E, p->E, p->o.precision, d)) ||
+      (s = check_weight_values("w_k", &p->wk, p->kdim, kw, p->o.precision,
+                               d)) ||
+      (s = check_weight_values("w_v", &p->wv, p->vdim, kw, p->o.precision,
+                               d)) ||
+      (s = check_weight_values("w_o", &p->wo, p->E, p->E, p->o.precision, d)) ||
       (s = check_vec("b_q", p->bq, p->E, d)) ||
       (s = check_vec("b_k", p->bk, kw, d)) ||
       (s = check_vec("b_v", p->bv, kw, d)) ||
@@ -1672,6 +1705,20 @@ static attn_status mha_check_values(const attn_mha_problem *p, attn_diag *d) {
 
 static int follows(const float *next, const float *prev, int64_t step) {
   return (uintptr_t)next == (uintptr_t)(prev + step);
+}
+
+/* q, k, v are consecutive blocks, step elements apart, of one matrix in
+ * each form they are held in (fp32, bfloat16). */
+static int blocks_follow(const attn_weight *q, const attn_weight *k,
+                         const attn_weight *v, int64_t step) {
+  if (!q->data != !k->data || !q->data != !v->data || !q->bf16 != !k->bf16 ||
+      !q->bf16 != !v->bf16)
+    return 0;
+  if (q->data &&
+      (!follows(k->data, q->data, step) || !follows(v->data, k->data, step)))
+    return 0;
+  return !q->bf16 || ((uintptr_t)k->bf16 == (uintptr_t)(q->bf16 + step) &&
+                      (uintptr_t)v->bf16 == (uintptr_t)(k->bf16 + step));
 }
 
 /* Self-attention whose three projections are blocks of one packed matrix
@@ -1691,9 +1738,7 @@ static int qkv_fusable(const attn_mha_problem *p, attn_weight *w3,
     return 0;
   if (lay == ATTN_W_IN_OUT && ld < 3 * E) return 0;
   int64_t step = lay == ATTN_W_OUT_IN ? E * ld : E;
-  if (!follows(p->wk.data, p->wq.data, step) ||
-      !follows(p->wv.data, p->wk.data, step))
-    return 0;
+  if (!blocks_follow(&p->wq, &p->wk, &p->wv, step)) return 0;
   if (!p->bq && !p->bk && !p->bv) {
     *b3 = NULL;
   } else if (p->bq && p->bk && p->bv && follows(p->bk, p->bq, E) &&
@@ -1702,7 +1747,7 @@ static int qkv_fusable(const attn_mha_problem *p, attn_weight *w3,
   } else {
     return 0;
   }
-  *w3 = (attn_weight){p->wq.data, lay, ld};
+  *w3 = (attn_weight){p->wq.data, lay, ld, p->wq.bf16};
   return 1;
 }
 

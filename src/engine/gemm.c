@@ -626,6 +626,38 @@ void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
   }
 }
 
+/* As attn__bf16_pack_nt / _nn from values already in bfloat16: a copy
+ * into the panel layout, no rounding. */
+void attn__bf16_pack_nt_u16(int64_t n, int64_t k, const uint16_t *b,
+                            int64_t ldb, uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k);
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    int64_t nr = n - j0 < NR ? n - j0 : NR;
+    if (nr < NR || k % 2) memset(p, 0, (size_t)ps * sizeof *p);
+    for (int64_t jj = 0; jj < nr; jj++) {
+      const uint16_t *row = b + (j0 + jj) * ldb;
+      for (int64_t kk = 0; kk < k; kk++)
+        p[(kk / 2) * 2 * NR + 2 * jj + (kk & 1)] = row[kk];
+    }
+  }
+}
+
+void attn__bf16_pack_nn_u16(int64_t n, int64_t k, const uint16_t *b,
+                            int64_t ldb, uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k);
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    int64_t nr = n - j0 < NR ? n - j0 : NR;
+    if (nr < NR || k % 2) memset(p, 0, (size_t)ps * sizeof *p);
+    for (int64_t kk = 0; kk < k; kk++) {
+      const uint16_t *row = b + kk * ldb + j0;
+      uint16_t *d = p + (kk / 2) * 2 * NR + (kk & 1);
+      for (int64_t jj = 0; jj < nr; jj++) d[2 * jj] = row[jj];
+    }
+  }
+}
+
 enum { BF16_PORTABLE, BF16_AVX512 };
 static int bf16_kernel;
 
@@ -814,4 +846,20 @@ const char *attn_engine_bf16_kernel_name(void) {
 
 const char *attn_engine_kernel_for(attn_precision p) {
   return p == ATTN_PRECISION_BF16 ? attn__bf16_name() : attn__gemm_name();
+}
+
+const char *attn_precision_name(attn_precision p) {
+  return p == ATTN_PRECISION_BF16 ? "bf16" : "fp32";
+}
+
+int attn_precision_parse(const char *s, attn_precision *p) {
+  if (s && strcmp(s, "fp32") == 0) {
+    *p = ATTN_PRECISION_FP32;
+    return 1;
+  }
+  if (s && strcmp(s, "bf16") == 0) {
+    *p = ATTN_PRECISION_BF16;
+    return 1;
+  }
+  return 0;
 }

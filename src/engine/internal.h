@@ -142,6 +142,11 @@ void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
                         uint16_t *panels);
 void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
                         uint16_t *panels);
+/* The same from values already in bfloat16 (a copy, no rounding). */
+void attn__bf16_pack_nt_u16(int64_t n, int64_t k, const uint16_t *b,
+                            int64_t ldb, uint16_t *panels);
+void attn__bf16_pack_nn_u16(int64_t n, int64_t k, const uint16_t *b,
+                            int64_t ldb, uint16_t *panels);
 /* dst[j] = attn__bf16(src[j]) for j < n (the vector conversion where the
  * fast kernel is in use: the same bits). */
 void attn__bf16_convert(const float *src, int64_t n, uint16_t *dst);

@@ -194,6 +194,15 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
   return s;
 }
 
+/* Element (t, o) of W, from its bfloat16 values when it is held in
+ * bfloat16 and the call is bf16 (or it has no fp32 values). */
+static double w_at(const attn_weight *w, int64_t ld, int64_t t, int64_t o,
+                   int bf16) {
+  int64_t at = w->layout == ATTN_W_IN_OUT ? t * ld + o : o * ld + t;
+  if (w->bf16 && (bf16 || !w->data)) return attn__bf16_f32(w->bf16[at]);
+  return w->data[at];
+}
+
 /* y[rows, out] = x[rows, in] * W + bias, W as stored by attn_weight; x
  * and W rounded to bf16 when bf16. */
 static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
@@ -204,8 +213,7 @@ static void ref_project(const float *x, int64_t rows, int64_t in, int64_t outc,
     for (int64_t o = 0; o < outc; o++) {
       double acc = bias ? bias[o] : 0.0;
       for (int64_t t = 0; t < in; t++) {
-        double wt = w->layout == ATTN_W_IN_OUT ? w->data[t * ld + o]
-                                               : w->data[o * ld + t];
+        double wt = w_at(w, ld, t, o, bf16);
         double xt = x[r * in + t];
         if (bf16) {
           wt = bf(wt);
@@ -274,8 +282,7 @@ attn_status attn_ref_mha(const attn_mha_problem *in, double *out,
       for (int64_t o = 0; o < p.E; o++) {
         double acc = p.bo ? p.bo[o] : 0.0;
         for (int64_t t = 0; t < p.E; t++) {
-          double wt = p.wo.layout == ATTN_W_IN_OUT ? p.wo.data[t * ld + o]
-                                                   : p.wo.data[o * ld + t];
+          double wt = w_at(&p.wo, ld, t, o, bf16);
           acc += bf16 ? bf(Q[r0 * p.E + t]) * bf(wt) : Q[r0 * p.E + t] * wt;
         }
         out[r0 * p.E + o] = acc;

@@ -23,7 +23,13 @@
  * Nothing here holds state between calls; every function is reentrant.  No
  * threads of its own: the attn_exec from the caller goes to the engine.
  * Inputs are read in place (engine views over the request's tensors); the
- * only copy is key_lengths, widened to int64 (B values).
+ * only copies are key_lengths, widened to int64 (B values), and, for an
+ * fp32 request of a resident model held in bfloat16, its weights widened
+ * for that call (widen_weights).
+ * Precision (parameter "precision", resolve_precision): the request's,
+ * else the resident model's, else fp32; bf16 of an fp32 resident model is
+ * refused.  The response names the precision and the engine's kernel for
+ * it; an output's binary datatype (FP32, FP16, BF16) passes through.
  */
 #include <float.h>
 #include <math.h>
@@ -63,10 +69,19 @@ static const char *const in_names[IN_N] = {
 
 /* Parameter ids; sdpa takes the first P_N_SDPA.  The variants (causal,
  * window, alibi, softcap, rotary) are variants.c's, for every model. */
-enum { P_SCALE, P_NEED, P_AVG, P_N_SDPA, P_HEADS = P_N_SDPA, P_KV, P_N };
-static const char *const p_names[P_N] = {"scale", "need_weights",
-                                         "average_attn_weights", "num_heads",
-                                         "num_kv_heads"};
+enum {
+  P_SCALE,
+  P_NEED,
+  P_AVG,
+  P_PRECISION,
+  P_N_SDPA,
+  P_HEADS = P_N_SDPA,
+  P_KV,
+  P_N
+};
+static const char *const p_names[P_N] = {
+    "scale",     "need_weights", "average_attn_weights",
+    "precision", "num_heads",    "num_kv_heads"};
 
 enum { OUT_O, OUT_W, OUT_N };
 static const char *const out_names[OUT_N] = {"attn_output", "attn_weights"};
@@ -79,11 +94,13 @@ typedef struct req_info {
   bool avg;
   bool has_scale;
   double scale;
-  int need;          /* need_weights: -1 unset, 0, 1 */
-  int64_t heads, kv; /* -1 unset */
-  bool want_w;       /* compute attn_weights */
-  bool bin[OUT_N];   /* binary flag per output */
-  int order[OUT_N];  /* outputs returned, in order */
+  int need;                /* need_weights: -1 unset, 0, 1 */
+  int64_t heads, kv;       /* -1 unset */
+  int precision;           /* attn_precision asked for; -1 unset */
+  bool want_w;             /* compute attn_weights */
+  bool bin[OUT_N];         /* binary flag per output */
+  attn_dtype dtype[OUT_N]; /* binary datatype per output (0: FP32) */
+  int order[OUT_N];        /* outputs returned, in order */
   int n_order;
 } req_info;
 
@@ -266,6 +283,46 @@ static attn_status unknown_param(const attn_param *p, const char *model,
                        join(names, n, list, sizeof list), attn__variant_names);
 }
 
+/* "fp32" or "bf16" (attn_precision). */
+static attn_status want_precision(const attn_param *p, int *v, attn_diag *d) {
+  if (p->type != ATTN_PARAM_STRING)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter 'precision' must be a string (\"fp32\" "
+                         "or \"bf16\"), got %s",
+                         param_type_name(p->type));
+  attn_precision x;
+  if (attn_precision_parse(p->s, &x)) {
+    *v = (int)x;
+    return ATTN_OK;
+  }
+  return attn_diag_set(d, ATTN_EINVAL,
+                       "parameter 'precision' is \"%.40s\"; expected \"fp32\" "
+                       "or \"bf16\"",
+                       p->s ? p->s : "");
+}
+
+/* The arithmetic of the call: the request's, else the resident model's,
+ * else fp32; a request may not ask bf16 of an fp32 resident model (its
+ * weights were chosen for fp32), only the reverse. */
+static attn_status resolve_precision(const attn__resident *fx,
+                                     const req_info *ri, attn_attend_opts *o,
+                                     attn_diag *d) {
+  attn_precision model = fx ? fx->precision : ATTN_PRECISION_FP32;
+  if (ri->precision < 0) {
+    o->precision = model;
+    return ATTN_OK;
+  }
+  if (fx && ri->precision == ATTN_PRECISION_BF16 &&
+      model == ATTN_PRECISION_FP32)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter 'precision' is \"bf16\" but model '%s' "
+                         "has precision \"fp32\": a request may ask fp32 "
+                         "of a bf16 model, not bf16 of an fp32 one",
+                         ri->model);
+  o->precision = (attn_precision)ri->precision;
+  return ATTN_OK;
+}
+
 static attn_status read_params(attn__model_kind kind,
                                const attn_infer_request *req, req_info *ri,
                                attn_diag *d) {
@@ -307,6 +364,9 @@ static attn_status read_params(attn__model_kind kind,
                                "parameter 'scale' must be a finite float");
         ri->has_scale = true;
         break;
+      case P_PRECISION:
+        s = want_precision(p, &ri->precision, d);
+        break;
       case P_HEADS:
         s = want_count(p, &ri->heads, d);
         break;
@@ -318,8 +378,30 @@ static attn_status read_params(attn__model_kind kind,
   return s;
 }
 
+/* An output's binary datatype: FP32 (the default), FP16 or BF16, which
+ * only a binary output can carry (JSON outputs are FP32 numbers). */
+static attn_status want_datatype(const attn_infer_output_req *o, bool bin,
+                                 attn_dtype *dt, attn_diag *d) {
+  attn_dtype t = o->datatype ? o->datatype : ATTN_DT_FP32;
+  if (t != ATTN_DT_FP32 && t != ATTN_DT_FP16 && t != ATTN_DT_BF16)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "output '%s': datatype %s; expected FP32, FP16 or "
+                         "BF16",
+                         o->name,
+                         attn_dtype_name(t) ? attn_dtype_name(t) : "?");
+  if (t != ATTN_DT_FP32 && !bin)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "output '%s': datatype %s needs binary output "
+                         "(parameters: {\"binary_data\": true}); JSON "
+                         "outputs are FP32 numbers",
+                         o->name, attn_dtype_name(t));
+  *dt = t;
+  return ATTN_OK;
+}
+
 static attn_status read_outputs(const attn_infer_request *req, req_info *ri,
                                 attn_diag *d) {
+  attn_status s;
   bool dflt = req->binary_data_output == 1;
   ri->bin[OUT_O] = ri->bin[OUT_W] = dflt;
   if (!req->outputs_given || req->n_outputs == 0) {
@@ -342,6 +424,7 @@ static attn_status read_outputs(const attn_infer_request *req, req_info *ri,
                            out_names[id]);
     seen[id] = true;
     ri->bin[id] = o->binary != -1 ? o->binary != 0 : dflt;
+    if ((s = want_datatype(o, ri->bin[id], &ri->dtype[id], d))) return s;
     ri->order[ri->n_order++] = id;
   }
   ri->want_w = seen[OUT_W];
@@ -692,10 +775,10 @@ static attn_status mha_weights(attn__model_kind kind, const attn__resident *fx,
        (s = expect(ri->in[IN_BV], "b_v", 1, &kw, "Hkv*E/H", d))) ||
       (ri->in[IN_BO] && (s = expect(ri->in[IN_BO], "b_o", 1, &E, "E", d))))
     return s;
-  p->wq = (attn_weight){ri->in[IN_WQ]->data, ATTN_W_IN_OUT, 0};
-  p->wk = (attn_weight){ri->in[IN_WK]->data, ATTN_W_IN_OUT, 0};
-  p->wv = (attn_weight){ri->in[IN_WV]->data, ATTN_W_IN_OUT, 0};
-  p->wo = (attn_weight){ri->in[IN_WO]->data, ATTN_W_IN_OUT, 0};
+  p->wq = (attn_weight){ri->in[IN_WQ]->data, ATTN_W_IN_OUT, 0, NULL};
+  p->wk = (attn_weight){ri->in[IN_WK]->data, ATTN_W_IN_OUT, 0, NULL};
+  p->wv = (attn_weight){ri->in[IN_WV]->data, ATTN_W_IN_OUT, 0, NULL};
+  p->wo = (attn_weight){ri->in[IN_WO]->data, ATTN_W_IN_OUT, 0, NULL};
   p->bq = ri->in[IN_BQ] ? ri->in[IN_BQ]->data : NULL;
   p->bk = ri->in[IN_BK] ? ri->in[IN_BK]->data : NULL;
   p->bv = ri->in[IN_BV] ? ri->in[IN_BV]->data : NULL;
@@ -829,6 +912,9 @@ static attn_status plan_request(attn__model_kind kind,
       (s = read_params(kind, req, ri, d)) || (s = read_outputs(req, ri, d)))
     return s;
 
+  if ((s = resolve_precision(kind == ATTN__MODEL_RESIDENT ? fixed : NULL, ri, o,
+                             d)))
+    return s;
   o->has_scale = ri->has_scale;
   o->scale = (float)ri->scale;
   o->weights = !ri->want_w ? ATTN_WEIGHTS_NONE
@@ -847,6 +933,36 @@ static attn_status plan_request(attn__model_kind kind,
   return check_limits(lim, pl, ri, pl->out_n, pl->w_n, d);
 }
 
+/* An fp32 request of a resident model held in bfloat16 (a bf16 model of
+ * an F16 or BF16 file): the weights widened, the same values in fp32, into
+ * *buf for this call (NULL when none is held in bfloat16). */
+static attn_status widen_weights(attn_mha_problem *p, float **buf,
+                                 attn_diag *d) {
+  attn_weight *w[4] = {&p->wq, &p->wk, &p->wv, &p->wo};
+  int64_t kw = p->Hkv * (p->E / p->H);
+  const int64_t rows[4] = {p->E, kw, kw, p->E},
+                cols[4] = {p->E, p->kdim, p->vdim, p->E};
+  size_t n = 0, at = 0;
+  *buf = NULL;
+  for (int i = 0; i < 4; i++)
+    if (!w[i]->data) n += (size_t)(rows[i] * cols[i]);
+  if (!n) return ATTN_OK;
+  if (!(*buf = malloc(n * sizeof **buf)))
+    return attn_diag_set(d, ATTN_ENOMEM,
+                         "out of memory widening the weights to fp32");
+  for (int i = 0; i < 4; i++) {
+    if (w[i]->data) continue;
+    int64_t ld = w[i]->ld ? w[i]->ld : cols[i]; /* resident: [out, in] */
+    float *f = *buf + at;
+    for (int64_t r = 0; r < rows[i]; r++)
+      for (int64_t c = 0; c < cols[i]; c++)
+        f[r * cols[i] + c] = attn_bf16_to_f32(w[i]->bf16[r * ld + c]);
+    *w[i] = (attn_weight){f, ATTN_W_OUT_IN, cols[i], NULL};
+    at += (size_t)(rows[i] * cols[i]);
+  }
+  return ATTN_OK;
+}
+
 /* Stage 4: the engine's check and sizes for pl with the options o, then
  * the outputs allocated (zeroed) and computed into *out and *w (NULL when
  * attn_weights are not wanted).  On failure nothing stays allocated. */
@@ -858,7 +974,7 @@ static attn_status run_engine(attn__model_kind kind, const req_info *ri,
   /* key_lengths widened to int64 (B values, bounded by the input); the
    * standard ALiBi slopes (H values, bounded by the inputs too). */
   int64_t *lens = NULL;
-  float *slopes = NULL;
+  float *slopes = NULL, *wide = NULL; /* wide: widen_weights */
   if (ri->in[IN_KLEN]) {
     if (!(lens = copy_lengths(ri->in[IN_KLEN], pl->B)))
       return attn_diag_set(d, ATTN_ENOMEM, "out of memory for key_lengths");
@@ -876,6 +992,9 @@ static attn_status run_engine(attn__model_kind kind, const req_info *ri,
   attn_bytes bytes;
   pl->sp.o = *o;
   pl->mp.o = *o;
+  if (kind == ATTN__MODEL_RESIDENT && o->precision == ATTN_PRECISION_FP32 &&
+      (s = widen_weights(&pl->mp, &wide, d)))
+    goto fail;
   if (kind == ATTN__MODEL_SDPA)
     s = attn_sdpa_bytes(&pl->sp, x, &bytes, d);
   else
@@ -913,11 +1032,13 @@ static attn_status run_engine(attn__model_kind kind, const req_info *ri,
   if (s) goto fail;
   free(lens);
   free(slopes);
+  free(wide);
   return ATTN_OK;
 
 fail:
   free(lens);
   free(slopes);
+  free(wide);
   free(*out);
   free(*w);
   *out = *w = NULL;
@@ -929,11 +1050,13 @@ fail:
  * asked for). */
 static attn_status make_response(const char *name, const char *version,
                                  const attn_infer_request *req,
-                                 const req_info *ri, const plan *pl, float *out,
-                                 float *w, attn_infer_response *resp,
-                                 attn_diag *d) {
+                                 const req_info *ri, const plan *pl,
+                                 attn_precision prec, float *out, float *w,
+                                 attn_infer_response *resp, attn_diag *d) {
   attn_infer_response r;
   memset(&r, 0, sizeof r);
+  r.precision = attn_precision_name(prec);
+  r.kernel = attn_engine_kernel_for(prec);
   bool oom = false;
   r.model_name = dup_or_null(name, &oom);
   r.model_version = dup_or_null(version, &oom);
@@ -946,6 +1069,7 @@ static attn_status make_response(const char *name, const char *version,
     r.n_outputs = (size_t)i + 1;
     ro->name = dup_or_null(out_names[id], &oom);
     ro->binary = ri->bin[id];
+    ro->datatype = ri->dtype[id];
     ro->tensor.dtype = ATTN_DT_FP32;
     ro->tensor.owns = true;
     if (id == OUT_O) {
@@ -989,13 +1113,15 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
   ri.model = name;
   ri.need = -1;
   ri.heads = ri.kv = -1;
+  ri.precision = -1;
   if (!x) x = &one_thread;
   if (!req) return attn_diag_set(d, ATTN_EINVAL, "request is NULL");
   if (kind == ATTN__MODEL_RESIDENT && !fixed)
     return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
   if ((s = plan_request(kind, fixed, req, lim, &ri, &pl, &o, d)) ||
       (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, d)) ||
-      (s = make_response(name, version, req, &ri, &pl, out, w, resp, d)))
+      (s = make_response(name, version, req, &ri, &pl, o.precision, out, w,
+                         resp, d)))
     return s;
   resp->flops = kind == ATTN__MODEL_SDPA ? attn_sdpa_flops(&pl.sp)
                                          : attn_mha_flops(&pl.mp);

@@ -85,11 +85,15 @@ typedef enum {
 } attn__model_kind;
 
 /* A resident model as loaded from its json file.  Weight views point into
- * `st` (safetensors) or `mem` (seeded); both owned. */
+ * `st` (safetensors) or `mem` (seeded); both owned.  A bf16 model's F16 and
+ * BF16 tensors stay bfloat16 (the views' bf16, data NULL), its biases then
+ * widened into `mem`. */
 typedef struct attn__resident {
   char *name, *version, *description, *path;
   int64_t E, H, Hkv, kdim, vdim;
   bool bias, seeded;
+  attn_precision precision;       /* "precision" of the file: fp32 default */
+  size_t weight_bytes;            /* weights and biases as held (RAM) */
   attn_weight wq, wk, wv, wo;     /* ATTN_W_OUT_IN */
   const float *bq, *bk, *bv, *bo; /* NULL without bias */
   struct attn_safetensors *st;

@@ -327,6 +327,8 @@ void attn_model_info_get(const attn_model *m, attn_model_info *info) {
       info->bias = r->bias;
       info->seeded = r->seeded;
       info->fixed = r->fixed_json;
+      info->precision = attn_precision_name(r->precision);
+      info->weight_bytes = r->weight_bytes;
     } break;
   }
 }

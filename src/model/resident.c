@@ -13,6 +13,12 @@
  * q, k and v parts of in_proj_bias likewise.  Seeded weights use the same
  * packed layout in one block, so both kinds look alike to the engine.
  *
+ * "precision": "bf16" makes the model's requests bf16 by default and loads
+ * its file with F16 and BF16 tensors kept in bfloat16 (safetensors.h's
+ * attn_safetensors_load_as): the engine's views then carry bf16 bits
+ * (attn_weight.bf16), half the memory, and its biases are widened into
+ * `mem`.  weight_bytes counts what the model holds.
+ *
  * Seeded weights: splitmix64 from the seed, uniform in +-sqrt(6/(in+out))
  * (Xavier/Glorot) for each of the four projections in turn (q, k, v, out),
  * biases zero as PyTorch initialises them.  The bytes are the same on every
@@ -80,12 +86,14 @@ enum {
   K_SLOPES,
   K_SOFTCAP,
   K_ROTARY,
+  K_PRECISION, /* issue 35 */
   K_N
 };
 static const char *const keys[K_N] = {
-    "name",   "embed_dim", "num_heads",    "num_kv_heads", "kdim",    "vdim",
-    "bias",   "weights",   "seed",         "description",  "version", "causal",
-    "window", "alibi",     "alibi_slopes", "softcap",      "rotary"};
+    "name",    "embed_dim", "num_heads", "num_kv_heads", "kdim",
+    "vdim",    "bias",      "weights",   "seed",         "description",
+    "version", "causal",    "window",    "alibi",        "alibi_slopes",
+    "softcap", "rotary",    "precision"};
 
 static attn_status json_dim(const cJSON *j, const char *path, const char *key,
                             int64_t *v, attn_diag *d) {
@@ -146,10 +154,10 @@ static void fill_xavier(float *w, int64_t out, int64_t in, uint64_t *s) {
 static void set_views(attn__resident *r, const dims *z, const float *q,
                       const float *k, const float *v, const float *o,
                       const float *in_b, const float *out_b) {
-  r->wq = (attn_weight){q, ATTN_W_OUT_IN, z->E};
-  r->wk = (attn_weight){k, ATTN_W_OUT_IN, z->kdim};
-  r->wv = (attn_weight){v, ATTN_W_OUT_IN, z->vdim};
-  r->wo = (attn_weight){o, ATTN_W_OUT_IN, z->E};
+  r->wq = (attn_weight){q, ATTN_W_OUT_IN, z->E, NULL};
+  r->wk = (attn_weight){k, ATTN_W_OUT_IN, z->kdim, NULL};
+  r->wv = (attn_weight){v, ATTN_W_OUT_IN, z->vdim, NULL};
+  r->wo = (attn_weight){o, ATTN_W_OUT_IN, z->E, NULL};
   if (in_b) {
     r->bq = in_b;
     r->bk = in_b + z->E;
@@ -157,6 +165,8 @@ static void set_views(attn__resident *r, const dims *z, const float *q,
   }
   r->bo = out_b;
 }
+
+static size_t held_bytes(const attn__resident *r, size_t mem_floats);
 
 static attn_status seed_weights(attn__resident *r, const dims *z, uint64_t seed,
                                 size_t total, attn_diag *d) {
@@ -174,14 +184,16 @@ static attn_status seed_weights(attn__resident *r, const dims *z, uint64_t seed,
   set_views(r, z, q, k, v, o, r->bias ? b : NULL,
             r->bias ? b + z->E + 2 * z->kw : NULL); /* zeros */
   r->seeded = true;
+  r->weight_bytes = held_bytes(r, total);
   return ATTN_OK;
 }
 
 /* Tensor `name` of the file with exactly the given shape, finite; NULL data
  * with *s set on error (missing is ATTN_EINVAL unless `optional`). */
-static const float *tensor_of(const attn_safetensors *st, const char *file,
-                              const char *name, int rank, int64_t d0,
-                              int64_t d1, attn_status *s, attn_diag *d) {
+static const attn_tensor *tensor_of(const attn_safetensors *st,
+                                    const char *file, const char *name,
+                                    int rank, int64_t d0, int64_t d1,
+                                    attn_status *s, attn_diag *d) {
   const attn_safetensors_entry *e = attn_safetensors_find(st, name);
   if (!e) {
     *s = attn_diag_set(d, ATTN_EINVAL, "%s: missing tensor '%s'", file, name);
@@ -210,19 +222,54 @@ static const float *tensor_of(const attn_safetensors *st, const char *file,
   size_t n;
   attn_shape_numel(t->rank, t->shape, &n);
   const float *f = t->data;
+  const uint16_t *h = t->data;
+  bool half = t->dtype == ATTN_DT_BF16;
   for (size_t i = 0; i < n; i++)
-    if (!isfinite(f[i])) {
+    if (half ? (h[i] & 0x7f80u) == 0x7f80u : !isfinite(f[i])) {
       *s = attn_diag_set(d, ATTN_ENONFINITE,
                          "%s: tensor '%s' element %zu is not finite", file,
                          name, i);
       return NULL;
     }
-  return f;
+  return t;
+}
+
+/* A bias held in bfloat16 (a bf16 model's BF16 or F16 file) widened into
+ * r->mem at *at (the biases are added in fp32). */
+static const float *bias_f32(attn__resident *r, const attn_tensor *t,
+                             size_t *at) {
+  if (!t || t->dtype != ATTN_DT_BF16) return t ? t->data : NULL;
+  float *b = r->mem + *at;
+  const uint16_t *h = t->data;
+  for (int64_t i = 0; i < t->shape[0]; i++) b[i] = attn_bf16_to_f32(h[i]);
+  *at += (size_t)t->shape[0];
+  return b;
+}
+
+/* w's data (fp32) or bf16 bits (a tensor kept in bfloat16), element off
+ * of tensor t. */
+static void view_of(attn_weight *w, const attn_tensor *t, int64_t off) {
+  bool half = t->dtype == ATTN_DT_BF16;
+  w->data = half ? NULL : (const float *)t->data + off;
+  w->bf16 = half ? (const uint16_t *)t->data + off : NULL;
+}
+
+/* The bytes r holds: every tensor of its file as stored, and r->mem. */
+static size_t held_bytes(const attn__resident *r, size_t mem_floats) {
+  size_t b = mem_floats * sizeof(float), n;
+  for (size_t i = 0; r->st && i < attn_safetensors_count(r->st); i++) {
+    const attn_tensor *t = &attn_safetensors_at(r->st, i)->tensor;
+    if (attn_shape_numel(t->rank, t->shape, &n))
+      b += n * attn_dtype_size(t->dtype);
+  }
+  return b;
 }
 
 static attn_status file_weights(attn__resident *r, const dims *z,
                                 const char *file, size_t total, attn_diag *d) {
-  attn_status s = attn_safetensors_load(file, total, &r->st, d);
+  /* a bf16 model keeps F16 and BF16 tensors in bfloat16 */
+  attn_status s = attn_safetensors_load_as(
+      file, total, r->precision == ATTN_PRECISION_BF16, &r->st, d);
   if (s) return s;
   const attn_safetensors *st = r->st;
   const bool packable = z->kdim == z->E && z->vdim == z->E && z->Hkv == z->H;
@@ -261,15 +308,14 @@ static attn_status file_weights(attn__resident *r, const dims *z,
                                     "v_proj_weight",
                            r->bias ? ", in_proj_bias, out_proj.bias" : "");
   }
-  const float *q, *k, *v, *o, *in_b = NULL, *out_b = NULL;
+  const attn_tensor *q, *k, *v, *o, *ib = NULL, *ob = NULL;
+  int64_t ko = 0, vo = 0;
   s = ATTN_OK;
   if (packed) {
-    const float *w =
-        tensor_of(st, file, "in_proj_weight", 2, 3 * z->E, z->E, &s, d);
-    if (!w) return s;
-    q = w;
-    k = w + z->E * z->E;
-    v = k + z->E * z->E;
+    if (!(q = tensor_of(st, file, "in_proj_weight", 2, 3 * z->E, z->E, &s, d)))
+      return s;
+    k = v = q;
+    ko = z->E * z->E, vo = 2 * z->E * z->E;
   } else {
     if (!(q = tensor_of(st, file, "q_proj_weight", 2, z->E, z->E, &s, d)) ||
         !(k = tensor_of(st, file, "k_proj_weight", 2, z->kw, z->kdim, &s, d)) ||
@@ -279,11 +325,21 @@ static attn_status file_weights(attn__resident *r, const dims *z,
   if (!(o = tensor_of(st, file, "out_proj.weight", 2, z->E, z->E, &s, d)))
     return s;
   if (r->bias &&
-      (!(in_b = tensor_of(st, file, "in_proj_bias", 1, z->E + 2 * z->kw, 0, &s,
-                          d)) ||
-       !(out_b = tensor_of(st, file, "out_proj.bias", 1, z->E, 0, &s, d))))
+      (!(ib = tensor_of(st, file, "in_proj_bias", 1, z->E + 2 * z->kw, 0, &s,
+                        d)) ||
+       !(ob = tensor_of(st, file, "out_proj.bias", 1, z->E, 0, &s, d))))
     return s;
-  set_views(r, z, q, k, v, o, in_b, out_b);
+  size_t at = 0, widen = (ib && ib->dtype == ATTN_DT_BF16 ? ib->shape[0] : 0) +
+                         (ob && ob->dtype == ATTN_DT_BF16 ? ob->shape[0] : 0);
+  if (widen && !(r->mem = calloc(widen, sizeof *r->mem)))
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", file);
+  const float *in_b = bias_f32(r, ib, &at), *out_b = bias_f32(r, ob, &at);
+  set_views(r, z, NULL, NULL, NULL, NULL, in_b, out_b);
+  view_of(&r->wq, q, 0);
+  view_of(&r->wk, k, ko);
+  view_of(&r->wv, v, vo);
+  view_of(&r->wo, o, 0);
+  r->weight_bytes = held_bytes(r, widen);
   return ATTN_OK;
 }
 
@@ -306,7 +362,7 @@ static attn_status read_keys(const char *path, const cJSON *root,
                            "embed_dim, num_heads, num_kv_heads, kdim, vdim, "
                            "bias, weights, seed, description, version, "
                            "causal, window, alibi, alibi_slopes, softcap, "
-                           "rotary)",
+                           "rotary, precision)",
                            path, c->string);
     if (k[id])
       return attn_diag_set(d, ATTN_EINVAL, "%s: key '%s' given twice", path,
@@ -373,6 +429,18 @@ static attn_status read_source(const char *path, const cJSON *const *k,
     *seed = (uint64_t)x;
   }
   return ATTN_OK;
+}
+
+/* "precision": "fp32" (the default) or "bf16", the arithmetic of the
+ * model's requests unless a request asks fp32. */
+static attn_status read_precision(const char *path, const cJSON *v,
+                                  attn_precision *p, attn_diag *d) {
+  *p = ATTN_PRECISION_FP32;
+  if (!v) return ATTN_OK;
+  if (cJSON_IsString(v) && attn_precision_parse(v->valuestring, p))
+    return ATTN_OK;
+  return attn_diag_set(d, ATTN_EINVAL,
+                       "%s: \"precision\" must be \"fp32\" or \"bf16\"", path);
 }
 
 /* "version" as text into vbuf[32]: "1" when absent. */
@@ -446,6 +514,7 @@ static attn_status load_json(const char *path, const cJSON *root,
       (s = read_source(path, k, r, &seed, d)) ||
       (k[K_DESC] && (s = json_str(k[K_DESC], path, "description", d))) ||
       (s = read_version(path, k[K_VERSION], vbuf, d)) ||
+      (s = read_precision(path, k[K_PRECISION], &r->precision, d)) ||
       (s = count_params(path, &z, r->bias, &total, &bound, d)) ||
       (s = attn__variants_from_json(path, root, z.H, z.E / z.H, &r->fixed, d)))
     return s;

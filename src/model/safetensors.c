@@ -1,4 +1,6 @@
-/* safetensors.c - validate and convert .safetensors files (safetensors.h).
+/* safetensors.c - validate and convert .safetensors files (safetensors.h);
+ * F16 and BF16 tensors stay bfloat16 when the caller asks
+ * (attn_safetensors_load_as, for bf16 models).
  *
  * Design: parsing is two passes over the header.  Pass one (read_entries,
  * read_entry) reads every entry into a small `raw` record (name, dtype,
@@ -344,10 +346,21 @@ static attn_status copy_metadata(attn_safetensors *st, const cJSON *m,
   return ATTN_OK;
 }
 
-/* Convert the validated records into owned FP32 tensors. */
+/* F16 and BF16 data as BF16 tensor bits: BF16 copied, F16 rounded to
+ * nearest even (exact through float). */
+static void load_bf16(const unsigned char *p, attn_dtype dt, size_t n,
+                      uint16_t *h) {
+  for (size_t k = 0; k < n; k++) {
+    uint16_t v = (uint16_t)(p[2 * k] | p[2 * k + 1] << 8);
+    h[k] = dt == ATTN_DT_BF16 ? v : attn_f32_to_bf16(attn_f16_to_f32(v));
+  }
+}
+
+/* Convert the validated records into owned FP32 tensors (F16 and BF16
+ * ones into BF16 tensors when keep_bf16). */
 static attn_status convert(attn_safetensors *st, const raw *rs, size_t n,
                            const unsigned char *data, const char *label,
-                           attn_diag *d) {
+                           bool keep_bf16, attn_diag *d) {
   st->ents = calloc(n ? n : 1, sizeof *st->ents);
   st->names = calloc(n ? n : 1, sizeof *st->names);
   if (!st->ents || !st->names)
@@ -357,18 +370,20 @@ static attn_status convert(attn_safetensors *st, const raw *rs, size_t n,
     attn_safetensors_entry *e = &st->ents[i];
     st->n = i + 1;
     st->names[i] = strdup(r->name);
-    float *f = malloc(r->numel ? r->numel * sizeof *f : 1);
+    bool half = keep_bf16 && (r->dt == ATTN_DT_FP16 || r->dt == ATTN_DT_BF16);
+    void *f = malloc(r->numel ? r->numel * (half ? 2 : 4) : 1);
     if (!st->names[i] || !f) {
       free(f);
       return attn_diag_set(d, ATTN_ENOMEM, "%s: tensor '%s': out of memory",
                            LBL(label), r->name);
     }
     const unsigned char *p = data + r->begin;
-    for (size_t k = 0; k < r->numel; k++)
-      f[k] = load_f32(p + k * r->dsize, r->dt);
+    if (half) load_bf16(p, r->dt, r->numel, f);
+    for (size_t k = 0; !half && k < r->numel; k++)
+      ((float *)f)[k] = load_f32(p + k * r->dsize, r->dt);
     e->name = st->names[i];
     e->file_dtype = r->dt;
-    e->tensor.dtype = ATTN_DT_FP32;
+    e->tensor.dtype = half ? ATTN_DT_BF16 : ATTN_DT_FP32;
     e->tensor.rank = r->rank;
     memcpy(e->tensor.shape, r->shape, sizeof r->shape);
     e->tensor.data = f;
@@ -471,9 +486,9 @@ static attn_status read_entries(const cJSON *root, const cJSON *meta,
 
 /* The file's design: the header, pass one (read_entries), pass two
  * (check_layout), then the metadata and the tensors converted. */
-attn_status attn_safetensors_parse(const void *buf, size_t len,
-                                   const char *label, size_t max_elements,
-                                   attn_safetensors **out, attn_diag *d) {
+static attn_status parse(const void *buf, size_t len, const char *label,
+                         size_t max_elements, bool keep_bf16,
+                         attn_safetensors **out, attn_diag *d) {
   const unsigned char *data = NULL;
   size_t data_len = 0, n;
   cJSON *root;
@@ -494,7 +509,7 @@ attn_status attn_safetensors_parse(const void *buf, size_t len,
     s = read_entries(root, meta, label, data_len, max_elements, rs, d);
   if (s == ATTN_OK) s = check_layout(rs, idx, n, label, data_len, d);
   if (s == ATTN_OK && meta) s = copy_metadata(st, meta, label, d);
-  if (s == ATTN_OK) s = convert(st, rs, n, data, label, d);
+  if (s == ATTN_OK) s = convert(st, rs, n, data, label, keep_bf16, d);
   free(rs);
   free(idx);
   cJSON_Delete(root);
@@ -504,6 +519,12 @@ attn_status attn_safetensors_parse(const void *buf, size_t len,
   }
   *out = st;
   return ATTN_OK;
+}
+
+attn_status attn_safetensors_parse(const void *buf, size_t len,
+                                   const char *label, size_t max_elements,
+                                   attn_safetensors **out, attn_diag *d) {
+  return parse(buf, len, label, max_elements, false, out, d);
 }
 
 attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
@@ -547,6 +568,12 @@ attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
 
 attn_status attn_safetensors_load(const char *path, size_t max_elements,
                                   attn_safetensors **out, attn_diag *d) {
+  return attn_safetensors_load_as(path, max_elements, false, out, d);
+}
+
+attn_status attn_safetensors_load_as(const char *path, size_t max_elements,
+                                     bool keep_bf16, attn_safetensors **out,
+                                     attn_diag *d) {
   *out = NULL;
   /* Refuse before reading: header bound + 8 bytes (F64) per element. */
   size_t cap = SIZE_MAX;
@@ -563,7 +590,7 @@ attn_status attn_safetensors_load(const char *path, size_t max_elements,
     return attn_diag_set(d, s, "%s: larger than %zu elements can need", path,
                          max_elements);
   if (s) return s;
-  s = attn_safetensors_parse(buf, len, path, max_elements, out, d);
+  s = parse(buf, len, path, max_elements, keep_bf16, out, d);
   free(buf);
   return s;
 }

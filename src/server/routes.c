@@ -199,6 +199,9 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
                       (long long)info.embed_dim, (long long)info.num_heads,
                       (long long)info.num_kv_heads, (long long)info.kdim,
                       (long long)info.vdim);
+    if (info.precision)
+      attn_buf_printf(&b, ",\"precision\":\"%s\",\"weight_bytes\":%zu",
+                      info.precision, info.weight_bytes);
     if (info.description) {
       attn_buf_puts(&b, ",\"description\":");
       attn_buf_json_string(&b, info.description);
