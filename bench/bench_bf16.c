@@ -7,9 +7,11 @@
  * ratio measured in one run: the two precisions' calls alternate (fp32
  * then bf16, bf16 then fp32, ...), and the speed-up is the median over
  * the rounds of each round's own ratio (the ratio of the medians beside
- * it).  One warm-up call of each first.  Inputs U(-1, 1), weights of
- * PyTorch's scale U(+-sqrt(3 / d_model)), [out, in] layout (a state_dict's
- * in_proj_weight), biases.  The bf16 kernel is the engine's choice
+ * it).  One warm-up call of each first.  With one thread the times are
+ * the process's CPU time (the calls run in this thread), so that other
+ * work on a shared machine does not count; with more, wall time.  Inputs U(-1,
+ * 1), weights of PyTorch's scale U(+-sqrt(3 / d_model)), [out, in] layout (a
+ * state_dict's in_proj_weight), biases.  The bf16 kernel is the engine's choice
  * (attn_engine_bf16_kernel_name(); "portable" on a CPU without
  * AVX512-BF16, where no speed-up is expected).
  * Usage:
@@ -29,9 +31,14 @@
 
 #include "attn/engine.h"
 
+/* The clock of the timings: the process's CPU time with one thread (the
+ * engine runs in this thread: a shared machine's other work then does not
+ * count), the wall clock with more. */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(clock_id, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -192,6 +199,7 @@ int main(int argc, char **argv) {
                         .bo = bo};
   p.o.weights = (attn_weights_mode)wmode;
   attn_exec ex = {.threads = (int)threads};
+  if (threads == 1) clock_id = CLOCK_PROCESS_CPUTIME_ID;
   printf(
       "bench_bf16: n=%ld d_model=%ld heads=%ld threads=%ld weights=%s; "
       "bf16 kernel %s, fp32 products %s, OpenBLAS %s\n",

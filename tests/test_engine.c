@@ -2033,6 +2033,58 @@ START_TEST(test_bf16_misc) {
 }
 END_TEST
 
+/* The vector packing of keys, values and weights into bf16 panels gives
+ * the scalar packing's bits on every edge: columns not a multiple of the
+ * panel (and fewer than 16), odd and short inner lengths, row strides
+ * beyond the row, values that round up, ties, fp32 subnormals (0), huge
+ * values (inf) and signed zeros. */
+START_TEST(test_bf16_pack_vector) {
+  if (!attn__set_bf16("avx512bf16")) {
+    fprintf(stderr, "bf16 packing: avx512bf16 skipped (not on this CPU)\n");
+    return;
+  }
+  static const int64_t ns[] = {1, 5, 16, 17, 31, 32, 33, 64, 70};
+  static const int64_t ks[] = {1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65};
+  rng_seed(352);
+  size_t checked = 0;
+  for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+    for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+      for (int pad = 0; pad < 2; pad++)
+        for (int nn = 0; nn < 2; nn++) {
+          int64_t n = ns[a], k = ks[c];
+          int64_t rows = nn ? k : n, cols = nn ? n : k, ld = cols + 3 * pad;
+          float *b = rnd_buf((size_t)(rows * ld));
+          for (int64_t i = 0; i < rows * ld; i++) {
+            uint32_t u = (uint32_t)rng_next();
+            if (i % 7 == 0) memcpy(&b[i], &u, 4);     /* any bits */
+            if (i % 7 == 0 && b[i] != b[i]) b[i] = 0; /* but not NaN */
+            if (i % 11 == 0) b[i] = -0.0f;
+            if (i % 13 == 0) b[i] = 1.00390625f; /* a tie: 1 + 2^-8 */
+            if (i % 17 == 0) b[i] = 1e-40f;      /* subnormal */
+          }
+          size_t e = attn__bf16_pack_elems(n, k);
+          uint16_t *p1 = malloc(e * 2), *p2 = malloc(e * 2);
+          memset(p1, 0xa5, e * 2);
+          memset(p2, 0x5a, e * 2);
+          if (nn) {
+            attn__bf16_pack_nn(n, k, b, ld, p1);
+            attn__bf16_pack_nn_scalar(n, k, b, ld, p2);
+          } else {
+            attn__bf16_pack_nt(n, k, b, ld, p1);
+            attn__bf16_pack_nt_scalar(n, k, b, ld, p2);
+          }
+          ck_assert_msg(memcmp(p1, p2, e * 2) == 0,
+                        "pack_%s n %lld k %lld ld %lld differs",
+                        nn ? "nn" : "nt", (long long)n, (long long)k,
+                        (long long)ld);
+          checked += e;
+          free(b), free(p1), free(p2);
+        }
+  fprintf(stderr, "bf16 packing: vector = scalar on %zu packed values\n",
+          checked);
+}
+END_TEST
+
 /* Weights held in bfloat16 (attn_weight.bf16, data NULL) give a bf16 call
  * the same bits as the fp32 weights they round, in both layouts, fused
  * (consecutive blocks) and separate, with and without weights returned;
@@ -2136,6 +2188,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tb, test_bf16_portable);
   tcase_add_test(tb, test_bf16_misc);
   tcase_add_test(tb, test_bf16_held_weights);
+  tcase_add_test(tb, test_bf16_pack_vector);
   suite_add_tcase(s, tb);
   return s;
 }

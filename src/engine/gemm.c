@@ -595,8 +595,8 @@ size_t attn__bf16_pack_elems(int64_t n, int64_t k) {
   return (size_t)((n + NR - 1) / NR) * (size_t)attn__bf16_panel_stride(k);
 }
 
-void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
-                        uint16_t *panels) {
+void attn__bf16_pack_nt_scalar(int64_t n, int64_t k, const float *b,
+                               int64_t ldb, uint16_t *panels) {
   int64_t ps = attn__bf16_panel_stride(k), kp = (k + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     uint16_t *p = panels + (j0 / NR) * ps;
@@ -611,8 +611,8 @@ void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
   }
 }
 
-void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
-                        uint16_t *panels) {
+void attn__bf16_pack_nn_scalar(int64_t n, int64_t k, const float *b,
+                               int64_t ldb, uint16_t *panels) {
   int64_t ps = attn__bf16_panel_stride(k);
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     uint16_t *p = panels + (j0 / NR) * ps;
@@ -672,6 +672,59 @@ static BF16K void convert_avx512bf16(const float *src, int64_t n,
     _mm256_storeu_si256((__m256i *)(void *)(dst + j), (__m256i)h);
   }
   for (; j < n; j++) dst[j] = attn__bf16(src[j]);
+}
+
+/* attn__bf16_pack_nt_scalar with vcvtne2ps2bf16 (the same rounding): 16
+ * columns x 16 pairs at a time, each column's 32 values converted into 16
+ * pairs, then transposed so that a pair row of 16 columns is one store. */
+static BF16K void pack_nt_avx512bf16(int64_t n, int64_t k, const float *b,
+                                     int64_t ldb, uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k), kp = (k + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    for (int64_t c0 = 0; c0 < NR; c0 += 16)
+      for (int64_t t0 = 0; t0 < kp; t0 += 16) {
+        __m512 r[16]; /* 16 columns' pairs, as 32-bit lanes */
+        int64_t left = k - 2 * t0;
+        __mmask16 m0 = lane_mask(left), m1 = lane_mask(left - 16);
+        for (int c = 0; c < 16; c++) {
+          int64_t j = j0 + c0 + c;
+          const float *row = b + j * ldb + 2 * t0;
+          r[c] = j < n ? (__m512)_mm512_cvtne2ps_pbh(
+                             _mm512_maskz_loadu_ps(m1, row + 16),
+                             _mm512_maskz_loadu_ps(m0, row))
+                       : _mm512_setzero_ps();
+        }
+        transpose16(r); /* r[t]: pair t0 + t of the 16 columns */
+        int64_t np = kp - t0 < 16 ? kp - t0 : 16;
+        for (int64_t t = 0; t < np; t++)
+          _mm512_storeu_ps((void *)(p + (t0 + t) * 2 * NR + 2 * c0), r[t]);
+      }
+  }
+}
+
+/* attn__bf16_pack_nn_scalar vectorised: rows kk and kk + 1 of b, 16
+ * columns at a time, rounded and interleaved into 16 pairs. */
+static BF16K void pack_nn_avx512bf16(int64_t n, int64_t k, const float *b,
+                                     int64_t ldb, uint16_t *panels) {
+  int64_t ps = attn__bf16_panel_stride(k);
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    uint16_t *p = panels + (j0 / NR) * ps;
+    for (int64_t c0 = 0; c0 < NR; c0 += 16) {
+      __mmask16 m = lane_mask(n - j0 - c0);
+      for (int64_t kk = 0; kk < k; kk += 2) {
+        const float *row = b + kk * ldb + j0 + c0;
+        __m256bh e = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, row));
+        __m256bh o =
+            _mm512_cvtneps_pbh(kk + 1 < k ? _mm512_maskz_loadu_ps(m, row + ldb)
+                                          : _mm512_setzero_ps());
+        __m512i pair = _mm512_or_si512(
+            _mm512_cvtepu16_epi32((__m256i)e),
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)o), 16));
+        _mm512_storeu_si512((void *)(p + (kk / 2) * 2 * NR + 2 * c0), pair);
+      }
+    }
+  }
 }
 
 /* C[mr, <= 32] = alpha * A[mr, 2 kp] P (+ C when acc) for one panel P. */
@@ -752,6 +805,28 @@ BF16_CLONES static void block_bf16_portable(int mr, int64_t kp,
     for (int64_t j = 0; j < cols; j++)
       c[r * ldc + j] = acc ? fmaf(t[j], alpha, c[r * ldc + j]) : t[j] * alpha;
   }
+}
+
+void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels) {
+#ifdef ATTN_GEMM_X86
+  if (bf16_kernel == BF16_AVX512) {
+    pack_nt_avx512bf16(n, k, b, ldb, panels);
+    return;
+  }
+#endif
+  attn__bf16_pack_nt_scalar(n, k, b, ldb, panels);
+}
+
+void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
+                        uint16_t *panels) {
+#ifdef ATTN_GEMM_X86
+  if (bf16_kernel == BF16_AVX512) {
+    pack_nn_avx512bf16(n, k, b, ldb, panels);
+    return;
+  }
+#endif
+  attn__bf16_pack_nn_scalar(n, k, b, ldb, panels);
 }
 
 void attn__bf16_convert(const float *src, int64_t n, uint16_t *dst) {

@@ -142,6 +142,12 @@ void attn__bf16_pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
                         uint16_t *panels);
 void attn__bf16_pack_nn(int64_t n, int64_t k, const float *b, int64_t ldb,
                         uint16_t *panels);
+/* The scalar reference of the two (the same bits): the packing of the
+ * portable kernel, and what tests compare the vector packing with. */
+void attn__bf16_pack_nt_scalar(int64_t n, int64_t k, const float *b,
+                               int64_t ldb, uint16_t *panels);
+void attn__bf16_pack_nn_scalar(int64_t n, int64_t k, const float *b,
+                               int64_t ldb, uint16_t *panels);
 /* The same from values already in bfloat16 (a copy, no rounding). */
 void attn__bf16_pack_nt_u16(int64_t n, int64_t k, const uint16_t *b,
                             int64_t ldb, uint16_t *panels);
