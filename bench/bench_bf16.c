@@ -15,13 +15,15 @@
  * (attn_engine_bf16_kernel_name(); "portable" on a CPU without
  * AVX512-BF16, where no speed-up is expected).
  * Usage:
- *   bench_bf16 [n] [d_model] [heads] [reps] [threads] [weights]
+ *   bench_bf16 [n] [d_model] [heads] [reps] [threads] [weights] [held]
  *   bench_bf16 io n heads d_head dir
- * weights: 0 none (default), 1 per head, 2 mean.  Defaults n = 2048,
- * d_model = 512, heads = 8, 7 rounds, 1 thread.  Reports only.
- * io: attn_sdpa on dir/q.f32, k.f32, v.f32 (raw fp32 [heads][n][d_head]),
- * per-head weights, in bf16 and fp32, into dir/out_bf16.f32, w_bf16.f32,
- * out_fp32.f32, w_fp32.f32 (bench/compare_bf16.py, against PyTorch). */
+ * weights: 0 none (default), 1 per head, 2 mean.  held 1: the bf16 calls
+ * read the projection weights held in bfloat16 (attn_weight.bf16, as a
+ * bf16 resident model of a BF16 file), the fp32 calls the fp32 ones.  Defaults
+ * n = 2048, d_model = 512, heads = 8, 7 rounds, 1 thread.  Reports only. io:
+ * attn_sdpa on dir/q.f32, k.f32, v.f32 (raw fp32 [heads][n][d_head]), per-head
+ * weights, in bf16 and fp32, into dir/out_bf16.f32, w_bf16.f32, out_fp32.f32,
+ * w_fp32.f32 (bench/compare_bf16.py, against PyTorch). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +37,13 @@
  * engine runs in this thread: a shared machine's other work then does not
  * count), the wall clock with more. */
 static clockid_t clock_id = CLOCK_MONOTONIC;
+
+/* x rounded to bfloat16, to nearest even (finite x). */
+static uint16_t to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 static double now(void) {
   struct timespec t;
@@ -159,11 +168,12 @@ int main(int argc, char **argv) {
   long n = arg(argc, argv, 1, 2048), E = arg(argc, argv, 2, 512);
   long H = arg(argc, argv, 3, 8), reps = arg(argc, argv, 4, 7);
   long threads = arg(argc, argv, 5, 1), wmode = arg(argc, argv, 6, 0);
+  long held = arg(argc, argv, 7, 0);
   if (n < 1 || E < 1 || H < 1 || E % H || reps < 1 || reps > 1000 ||
-      wmode > 2) {
+      wmode > 2 || held > 1) {
     fprintf(stderr,
             "usage: bench_bf16 [n] [d_model] [heads] [reps] "
-            "[threads] [weights 0|1|2]\n");
+            "[threads] [weights 0|1|2] [held 0|1]\n");
     return 2;
   }
   unsigned seed = 12345;
@@ -198,6 +208,20 @@ int main(int argc, char **argv) {
                         .bv = bin + 2 * E,
                         .bo = bo};
   p.o.weights = (attn_weights_mode)wmode;
+  /* held: the bf16 calls read the weights held in bfloat16, as a bf16
+   * resident model of a BF16 file does */
+  attn_mha_problem pb = p;
+  uint16_t *h16 = held ? malloc((size_t)4 * E * E * sizeof *h16) : NULL;
+  if (held && !h16) return 1;
+  for (size_t i = 0; held && i < (size_t)4 * E * E; i++)
+    h16[i] = to_bf16(i < (size_t)3 * E * E ? win[i] : wo[i - 3 * E * E]);
+  if (held) {
+    attn_weight *hw[4] = {&pb.wq, &pb.wk, &pb.wv, &pb.wo};
+    for (int i = 0; i < 4; i++) {
+      hw[i]->bf16 = h16 + (size_t)i * E * E;
+      hw[i]->data = NULL;
+    }
+  }
   attn_exec ex = {.threads = (int)threads};
   if (threads == 1) clock_id = CLOCK_PROCESS_CPUTIME_ID;
   printf(
@@ -210,16 +234,16 @@ int main(int argc, char **argv) {
       attn_engine_bf16_kernel_name(),
       attn_engine_kernel_for(ATTN_PRECISION_FP32), attn_engine_blas_core());
   run(&p, &ex, out, w, ATTN_PRECISION_FP32); /* warm-up */
-  run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+  run(&pb, &ex, out, w, ATTN_PRECISION_BF16);
   double *t32 = malloc((size_t)reps * sizeof *t32);
   double *t16 = malloc((size_t)reps * sizeof *t16);
   double *ratio = malloc((size_t)reps * sizeof *ratio);
   for (long r = 0; r < reps; r++) {
     if (r % 2 == 0) {
       t32[r] = run(&p, &ex, out, w, ATTN_PRECISION_FP32);
-      t16[r] = run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+      t16[r] = run(&pb, &ex, out, w, ATTN_PRECISION_BF16);
     } else {
-      t16[r] = run(&p, &ex, out, w, ATTN_PRECISION_BF16);
+      t16[r] = run(&pb, &ex, out, w, ATTN_PRECISION_BF16);
       t32[r] = run(&p, &ex, out, w, ATTN_PRECISION_FP32);
     }
     ratio[r] = t32[r] / t16[r];
@@ -242,5 +266,6 @@ int main(int argc, char **argv) {
   free(t32);
   free(t16);
   free(ratio);
+  free(h16);
   return 0;
 }
