@@ -7,7 +7,8 @@ BF16 .safetensors file, and two model folders using it: "precision":
 "fp32" (widened to float32 at load) and "precision": "bf16" (kept in
 bfloat16).  Starts attnd on each (127.0.0.1, an ephemeral port), and
 reports the model's weight_bytes (GET /v1/models) and attnd's resident
-set (VmRSS, /proc) once it is ready, beside attnd with no model.
+set (VmRSS, /proc) 3 s after it is ready (attnd trims its heap after an
+idle second), beside attnd with no model.
 Reports only; stops its servers and removes its files.
 
 Usage: model_memory.py [--attnd build/src/attnd] [--E 2048] [--heads 16]
@@ -60,6 +61,7 @@ def measure(attnd, models):
             time.sleep(0.05)
         ms = json.load(urllib.request.urlopen(
             "http://127.0.0.1:%d/v1/models" % port, timeout=30))["models"]
+        time.sleep(3)  # attnd gives freed memory back after an idle second
         rss = 0
         for line in open("/proc/%d/status" % p.pid):
             if line.startswith("VmRSS:"):
