@@ -1165,7 +1165,7 @@ START_TEST(v2_metadata) {
   attn_tensor_meta in[2] = {{"query", "FP32", 3, {-1, -1, 64}, false},
                             {"attn_mask", "BOOL", 2, {-1, -1}, true}};
   attn_tensor_meta outm[1] = {{"attn_output", "FP32", 3, {-1, -1, 64}, false}};
-  attn_model_meta m = {"tiny", versions, 1, "attnd", in, 2, outm, 1};
+  attn_model_meta m = {"tiny", versions, 1, "attnd", in, 2, outm, 1, NULL};
   ck_assert_int_eq(attn_v2_encode_model_metadata(&b, &m), ATTN_OK);
   ck_assert_str_eq(
       b.data,
@@ -1182,6 +1182,16 @@ START_TEST(v2_metadata) {
   in[1].datatype = "BOOL";
   ck_assert_int_eq(attn_v2_encode_model_metadata(&b, &m), ATTN_OK);
   ck_assert_ptr_null(strstr(b.data, "versions"));
+  attn_buf_free(&b);
+  m.parameters = "{\"request_parameters\":\"scale\"}"; /* written as is */
+  ck_assert_int_eq(attn_v2_encode_model_metadata(&b, &m), ATTN_OK);
+  cJSON *j = cJSON_Parse(b.data);
+  ck_assert_ptr_nonnull(j);
+  const cJSON *pj = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+  ck_assert_str_eq(
+      cJSON_GetObjectItemCaseSensitive(pj, "request_parameters")->valuestring,
+      "scale");
+  cJSON_Delete(j);
   attn_buf_free(&b);
 }
 END_TEST

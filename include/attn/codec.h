@@ -139,12 +139,16 @@ typedef struct attn_model_meta {
   size_t n_inputs;
   const attn_tensor_meta *outputs;
   size_t n_outputs;
+  const char *parameters; /* a JSON object written as is, or NULL */
 } attn_model_meta;
 
 /* KServe $metadata_model_response, appended to *out:
  *   {"name":..,"versions":[..](only when n_versions > 0),"platform":..,
- *    "inputs":[{"name":..,"datatype":..,"shape":[..]}],"outputs":[..]}
- * Strictly the schema: $metadata_tensor has exactly name, datatype and shape,
+ *    "inputs":[{"name":..,"datatype":..,"shape":[..]}],"outputs":[..],
+ *    "parameters":{..}(only when m->parameters is set)}
+ * The Open Inference Protocol's optional model "parameters" ($parameters:
+ * scalar values) is where a model lists the request parameters it takes.
+ * Strictly the schema otherwise: $metadata_tensor has name, datatype, shape,
  * so `optional` is not written anywhere (clients that validate against the
  * schema would reject extra keys); which inputs are optional is documented
  * per model in docs/api.md.  m borrowed.  On failure out->len is restored.

@@ -102,13 +102,17 @@ typedef struct attn_model_info {
   /* resident only (0 / false otherwise): */
   int64_t embed_dim, num_heads, num_kv_heads, kdim, vdim;
   bool bias;
-  bool seeded;           /* weights from "seed" rather than a file */
-  const char *fixed;     /* the attention variants the file fixes, a JSON
-                            object as /v1 spells them ({"causal": "bottom_right",
-                            "window": [4, 0], ...}), or NULL */
-  const char *precision; /* resident: "fp32" or "bf16"; else NULL */
-  size_t weight_bytes;   /* resident: bytes its weights hold in memory
-                            (bfloat16 ones 2 a value, the others 4) */
+  bool seeded;            /* weights from "seed" rather than a file */
+  const char *parameters; /* KServe v2 metadata "parameters": a JSON object
+                             of scalars, {"request_parameters": "scale, ...",
+                             and the variants the model fixes as v2 spells
+                             them}; lives as long as the registry */
+  const char *fixed;      /* the attention variants the file fixes, a JSON
+                             object as /v1 spells them ({"causal": "bottom_right",
+                             "window": [4, 0], ...}), or NULL */
+  const char *precision;  /* resident: "fp32" or "bf16"; else NULL */
+  size_t weight_bytes;    /* resident: bytes its weights hold in memory
+                             (bfloat16 ones 2 a value, the others 4) */
 } attn_model_info;
 
 /* Build the registry: "sdpa" and "mha", then one resident model per

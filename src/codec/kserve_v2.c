@@ -1201,6 +1201,10 @@ attn_status attn_v2_encode_model_metadata(attn_buf *out,
   TRY(put_tensor_metas(out, m->inputs, m->n_inputs));
   TRY(attn_buf_puts(out, ",\"outputs\":"));
   TRY(put_tensor_metas(out, m->outputs, m->n_outputs));
+  if (m->parameters) {
+    TRY(attn_buf_puts(out, ",\"parameters\":"));
+    TRY(attn_buf_puts(out, m->parameters));
+  }
   TRY(attn_buf_append(out, "}", 1));
   return ATTN_OK;
 fail:

@@ -131,6 +131,15 @@ static const char *join(const char *const *names, int n, char *buf,
   return buf;
 }
 
+const char *attn__model_param_names(attn__model_kind kind, char *buf,
+                                    size_t cap) {
+  int n = kind == ATTN__MODEL_SDPA ? P_N_SDPA : P_N;
+  join(p_names, n, buf, cap);
+  size_t at = strlen(buf);
+  if (at < cap) snprintf(buf + at, cap - at, ", %s", attn__variant_names);
+  return buf;
+}
+
 static const char *shape_str(const attn_tensor *t, char *buf, size_t cap) {
   size_t at = 0;
   buf[0] = '\0';

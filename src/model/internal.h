@@ -61,6 +61,12 @@ void attn__variants_free(attn__variants *v);
  * spelling ({"causal": "bottom_right", "window": [4, 0], ...}), into *out
  * (malloc'd; NULL when v gives none).  ATTN_ENOMEM. */
 attn_status attn__variants_json(const attn__variants *v, char **out);
+/* A model's v2 metadata "parameters" (the protocol's $parameters: scalars
+ * only) into *out (malloc'd): {"request_parameters": names, and the
+ * settings `fixed` gives (NULL: none) as v2 parameters spell them, e.g.
+ * "causal": "bottom_right", "window_left": 4}.  ATTN_ENOMEM. */
+attn_status attn__model_params_json(const char *names,
+                                    const attn__variants *fixed, char **out);
 /* A model's fixed settings into the request's: a setting given by both
  * with another value, or an alibi_slopes input (slopes_input) where the
  * model fixes alibi, is ATTN_EINVAL naming both. */
@@ -111,6 +117,10 @@ void attn__resident_free(attn__resident *r);
 
 /* builtin.c: attn_model_infer for a kind; `fixed` is the resident model or
  * NULL. */
+/* builtin.c: "scale, need_weights, ...": the request parameters a model of
+ * this kind takes (the variants' included), into buf. */
+const char *attn__model_param_names(attn__model_kind kind, char *buf,
+                                    size_t cap);
 attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
                             const char *name, const char *version,
                             const attn_infer_request *req,

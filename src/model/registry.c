@@ -30,6 +30,7 @@ struct attn_model {
   attn_model_io in[MAX_IO], out[2];
   size_t n_in, n_out;
   attn__resident res; /* kind == ATTN__MODEL_RESIDENT */
+  char *params_json;  /* v2 metadata "parameters" (attn__model_params_json) */
 };
 
 struct attn_registry {
@@ -108,6 +109,7 @@ static void describe(attn_model *m) {
 static void model_free(attn_model *m) {
   if (!m) return;
   if (m->kind == ATTN__MODEL_RESIDENT) attn__resident_free(&m->res);
+  free(m->params_json);
   free(m);
 }
 
@@ -118,8 +120,17 @@ void attn_registry_destroy(attn_registry *r) {
   free(r);
 }
 
-/* Takes m (freed on failure). */
+/* Takes m (freed on failure); describes it first. */
 static attn_status add(attn_registry *r, attn_model *m, attn_diag *d) {
+  char names[512];
+  describe(m);
+  if (attn__model_params_json(
+          attn__model_param_names(m->kind, names, sizeof names),
+          m->kind == ATTN__MODEL_RESIDENT ? &m->res.fixed : NULL,
+          &m->params_json) != ATTN_OK) {
+    model_free(m);
+    return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the registry");
+  }
   if (r->n == r->cap) {
     size_t cap = r->cap ? 2 * r->cap : 8;
     attn_model **p = realloc(r->models, cap * sizeof *p);
@@ -143,7 +154,6 @@ static attn_status add_builtin(attn_registry *r, attn__model_kind kind,
   m->name = name;
   m->version = "1";
   m->description = desc;
-  describe(m);
   return add(r, m, d);
 }
 
@@ -237,7 +247,6 @@ static attn_status add_resident(attn_registry *r, const char *path,
   m->name = m->res.name;
   m->version = m->res.version;
   m->description = m->res.description;
-  describe(m);
   return add(r, m, d);
 }
 
@@ -308,6 +317,7 @@ void attn_model_info_get(const attn_model *m, attn_model_info *info) {
   info->name = m->name;
   info->version = m->version;
   info->description = m->description;
+  info->parameters = m->params_json;
   switch (m->kind) {
     case ATTN__MODEL_SDPA:
       info->kind = "sdpa";

@@ -353,6 +353,41 @@ static bool add_json(const attn__variants *v, cJSON *obj) {
   return ok;
 }
 
+/* The settings v gives as v2 request parameters spell them (scalars only,
+ * as the protocol's $parameters allows): causal false or its alignment,
+ * window_left/right, softcap, alibi (true also for fixed slopes), rotary_*. */
+static bool add_v2(const attn__variants *v, cJSON *obj) {
+  static const char *const causal[] = {"false", "bottom_right", "top_left"};
+  bool ok = true;
+  for (int id = 0; id < ATTN__V_N && ok; id++) {
+    if (!v->given[id]) continue;
+    const char *k = v_names[id];
+    if (id == ATTN__V_CAUSAL && v->i[id] != ATTN_CAUSAL_NONE)
+      ok = cJSON_AddStringToObject(obj, k, causal[v->i[id] % 3]) != NULL;
+    else if (id == ATTN__V_CAUSAL || id == ATTN__V_ALIBI ||
+             id == ATTN__V_ROTARY || id == ATTN__V_RINTER)
+      ok = cJSON_AddBoolToObject(obj, k, v->i[id] != 0) != NULL;
+    else if (id == ATTN__V_SOFTCAP || id == ATTN__V_RBASE)
+      ok = cJSON_AddNumberToObject(obj, k, v->d[id]) != NULL;
+    else
+      ok = cJSON_AddNumberToObject(obj, k, (double)v->i[id]) != NULL;
+  }
+  if (ok && v->slopes && !v->given[ATTN__V_ALIBI])
+    ok = cJSON_AddTrueToObject(obj, "alibi") != NULL;
+  return ok;
+}
+
+attn_status attn__model_params_json(const char *names,
+                                    const attn__variants *fixed, char **out) {
+  *out = NULL;
+  cJSON *obj = cJSON_CreateObject();
+  bool ok = obj && cJSON_AddStringToObject(obj, "request_parameters", names);
+  if (ok && fixed) ok = add_v2(fixed, obj);
+  if (ok) *out = cJSON_PrintUnformatted(obj);
+  cJSON_Delete(obj);
+  return *out ? ATTN_OK : ATTN_ENOMEM;
+}
+
 attn_status attn__variants_json(const attn__variants *v, char **out) {
   *out = NULL;
   bool any = v->slopes != NULL;

@@ -147,8 +147,11 @@ static void model_metadata(const attn_model *m, attn_http_resp *resp) {
                                out[i].optional};
     memcpy(mo[i].shape, out[i].shape, sizeof mo[i].shape);
   }
+  attn_model_info info;
+  attn_model_info_get(m, &info);
   attn_model_meta meta = {
-      attn_model_name(m), &ver, 1, "attnd_attention", mi, ni, mo, no};
+      attn_model_name(m), &ver, 1, "attnd_attention", mi, ni, mo, no,
+      info.parameters};
   attn_buf b;
   attn_buf_init(&b, 0);
   if (attn_v2_encode_model_metadata(&b, &meta) != ATTN_OK) {

@@ -9,7 +9,7 @@ Run alone: python3 tests/integration/test_health_metadata.py --attnd PATH
 import sys
 
 from harness import (check, expect_error, expect_status, main, request, shared,
-                     test)
+                     test, v2_infer)
 
 
 @test
@@ -132,6 +132,80 @@ def model_metadata():
                   "demo attn_output shape %r" % outs["attn_output"]["shape"])
     r = request(p, "GET", "/v2/models/sdpa/versions/2")
     expect_error(r, 404, "version", what="GET /v2/models/sdpa/versions/2")
+
+
+def _small_inputs(info):
+    """The smallest valid v2 inputs for a model of /v1/models (info)."""
+    def t(name, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return {"name": name, "datatype": "FP32", "shape": shape,
+                "data": [0.25 * ((i % 7) - 3) for i in range(n)]}
+    if info["kind"] == "sdpa":
+        return [t(n, [1, 1, 2, 4]) for n in ("query", "key", "value")]
+    e = info.get("embed_dim") or 4
+    ins = [t(n, [1, 2, e]) for n in ("query", "key", "value")]
+    if info["kind"] == "mha":
+        ins += [t(w, [e, e]) for w in ("w_q", "w_k", "w_v", "w_o")]
+    return ins
+
+
+def _v2_fixed(fixed):
+    """/v1/models' "fixed" object, as v2 parameters spell the settings."""
+    want = {}
+    for k, v in (fixed or {}).items():
+        if k == "window":
+            want["window_left"], want["window_right"] = v
+        elif k == "rotary" and isinstance(v, dict):
+            want["rotary"] = True
+            want.update({"rotary_" + rk: rv for rk, rv in v.items()})
+        elif k == "alibi_slopes":
+            want["alibi"] = True
+        else:
+            want[k] = v
+    return want
+
+
+@test
+def model_metadata_parameters():
+    """Each model's v2 metadata "parameters" (the protocol's $parameters,
+    scalars only) lists the request parameters the model takes, and the
+    settings a resident model fixes as v2 spells them: every listed name is
+    recognised by an infer request (a wrong value is refused for its value,
+    not as unknown), an unlisted one is refused as unknown, and the fixed
+    settings agree with /v1/models."""
+    p = shared().port
+    r = request(p, "GET", "/v1/models")
+    expect_status(r, 200, "GET /v1/models")
+    for info in r.json()["models"]:
+        m = info["name"]
+        r = request(p, "GET", "/v2/models/%s" % m)
+        expect_status(r, 200, "GET /v2/models/%s" % m)
+        params = r.json().get("parameters")
+        check(isinstance(params, dict), "%s: no metadata parameters" % m)
+        for k, v in params.items():
+            check(isinstance(v, (str, int, float, bool)),
+                  "%s: parameter %s is not a scalar: %r" % (m, k, v))
+        names = params["request_parameters"].split(", ")
+        check(("num_heads" in names) == (info["kind"] != "sdpa"),
+              "%s (%s): num_heads listed %s" % (m, info["kind"], names))
+        ins = _small_inputs(info)
+        base = {"num_heads": 1} if info["kind"] == "mha" else {}
+        expect_status(v2_infer(p, m, ins, params=base), 200,
+                      "%s: small inputs" % m)
+        for n in names:
+            r = v2_infer(p, m, ins, params=dict(base, **{n: "not-a-value"}))
+            expect_status(r, 400, "%s: parameter %s = a string" % (m, n))
+            check("unknown parameter" not in r.json()["error"],
+                  "%s lists %s but refuses it as unknown: %s" %
+                  (m, n, r.json()["error"]))
+        expect_error(v2_infer(p, m, ins, params=dict(base, no_such_one=1)), 400,
+                     "unknown parameter", what="%s: an unlisted name" % m)
+        fixed = {k: v for k, v in params.items() if k != "request_parameters"}
+        check(fixed == _v2_fixed(info.get("fixed")),
+              "%s: metadata fixes %r, /v1/models %r" %
+              (m, fixed, info.get("fixed")))
 
 
 @test
