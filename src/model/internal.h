@@ -62,11 +62,13 @@ void attn__variants_free(attn__variants *v);
  * (malloc'd; NULL when v gives none).  ATTN_ENOMEM. */
 attn_status attn__variants_json(const attn__variants *v, char **out);
 /* A model's v2 metadata "parameters" (the protocol's $parameters: scalars
- * only) into *out (malloc'd): {"request_parameters": names, and the
- * settings `fixed` gives (NULL: none) as v2 parameters spell them, e.g.
- * "causal": "bottom_right", "window_left": 4}.  ATTN_ENOMEM. */
+ * only) into *out (malloc'd): {"request_parameters": names, "precision":
+ * precision (when not NULL), and the settings `fixed` gives (NULL: none) as
+ * v2 parameters spell them, e.g. "causal": "bottom_right", "window_left":
+ * 4}.  ATTN_ENOMEM. */
 attn_status attn__model_params_json(const char *names,
-                                    const attn__variants *fixed, char **out);
+                                    const attn__variants *fixed,
+                                    const char *precision, char **out);
 /* A model's fixed settings into the request's: a setting given by both
  * with another value, or an alibi_slopes input (slopes_input) where the
  * model fixes alibi, is ATTN_EINVAL naming both. */

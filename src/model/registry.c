@@ -127,6 +127,9 @@ static attn_status add(attn_registry *r, attn_model *m, attn_diag *d) {
   if (attn__model_params_json(
           attn__model_param_names(m->kind, names, sizeof names),
           m->kind == ATTN__MODEL_RESIDENT ? &m->res.fixed : NULL,
+          m->kind == ATTN__MODEL_RESIDENT
+              ? attn_precision_name(m->res.precision)
+              : NULL,
           &m->params_json) != ATTN_OK) {
     model_free(m);
     return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the registry");

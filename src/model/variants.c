@@ -378,10 +378,13 @@ static bool add_v2(const attn__variants *v, cJSON *obj) {
 }
 
 attn_status attn__model_params_json(const char *names,
-                                    const attn__variants *fixed, char **out) {
+                                    const attn__variants *fixed,
+                                    const char *precision, char **out) {
   *out = NULL;
   cJSON *obj = cJSON_CreateObject();
   bool ok = obj && cJSON_AddStringToObject(obj, "request_parameters", names);
+  if (ok && precision)
+    ok = cJSON_AddStringToObject(obj, "precision", precision) != NULL;
   if (ok && fixed) ok = add_v2(fixed, obj);
   if (ok) *out = cJSON_PrintUnformatted(obj);
   cJSON_Delete(obj);

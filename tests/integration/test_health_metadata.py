@@ -202,7 +202,11 @@ def model_metadata_parameters():
                   (m, n, r.json()["error"]))
         expect_error(v2_infer(p, m, ins, params=dict(base, no_such_one=1)), 400,
                      "unknown parameter", what="%s: an unlisted name" % m)
-        fixed = {k: v for k, v in params.items() if k != "request_parameters"}
+        check(params.get("precision") == info.get("precision"),
+              "%s: metadata precision %r, /v1/models %r" %
+              (m, params.get("precision"), info.get("precision")))
+        fixed = {k: v for k, v in params.items()
+                 if k not in ("request_parameters", "precision")}
         check(fixed == _v2_fixed(info.get("fixed")),
               "%s: metadata fixes %r, /v1/models %r" %
               (m, fixed, info.get("fixed")))
