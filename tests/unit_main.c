@@ -32,6 +32,11 @@ void unit_skipped(const char *func, const char *variant) {
 }
 
 int main(void) {
+  /* Check's default limit of 4 s a test is a hang guard, not a timing
+   * assertion: on a loaded machine (or under a sanitizer) buf_numbers and
+   * others overran it.  120 s unless the caller sets its own; Check reads it
+   * in tcase_create, so before the suites are made. */
+  setenv("CK_DEFAULT_TIMEOUT", "120", 0);
   SRunner *sr = srunner_create(NULL);
 #define ATTN_UNIT_ADD(name) srunner_add_suite(sr, name##_suite());
   ATTN_UNIT_SUITES(ATTN_UNIT_ADD)
