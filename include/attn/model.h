@@ -122,7 +122,8 @@ typedef struct attn_model_info {
  * model file (JSON syntax, unknown key, bad value, duplicate or built-in name,
  * missing or malformed weights) fails the whole call with a diagnostic naming
  * the file: ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG,
- * ATTN_EUNSUPPORTED, ATTN_ENONFINITE or ATTN_ENOMEM. On success *out owns a new
+ * ATTN_EUNSUPPORTED, ATTN_ENONFINITE, ATTN_ESHAPE (a weights tensor of the
+ * wrong shape) or ATTN_ENOMEM. On success *out owns a new
  * registry (free with attn_registry_destroy); on error *out is NULL and nothing
  * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,

@@ -1,0 +1,174 @@
+/* fuzz_config.c - libFuzzer target: the configuration layers
+ * (src/config/config.c): a config file, ATTND_* variables and flags, as
+ * attn_config_from_cli reads them at start-up.
+ *
+ * The input is NUL-separated pieces, after a first byte of framing:
+ *   piece 0    the config file's text, written to c.json in a folder of
+ *              this process's own under $TMPDIR
+ *   bit 0      "--config DIR/c.json" comes first on the command line
+ *   bit 1      ATTND_CONFIG=DIR/c.json is in the environment
+ *   the rest   a piece "ATTND_NAME=value" is a variable (getenv_fn finds
+ *              the first of a name); any other piece is an argument
+ * Inputs that name /dev/, /proc/ or /sys/ are skipped: a flag may name
+ * any file, and reading a terminal or a pipe would only hang the fuzzer.
+ * Every input checks, besides the sanitizers:
+ *   - a failure is ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG or ATTN_EPARSE with
+ *     a message, and leaves the config and the action as they were;
+ *   - --help and --version leave the config as it was;
+ *   - a success round-trips: the config written as --check-config writes
+ *     it (attn_config_write_json), read back as a config file over the
+ *     defaults, is written again the same, byte for byte (a relative
+ *     models_dir aside: a file's is resolved against its folder);
+ *   - --healthcheck is seen by attn_config_healthcheck_arg too, and every
+ *     ATTND_* name gets an answer from attn_config_env_unknown.
+ * Any violation aborts (a crash for libFuzzer).
+ *
+ * Build and run: tests/fuzz/run.sh config [seconds]
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn/config.h"
+
+#define MAX_PIECES 64
+
+static char dir[PATH_MAX - 32], file[PATH_MAX], back[PATH_MAX];
+static const char *env[MAX_PIECES];
+static size_t n_env;
+
+static void fail(const char *what, const char *detail) {
+  fprintf(stderr, "fuzz_config: %s: %s\n", what, detail);
+  abort();
+}
+
+static void put(const char *path, const char *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) fail("write", path);
+}
+
+static const char *fake_getenv(const char *name) {
+  size_t n = strlen(name);
+  for (size_t i = 0; i < n_env; i++)
+    if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
+      return env[i] + n + 1;
+  return NULL;
+}
+
+/* The config as --check-config prints it, in a new string. */
+static char *as_json(const attn_config *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) fail("open_memstream", "");
+  if (attn_config_write_json(c, f) != ATTN_OK) fail("write_json", "");
+  fclose(f);
+  return text;
+}
+
+/* The text without its "models_dir" line. */
+static void drop_models_dir(char *text) {
+  char *p = strstr(text, "\n  \"models_dir\":");
+  if (!p) fail("no models_dir line", text);
+  char *e = strchr(p + 1, '\n');
+  memmove(p, e, strlen(e) + 1);
+}
+
+static void round_trip(const attn_config *c) {
+  char *one = as_json(c);
+  put(back, one, strlen(one));
+  attn_config c2;
+  attn_config_defaults(&c2);
+  attn_diag d = {{0}};
+  attn_status s = attn_config_load_file(&c2, back, &d);
+  if (s) fail("--check-config's output is refused as a config file", d.msg);
+  char *two = as_json(&c2);
+  if (c->models_dir[0] != '/') {
+    drop_models_dir(one);
+    drop_models_dir(two);
+  }
+  if (strcmp(one, two) != 0) {
+    fprintf(stderr, "first:\n%s\nread back:\n%s\n", one, two);
+    fail("round trip", "differs");
+  }
+  free(one);
+  free(two);
+}
+
+static int check_failure(attn_status s, const attn_diag *d) {
+  return (s == ATTN_EINVAL || s == ATTN_EIO || s == ATTN_ETOOBIG ||
+          s == ATTN_EPARSE) &&
+         d->msg[0];
+}
+
+static void run(int argc, char **argv) {
+  attn_config c, before;
+  memset(&c, 0xA5, sizeof c);
+  before = c;
+  attn_cli_action act = (attn_cli_action)77;
+  attn_diag d = {{0}};
+  attn_status s = attn_config_from_cli(&c, argc, argv, fake_getenv, &act, &d);
+  const char *url;
+  bool hc = attn_config_healthcheck_arg(argc, argv, &url);
+  for (size_t i = 0; i < n_env; i++) attn_config_env_unknown(env[i]);
+  if (s != ATTN_OK) {
+    if (!check_failure(s, &d)) fail(attn_status_name(s), d.msg);
+    if (memcmp(&c, &before, sizeof c) || act != 77)
+      fail("failure changed the config or the action", d.msg);
+    return;
+  }
+  if (act == ATTN_CLI_HELP || act == ATTN_CLI_VERSION) {
+    if (memcmp(&c, &before, sizeof c)) fail("--help changed the config", "");
+    return;
+  }
+  if (act == ATTN_CLI_HEALTHCHECK && !hc)
+    fail("healthcheck_arg missed --healthcheck", "");
+  round_trip(&c);
+}
+
+static int unsafe(const char *p) {
+  return strstr(p, "/dev/") || strstr(p, "/proc/") || strstr(p, "/sys/");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!dir[0]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/fuzz_config.XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) fail("mkdtemp", dir);
+    snprintf(file, sizeof file, "%s/c.json", dir);
+    snprintf(back, sizeof back, "%s/back.json", dir);
+  }
+  if (size == 0) return 0;
+  char *text = malloc(size); /* the pieces, each NUL-terminated */
+  if (!text) return 0;
+  memcpy(text, data + 1, size - 1);
+  text[size - 1] = '\0';
+  size_t flen = strlen(text);
+  put(file, text, flen);
+  char *argv[MAX_PIECES + 3], cfg_env[PATH_MAX + 16];
+  int argc = 0;
+  argv[argc++] = "attnd";
+  n_env = 0;
+  if (data[0] & 1) argv[argc++] = "--config", argv[argc++] = file;
+  if (data[0] & 2) {
+    snprintf(cfg_env, sizeof cfg_env, "ATTND_CONFIG=%s", file);
+    env[n_env++] = cfg_env;
+  }
+  int bad = 0;
+  for (char *p = text + flen + 1;
+       p < text + size && argc < MAX_PIECES && n_env < MAX_PIECES;
+       p += strlen(p) + 1) {
+    bad |= unsafe(p);
+    if (strncmp(p, "ATTND_", 6) == 0 && strchr(p, '='))
+      env[n_env++] = p;
+    else
+      argv[argc++] = p;
+  }
+  argv[argc] = NULL;
+  if (!bad) run(argc, argv);
+  free(text);
+  return 0;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Write the seed inputs of the fuzz targets safetensors, model, config,
+routes and http into tests/fuzz/seeds/TARGET/ (the json and codec seeds
+are kept as they are).  Each seed is framed as its target's design comment
+says (tests/fuzz/fuzz_TARGET.c).  Run it after changing a framing:
+    python3 tests/fuzz/make_seeds.py
+"""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "seeds", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def st_parts(tensors, meta=None):
+    """(header JSON, data) of a .safetensors file; tensors: name -> (dtype,
+    shape, raw bytes)."""
+    hdr, data = {}, b""
+    for name, (dt, shape, raw) in tensors.items():
+        hdr[name] = {"dtype": dt, "shape": shape,
+                     "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if meta is not None:
+        hdr["__metadata__"] = meta
+    return json.dumps(hdr, separators=(",", ":")).encode(), data
+
+
+def st_file(tensors, meta=None):
+    h, data = st_parts(tensors, meta)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+def safetensors():
+    small = {"a": ("F32", [2], f32(1.5, -2.0)),
+             "b": ("F16", [1, 2], struct.pack("<2e", 0.5, 65504.0)),
+             "c": ("BF16", [2], bytes([0x80, 0x3f, 0x00, 0xc0])),
+             "d": ("F64", [1], struct.pack("<d", 3.25)),
+             "e": ("F32", [0, 3], b"")}
+    put("safetensors", "raw_small", b"\x00" + st_file(small, {"k": "v"}))
+    h, data = st_parts(small)
+    put("safetensors", "auto_small", b"\x01" + h + b"\x00" + data)
+    h, data = st_parts({"x": ("I32", [1], b"\x01\x00\x00\x00")})
+    put("safetensors", "auto_i32", b"\x03" + h + b"\x00" + data)
+    h, data = st_parts({"x": ("F32", [2, 2], f32(1, 2, 3, 4))})
+    put("safetensors", "auto_bound1", b"\x03" + h + b"\x00" + data)
+    with open(os.path.join(ROOT, "config/models/demo.safetensors"), "rb") as f:
+        put("safetensors", "raw_demo", b"\x00" + f.read())
+
+
+def model():
+    seeded = {"name": "m", "embed_dim": 8, "num_heads": 2, "seed": 7,
+              "description": "seeded", "version": "2"}
+    put("model", "seeded", b"\x00" + json.dumps(seeded).encode())
+    gqa = {"name": "g", "embed_dim": 8, "num_heads": 4, "num_kv_heads": 2,
+           "kdim": 6, "vdim": 4, "bias": False, "seed": 1}
+    put("model", "seeded_gqa", b"\x00" + json.dumps(gqa).encode())
+    put("model", "twice", b"\x02" + json.dumps(seeded).encode())
+    E = 4
+    w = {n: ("F32", [E, E], f32(*[0.125 * (i % 5) for i in range(E * E)]))
+         for n in ("q_proj_weight", "k_proj_weight", "v_proj_weight")}
+    w["out_proj.weight"] = ("F32", [E, E], f32(*[0.1] * (E * E)))
+    filed = {"name": "f", "embed_dim": E, "num_heads": 2, "bias": False,
+             "weights": "w.safetensors"}
+    h, data = st_parts(w)
+    put("model", "file_separate", b"\x01" + json.dumps(filed).encode() +
+        b"\x00" + h + b"\x00" + data)
+    packed = {"in_proj_weight": ("F32", [3 * E, E], f32(*[0.05] * (3 * E * E))),
+              "in_proj_bias": ("F32", [3 * E], f32(*[0.0] * (3 * E))),
+              "out_proj.weight": ("F32", [E, E], f32(*[0.1] * (E * E))),
+              "out_proj.bias": ("F32", [E], f32(*[0.0] * E))}
+    filed["bias"] = True
+    h, data = st_parts(packed)
+    put("model", "file_packed", b"\x01" + json.dumps(filed).encode() +
+        b"\x00" + h + b"\x00" + data)
+    with open(os.path.join(ROOT, "config/models/demo.json"), "rb") as f:
+        demo = json.load(f)
+    demo["weights"] = "w.safetensors"
+    with open(os.path.join(ROOT, "config/models/demo.safetensors"), "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    put("model", "demo", b"\x01" + json.dumps(demo).encode() + b"\x00" +
+        raw[8:8 + n] + b"\x00" + raw[8 + n:])
+
+
+def config():
+    with open(os.path.join(ROOT, "config/attnd.json"), "rb") as f:
+        full = f.read()
+    put("config", "file_full", b"\x01" + full + b"\x00")
+    put("config", "file_env", b"\x02" + b'{"workers": 2, "port": 0}\x00')
+    put("config", "flags", b"\x00\x00--workers\x003\x00--port=0\x00"
+        b"--log-level\x00debug\x00--access-log=no\x00--check-config")
+    put("config", "env", b"\x00\x00ATTND_WORKERS=4\x00ATTND_HOST=::1\x00"
+        b"ATTND_WORKRS=1\x00ATTND_MAX_BODY_BYTES=1048576\x00"
+        b"--max-total-body-bytes\x00524288")
+    put("config", "layers", b"\x01" + b'{"host": "127.0.0.1", "models_dir":'
+        b' "models", "cpu_scheduling_policy": "other"}\x00'
+        b"ATTND_QUEUE_CAPACITY=7\x00--queue-timeout-ms\x00250")
+    put("config", "healthcheck", b"\x00\x00--healthcheck\x00"
+        b"http://127.0.0.1:8080/v2/health/ready\x00--port\x008080")
+    put("config", "help", b"\x00\x00--workers\x00x\x00--help")
+
+
+def routes():
+    def seed(name, flags, method_piece, *pieces):
+        parts = ([method_piece] if method_piece is not None else []) + \
+            list(pieces)
+        put("routes", name, bytes([flags]) + b"\x00".join(parts))
+    body = b'{"inputs":[{"name":"query","shape":[1,2],"datatype":"FP32",' \
+        b'"data":[1,2]}]}'
+    seed("v2_infer", 2, None, b"/v2/models/sdpa/infer", b"application/json",
+         b"", b"", b"", b"", body)
+    seed("v2_binary", 2, None, b"/v2/models/mha/versions/1/infer",
+         b"application/octet-stream", b"gzip", b" 12 ", b"", b"", body)
+    seed("v1", 2, None, b"/v1/attention", b"text/plain", b"deflate", b"",
+         b"", b"", body)
+    seed("ready", 0, None, b"/v2/health/ready")
+    seed("ready_draining", 8, None, b"/v2/models/demo/ready")
+    seed("metadata", 1, None, b"/v2/models/demo/versions/1")
+    seed("root_html", 0, None, b"/", b"", b"", b"", b"text/html;q=0.9",
+         b"W/\"x\", *")
+    seed("ui", 0, None, b"/ui/app.js", b"", b"", b"", b"", b'"abc"')
+    seed("custom_method", 7, b"BREW", b"/v1/models")
+    seed("list", 3, None, b"/v1/models")
+
+
+def http():
+    put("http", "plain", "Host: a\nContent-Length: 12\n"
+        "Inference-Header-Content-Length: 8\nContent-Type: application/json")
+    put("http", "te_cl", "Content-Length: 5\nTransfer-Encoding: chunked")
+    put("http", "two_cl", "Content-Length: 5\ncontent-length: 6")
+    put("http", "te_list", "Transfer-Encoding: gzip, chunked\n"
+        "Transfer-Encoding: chunked")
+    put("http", "te_last", "Transfer-Encoding: chunked, gzip")
+    put("http", "ihcl", "Inference-Header-Content-Length: 18446744073709551616"
+        "\nInference-Header-Content-Length: 18446744073709551616")
+    put("http", "numbers", "Content-Length: \t42 \nX: -1\nY: 0x10\nZ: 1 2")
+
+
+if __name__ == "__main__":
+    safetensors()
+    model()
+    config()
+    routes()
+    http()
