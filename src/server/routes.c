@@ -177,6 +177,7 @@ static void model_ready(const attn_srv_ctx *s, const attn_model *m,
   }
   attn_buf_puts(&b, "}");
   attn__resp_json(resp, why ? 503 : 200, &b);
+  if (why) resp->retry_after_s = 1; /* as every 503 */
 }
 
 static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
