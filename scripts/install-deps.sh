@@ -1,11 +1,16 @@
 #!/bin/sh
 # Install the Debian 12 packages attnd needs to build, run and test, if any
 # is missing.  Needs root (or sudo) for apt-get; does nothing when all are
-# present.  Usage: scripts/install-deps.sh [--test]
+# present.  --test adds what the tests need, --fuzz what the libFuzzer
+# targets need (clang with its sanitizer runtimes: tests/fuzz/run.sh).
+# Usage: scripts/install-deps.sh [--test|--fuzz]
 set -eu
 PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev zlib1g-dev"
 if [ "${1:-}" = "--test" ]; then
   PKGS="$PKGS check libsubunit-dev curl python3 prometheus python3-numpy"
+fi
+if [ "${1:-}" = "--fuzz" ]; then
+  PKGS="$PKGS clang libclang-rt-14-dev python3"
 fi
 missing=""
 for p in $PKGS; do
