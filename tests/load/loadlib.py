@@ -58,8 +58,9 @@ class Server:
                 self.port = int(m.group(1))
                 return
             time.sleep(0.05)
+        why = self.log()[-500:]
         self.stop()
-        raise SystemExit("attnd did not start: " + self.log()[-500:])
+        raise SystemExit("attnd did not start: " + why)
 
     def log(self):
         with open(self.log_path, "rb") as f:
