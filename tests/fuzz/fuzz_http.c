@@ -6,7 +6,8 @@
  *     includes http.c and stands in for libmicrohttpd's
  *     MHD_get_connection_values, so the real function reads the fuzzed
  *     headers;
- *   - attn__header_number, on every header value.
+ *   - attn__header_number, attn__path_control and attn__target_path, on
+ *     every header value.
  * The input is header lines ("Name: value", '\n' between them; a line
  * without ':' is skipped), as libmicrohttpd hands them over (the value's
  * leading whitespace removed).  Every input checks:
@@ -23,7 +24,12 @@
  *   - the connection is closed after any refusal, and after any request
  *     that has both Transfer-Encoding and Content-Length;
  *   - attn__header_number agrees with a reference parser (optional
- *     whitespace, digits, optional whitespace; past UINT64_MAX is 2).
+ *     whitespace, digits, optional whitespace; past UINT64_MAX is 2);
+ *   - on every header name and value, taken as a request target:
+ *     attn__path_control finds the first control byte (below 0x20, or
+ *     DEL) and attn__target_path gives an origin-form target as it is and
+ *     an absolute-form one ("http://host/path") by its path, "/" when it
+ *     has none (RFC 9112 3.2.2).
  * Any violation aborts (a crash for libFuzzer).
  *
  * Build and run: tests/fuzz/run.sh http [seconds]
@@ -145,6 +151,30 @@ static verdict framing_ref(const fake_conn *fc) {
 
 /* ---- the target ------------------------------------------------------ */
 
+/* attn__path_control and attn__target_path on v, as a decoded path and as
+ * a request target: the first control byte (below 0x20, or DEL) and the
+ * path of an absolute-form target, each found here independently. */
+static void check_target(const char *v) {
+  long want = -1;
+  for (long i = 0; v[i]; i++)
+    if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f) {
+      want = i;
+      break;
+    }
+  if (attn__path_control(v) != want) fail("attn__path_control", v);
+  const char *p = attn__target_path(v);
+  size_t skip = !strncasecmp(v, "http://", 7)    ? 7
+                : !strncasecmp(v, "https://", 8) ? 8
+                                                 : 0;
+  if (!skip) {
+    if (p != v) fail("origin-form target changed", v);
+    return;
+  }
+  const char *slash = strchr(v + skip, '/');
+  if (slash ? p != slash : strcmp(p, "/") != 0)
+    fail("absolute-form target: not its path", v);
+}
+
 static void check_numbers(const fake_conn *fc) {
   for (int i = 0; i < fc->n; i++) {
     uint64_t a = 7, b = 7;
@@ -152,6 +182,8 @@ static void check_numbers(const fake_conn *fc) {
     int rb = number_ref(fc->h[i].value, &b);
     if (ra != rb || (ra && a != b))
       fail("attn__header_number differs from the reference", fc->h[i].value);
+    check_target(fc->h[i].value);
+    check_target(fc->h[i].name);
   }
 }
 

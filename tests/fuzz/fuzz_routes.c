@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "attn/config.h"
+#include "attn/metrics.h"
 #include "attn/model.h"
 #include "server/internal.h"
 
@@ -40,6 +41,7 @@
 
 static attn_registry *reg;
 static attn_config cfg;
+static attn_metrics *metrics;
 
 static void fail(const char *what, const char *detail) {
   fprintf(stderr, "fuzz_routes: %s: %s\n", what, detail);
@@ -63,6 +65,7 @@ static void check_answer(const attn_http_resp *r, const char *path) {
     fail("503 without Retry-After", path);
   int json = r->content_type && strstr(r->content_type, "json");
   if (r->status >= 400 && !json) fail("an error that is not JSON", path);
+  if (!json && r->status == 200 && !r->body) fail("200 without a body", path);
   if (!json || r->status == 304) return;
   cJSON *j = cJSON_ParseWithLength(r->body, r->len);
   if (!j) fail("answer is not JSON", path);
@@ -117,7 +120,8 @@ static void route(const uint8_t *data, size_t size) {
                      .body = p <= end ? p : "",
                      .body_len = p <= end ? (size_t)(end - p) : 0};
   q.header_len_ok = attn__header_number(q.header_len_text, &q.header_len) != 0;
-  attn_srv_ctx s = {.cfg = &cfg, .models = reg, .ncpu = 1};
+  attn_srv_ctx s = {
+      .cfg = &cfg, .models = reg, .ncpu = 1, .metrics = metrics, .workers = 1};
   int draining = data[0] >> 3 & 1;
   atomic_init(&s.draining, draining);
   atomic_init(&s.unready, data[0] >> 4 & 1);
@@ -138,6 +142,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attn_config_defaults(&cfg);
     if (attn_registry_create("../config/models", &reg, &d))
       fail("registry", d.msg);
+    const char *names[64];
+    attn_metrics_labels l = {.models = names,
+                             .n_models = attn_registry_count(reg)};
+    for (size_t i = 0; i < l.n_models && i < 64; i++)
+      names[i] = attn_model_name(attn_registry_at(reg, i));
+    l.routes = attn__route_templates(&l.n_routes);
+    if (attn_metrics_create(&l, &metrics, &d)) fail("metrics", d.msg);
   }
   if (size == 0) return 0;
   route(data, size);

@@ -27,9 +27,10 @@ OUT=build-fuzz
 CFLAGS="-g -O1 -std=c11 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
   -fno-sanitize-recover=all -Iinclude -Isrc -I$OUT"
 ALL_SRC="src/codec/*.c src/json/*.c src/fmt/*.c src/common/*.c src/model/*.c
-  src/engine/*.c src/config/*.c src/queue/*.c"
+  src/engine/*.c src/config/*.c src/queue/*.c src/metrics/*.c"
 SERVER_SRC="src/server/routes.c src/server/infer.c src/server/respond.c
-  src/server/inflate.c src/server/peers.c src/server/web.c $OUT/web_assets.c"
+  src/server/inflate.c src/server/peers.c src/server/web.c
+  src/server/stats.c src/server/observe.c $OUT/web_assets.c"
 
 # The generated files the server's sources include: attn_version.h (as
 # meson writes it) and the page's bytes (web_assets.c).
