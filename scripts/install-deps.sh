@@ -5,9 +5,9 @@
 # targets need (clang with its sanitizer runtimes: tests/fuzz/run.sh).
 # Usage: scripts/install-deps.sh [--test|--fuzz]
 set -eu
-PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev zlib1g-dev"
+PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev libgnutls28-dev zlib1g-dev"
 if [ "${1:-}" = "--test" ]; then
-  PKGS="$PKGS check libsubunit-dev curl python3 prometheus python3-numpy"
+  PKGS="$PKGS check libsubunit-dev curl python3 prometheus python3-numpy openssl"
 fi
 if [ "${1:-}" = "--fuzz" ]; then
   PKGS="$PKGS clang libclang-rt-14-dev python3"

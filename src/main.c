@@ -17,6 +17,9 @@
  * answers are sent; then everything is destroyed in reverse order of
  * creation and attnd exits 0.  A signal during the drain is ignored.  If
  * the drain runs out of time attnd exits 0 without waiting further.
+ * SIGHUP (blocked and forwarded like them) re-reads api_keys_file while
+ * serving (reload_keys); at other times it waits, blocked.  ATTND_API_KEY
+ * is read here, never a config key: --check-config must not print it.
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
  * asks a running attnd whether it is ready and exits 0 or 1.
  * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
@@ -264,6 +267,19 @@ static int healthcheck(const attn_config *cfg, const char *url) {
   char def[ATTN_MAX_HOST_LEN + 64];
   attn_diag d = {{0}};
   int status;
+  if (!url && *cfg->tls_cert_file) {
+    fprintf(stderr,
+            "attnd: healthcheck: this attnd serves HTTPS (tls_cert_file is "
+            "set) and --healthcheck speaks plain HTTP only: probe it with an "
+            "HTTPS client (curl -fsS --cacert CA.pem "
+            "https://HOST:%d/v2/health/ready; Kubernetes: an httpGet probe "
+            "with scheme: HTTPS%s)\n",
+            cfg->port,
+            *cfg->tls_client_ca_file
+                ? ", which mutual TLS refuses: use curl with --cert and --key"
+                : "");
+    return 1;
+  }
   if (!url) {
     if (attn_healthcheck_url(cfg->host, cfg->port, def, sizeof def, &d) !=
         ATTN_OK) {
@@ -477,12 +493,15 @@ static const char *prepare_process(const attn_config *cfg,
   sigemptyset(sigs);
   sigaddset(sigs, SIGTERM);
   sigaddset(sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, sigs, NULL);
+  sigset_t hup = *sigs;
+  sigaddset(&hup, SIGHUP); /* taken in serve(); blocked everywhere */
+  pthread_sigmask(SIG_BLOCK, &hup, NULL);
   main_thread = pthread_self();
   struct sigaction sa = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
   sigfillset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
 
   attn_log_init(cfg->log_level, cfg->log_format);
   report_blas_core(blas_before);
@@ -492,6 +511,22 @@ static const char *prepare_process(const attn_config *cfg,
   const char *policy = set_sched_policy(cfg->cpu_scheduling_policy);
   attn_engine_set_blas_threads(1); /* the engine owns parallelism */
   return policy;
+}
+
+/* One line on how clients get in: keys, TLS, CORS (never a key). */
+static void log_access_settings(const attn_config *cfg, attn_server *server) {
+  size_t keys = attn_server_key_count(server);
+  if (!keys && !*cfg->tls_cert_file && !*cfg->cors_allow_origins) return;
+  attn_log(ATTN_LOG_INFO, "access: %zu API keys%s%s, %s%s, CORS %s%s", keys,
+           keys ? " (from " : " (every route open)",
+           keys ? (*cfg->api_keys_file && getenv("ATTND_API_KEY")
+                       ? "api_keys_file and ATTND_API_KEY)"
+                   : *cfg->api_keys_file ? "api_keys_file)"
+                                         : "ATTND_API_KEY)")
+                : "",
+           *cfg->tls_cert_file ? "HTTPS" : "plain HTTP",
+           *cfg->tls_client_ca_file ? " with client certificates" : "",
+           *cfg->cors_allow_origins ? "for " : "off", cfg->cors_allow_origins);
 }
 
 /* Set-up: the models, the queue, the workers and the server, into *a;
@@ -532,7 +567,7 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
                                       : 0);
   int64_t budget = attn_config_body_budget(cfg, memory);
   attn_server_deps deps = {cfg,    a->models, a->queue, a->pool,
-                           budget, cpus,      workers};
+                           budget, cpus,      workers,  getenv("ATTND_API_KEY")};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
@@ -551,6 +586,7 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
            cfg->max_total_body_bytes ? "" : " (auto)",
            attn_registry_count(a->models), bf16_kernels(),
            attn_engine_kernel_name(), attn_engine_blas_core());
+  log_access_settings(cfg, a->server);
   return 1;
 }
 
@@ -579,18 +615,36 @@ static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
   if (mi.fordblks > TRIM_ABOVE_BYTES) malloc_trim(0);
 }
 
+/* SIGHUP: the API keys again from api_keys_file. */
+static void reload_keys(attn_server *server) {
+  attn_diag d = {{0}};
+  size_t n;
+  if (attn_server_reload_keys(server, &n, &d) == ATTN_OK)
+    attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu API keys in force", n);
+  else
+    attn_log(ATTN_LOG_ERROR, "received SIGHUP: %s; the keys in force stay",
+             d.msg);
+}
+
 /* Serve: the server's threads do the work; main waits for SIGTERM or
- * SIGINT, giving memory back once a second when idle (idle_trim), then
- * runs the shutdown delay (when there is one). */
+ * SIGINT, re-reading the keys on each SIGHUP and giving memory back once a
+ * second when idle (idle_trim), then runs the shutdown delay (when there
+ * is one). */
 static void serve(attn_server *server, const attn_pool *pool,
                   const attn_config *cfg, const sigset_t *sigs) {
   int sig = 0;
   uint64_t last_pushed = UINT64_MAX;
+  sigset_t with_hup = *sigs;
+  sigaddset(&with_hup, SIGHUP);
   for (;;) {
     struct timespec tick = {1, 0};
-    sig = sigtimedwait(sigs, NULL, &tick);
-    if (sig > 0) break;
-    if (errno == EAGAIN) idle_trim(pool, &last_pushed);
+    sig = sigtimedwait(&with_hup, NULL, &tick);
+    if (sig == SIGHUP)
+      reload_keys(server);
+    else if (sig > 0)
+      break;
+    else if (errno == EAGAIN)
+      idle_trim(pool, &last_pushed);
   }
   if (cfg->shutdown_delay_ms > 0) {
     shutdown_delay(server, sigs, sig, cfg->shutdown_delay_ms);

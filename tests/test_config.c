@@ -122,6 +122,13 @@ static void non_default(attn_config *c) {
   c->log_level = ATTN_LOG_ERROR;
   c->log_format = ATTN_LOG_TEXT;
   c->access_log = false;
+  snprintf(c->api_keys_file, sizeof c->api_keys_file, "/etc/attnd/keys");
+  c->metrics_require_key = true;
+  snprintf(c->tls_cert_file, sizeof c->tls_cert_file, "/tls/crt.pem");
+  snprintf(c->tls_key_file, sizeof c->tls_key_file, "/tls/key.pem");
+  snprintf(c->tls_client_ca_file, sizeof c->tls_client_ca_file, "/tls/ca.pem");
+  snprintf(c->cors_allow_origins, sizeof c->cors_allow_origins,
+           "https://a.example, http://b.example:3000");
 }
 
 #define ASSERT_UNCHANGED(c, before)                      \
@@ -188,7 +195,13 @@ START_TEST(test_key_names) {
                                      "models_dir",
                                      "log_level",
                                      "log_format",
-                                     "access_log"};
+                                     "access_log",
+                                     "api_keys_file",
+                                     "metrics_require_key",
+                                     "tls_cert_file",
+                                     "tls_key_file",
+                                     "tls_client_ca_file",
+                                     "cors_allow_origins"};
   size_t n = sizeof want / sizeof want[0];
   ck_assert_uint_eq(n_keys(), n);
   for (size_t i = 0; i < n; i++)
@@ -567,7 +580,10 @@ START_TEST(test_write_json_round_trip) {
   fclose(m);
   ck_assert_ptr_nonnull(
       strstr(text, "\"models_dir\": \"/m/\\\"quoted\\\"\\\\dir/é\""));
-  ck_assert_ptr_nonnull(strstr(text, "\"access_log\": false\n}\n"));
+  ck_assert_ptr_nonnull(strstr(text, "\"access_log\": false,\n"));
+  ck_assert_ptr_nonnull(strstr(text,
+                               "\"cors_allow_origins\": \"https://a.example, "
+                               "http://b.example:3000\"\n}\n"));
   const char *p = write_tmp(0, text, len);
   free(text);
   attn_config_defaults(&back);
@@ -714,28 +730,85 @@ START_TEST(test_cli_config_flag_beats_env) {
 END_TEST
 
 START_TEST(test_cli_every_key_has_env_and_flag) {
-  /* An empty value is an error for every type, so the diagnostic proves the
-   * variable (or flag) was read for that key. */
+  /* An empty value is an error for every type but the optional texts
+   * (default "": unset), which refuse a control character instead, so the
+   * diagnostic proves the variable (or flag) was read for that key. */
   size_t n = n_keys();
+  attn_config def;
+  attn_config_defaults(&def);
   for (size_t i = 0; i < n; i++) {
     const char *key = attn_config_key_name(i);
     char env_name[96], flag[96];
     env_of(key, env_name, sizeof env_name);
     flag_of(key, flag, sizeof flag);
-    const char *env[] = {env_name, "", NULL};
+    int optional =
+        !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
+        !strcmp(key, "tls_key_file") || !strcmp(key, "tls_client_ca_file") ||
+        !strcmp(key, "cors_allow_origins");
+    const char *bad = optional ? "\x01" : "";
+    const char *env[] = {env_name, bad, NULL};
     attn_config c;
     attn_cli_action a;
     attn_diag d = {{0}};
+    if (optional) {
+      const char *unset[] = {env_name, "", NULL};
+      ck_assert_int_eq(CLI(&c, &a, unset, &d, "attnd"), ATTN_OK);
+    }
     ck_assert_msg(CLI(&c, &a, env, &d, "attnd") == ATTN_EINVAL, "%s ignored",
                   env_name);
     ck_assert_msg(strncmp(d.msg, env_name, strlen(env_name)) == 0, "diag '%s'",
                   d.msg);
     char eq[128];
-    snprintf(eq, sizeof eq, "%s=", flag);
+    snprintf(eq, sizeof eq, "%s=%s", flag, bad);
     ck_assert_msg(CLI(&c, &a, NULL, &d, "attnd", eq) == ATTN_EINVAL,
                   "%s ignored", flag);
     ck_assert_msg(strncmp(d.msg, flag, strlen(flag)) == 0, "diag '%s'", d.msg);
   }
+}
+END_TEST
+
+START_TEST(test_cli_access_keys) {
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--tls-cert-file", "c.pem"),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "tls_key_file is not");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--tls-key-file", "k.pem"),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "tls_cert_file is not");
+  ck_assert_int_eq(
+      CLI(&c, &a, NULL, &d, "attnd", "--tls-client-ca-file", "ca.pem"),
+      ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "mutual TLS needs HTTPS");
+  ck_assert_int_eq(
+      CLI(&c, &a, NULL, &d, "attnd", "--tls-cert-file", "c.pem",
+          "--tls-key-file", "k.pem", "--tls-client-ca-file", "ca.pem"),
+      ATTN_OK);
+  ck_assert_str_eq(c.tls_client_ca_file, "ca.pem");
+  static const char *const bad[][2] = {
+      {"https://a.example/", "has a path"},
+      {"a.example", "does not begin with http"},
+      {"ftp://a.example", "does not begin with http"},
+      {"https://", "has no host"},
+      {"https://a.example, *", "'*' allows every origin"},
+      {"https://*.example", "is not an origin"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(
+        CLI(&c, &a, NULL, &d, "attnd", "--cors-allow-origins", bad[i][0]),
+        ATTN_EINVAL);
+    ASSERT_DIAG_HAS(d, bad[i][1]);
+  }
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--cors-allow-origins",
+                       "https://a.example,http://localhost:3000  "
+                       "HTTPS://B.example:8443"),
+                   ATTN_OK);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--cors-allow-origins", "*"),
+                   ATTN_OK);
+  ck_assert_str_eq(c.cors_allow_origins, "*");
+  /* ATTND_API_KEY is read (by main), not a key: never printed */
+  ck_assert_ptr_null(attn_config_env_unknown("ATTND_API_KEY"));
+  ck_assert_int_eq(attn_config_set(&c, "api_key", "x", &d), ATTN_EINVAL);
 }
 END_TEST
 
@@ -1282,6 +1355,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_config_flag_beats_env);
   tcase_add_test(t, test_cli_every_key_has_env_and_flag);
   tcase_add_test(t, test_env_unknown);
+  tcase_add_test(t, test_cli_access_keys);
   tcase_add_test(t, test_cli_flag_forms);
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);

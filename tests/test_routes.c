@@ -398,6 +398,117 @@ START_TEST(test_stats_routes) {
 }
 END_TEST
 
+/* req (no body) answered at once. */
+static attn_http_resp answer(attn_http_req req) {
+  attn_http_resp resp = {0};
+  attn_infer_target t;
+  req.body = "";
+  ck_assert_int_eq(attn__route(&srv, &req, &resp, &t), ATTN_ROUTE_DONE);
+  return resp;
+}
+
+static attn_http_resp route_with(const char *method, const char *path,
+                                 const char *authorization,
+                                 const char *api_key) {
+  return answer((attn_http_req){.method = method,
+                                .path = path,
+                                .authorization = authorization,
+                                .api_key = api_key});
+}
+
+static const char *resp_header(const attn_http_resp *r, const char *name) {
+  for (size_t i = 0; i + 1 < 16 && r->headers[i]; i += 2)
+    if (!strcmp(r->headers[i], name)) return r->headers[i + 1];
+  return NULL;
+}
+
+START_TEST(test_api_keys) {
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn__auth_create("", "sesame", &srv.auth, &d), ATTN_OK);
+  /* public whatever the keys */
+  static const char *const open[] = {"/v2/health/live", "/v2/health/ready", "/",
+                                     "/ui/app.js"};
+  for (size_t i = 0; i < sizeof open / sizeof open[0]; i++) {
+    attn_http_resp r = route_with("GET", open[i], NULL, NULL);
+    ck_assert_msg(r.status == 200, "%s: %d", open[i], r.status);
+    free(r.body);
+  }
+  /* every other route, and paths no route has */
+  static const char *const closed[] = {"/v2",
+                                       "/v1/models",
+                                       "/v2/models/sdpa",
+                                       "/v2/models/sdpa/ready",
+                                       "/nowhere",
+                                       "/v2/models/nosuch"};
+  for (size_t i = 0; i < sizeof closed / sizeof closed[0]; i++) {
+    attn_http_resp r = route_with("GET", closed[i], NULL, NULL);
+    ck_assert_msg(r.status == 401, "%s: %d", closed[i], r.status);
+    ck_assert_str_eq(resp_header(&r, "WWW-Authenticate"), "Bearer");
+    EXPECT_BODY(r, "needs an API key");
+    r = route_with("GET", closed[i], "Bearer sesame", NULL);
+    ck_assert_msg(r.status != 401, "%s with a key: %d", closed[i], r.status);
+    free(r.body);
+    r = route_with("GET", closed[i], NULL, "sesame");
+    ck_assert_msg(r.status != 401, "%s with X-Api-Key: %d", closed[i],
+                  r.status);
+    free(r.body);
+  }
+  attn_http_resp r = route_with("POST", "/v1/attention", NULL, "open");
+  ck_assert_int_eq(r.status, 401);
+  ck_assert_str_eq(resp_header(&r, "WWW-Authenticate"),
+                   "Bearer error=\"invalid_token\"");
+  ck_assert_ptr_null(strstr(r.body, "open")); /* the key is not echoed */
+  EXPECT_BODY(r, "X-Api-Key is not valid");
+  r = route_with("GET", "/v2", "Basic c2VzYW1l", NULL);
+  ck_assert_int_eq(r.status, 401);
+  EXPECT_BODY(r, "only Bearer");
+  /* the refusals above: 6 without a key, a wrong key, a Basic */
+  ck_assert_uint_eq(attn__auth_failures(srv.auth), 8);
+  attn__auth_destroy(srv.auth);
+  srv.auth = NULL;
+}
+END_TEST
+
+static attn_http_resp preflight(const char *origin, const char *method) {
+  return answer((attn_http_req){.method = "OPTIONS",
+                                .path = "/v1/attention",
+                                .origin = origin,
+                                .cors_method = method});
+}
+
+START_TEST(test_cors_preflight) {
+  attn_diag d = {{0}};
+  /* CORS off: OPTIONS is a method like another (405) */
+  attn_http_resp r = preflight("https://app.example", "POST");
+  ck_assert_int_eq(r.status, 405);
+  free(r.body);
+  snprintf(cfg.cors_allow_origins, sizeof cfg.cors_allow_origins,
+           "https://app.example");
+  /* answered before the keys: a browser sends no key in a preflight */
+  ck_assert_int_eq(attn__auth_create("", "sesame", &srv.auth, &d), ATTN_OK);
+  r = preflight("https://app.example", "POST");
+  ck_assert_int_eq(r.status, 204);
+  ck_assert_uint_eq(r.len, 0);
+  ck_assert_ptr_nonnull(strstr(resp_header(&r, "Access-Control-Allow-Headers"),
+                               "Authorization, X-Api-Key, Content-Type"));
+  ck_assert_ptr_nonnull(strstr(resp_header(&r, "Access-Control-Allow-Headers"),
+                               "Inference-Header-Content-Length"));
+  ck_assert_ptr_nonnull(
+      strstr(resp_header(&r, "Access-Control-Allow-Methods"), "POST"));
+  free(r.body);
+  r = preflight("https://evil.example", "POST");
+  ck_assert_int_eq(r.status, 403);
+  EXPECT_BODY(r, "cors_allow_origins");
+  /* an OPTIONS that is no preflight needs the key like any request */
+  r = preflight(NULL, NULL);
+  ck_assert_int_eq(r.status, 401);
+  free(r.body);
+  ck_assert_uint_eq(attn__auth_failures(srv.auth), 1);
+  attn__auth_destroy(srv.auth);
+  srv.auth = NULL;
+}
+END_TEST
+
 Suite *routes_suite(void) {
   Suite *s = suite_create("routes");
   TCase *tc = tcase_create("routes");
@@ -411,6 +522,8 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_queue_full_and_expiry);
   tcase_add_test(tc, test_route_templates);
   tcase_add_test(tc, test_stats_routes);
+  tcase_add_test(tc, test_api_keys);
+  tcase_add_test(tc, test_cors_preflight);
   suite_add_tcase(s, tc);
   return s;
 }

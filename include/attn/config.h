@@ -69,6 +69,14 @@ typedef struct attn_config {
   attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
   /* A second port, on host, serving only GET /metrics; 0 = none. */
   int metrics_port;
+  /* Access (docs/configuration.md, "Access"): "" = none / off. */
+  char api_keys_file[ATTN_MAX_PATH_LEN + 1]; /* one key per line */
+  bool metrics_require_key;                  /* GET /metrics needs a key */
+  char tls_cert_file[ATTN_MAX_PATH_LEN + 1]; /* PEM; with tls_key_file */
+  char tls_key_file[ATTN_MAX_PATH_LEN + 1];
+  char tls_client_ca_file[ATTN_MAX_PATH_LEN + 1]; /* mutual TLS */
+  /* "https://a.example, http://b.example:8000", or "*" */
+  char cors_allow_origins[ATTN_MAX_CORS_ORIGINS_LEN + 1];
 } attn_config;
 
 /* Fill *c with the built-in defaults.  Never fails. */

@@ -168,4 +168,27 @@
  * megabytes of text. */
 #define ATTN_SAFETENSORS_MAX_HEADER ((size_t)100 << 20)
 
+/* ---- Access: API keys, TLS, CORS, request ids ---------------------------- */
+
+/* API keys (api_keys_file, ATTND_API_KEY): at most this many, each 1..this
+ * many bytes of printable ASCII without spaces (a 256-bit key in base64 is
+ * 44 bytes; 256 leaves room for any scheme of prefixes). */
+#define ATTN_MAX_API_KEYS 1024
+#define ATTN_MAX_API_KEY_LEN 256
+/* api_keys_file larger than this is refused unread: 1024 keys of 256 bytes
+ * with comments fit. */
+#define ATTN_MAX_KEYS_FILE_BYTES ((size_t)1 << 20)
+
+/* A PEM file (tls_cert_file, tls_key_file, tls_client_ca_file) larger than
+ * this is refused unread: a certificate chain is a few KiB, a CA bundle
+ * (Debian's ca-certificates.crt) about 200 KiB. */
+#define ATTN_MAX_PEM_FILE_BYTES ((size_t)4 << 20)
+
+/* `cors_allow_origins`: the list as text (attn_config holds it inline). */
+#define ATTN_MAX_CORS_ORIGINS_LEN 2047
+
+/* An X-Request-Id taken from a request: at most this many bytes (longer,
+ * or with a byte outside printable ASCII, and attnd makes its own). */
+#define ATTN_MAX_REQUEST_ID_LEN 128
+
 #endif /* ATTN_LIMITS_H */

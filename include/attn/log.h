@@ -47,7 +47,8 @@ typedef struct attn_access {
   int status;
   uint64_t bytes_in, bytes_out;
   double queue_ms, compute_ms, total_ms;
-  const char *closed; /* why the connection ended early, or NULL (omitted) */
+  const char *closed;   /* why the connection ended early, or NULL (omitted) */
+  const char *trace_id; /* a W3C traceparent's, or NULL (omitted) */
 } attn_access;
 
 void attn_log_access(const attn_access *a);

@@ -7,6 +7,7 @@
 #ifndef ATTN_SERVER_H
 #define ATTN_SERVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "attn/config.h"
@@ -31,6 +32,9 @@ typedef struct attn_server_deps {
   int cpus;
   /* The pool's worker threads (attnd_workers). */
   int workers;
+  /* ATTND_API_KEY's value (main reads the environment), a key beside
+   * those of cfg->api_keys_file; NULL or "" for none. */
+  const char *api_key;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it
@@ -69,6 +73,20 @@ attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
  * Returns how many there were.  The server keeps running; the caller is
  * about to exit.  Main thread. */
 int attn_server_abandon(attn_server *s);
+
+/* API keys in force (0: none, every route open).  Any thread. */
+size_t attn_server_key_count(attn_server *s);
+
+/* Re-read api_keys_file (SIGHUP): ATTN_OK and *count keys now in force;
+ * on any error (ATTN_ENOTFOUND: keys are off, nothing to re-read; the file
+ * unreadable, a bad line, no key) the keys in force stay and d says why,
+ * naming lines, never keys.  Main thread. */
+attn_status attn_server_reload_keys(attn_server *s, size_t *count,
+                                    attn_diag *d);
+
+/* Requests refused for want of a valid API key so far (the metrics'
+ * attnd_auth_failures_total).  Any thread. */
+uint64_t attn_server_auth_failures(attn_server *s);
 
 /* Stop listening and free.  Every suspended request must have been resumed
  * (the pool drained).  NULL is allowed. */

@@ -109,6 +109,16 @@ static void key(attn_buf *b, const char *json_key, const char *text_key) {
   attn_buf_puts(b, json ? "\":" : "=");
 }
 
+/* A text field: a JSON string, or the text as it is. */
+static void text_field(attn_buf *b, const char *json_key, const char *text_key,
+                       const char *v) {
+  key(b, json_key, text_key);
+  if (g_format == ATTN_LOG_JSON)
+    attn_buf_json_string(b, v);
+  else
+    attn_buf_puts(b, v);
+}
+
 /* Access lines are written for every request, on the HTTP threads: no
  * printf (its %.3f alone took ~0.3 us a number here), the time from
  * attn__log_time. */
@@ -146,20 +156,9 @@ void attn_log_access(const attn_access *a) {
   attn_buf_fixed3(&b, a->compute_ms);
   key(&b, "total_ms", "total_ms");
   attn_buf_fixed3(&b, a->total_ms);
-  if (a->closed) {
-    key(&b, "closed", "closed");
-    if (json)
-      attn_buf_json_string(&b, a->closed);
-    else
-      attn_buf_puts(&b, a->closed);
-  }
-  key(&b, "request_id", "id");
-  const char *id = a->request_id ? a->request_id : "";
-  if (json) {
-    attn_buf_json_string(&b, id);
-    attn_buf_puts(&b, "}");
-  } else {
-    attn_buf_puts(&b, id);
-  }
+  if (a->closed) text_field(&b, "closed", "closed", a->closed);
+  if (a->trace_id) text_field(&b, "trace_id", "trace", a->trace_id);
+  text_field(&b, "request_id", "id", a->request_id ? a->request_id : "");
+  if (json) attn_buf_puts(&b, "}");
   emit(&b);
 }

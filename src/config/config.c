@@ -109,6 +109,15 @@ _Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
 #define K_PATH(k, from, env, def, help) \
   {#k, env, CFG_PATH, CFG_FIELD(k, char *), CFG_FIELD(from, char *), 0, 1, \
    (int64_t)sizeof(((attn_config *)0)->k) - 1, def, NULL, "", help}
+/* A file that may be left unset (default ""): relative to the config
+ * file's folder like K_PATH, with no record of where it was set. */
+#define K_FILE(k, env, help) \
+  {#k, env, CFG_PATH, CFG_FIELD(k, char *), 0, 0, 0, 0, \
+   (int64_t)sizeof(((attn_config *)0)->k) - 1, "", NULL, "", help}
+/* Text that may be left unset (default "", off). */
+#define K_TEXT(k, env, help) \
+  {#k, env, CFG_STR, CFG_FIELD(k, char *), 0, 0, 0, 0, \
+   (int64_t)sizeof(((attn_config *)0)->k) - 1, "", NULL, "", help}
 
 static const cfg_key keys[] = {
     K_STR(host, "ATTND_HOST", "0.0.0.0",
@@ -188,6 +197,25 @@ static const cfg_key keys[] = {
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
            attn_log_format_names, "log line format"),
     K_BOOL(access_log, "ATTND_ACCESS_LOG", 1, "log one line per request"),
+    K_FILE(api_keys_file, "ATTND_API_KEYS_FILE",
+           "API keys, one per line (blank lines and # comments skipped; "
+           "re-read on SIGHUP): when it or ATTND_API_KEY gives a key, every "
+           "route but health, the page and CORS preflights needs one; "
+           "\"\" = none"),
+    K_BOOL(metrics_require_key, "ATTND_METRICS_REQUIRE_KEY", 0,
+           "GET /metrics needs an API key too (when keys are set)"),
+    K_FILE(tls_cert_file, "ATTND_TLS_CERT_FILE",
+           "serve HTTPS with this PEM certificate (chain); needs "
+           "tls_key_file; \"\" = plain HTTP"),
+    K_FILE(tls_key_file, "ATTND_TLS_KEY_FILE",
+           "the PEM private key of tls_cert_file (unencrypted)"),
+    K_FILE(tls_client_ca_file, "ATTND_TLS_CLIENT_CA_FILE",
+           "mutual TLS: every client must present a certificate signed by a "
+           "CA of this PEM file; \"\" = none asked"),
+    K_TEXT(cors_allow_origins, "ATTND_CORS_ALLOW_ORIGINS",
+           "browser origins allowed to call attnd (CORS), comma-separated "
+           "(https://app.example, http://localhost:3000), or * for any; "
+           "\"\" = CORS off"),
 };
 /* clang-format on */
 
@@ -352,7 +380,7 @@ static attn_status check_and_store(attn_config *c, const cfg_key *k,
         VALUE_SHOW, shown, k->key, allowed(k, range, sizeof range));
   }
   store(c, k, v, s);
-  if (k->type == CFG_PATH)
+  if (k->type == CFG_PATH && k->origin_size)
     snprintf((char *)c + k->origin_off, k->origin_size, "%s", src);
   return ATTN_OK;
 }
@@ -585,6 +613,7 @@ const char *attn_config_env_unknown(const char *name) {
   size_t n = 0;
   if (!name || strncmp(name, "ATTND_", 6) != 0) return NULL;
   if (strcmp(name, "ATTND_CONFIG") == 0) return NULL;
+  if (strcmp(name, "ATTND_API_KEY") == 0) return NULL; /* main reads it */
   for (size_t i = 0; i < N_KEYS; i++)
     if (strcmp(name, keys[i].env) == 0) return NULL;
   /* ATTND_WORKRS -> "workrs", compared with the key names */
@@ -812,6 +841,62 @@ static attn_status next_opt(int argc, char **argv, int *i, cli_opt *o,
   return ATTN_OK;
 }
 
+/* One origin of cors_allow_origins, o[0, n): "*" alone, or
+ * scheme://host[:port] with scheme http or https and nothing after (what a
+ * browser sends in Origin).  NULL when it is one, else what is wrong. */
+static const char *origin_problem(const char *o, size_t n) {
+  size_t s = n >= 7 && !strncasecmp(o, "http://", 7)    ? 7
+             : n >= 8 && !strncasecmp(o, "https://", 8) ? 8
+                                                        : 0;
+  if (!s) return "does not begin with http:// or https://";
+  if (s == n) return "has no host";
+  for (size_t i = s; i < n; i++) {
+    if (o[i] == '/') return "has a path (an origin is scheme://host[:port])";
+    if ((unsigned char)o[i] <= 0x20 || o[i] == 0x7f || o[i] == '*' ||
+        o[i] == '?' || o[i] == '#')
+      return "is not an origin (scheme://host[:port])";
+  }
+  return NULL;
+}
+
+/* The access keys that must agree: both TLS files or neither, a client CA
+ * only with them, and each origin of cors_allow_origins. */
+static attn_status check_access(const attn_config *c, attn_diag *d) {
+  if (!*c->tls_cert_file != !*c->tls_key_file)
+    return attn_diag_set(
+        d, ATTN_EINVAL,
+        "%s is set but %s is not: HTTPS needs both the certificate and its "
+        "private key",
+        *c->tls_cert_file ? "tls_cert_file" : "tls_key_file",
+        *c->tls_cert_file ? "tls_key_file" : "tls_cert_file");
+  if (*c->tls_client_ca_file && !*c->tls_cert_file)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "tls_client_ca_file is set without tls_cert_file "
+                         "and tls_key_file: mutual TLS needs HTTPS");
+  const char *p = c->cors_allow_origins;
+  int n_items = 0, star = 0;
+  while (*p) {
+    p += strspn(p, " \t,");
+    size_t n = strcspn(p, " \t,");
+    if (!n) break;
+    n_items++;
+    if (n == 1 && *p == '*') {
+      star = 1;
+    } else {
+      const char *why = origin_problem(p, n);
+      if (why)
+        return attn_diag_set(d, ATTN_EINVAL, "cors_allow_origins: '%.*s' %s",
+                             (int)(n < 80 ? n : 80), p, why);
+    }
+    p += n;
+  }
+  if (star && n_items > 1)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "cors_allow_origins: '*' allows every origin; give "
+                         "it alone, or list the origins");
+  return ATTN_OK;
+}
+
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d) {
@@ -880,6 +965,8 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
         "of max_body_bytes could never be accepted (raise it, or set 0 for "
         "auto)",
         (long long)tmp.max_total_body_bytes, (long long)tmp.max_body_bytes);
+
+  if ((st = check_access(&tmp, d)) != ATTN_OK) return st;
 
   *c = tmp;
   *action = act;

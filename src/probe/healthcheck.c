@@ -125,8 +125,10 @@ attn_status attn_url_parse(const char *text, attn_url *out, attn_diag *d) {
                          SHOW, text);
   if ((size_t)(sep - text) != 4 || strncasecmp(text, "http", 4) != 0)
     return attn_diag_set(d, ATTN_EINVAL,
-                         "URL '%.*s': only http:// is supported (attnd "
-                         "serves plain HTTP)",
+                         "URL '%.*s': only http:// is supported "
+                         "(--healthcheck speaks plain HTTP; probe an attnd "
+                         "with tls_cert_file with an HTTPS client such as "
+                         "curl)",
                          SHOW, text);
   const char *h = sep + 3;
   size_t auth_len = strcspn(h, "/?#");

@@ -38,6 +38,7 @@
  * whoever unlinks it (on_completed, or abandon, which unlinks none but
  * stops every later on_completed from logging) writes it.
  */
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
 #include <arpa/inet.h>
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +76,8 @@ struct attn_server {
   struct conn_ctx *live;   /* the contexts counted in inflight */
   int abandoned;           /* attn_server_abandon() has logged them */
   attn_peers *peers;       /* every open connection (peers.c) */
+  char id_prefix[9];       /* of the request ids made up: 8 random hex */
+  char *tls_cert, *tls_key, *tls_ca; /* PEM, for the daemon's life */
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -110,7 +114,11 @@ typedef struct conn_ctx {
   uint64_t start_ns;
   int status;
   size_t bytes_out;
-  char request_id[72];
+  int id_given;       /* request_id is the request's X-Request-Id */
+  int cors;           /* the Origin is allowed: answers get CORS headers */
+  const char *origin; /* Origin, when CORS is on */
+  char request_id[ATTN_MAX_REQUEST_ID_LEN + 1];
+  char trace_id[33]; /* of a valid traceparent; "" for none */
 } conn_ctx;
 
 /* Make this request's share of body_held `want` bytes: 1, or 0 when that
@@ -187,6 +195,19 @@ static int unlink_live(conn_ctx *cx) {
   return log;
 }
 
+/* CORS on: an allowed origin may read the answer and the headers a client
+ * needs (cors.c).  Vary: Origin whenever the answer depends on it. */
+static void cors_headers(conn_ctx *cx, struct MHD_Response *r) {
+  const char *list = cx->srv->ctx.cfg->cors_allow_origins;
+  int any = list[0] == '*' && list[1] == '\0';
+  if (!any) MHD_add_response_header(r, "Vary", "Origin");
+  if (!cx->cors) return;
+  MHD_add_response_header(r, "Access-Control-Allow-Origin",
+                          any ? "*" : cx->origin);
+  MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                          ATTN_CORS_EXPOSE_HEADERS);
+}
+
 /* Queue resp on the connection; takes resp->body.  MHD thread. */
 static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
   struct MHD_Response *r;
@@ -206,9 +227,10 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     return MHD_NO;
   }
   resp->body = NULL;
-  MHD_add_response_header(
-      r, MHD_HTTP_HEADER_CONTENT_TYPE,
-      resp->content_type ? resp->content_type : "application/json");
+  if (resp->status != 204)
+    MHD_add_response_header(
+        r, MHD_HTTP_HEADER_CONTENT_TYPE,
+        resp->content_type ? resp->content_type : "application/json");
   if (resp->header_len) {
     snprintf(num, sizeof num, "%zu", resp->header_len);
     MHD_add_response_header(r, "Inference-Header-Content-Length", num);
@@ -225,6 +247,7 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
     MHD_add_response_header(r, resp->headers[i], resp->headers[i + 1]);
   if (cx->request_id[0])
     MHD_add_response_header(r, "X-Request-Id", cx->request_id);
+  if (cx->srv->ctx.cfg->cors_allow_origins[0]) cors_headers(cx, r);
   if (cx->must_close)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   cx->status = resp->status;
@@ -274,27 +297,78 @@ static enum MHD_Result discard(conn_ctx *cx, body_fate why, size_t n) {
   return MHD_YES;
 }
 
-/* Copy a request id for headers and logs: control characters (which would
- * break the header) become '?', long ids are cut. */
-static void set_request_id(conn_ctx *cx, const char *id) {
-  size_t i = 0;
-  for (; id[i] && i + 1 < sizeof cx->request_id; i++)
-    cx->request_id[i] =
-        (unsigned char)id[i] < 0x20 || id[i] == 0x7f ? '?' : id[i];
-  cx->request_id[i] = '\0';
+/* A request id attnd takes as it is: 1 to ATTN_MAX_REQUEST_ID_LEN bytes of
+ * printable ASCII (spaces included), so that it is safe in a header and a
+ * log line.  Its length, or 0 when it is not one (or id is NULL). */
+static size_t sane_id(const char *id) {
+  size_t n = 0;
+  if (!id) return 0;
+  for (; id[n]; n++)
+    if (n == ATTN_MAX_REQUEST_ID_LEN || (unsigned char)id[n] < 0x20 ||
+        id[n] == 0x7f || (unsigned char)id[n] > 0x7e)
+      return 0;
+  return n;
 }
 
-/* "req-N", the id of a request that brought no X-Request-Id. */
-static void number_id(conn_ctx *cx, uint64_t n) {
+/* "PREFIX-N", the id of a request that brought no sane X-Request-Id:
+ * PREFIX is 8 random hex digits drawn when the server starts (ids of
+ * replicas and restarts differ), N counts requests. */
+static void make_id(conn_ctx *cx, uint64_t n) {
   char t[24], *p = t + sizeof t;
-  _Static_assert(sizeof cx->request_id >= 4 + sizeof t, "req-N fits");
+  _Static_assert(sizeof cx->request_id >= 9 + sizeof t, "PREFIX-N fits");
   do {
     *--p = (char)('0' + n % 10);
     n /= 10;
   } while (n);
-  memcpy(cx->request_id, "req-", 4);
-  memcpy(cx->request_id + 4, p, (size_t)(t + sizeof t - p));
-  cx->request_id[4 + (t + sizeof t - p)] = '\0';
+  memcpy(cx->request_id, cx->srv->id_prefix, 8);
+  cx->request_id[8] = '-';
+  memcpy(cx->request_id + 9, p, (size_t)(t + sizeof t - p));
+  cx->request_id[9 + (t + sizeof t - p)] = '\0';
+}
+
+static int lower_hex(const char *p, size_t n, int *nonzero) {
+  *nonzero = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+      return 0;
+    *nonzero |= p[i] != '0';
+  }
+  return 1;
+}
+
+/* The trace id of a W3C traceparent ("00-TRACEID-PARENTID-FLAGS": 2, 32,
+ * 16 and 2 lower-case hex digits, ids not all zeros, version not ff; a
+ * later version may add fields after a '-') into out[33]; "" when v is
+ * absent or not one. */
+static void trace_id(const char *v, char out[33]) {
+  int nz, nz_trace, nz_parent;
+  out[0] = '\0';
+  if (!v || strnlen(v, 56) < 55 || !lower_hex(v, 2, &nz) ||
+      !strncmp(v, "ff", 2) || v[2] != '-' || !lower_hex(v + 3, 32, &nz_trace) ||
+      v[35] != '-' || !lower_hex(v + 36, 16, &nz_parent) || v[52] != '-' ||
+      !lower_hex(v + 53, 2, &nz) || !nz_trace || !nz_parent)
+    return;
+  if (v[55] && (!strncmp(v, "00", 2) || v[55] != '-')) return;
+  memcpy(out, v + 3, 32);
+  out[32] = '\0';
+}
+
+/* The request's ids (X-Request-Id, or one made up; traceparent's trace
+ * id) and, with CORS on, whether its Origin may read the answer. */
+static void request_ids(conn_ctx *cx) {
+  attn_server *s = cx->srv;
+  const char *rid = header(cx->conn, "X-Request-Id");
+  size_t n = sane_id(rid);
+  cx->id_given = n > 0;
+  if (n)
+    memcpy(cx->request_id, rid, n + 1);
+  else
+    make_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
+  trace_id(header(cx->conn, "traceparent"), cx->trace_id);
+  if (s->ctx.cfg->cors_allow_origins[0]) {
+    cx->origin = header(cx->conn, "Origin");
+    cx->cors = attn__cors_allowed(s->ctx.cfg->cors_allow_origins, cx->origin);
+  }
 }
 
 /* The answer's share of the budget, on the worker that made it (the
@@ -336,7 +410,9 @@ static void complete(void *arg, attn_http_resp *resp) {
   hold_answer(cx, resp);
   pthread_mutex_lock(&cx->srv->mu); /* attn_server_abandon reads these */
   cx->resp = *resp;
-  if (resp->request_id[0]) set_request_id(cx, resp->request_id);
+  /* a v2 body's "id" names a request that brought no X-Request-Id */
+  size_t n = cx->id_given ? 0 : sane_id(resp->request_id);
+  if (n) memcpy(cx->request_id, resp->request_id, n + 1);
   atomic_store(&cx->done, 1);
   pthread_mutex_unlock(&cx->srv->mu);
   MHD_resume_connection(cx->conn);
@@ -582,6 +658,11 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .header_len = cx->ihcl_val,
       .pad = cx->pad,
       .request_id = cx->request_id,
+      .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
+      .api_key = s->ctx.auth ? header(cx->conn, "X-Api-Key") : NULL,
+      .origin = cx->origin,
+      .cors_method =
+          cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
       .accept = header(cx->conn, MHD_HTTP_HEADER_ACCEPT),
       .if_none_match = header(cx->conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
       .body = cx->body ? cx->body : "",
@@ -611,6 +692,21 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
   return MHD_YES;
 }
 
+/* Mutual TLS: did the client present a certificate that the CAs of
+ * tls_client_ca_file sign, valid now?  libmicrohttpd only asks for one
+ * (GNUTLS_CERT_REQUEST) and leaves the verdict to us.  Checked on every
+ * request, so a connection cannot change that. */
+static int client_cert_ok(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  unsigned status = 0, n = 0;
+  if (!ci || !ci->tls_session) return 0;
+  gnutls_session_t tls = (gnutls_session_t)ci->tls_session;
+  if (!gnutls_certificate_get_peers(tls, &n) || n == 0) return 0;
+  return gnutls_certificate_verify_peers2(tls, &status) == GNUTLS_E_SUCCESS &&
+         status == 0;
+}
+
 /* The request's headers, on the first call: a context for it, its id,
  * the checks that need no body (URL length, framing, a Content-Length
  * past max_body_bytes or the budget), and where its body will go. */
@@ -635,17 +731,20 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
     return MHD_NO;
   }
   attn__copy_str(cx->method, sizeof cx->method, method);
-  const char *rid = header(conn, "X-Request-Id");
-  if (rid && *rid)
-    set_request_id(cx, rid);
-  else
-    number_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
+  request_ids(cx);
   if (strlen(url) > ATTN_MAX_URL_LEN) {
     snprintf(cx->path, sizeof cx->path, "%.64s...", url);
     return send_error(cx, 414, "request URL is too long");
   }
   const char *path = attn__target_path(url);
   attn__copy_str(cx->path, sizeof cx->path, path);
+  if (s->tls_ca && !client_cert_ok(conn)) {
+    cx->must_close = 1;
+    return send_error(cx, 403,
+                      "this server needs a client certificate signed by a CA "
+                      "of its tls_client_ca_file (mutual TLS): none was "
+                      "presented, or it is not valid");
+  }
   char fmsg[256];
   int fstatus = check_request_bytes(cx, path, fmsg, sizeof fmsg);
   if (!fstatus) fstatus = check_framing(cx, fmsg, sizeof fmsg);
@@ -848,6 +947,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         .method = cx->method,
         .path = cx->path,
         .request_id = cx->request_id,
+        .trace_id = cx->trace_id[0] ? cx->trace_id : NULL,
         .status = status,
         .bytes_in = cx->received,
         .bytes_out = cx->bytes_out,
@@ -1011,6 +1111,123 @@ static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* All of a PEM file (tls_*_file key) into *out, NUL-terminated. */
+static attn_status read_pem(const char *key, const char *path, char **out,
+                            attn_diag *d) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return attn_diag_set(d, ATTN_EIO, "%s '%s': cannot open: %s", key, path,
+                         strerror(errno));
+  char *buf = malloc(ATTN_MAX_PEM_FILE_BYTES + 1);
+  size_t n = buf ? fread(buf, 1, ATTN_MAX_PEM_FILE_BYTES + 1, f) : 0;
+  int err = ferror(f);
+  fclose(f);
+  const char *why = !buf                          ? "out of memory"
+                    : err                         ? "cannot read it"
+                    : n > ATTN_MAX_PEM_FILE_BYTES ? "larger than 4 MiB"
+                    : n == 0                      ? "empty"
+                                                  : NULL;
+  if (!why) {
+    buf[n] = '\0';
+    if (!strstr(buf, "-----BEGIN ")) why = "not PEM (no -----BEGIN line)";
+  }
+  if (why) {
+    free(buf);
+    return attn_diag_set(d, ATTN_EIO, "%s '%s': %s", key, path, why);
+  }
+  *out = buf;
+  return ATTN_OK;
+}
+
+/* Do the PEM files hold a certificate and its key (and CAs)?  Asked of
+ * GnuTLS before libmicrohttpd, whose own message does not say which file
+ * is wrong nor why. */
+static attn_status check_tls_files(const attn_server *s, const attn_config *cfg,
+                                   attn_diag *d) {
+  gnutls_certificate_credentials_t cred;
+  if (gnutls_certificate_allocate_credentials(&cred) != GNUTLS_E_SUCCESS)
+    return attn_diag_set(d, ATTN_ENOMEM, "out of memory for TLS");
+  gnutls_datum_t cert = {(unsigned char *)s->tls_cert,
+                         (unsigned)strlen(s->tls_cert)};
+  gnutls_datum_t key = {(unsigned char *)s->tls_key,
+                        (unsigned)strlen(s->tls_key)};
+  attn_status st = ATTN_OK;
+  int rc = gnutls_certificate_set_x509_key_mem(cred, &cert, &key,
+                                               GNUTLS_X509_FMT_PEM);
+  if (rc < 0)
+    st = attn_diag_set(d, ATTN_EINVAL,
+                       "tls_cert_file '%s' and tls_key_file '%s' are not a "
+                       "PEM certificate and its unencrypted private key: %s",
+                       cfg->tls_cert_file, cfg->tls_key_file,
+                       gnutls_strerror(rc));
+  if (st == ATTN_OK && s->tls_ca) {
+    gnutls_datum_t ca = {(unsigned char *)s->tls_ca,
+                         (unsigned)strlen(s->tls_ca)};
+    rc = gnutls_certificate_set_x509_trust_mem(cred, &ca, GNUTLS_X509_FMT_PEM);
+    if (rc <= 0)
+      st = attn_diag_set(d, ATTN_EINVAL,
+                         "tls_client_ca_file '%s' holds no PEM certificate: %s",
+                         cfg->tls_client_ca_file,
+                         rc < 0 ? gnutls_strerror(rc) : "none found");
+  }
+  gnutls_certificate_free_credentials(cred);
+  return st;
+}
+
+/* What access needs before the daemon starts: the API keys, the TLS
+ * files, the prefix of made-up request ids. */
+static attn_status setup_access(attn_server *s, const attn_server_deps *deps,
+                                attn_diag *d) {
+  const attn_config *cfg = deps->cfg;
+  uint32_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+    r = (uint32_t)attn_now_ns() ^ (uint32_t)getpid();
+  snprintf(s->id_prefix, sizeof s->id_prefix, "%08x", (unsigned)r);
+  attn_status st =
+      attn__auth_create(cfg->api_keys_file, deps->api_key, &s->ctx.auth, d);
+  if (st == ATTN_OK && *cfg->tls_cert_file) {
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "tls_cert_file is set but this libmicrohttpd has "
+                           "no TLS support");
+    st = read_pem("tls_cert_file", cfg->tls_cert_file, &s->tls_cert, d);
+    if (st == ATTN_OK)
+      st = read_pem("tls_key_file", cfg->tls_key_file, &s->tls_key, d);
+    if (st == ATTN_OK && *cfg->tls_client_ca_file)
+      st = read_pem("tls_client_ca_file", cfg->tls_client_ca_file, &s->tls_ca,
+                    d);
+    if (st == ATTN_OK) st = check_tls_files(s, cfg, d);
+  }
+  return st;
+}
+
+/* The daemon's TLS options into o[4] (an MHD_OPTION_ARRAY; ends with
+ * MHD_OPTION_END); the flag to add. */
+static unsigned tls_options(const attn_server *s, struct MHD_OptionItem *o) {
+  int n = 0;
+  if (s->tls_cert) {
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
+  }
+  if (s->tls_ca)
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, s->tls_ca};
+  o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+  return s->tls_cert ? MHD_USE_TLS : 0;
+}
+
+/* Free what attn_server_create made before the daemon (or with it). */
+static void free_server(attn_server *s) {
+  attn__peers_destroy(s->peers);
+  attn_metrics_destroy(s->ctx.metrics);
+  attn__auth_destroy(s->ctx.auth);
+  free(s->tls_cert);
+  free(s->tls_key);
+  free(s->tls_ca);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
 attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
                                attn_diag *d) {
   const attn_config *cfg = deps->cfg;
@@ -1049,6 +1266,10 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->body_held, 0);
   s->ctx.body_held = &s->body_held;
   s->ctx.body_budget = s->body_budget;
+  if ((st = setup_access(s, deps, d)) != ATTN_OK) {
+    free_server(s);
+    return st;
+  }
 
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -1056,15 +1277,14 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   snprintf(port, sizeof port, "%d", cfg->port);
   int gai = getaddrinfo(cfg->host, port, &hints, &ai);
   if (gai != 0) {
-    attn_metrics_destroy(s->ctx.metrics);
-    attn__peers_destroy(s->peers);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    free_server(s);
     return attn_diag_set(d, ATTN_EINVAL, "host '%s': %s", cfg->host,
                          gai_strerror(gai));
   }
+  struct MHD_OptionItem tls[4];
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                   tls_options(s, tls);
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   unsigned pool = cfg->http_threads > 1 ? (unsigned)cfg->http_threads : 0;
   s->daemon = MHD_start_daemon(
@@ -1076,13 +1296,20 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-      (unsigned)1, MHD_OPTION_END);
+      (unsigned)1, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->daemon) {
-    attn_metrics_destroy(s->ctx.metrics);
-    attn__peers_destroy(s->peers);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    int tls_on = s->tls_cert != NULL;
+    free_server(s);
+    if (tls_on)
+      return attn_diag_set(
+          d, ATTN_EIO,
+          "cannot listen on %s:%d with TLS: the port is in use, or "
+          "tls_cert_file '%s', tls_key_file '%s'%s%s%s are not a certificate "
+          "and its key (the libmicrohttpd line above says which)",
+          cfg->host, cfg->port, cfg->tls_cert_file, cfg->tls_key_file,
+          *cfg->tls_client_ca_file ? " or tls_client_ca_file '" : "",
+          cfg->tls_client_ca_file, *cfg->tls_client_ca_file ? "'" : "");
     return attn_diag_set(d, ATTN_EIO,
                          "cannot listen on %s:%d (is the port in use?)",
                          cfg->host, cfg->port);
@@ -1154,8 +1381,22 @@ void attn_server_destroy(attn_server *s) {
   if (!s) return;
   if (s->metrics_daemon) MHD_stop_daemon(s->metrics_daemon);
   if (s->daemon) MHD_stop_daemon(s->daemon);
-  attn__peers_destroy(s->peers);
-  attn_metrics_destroy(s->ctx.metrics);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
+  free_server(s);
+}
+
+size_t attn_server_key_count(attn_server *s) {
+  return attn__auth_count(s->ctx.auth);
+}
+
+attn_status attn_server_reload_keys(attn_server *s, size_t *count,
+                                    attn_diag *d) {
+  *count = 0;
+  if (!s->ctx.auth)
+    return attn_diag_set(d, ATTN_ENOTFOUND,
+                         "no api_keys_file to re-read (keys are off)");
+  return attn__auth_reload(s->ctx.auth, count, d);
+}
+
+uint64_t attn_server_auth_failures(attn_server *s) {
+  return attn__auth_failures(s->ctx.auth);
 }

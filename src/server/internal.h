@@ -34,6 +34,7 @@
 
 #include "attn/config.h"
 #include "attn/metrics.h"
+#include "attn/limits.h"
 #include "attn/model.h"
 #include "attn/queue.h"
 #include "attn/status.h"
@@ -61,7 +62,12 @@ typedef struct attn_http_req {
    * binary blobs after a header_len-byte JSON header lie on cache lines;
    * an inflated body is laid out the same way. */
   size_t pad;
-  const char *request_id;    /* X-Request-Id, or "req-N" */
+  const char *request_id;    /* X-Request-Id, or one made up (http.c) */
+  const char *authorization; /* Authorization (NULL when absent or when
+                                no key is set: not read then) */
+  const char *api_key;       /* X-Api-Key (likewise) */
+  const char *origin;        /* Origin (NULL when absent or CORS is off) */
+  const char *cors_method;   /* Access-Control-Request-Method (likewise) */
   const char *accept;        /* Accept (web.c: GET / negotiates) */
   const char *if_none_match; /* If-None-Match (web.c: 304) */
   const char *body;          /* borrowed; freed when the job completes */
@@ -92,7 +98,9 @@ typedef struct attn_http_resp {
    * NULL name (web.c: ETag, Cache-Control, Content-Security-Policy...). */
   const char *headers[16];
   double queue_ms, compute_ms;
-  char request_id[72];
+  /* a v2 body's "id" (infer.c), cut one byte past the longest id http.c
+   * takes, so that it can tell a longer one */
+  char request_id[ATTN_MAX_REQUEST_ID_LEN + 2];
   attn_resp_trace trace;
 } attn_http_resp;
 
@@ -111,6 +119,7 @@ typedef struct attn_srv_ctx {
   const atomic_size_t *body_held; /* http.c's, for attnd_body_bytes_in_use */
   size_t body_budget;
   atomic_long connections; /* open now (http.c counts them) */
+  struct attn_auth *auth; /* API keys (auth.c); NULL: none, all open */
 } attn_srv_ctx;
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
@@ -229,6 +238,60 @@ const char *attn__encoding_name(attn_encoding e);
  * left allocated then.  Any thread; meant for workers. */
 attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
                           size_t pad, char **mem, size_t *len, attn_diag *d);
+
+/* auth.c: API keys (see its DESIGN).  A key set is immutable; an
+ * attn_auth holds the one in force and swaps it on reload. */
+typedef struct attn__keyset attn__keyset;
+typedef struct attn_auth attn_auth;
+/* Keys from text[0, len) (the lines of a keys file; text may be NULL) and
+ * env_key (ATTND_API_KEY; NULL or "" for none).  where names the text in
+ * messages ("api_keys_file '/etc/attnd/keys'").  ATTN_EINVAL for a line
+ * that is not a key or no key at all, ATTN_ETOOBIG past ATTN_MAX_API_KEYS;
+ * messages give the line, never a key.  Pure. */
+attn_status attn__keys_parse(const char *text, size_t len, const char *where,
+                             const char *env_key, attn__keyset **out,
+                             attn_diag *d);
+void attn__keys_free(attn__keyset *set);
+size_t attn__keys_count(const attn__keyset *set);
+/* Is tok[0, n) one of the keys?  Constant time in the keys' bytes. */
+int attn__keys_match(const attn__keyset *set, const char *tok, size_t n);
+/* *out holds the keys of api_keys_file path and env_key, or is NULL when
+ * both are unset (or ""): no key, every route open.  Errors: the file
+ * cannot be read, or see attn__keys_parse.  Main thread. */
+attn_status attn__auth_create(const char *path, const char *env_key,
+                              attn_auth **out, attn_diag *d);
+/* Re-read the file: on success the new keys are in force and *count says
+ * how many; on error the old ones stay.  Main thread, while serving. */
+attn_status attn__auth_reload(attn_auth *a, size_t *count, attn_diag *d);
+size_t attn__auth_count(attn_auth *a);
+void attn__auth_destroy(attn_auth *a);
+typedef enum {
+  ATTN_AUTH_OK,      /* a key matched (or a is NULL: no keys) */
+  ATTN_AUTH_MISSING, /* neither header was sent */
+  ATTN_AUTH_SCHEME,  /* Authorization of another scheme than Bearer */
+  ATTN_AUTH_WRONG    /* a key was sent and is not one of them */
+} attn_auth_result;
+/* The request's Authorization and X-Api-Key values (NULL when absent)
+ * against the keys.  Any thread. */
+attn_auth_result attn__auth_check(attn_auth *a, const char *authorization,
+                                  const char *api_key);
+/* Count one refused request / read the count (0 for NULL).  Any thread. */
+void attn__auth_refused(attn_auth *a);
+uint64_t attn__auth_failures(attn_auth *a);
+
+/* cors.c: is origin (the Origin header, NULL when absent) one of list
+ * (cors_allow_origins: origins separated by commas or spaces, or "*";
+ * checked by the config)?  0 for an empty list.  Pure. */
+int attn__cors_allowed(const char *list, const char *origin);
+/* The headers a browser may send and read, for the preflight's answer and
+ * every answer's Access-Control-Expose-Headers. */
+#define ATTN_CORS_ALLOW_HEADERS                                \
+  "Authorization, X-Api-Key, Content-Type, Content-Encoding, " \
+  "Inference-Header-Content-Length, X-Request-Id, traceparent, Accept"
+#define ATTN_CORS_EXPOSE_HEADERS                                 \
+  "Inference-Header-Content-Length, X-Request-Id, Retry-After, " \
+  "WWW-Authenticate"
+#define ATTN_CORS_ALLOW_METHODS "GET, HEAD, POST, OPTIONS"
 
 /* peers.c: closes connections whose client left between requests without
  * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per

@@ -21,9 +21,14 @@
  *   GET  /           (a short index of the above; the page, web.c, for a
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
+ * Each route says who may call it when API keys are set (route_access:
+ * health, the page and its files are public, /metrics is unless
+ * metrics_require_key, the rest and every unknown path need a key: 401
+ * with WWW-Authenticate); a CORS preflight is answered before any of it.
  * Answers are written with respond.c's helpers.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn/buf.h"
@@ -480,26 +485,34 @@ typedef enum {
   BY_HANDLER, /* the handler checks (methods differ below the path) */
 } route_methods;
 
+/* Who may call a route when API keys are set (none set: everyone). */
+typedef enum {
+  KEYED,   /* a key is needed (any path not in the table too) */
+  PUBLIC,  /* health and the page's files: probes and browsers */
+  METRICS, /* GET /metrics: public unless metrics_require_key */
+} route_access;
+
 typedef struct route {
   const char *path;
   match_kind match;
   route_methods methods;
   handler *handle;
+  route_access access;
 } route;
 
 /* Tried in order; the first whose path matches answers. */
 static const route routes[] = {
-    {"/v2/health/live", EXACT, GET, live},
-    {"/v2/health/ready", EXACT, GET, ready},
-    {"/v2", EXACT, GET, server_metadata},
-    {"/v2/", EXACT, GET, server_metadata},
-    {"/", EXACT, GET, root},
-    {"/ui", FOLDER, GET, web_file},
-    {"/v1/models", EXACT, GET, model_list},
-    {"/v1/attention", EXACT, POST, infer_v1},
-    {"/metrics", EXACT, GET, metrics},
-    {"/v2/models/stats", EXACT, GET, all_stats},
-    {"/v2/models/", PREFIX, BY_HANDLER, model_routes},
+    {"/v2/health/live", EXACT, GET, live, PUBLIC},
+    {"/v2/health/ready", EXACT, GET, ready, PUBLIC},
+    {"/v2", EXACT, GET, server_metadata, KEYED},
+    {"/v2/", EXACT, GET, server_metadata, KEYED},
+    {"/", EXACT, GET, root, PUBLIC},
+    {"/ui", FOLDER, GET, web_file, PUBLIC},
+    {"/v1/models", EXACT, GET, model_list, KEYED},
+    {"/v1/attention", EXACT, POST, infer_v1, KEYED},
+    {"/metrics", EXACT, GET, metrics, METRICS},
+    {"/v2/models/stats", EXACT, GET, all_stats, KEYED},
+    {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED},
 };
 
 static int matches(const route *r, const char *path) {
@@ -517,17 +530,82 @@ static int matches(const route *r, const char *path) {
   return 0;
 }
 
+/* ---- access: API keys, CORS preflights ---------------------------------- */
+
+/* Does a request to a route of this access need a key it did not bring?
+ * Then *resp is the 401 (counted: attn__auth_refused). */
+static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
+                        route_access access, attn_http_resp *resp) {
+  if (!s->auth || access == PUBLIC ||
+      (access == METRICS && !s->cfg->metrics_require_key))
+    return 0;
+  attn_auth_result r =
+      attn__auth_check(s->auth, req->authorization, req->api_key);
+  if (r == ATTN_AUTH_OK) return 0;
+  attn__auth_refused(s->auth);
+  if (r == ATTN_AUTH_MISSING)
+    attn__resp_error(resp, 401,
+                     "%s %s needs an API key: send 'Authorization: Bearer "
+                     "KEY' or 'X-Api-Key: KEY'",
+                     req->method, req->path);
+  else if (r == ATTN_AUTH_SCHEME)
+    attn__resp_error(resp, 401,
+                     "the Authorization header is not 'Bearer KEY' (only "
+                     "Bearer is accepted): send 'Authorization: Bearer KEY' "
+                     "or 'X-Api-Key: KEY'");
+  else
+    attn__resp_error(resp, 401, "the API key sent in %s is not valid",
+                     req->api_key && req->authorization
+                         ? "Authorization and X-Api-Key"
+                     : req->api_key ? "X-Api-Key"
+                                    : "Authorization");
+  resp->headers[0] = "WWW-Authenticate";
+  resp->headers[1] =
+      r == ATTN_AUTH_WRONG ? "Bearer error=\"invalid_token\"" : "Bearer";
+  return 1;
+}
+
+/* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
+ * when CORS is on: 204 for an allowed origin (http.c adds the origin's
+ * headers), 403 for another.  0 when the request is not one. */
+static int preflight(attn_srv_ctx *s, const attn_http_req *req,
+                     attn_http_resp *resp) {
+  if (!req->origin || !req->cors_method || !method_is(req, "OPTIONS") ||
+      !*s->cfg->cors_allow_origins)
+    return 0;
+  if (!attn__cors_allowed(s->cfg->cors_allow_origins, req->origin)) {
+    attn__resp_error(resp, 403,
+                     "origin '%.200s' is not in cors_allow_origins (this "
+                     "server's list of browser origins it answers)",
+                     req->origin);
+    return 1;
+  }
+  resp->status = 204;
+  resp->body = calloc(1, 1); /* no body; NULL would mean out of memory */
+  resp->len = 0;
+  resp->headers[0] = "Access-Control-Allow-Methods";
+  resp->headers[1] = ATTN_CORS_ALLOW_METHODS;
+  resp->headers[2] = "Access-Control-Allow-Headers";
+  resp->headers[3] = ATTN_CORS_ALLOW_HEADERS;
+  resp->headers[4] = "Access-Control-Max-Age";
+  resp->headers[5] = "600";
+  return 1;
+}
+
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
                             attn_http_resp *resp, attn_infer_target *t) {
+  if (preflight(s, req, resp)) return ATTN_ROUTE_DONE;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     const route *r = &routes[i];
     if (!matches(r, req->path)) continue;
+    if (unauthorized(s, req, r->access, resp)) return ATTN_ROUTE_DONE;
     if (r->methods == GET && !is_get(req))
       return wrong_method(resp, req, "GET, HEAD");
     if (r->methods == POST && !method_is(req, "POST"))
       return wrong_method(resp, req, "POST");
     return r->handle(s, req, resp, t);
   }
+  if (unauthorized(s, req, KEYED, resp)) return ATTN_ROUTE_DONE;
   attn__resp_error(resp, 404, "no route for %s %s (GET / lists the endpoints)",
                    req->method, req->path);
   return ATTN_ROUTE_DONE;
