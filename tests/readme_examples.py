@@ -4,7 +4,9 @@
 Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
 "Try it with curl" of README.md, and the one under "Attention variants" of
 docs/api.md, points `localhost:8080` at that port and runs every
-command with bash.  Each must print JSON (a command that reads /metrics:
+command with bash; then the same for the block under "Calling with a key"
+of README.md, against an attnd started with ATTND_API_KEY=change-me as
+that section says.  Each must print JSON (a command that reads /metrics:
 Prometheus text lines instead); the examples marked as mistakes must
 answer {"error": ...}, all others must not.  Ends with the line
 `N passed, M failed`.  Standard library only."""
@@ -18,11 +20,20 @@ import sys
 import time
 
 
-def start(attnd, source_dir):
+# Each section of the README whose first ```sh block is run, and the
+# environment of the attnd it runs against.
+# (file, heading, environment, fewest examples expected)
+SECTIONS = (("README.md", "## Try it with curl", {}, 5),
+            ("docs/api.md", "## Attention variants", {}, 10),
+            ("README.md", "## Calling with a key",
+             {"ATTND_API_KEY": "change-me"}, 2))
+
+
+def start(attnd, source_dir, env):
     proc = subprocess.Popen(
         [attnd, "--host", "127.0.0.1", "--port", "0", "--access-log", "false"],
         cwd=source_dir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        text=True)
+        text=True, env=dict(os.environ, **env))
     deadline = time.time() + 20
     while time.time() < deadline:
         line = proc.stderr.readline()
@@ -35,8 +46,10 @@ def start(attnd, source_dir):
     raise SystemExit("attnd did not start")
 
 
-def commands(readme, heading="## Try it with curl"):
+def commands(readme, heading):
     text = open(readme, encoding="utf-8").read()
+    if heading not in text:
+        return []
     section = text.split(heading, 1)[1]
     block = section.split("```sh", 1)[1].split("```", 1)[0]
     cmds, cur, comment = [], "", ""
@@ -70,17 +83,25 @@ def main():
     ap.add_argument("--source-dir", default=".")
     a = ap.parse_args()
     attnd = os.path.abspath(a.attnd)
-    proc, port = start(attnd, a.source_dir)
+    passed = failed = 0
+    for path, heading, env, fewest in SECTIONS:
+        cmds = commands(os.path.join(a.source_dir, path), heading)
+        if len(cmds) < fewest:
+            print("FAIL found only %d curl examples under %r" %
+                  (len(cmds), heading))
+            failed += 1
+        p, f = run_section(attnd, a.source_dir, env, cmds)
+        passed += p
+        failed += f
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+def run_section(attnd, source_dir, env, cmds):
+    """Run cmds against an attnd with env: (passed, failed)."""
+    proc, port = start(attnd, source_dir, env)
     passed = failed = 0
     try:
-        cmds = commands(os.path.join(a.source_dir, "README.md"))
-        docs = commands(os.path.join(a.source_dir, "docs", "api.md"),
-                        "## Attention variants")
-        if len(cmds) < 5 or len(docs) < 10:
-            print("FAIL found only %d + %d curl examples" %
-                  (len(cmds), len(docs)))
-            failed += 1
-        cmds += docs
         for comment, cmd in cmds:
             run = cmd.replace("localhost:8080", "127.0.0.1:%d" % port)
             out = subprocess.run(["bash", "-c", run], capture_output=True,
@@ -110,8 +131,7 @@ def main():
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return passed, failed
 
 
 if __name__ == "__main__":
