@@ -722,7 +722,9 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->expect = SIZE_MAX;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  cx->fd = ci ? (int)ci->connect_fd : -1;
+  /* TLS: GnuTLS buffers bytes of its own, so the socket's end says
+   * nothing of the body's (peer_gone, chunked_peer_check: not asked) */
+  cx->fd = ci && !s->tls_cert ? (int)ci->connect_fd : -1;
   ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   cx->peer = ci ? ci->socket_context : NULL;
   if (!attn__peer_begin(cx->peer)) { /* cut (and logged) by peers.c */
