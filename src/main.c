@@ -566,8 +566,9 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
                                       ? (uint64_t)pages * (uint64_t)page
                                       : 0);
   int64_t budget = attn_config_body_budget(cfg, memory);
-  attn_server_deps deps = {cfg,    a->models, a->queue, a->pool,
-                           budget, cpus,      workers,  getenv("ATTND_API_KEY")};
+  attn_server_deps deps = {
+      cfg,    a->models, a->queue, a->pool,
+      budget, cpus,      workers,  getenv("ATTND_API_KEY")};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
@@ -619,8 +620,11 @@ static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
 static void reload_keys(attn_server *server) {
   attn_diag d = {{0}};
   size_t n;
-  if (attn_server_reload_keys(server, &n, &d) == ATTN_OK)
+  attn_status st = attn_server_reload_keys(server, &n, &d);
+  if (st == ATTN_OK)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu API keys in force", n);
+  else if (st == ATTN_ENOTFOUND)
+    attn_log(ATTN_LOG_INFO, "received SIGHUP: %s", d.msg);
   else
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: %s; the keys in force stay",
              d.msg);

@@ -1025,6 +1025,20 @@ static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
   return st;
 }
 
+/* metrics_require_key on metrics_port too: routes.c's 401 when the
+ * request brought no valid key. */
+static bool metrics_refused(attn_server *s, struct MHD_Connection *conn,
+                            const char *method, const char *url,
+                            attn_http_resp *resp) {
+  if (!s->ctx.auth) return false;
+  attn_http_req req = {.method = method,
+                       .path = url,
+                       .authorization = header(conn, "Authorization"),
+                       .api_key = header(conn, "X-Api-Key"),
+                       .body = ""};
+  return attn__metrics_refused(&s->ctx, &req, resp);
+}
+
 /* metrics_port's access handler: GET or HEAD /metrics, and a JSON 404 or
  * 405 for anything else; a body is read and dropped.  Not counted in the
  * metrics nor written to the access log: it is the scrapers' port. */
@@ -1053,7 +1067,7 @@ static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
                      "(allowed: GET, HEAD)",
                      method);
     resp.allow = "GET, HEAD";
-  } else {
+  } else if (!metrics_refused(s, conn, method, url, &resp)) {
     attn__metrics_answer(&s->ctx, &resp);
   }
   struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -1066,6 +1080,8 @@ static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
       r, MHD_HTTP_HEADER_CONTENT_TYPE,
       resp.content_type ? resp.content_type : "application/json");
   if (resp.allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp.allow);
+  if (resp.headers[0]) /* a 401's WWW-Authenticate */
+    MHD_add_response_header(r, resp.headers[0], resp.headers[1]);
   enum MHD_Result ret =
       MHD_queue_response(conn, (unsigned)(resp.body ? resp.status : 503), r);
   MHD_destroy_response(r);
@@ -1230,6 +1246,25 @@ static void free_server(attn_server *s) {
   free(s);
 }
 
+/* The daemon did not start: free s, say why. */
+static attn_status listen_failed(attn_server *s, attn_diag *d) {
+  const attn_config *cfg = s->ctx.cfg;
+  int tls_on = s->tls_cert != NULL;
+  free_server(s);
+  if (tls_on)
+    return attn_diag_set(
+        d, ATTN_EIO,
+        "cannot listen on %s:%d with TLS: the port is in use, or "
+        "tls_cert_file '%s', tls_key_file '%s'%s%s%s are not a certificate "
+        "and its key (the libmicrohttpd line above says which)",
+        cfg->host, cfg->port, cfg->tls_cert_file, cfg->tls_key_file,
+        *cfg->tls_client_ca_file ? " or tls_client_ca_file '" : "",
+        cfg->tls_client_ca_file, *cfg->tls_client_ca_file ? "'" : "");
+  return attn_diag_set(d, ATTN_EIO,
+                       "cannot listen on %s:%d (is the port in use?)",
+                       cfg->host, cfg->port);
+}
+
 attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
                                attn_diag *d) {
   const attn_config *cfg = deps->cfg;
@@ -1300,22 +1335,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
       MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_LISTENING_ADDRESS_REUSE,
       (unsigned)1, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
   freeaddrinfo(ai);
-  if (!s->daemon) {
-    int tls_on = s->tls_cert != NULL;
-    free_server(s);
-    if (tls_on)
-      return attn_diag_set(
-          d, ATTN_EIO,
-          "cannot listen on %s:%d with TLS: the port is in use, or "
-          "tls_cert_file '%s', tls_key_file '%s'%s%s%s are not a certificate "
-          "and its key (the libmicrohttpd line above says which)",
-          cfg->host, cfg->port, cfg->tls_cert_file, cfg->tls_key_file,
-          *cfg->tls_client_ca_file ? " or tls_client_ca_file '" : "",
-          cfg->tls_client_ca_file, *cfg->tls_client_ca_file ? "'" : "");
-    return attn_diag_set(d, ATTN_EIO,
-                         "cannot listen on %s:%d (is the port in use?)",
-                         cfg->host, cfg->port);
-  }
+  if (!s->daemon) return listen_failed(s, d);
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = info ? (int)info->port : cfg->port;

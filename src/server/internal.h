@@ -119,7 +119,7 @@ typedef struct attn_srv_ctx {
   const atomic_size_t *body_held; /* http.c's, for attnd_body_bytes_in_use */
   size_t body_budget;
   atomic_long connections; /* open now (http.c counts them) */
-  struct attn_auth *auth; /* API keys (auth.c); NULL: none, all open */
+  struct attn_auth *auth;  /* API keys (auth.c); NULL: none, all open */
 } attn_srv_ctx;
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
@@ -197,6 +197,11 @@ int attn__header_number(const char *v, uint64_t *out);
  * (*n of them; the last is "other"), and which one a path is. */
 const char *const *attn__route_templates(size_t *n);
 int attn__route_template(const char *path);
+/* routes.c: does GET /metrics need a key this request did not bring
+ * (metrics_require_key with keys set)?  Then *resp is the 401, counted as
+ * every refusal is.  For metrics_port, which has no route table. */
+bool attn__metrics_refused(attn_srv_ctx *s, const attn_http_req *req,
+                           attn_http_resp *resp);
 
 /* stats.c: GET /metrics (Prometheus text), and Triton's statistics of m
  * (version: the URL's, or NULL), or of every model when m is NULL. */

@@ -543,6 +543,7 @@ static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
       attn__auth_check(s->auth, req->authorization, req->api_key);
   if (r == ATTN_AUTH_OK) return 0;
   attn__auth_refused(s->auth);
+  attn_metrics_auth_failure(s->metrics); /* attnd_auth_failures_total */
   if (r == ATTN_AUTH_MISSING)
     attn__resp_error(resp, 401,
                      "%s %s needs an API key: send 'Authorization: Bearer "
@@ -563,6 +564,11 @@ static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
   resp->headers[1] =
       r == ATTN_AUTH_WRONG ? "Bearer error=\"invalid_token\"" : "Bearer";
   return 1;
+}
+
+bool attn__metrics_refused(attn_srv_ctx *s, const attn_http_req *req,
+                           attn_http_resp *resp) {
+  return unauthorized(s, req, METRICS, resp);
 }
 
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)

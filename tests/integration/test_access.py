@@ -151,6 +151,41 @@ def api_keys_file_that_cannot_be_read_stops_the_start():
         check(rc != 0 and "holds no key" in err, "rc %d: %s" % (rc, err[-300:]))
 
 
+def auth_failures(port, headers=None):
+    r = request(port, "GET", "/metrics", headers=headers)
+    expect_status(r, 200, "GET /metrics")
+    for line in r.body.decode().splitlines():
+        if line.startswith("attnd_auth_failures_total "):
+            return float(line.split()[1])
+    check(False, "no attnd_auth_failures_total in %r" % r.body[:300])
+
+
+@test
+def metrics_public_unless_metrics_require_key():
+    """GET /metrics needs no key by default (scrapers keep working when keys
+    are turned on); with metrics_require_key it does, on the main port and
+    on metrics_port alike.  attnd_auth_failures_total counts each 401."""
+    env = {"ATTND_API_KEY": "scrape-key"}
+    with Server(env=env, name="metrics-open") as s:
+        before = auth_failures(s.port)
+        for h in ({}, {"X-Api-Key": "wrong"}, {"Authorization": "Basic eA=="}):
+            expect_status(request(s.port, "GET", "/v1/models", headers=h), 401,
+                          "refused with %r" % h)
+        check(auth_failures(s.port) - before == 3, "auth failures moved by "
+              "%r, not 3" % (auth_failures(s.port) - before))
+    sock = socket.socket()
+    sock.bind((HOST, 0))
+    mport = sock.getsockname()[1]
+    sock.close()
+    with Server("--metrics-require-key", "true", "--metrics-port", str(mport),
+                env=env, name="metrics-keyed") as s:
+        for port in (s.port, mport):
+            r = request(port, "GET", "/metrics")
+            expect_status(r, 401, "/metrics without a key on %d" % port)
+            check(r.header("www-authenticate") == "Bearer", repr(r))
+            auth_failures(port, headers={"Authorization": "Bearer scrape-key"})
+
+
 # ---- request ids ---------------------------------------------------------------
 
 def raw_get(port, path, extra):

@@ -313,7 +313,7 @@ def metrics_every_outcome_moves_exactly():
         slow_r = slow.response()
         check(slow_r.status == 200, "slow: %r" % slow_r)
         # (the slow requests are counted too; their X-Request-Ids are
-        # req-N: read from the log below)
+        # PREFIX-N, made up by attnd: read from the log below)
         expect(s, mport, before, exp, ids)
 
 
@@ -332,7 +332,7 @@ def expect(s, mport, before, exp, ids):
             exp.inference(line, *inf, **kw)
     slow = [l for l in s.log_json() if l.get("type") == "access" and
             l.get("path") == "/v2/models/sdpa/infer" and
-            l.get("request_id", "").startswith("req-")][-1:]
+            re.match(r"[0-9a-f]{8}-[0-9]+$", l.get("request_id", ""))][-1:]
     check(len(slow) == 1, "the slow request's access line")
     n_slow = slow[0]
     exp.request("/v2/models/{model}/infer", "POST", 200, n_slow["bytes_in"],
