@@ -3,7 +3,11 @@
 (callgrind: counts do not depend on the machine's load, unlike req/s).
 
 Usage: bench/callgrind_requests.py --a PATH --b PATH [--n1 N] [--n2 N]
-                                   [--endpoint v1|v2|both]
+                                   [--endpoint v1|v2|both] [--b-key KEY]
+
+--b-key KEY starts B with ATTND_API_KEY=KEY and sends every request to it
+with Authorization: Bearer KEY (--a and --b may then be the same build:
+what checking a key costs).
 
 For each build and each count N (n1, then n2) it starts
 `valgrind --tool=callgrind attnd` (one HTTP thread, one worker, access log
@@ -30,11 +34,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start(attnd, work, tag):
+def start(attnd, work, tag, key=None):
     out = os.path.join(work, "cg.%s.out" % tag)
     logf = open(os.path.join(work, "log.%s" % tag), "wb")
     env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get(
         "OPENBLAS_CORETYPE", "Haswell"))
+    if key:
+        env["ATTND_API_KEY"] = key
     p = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
          attnd, "--host", "127.0.0.1", "--port", "0", "--workers", "1",
@@ -64,13 +70,15 @@ def stop(p):
         p.wait()
 
 
-def send(port, n, bodies):
+def send(port, n, bodies, key=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
     try:
         for i in range(n):
             path, body = bodies[i % len(bodies)]
-            c.request("POST", path, body=body,
-                      headers={"Content-Type": "application/json"})
+            c.request("POST", path, body=body, headers=headers)
             r = c.getresponse()
             r.read()
             if r.status != 200:
@@ -87,10 +95,10 @@ def total(out):
     raise SystemExit("no totals in " + out)
 
 
-def measure(attnd, n, bodies, work, tag):
-    p, port, out = start(attnd, work, tag)
+def measure(attnd, n, bodies, work, tag, key=None):
+    p, port, out = start(attnd, work, tag, key)
     try:
-        send(port, n, bodies)
+        send(port, n, bodies, key)
     finally:
         stop(p)
     return sum(total(f) for f in glob.glob(out + "*"))
@@ -103,6 +111,7 @@ def main():
     ap.add_argument("--n1", type=int, default=200)
     ap.add_argument("--n2", type=int, default=1200)
     ap.add_argument("--endpoint", default="both", choices=("v1", "v2", "both"))
+    ap.add_argument("--b-key", help="API key of B (ATTND_API_KEY, and sent)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="attn_cg.") as work:
         subprocess.run([sys.executable, os.path.join(ROOT, "bench",
@@ -119,9 +128,9 @@ def main():
                            open(os.path.join(work, "v2_small.json"),
                                 "rb").read()))
         per = {}
-        for name, attnd in (("A", a.a), ("B", a.b)):
-            i1 = measure(attnd, a.n1, bodies, work, name + "1")
-            i2 = measure(attnd, a.n2, bodies, work, name + "2")
+        for name, attnd, key in (("A", a.a, None), ("B", a.b, a.b_key)):
+            i1 = measure(attnd, a.n1, bodies, work, name + "1", key)
+            i2 = measure(attnd, a.n2, bodies, work, name + "2", key)
             per[name] = (i2 - i1) / (a.n2 - a.n1)
             print("%s %s: %d instructions for %d requests, %d for %d: "
                   "%.0f per request" % (name, attnd, i1, a.n1, i2, a.n2,

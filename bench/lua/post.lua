@@ -4,6 +4,7 @@
 --   BODY_FILE      file whose bytes are the request body (required)
 --   CONTENT_TYPE   Content-Type header (default application/json)
 --   HEADER_LEN     if set, sent as Inference-Header-Content-Length
+--   API_KEY        if set, sent as Authorization: Bearer API_KEY
 -- done() prints one machine-readable line, parsed by load.sh:
 --   RESULT requests=N duration_s=S rps=R p50_ms=A p90_ms=B p99_ms=C
 --          min_ms=M max_ms=D non2xx=E socket_errors=F
@@ -20,6 +21,10 @@ wrk.headers["Content-Type"] = os.getenv("CONTENT_TYPE") or "application/json"
 local hl = os.getenv("HEADER_LEN")
 if hl and hl ~= "" then
   wrk.headers["Inference-Header-Content-Length"] = hl
+end
+local key = os.getenv("API_KEY")
+if key and key ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. key
 end
 
 function done(summary, latency, requests)
