@@ -1295,6 +1295,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
                           .max_connections = cfg->max_connections,
                           .max_per_ip = cfg->max_connections_per_ip,
                           .access_log = cfg->access_log,
+                          .tls = *cfg->tls_cert_file != '\0',
                           .metrics = s->ctx.metrics,
                           .metrics_route = attn__route_template("-")};
   attn__peers_set_limits(s->peers, &lim);

@@ -324,6 +324,8 @@ typedef struct attn_peer_limits {
   int max_connections;   /* past it, room is made or the client refused */
   int max_per_ip;        /* 0: no limit per address */
   int access_log;        /* write access lines for header timeouts */
+  int tls; /* the listener speaks TLS: refusals only shut the socket down
+              (plain HTTP written there would break the TLS stream) */
   /* header timeouts are counted here (no request began, so http.c never
    * sees them), under the route template metrics_route; NULL: not */
   attn_metrics *metrics;
@@ -357,9 +359,9 @@ int attn__peers_admit(attn_peers *p, attn_peer *e);
  * libmicrohttpd cannot answer (a body being read, a connection it has not
  * begun to read).  One non-blocking send; errors ignored.  Any thread.
  * Plain TCP only: on a TLS connection these bytes would break the stream,
- * so when the listener speaks TLS the callers must only shut the socket
- * down (peers.c's cut_slow and attn__peers_admit, http.c's
- * refuse_too_big). */
+ * so when the listener speaks TLS the callers only shut the socket
+ * down (peers.c's cut_slow and attn__peers_admit: attn_peer_limits.tls;
+ * http.c's refuse_too_big: no fd under TLS). */
 void attn__raw_answer(int fd, int status, const char *request_id,
                       int retry_after_s, const char *msg);
 /* Unregister (NULL is a no-op), before the socket is closed. */

@@ -198,7 +198,7 @@ static int cut_slow(attn_peers *p, attn_peer *e, int from, int why,
              "the request body arrived slower than body_min_rate_bytes_s=%lld "
              "for longer than header_timeout_s=%d",
              (long long)p->lim.body_min_rate, p->lim.header_timeout_s);
-  attn__raw_answer(e->fd, 408, NULL, 0, msg);
+  if (!p->lim.tls) attn__raw_answer(e->fd, 408, NULL, 0, msg);
   shutdown(e->fd, SHUT_RDWR);
   mark_shut(p, e);
   if (why == ATTN_PEER_CUT_HEADERS && p->lim.access_log) {
@@ -442,7 +442,7 @@ int attn__peers_admit(attn_peers *p, attn_peer *e) {
                "server busy: all %d connections are handling requests "
                "(max_connections); retry after a moment",
                p->lim.max_connections);
-    attn__raw_answer(e->fd, status, NULL, 1, msg);
+    if (!p->lim.tls) attn__raw_answer(e->fd, status, NULL, 1, msg);
     shutdown(e->fd, SHUT_RDWR);
   }
   if (status || atomic_load(&p->evicted)) limit_warning(p);

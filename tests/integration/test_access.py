@@ -438,6 +438,40 @@ def tls_serves_https_only():
 
 
 @test
+def tls_slow_client_cut_without_plain_bytes():
+    """Over TLS, a request whose headers do not arrive within
+    header_timeout_s is cut by shutting the socket down: no plain-HTTP 408
+    is written into the TLS stream (the client sees the end of the
+    connection, never a record it cannot read)."""
+    if not shutil.which("openssl"):
+        check(False, "openssl is needed (make test-deps)")
+    with tempfile.TemporaryDirectory() as d:
+        f = make_pki(d)
+        with Server("--tls-cert-file", f("server.crt"), "--tls-key-file",
+                    f("server.key"), "--header-timeout-s", "1",
+                    name="tls-slow") as s:
+            ctx = ssl.create_default_context(cafile=f("ca.crt"))
+            raw = socket.create_connection((HOST, s.port), timeout=10)
+            with ctx.wrap_socket(raw, server_hostname=HOST) as c:
+                c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: a\r\n")
+                got, err = b"", None
+                try:
+                    while True:
+                        b = c.recv(4096)
+                        if not b:
+                            break
+                        got += b
+                except (ssl.SSLEOFError, ConnectionResetError):
+                    pass
+                except ssl.SSLError as e:
+                    err = e
+                check(err is None and got == b"",
+                      "TLS stream after the cut: data %r, error %r" %
+                      (got[:80], err))
+            check(https(s.port, f)[0] == 200, "HTTPS after the cut")
+
+
+@test
 def tls_client_certificates():
     """tls_client_ca_file (mutual TLS): a client certificate the CA signed
     is served; none, or one of another CA, is refused (health too)."""
