@@ -17,6 +17,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential meson ninja-build pkg-config libopenblas-dev \
       libcjson-dev libmicrohttpd-dev zlib1g-dev check libsubunit-dev \
+      python3-yaml \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

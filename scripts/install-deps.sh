@@ -5,7 +5,8 @@
 # targets need (clang with its sanitizer runtimes: tests/fuzz/run.sh).
 # Usage: scripts/install-deps.sh [--test|--fuzz]
 set -eu
-PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev libgnutls28-dev zlib1g-dev"
+# python3-yaml: the build converts docs/openapi.yaml to JSON (scripts/openapi_json.py)
+PKGS="build-essential meson ninja-build pkg-config libopenblas-dev libcjson-dev libmicrohttpd-dev libgnutls28-dev zlib1g-dev python3-yaml"
 if [ "${1:-}" = "--test" ]; then
   PKGS="$PKGS check libsubunit-dev curl python3 prometheus python3-numpy openssl"
 fi

@@ -353,6 +353,7 @@ START_TEST(test_route_templates) {
       {"/ui", "/ui/{file}"},
       {"/v2/", "/v2"},
       {"/metrics", "/metrics"},
+      {"/openapi.json", "/openapi.json"},
       {"/v2/models/stats", "/v2/models/stats"},
       {"/v2/models/anything", "/v2/models/{model}"},
       {"/v2/models/x/", "/v2/models/{model}"},

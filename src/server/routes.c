@@ -21,6 +21,7 @@
  *   GET  /           (a short index of the above; the page, web.c, for a
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
+ *   GET  /openapi.json (the API description, docs/openapi.yaml; web.c)
  * Each route says who may call it when API keys are set (route_access:
  * health, the page and its files are public, /metrics is unless
  * metrics_require_key, the rest and every unknown path need a key: 401
@@ -240,7 +241,7 @@ static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
                   "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
                   "\"POST /v2/models/{model}/infer\",\"GET /v2/models/stats\","
                   "\"GET /v2/models/{model}/stats\",\"GET /metrics\","
-                  "\"GET /ui/\"]}",
+                  "\"GET /ui/\",\"GET /openapi.json\"]}",
                   ATTN_VERSION);
   attn__resp_json(resp, 200, &b);
   return ATTN_ROUTE_DONE;
@@ -252,6 +253,13 @@ static attn_route_kind web_file(attn_srv_ctx *s, const attn_http_req *req,
   if (!attn__web_file(req, resp))
     attn__resp_error(resp, 404, "no file %s (the page is at / and /ui/)",
                      req->path);
+  return ATTN_ROUTE_DONE;
+}
+
+/* GET /openapi.json: the API description (web.c). */
+static attn_route_kind openapi(attn_srv_ctx *s, const attn_http_req *req,
+                               attn_http_resp *resp, attn_infer_target *t) {
+  attn__web_openapi(req, resp);
   return ATTN_ROUTE_DONE;
 }
 
@@ -436,6 +444,7 @@ static const char *const templates[] = {
     "/v2/health/live",
     "/v2/health/ready",
     "/metrics",
+    "/openapi.json",
     "/v2/models/stats",
     "/v2/models/{model}",
     "/v2/models/{model}/ready",
@@ -446,7 +455,7 @@ static const char *const templates[] = {
     "/v2/models/{model}/versions/{version}/infer",
     "/v2/models/{model}/versions/{version}/stats",
     "other"};
-enum { T_MODEL = 9, T_VERSIONED = 13, T_OTHER = 17 };
+enum { T_MODEL = 10, T_VERSIONED = 14, T_OTHER = 18 };
 
 const char *const *attn__route_templates(size_t *n) {
   *n = sizeof templates / sizeof templates[0];
@@ -511,6 +520,7 @@ static const route routes[] = {
     {"/v1/models", EXACT, GET, model_list, KEYED},
     {"/v1/attention", EXACT, POST, infer_v1, KEYED},
     {"/metrics", EXACT, GET, metrics, METRICS},
+    {"/openapi.json", EXACT, GET, openapi, PUBLIC},
     {"/v2/models/stats", EXACT, GET, all_stats, KEYED},
     {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED},
 };

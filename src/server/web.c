@@ -1,5 +1,6 @@
 /* web.c - the page's files (web/, embedded by scripts/embed_web.py): GET /
- * for browsers, GET /ui/{name}.
+ * for browsers, GET /ui/{name}; and the API description, GET /openapi.json
+ * (docs/openapi.yaml, converted by scripts/openapi_json.py).
  *
  * DESIGN
  * The bytes are in the binary (web_assets.c, generated at build time), so
@@ -17,6 +18,7 @@
  * GET / is negotiated: Accept naming text/html (browsers) gets the page,
  * anything else (curl's "*\/\*", none, application/json) the JSON index
  * routes.c writes; both carry Vary: Accept.  /ui/ always gets the page.
+ * GET /openapi.json carries the same headers (ETag, no-cache, ...).
  * Nothing here is secret and nothing needs a key.
  */
 #include <stdlib.h>
@@ -144,4 +146,8 @@ int attn__web_file(const attn_http_req *req, attn_http_resp *resp) {
   if (!a) return 0;
   serve(req, a, resp);
   return 1;
+}
+
+void attn__web_openapi(const attn_http_req *req, attn_http_resp *resp) {
+  serve(req, &attn__openapi_doc, resp);
 }

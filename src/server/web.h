@@ -25,6 +25,10 @@ typedef struct attn_web_asset {
 extern const attn_web_asset attn__web_assets[];
 extern const size_t attn__web_count;
 
+/* openapi_doc.c (generated from docs/openapi.yaml): the API description
+ * as JSON, served at GET /openapi.json. */
+extern const attn_web_asset attn__openapi_doc;
+
 /* The file named name, or NULL. */
 const attn_web_asset *attn__web_find(const char *name);
 
@@ -47,5 +51,9 @@ int attn__web_root(const attn_http_req *req, attn_http_resp *resp);
  * file, or 304 when If-None-Match matches its ETag; 0 when there is no
  * such file (resp untouched). */
 int attn__web_file(const attn_http_req *req, attn_http_resp *resp);
+
+/* GET /openapi.json: the API description, 200 (or 304 when If-None-Match
+ * matches its ETag), with the page's headers. */
+void attn__web_openapi(const attn_http_req *req, attn_http_resp *resp);
 
 #endif

@@ -30,10 +30,12 @@ ALL_SRC="src/codec/*.c src/json/*.c src/fmt/*.c src/common/*.c src/model/*.c
   src/engine/*.c src/config/*.c src/queue/*.c src/metrics/*.c"
 SERVER_SRC="src/server/routes.c src/server/infer.c src/server/respond.c
   src/server/inflate.c src/server/peers.c src/server/web.c
-  src/server/stats.c src/server/observe.c $OUT/web_assets.c"
+  src/server/stats.c src/server/observe.c $OUT/web_assets.c
+  $OUT/openapi_doc.c"
 
 # The generated files the server's sources include: attn_version.h (as
-# meson writes it) and the page's bytes (web_assets.c).
+# meson writes it), the page's bytes (web_assets.c) and the API description
+# served at GET /openapi.json (openapi_doc.c, from docs/openapi.yaml).
 generated() {
   ver=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" meson.build | head -1)
   printf '#define ATTN_VERSION "%s"\n' "${ver:-0}" >"$OUT/attn_version.h.new"
@@ -44,6 +46,9 @@ generated() {
   fi
   python3 scripts/embed_web.py -o "$OUT/web_assets.c" web/index.html \
     web/style.css web/app.js web/favicon.svg
+  python3 scripts/openapi_json.py -o "$OUT/openapi.json" docs/openapi.yaml
+  python3 scripts/embed_web.py -o "$OUT/openapi_doc.c" \
+    --symbol attn__openapi_doc "$OUT/openapi.json"
 }
 
 build() {
