@@ -481,6 +481,49 @@ def openapi_while_draining():
         s.cleanup()
 
 
+def _concrete(path):
+    """A URL for a documented path template."""
+    return (path.replace("{model}", "sdpa").replace("{version}", "1")
+            .replace("{file}", "app.js"))
+
+
+@test
+def openapi_with_api_keys():
+    """With an API key set (and metrics_require_key): every operation the
+    document marks `security: []` answers without a key as it documents;
+    every other one answers 401 with WWW-Authenticate, as the document's
+    Unauthorized response says; with the key, the keyed ones answer."""
+    key = "openapi-test-key"
+    s = Server("--metrics-require-key", "true",
+               env=dict(os.environ, ATTND_API_KEY=key), name="openapi-keys")
+    try:
+        for path, item in doc()["paths"].items():
+            for method, op in item.items():
+                if method == "parameters":
+                    continue
+                url = _concrete(path)
+                body = None
+                if method == "post":
+                    body = _V1 if path == _V1_PATH else small_v2_body()
+                r = request(s.port, method.upper(), url, body)
+                what = "%s %s without a key" % (method.upper(), url)
+                if op.get("security") == []:
+                    check(r.status != 401, "%s: 401 on a public route" % what)
+                    answer(r, path, method, what=what)
+                    continue
+                answer(r, path, method, 401, what=what)
+                r = request(s.port, method.upper(), url, body,
+                            headers={"X-Api-Key": key})
+                answer(r, path, method, what="%s with the key" %
+                       method.upper())
+                check(r.status < 400, "%s %s with the key: %d" %
+                      (method.upper(), url, r.status))
+    finally:
+        s.signal(signal.SIGTERM)
+        s.wait(60)
+        s.cleanup()
+
+
 @test
 def openapi_every_documented_answer_was_seen():
     """Runs last in this file: every (path, method, status) the document
