@@ -115,11 +115,17 @@ def sigterm_drains():
     try:
         slow, queued, shape = slow_and_queued(s)
         s.signal(signal.SIGTERM)
-        time.sleep(0.1)
         # While draining: readiness 503, new work 503 (the slow request
-        # keeps the process alive, so the server must still answer).
+        # keeps the process alive, so the server must still answer).  The
+        # signal is handled on attnd's main thread, which a loaded machine
+        # may run late: wait (bounded) for readiness to turn.
         try:
-            r = request(s.port, "GET", "/v2/health/ready", timeout=5)
+            deadline = time.monotonic() + 10
+            while True:
+                r = request(s.port, "GET", "/v2/health/ready", timeout=5)
+                if r.status != 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
             expect_status(r, 503, "readiness during drain")
             check(r.json().get("ready") is False, "ready body %r" % r)
             r = request(s.port, "GET", "/v2/models/sdpa/ready", timeout=5)
