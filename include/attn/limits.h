@@ -152,6 +152,12 @@
  * values are 4 GiB, far above any attention layer this server is for. */
 #define ATTN_MODEL_MAX_PARAMS ((size_t)1 << 30)
 
+/* Longest "weights" path a model file may give (bytes).  Every message
+ * about the weights names their file, and a diagnostic holds 256 bytes
+ * (ATTN_DIAG_MAX): a longer path was cut before the message could say
+ * which file or what was wrong (found by fuzz_model). */
+#define ATTN_MODEL_MAX_WEIGHTS_PATH 160
+
 /* Any single dimension of a resident model (embed_dim, num_heads, kdim, ...)
  * above this is a typo, not a model. */
 #define ATTN_MODEL_MAX_DIM ((int64_t)1 << 24)
