@@ -422,10 +422,9 @@ static attn_status read_source(const char *path, const cJSON *const *k,
     return s;
   if (k[K_WEIGHTS] &&
       strlen(k[K_WEIGHTS]->valuestring) > ATTN_MODEL_MAX_WEIGHTS_PATH)
-    return attn_diag_set(d, ATTN_EINVAL,
-                         "%s: \"weights\" is a path of %zu bytes; at most %d",
-                         path, strlen(k[K_WEIGHTS]->valuestring),
-                         ATTN_MODEL_MAX_WEIGHTS_PATH);
+    return attn_diag_set(
+        d, ATTN_EINVAL, "%s: \"weights\" is a path of %zu bytes; at most %d",
+        path, strlen(k[K_WEIGHTS]->valuestring), ATTN_MODEL_MAX_WEIGHTS_PATH);
   *seed = 0;
   if (k[K_SEED]) {
     double x = k[K_SEED]->valuedouble;
