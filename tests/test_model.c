@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn/limits.h"
 #include "attn/model.h"
 #include "unit.h"
 
@@ -825,6 +826,15 @@ START_TEST(registry_errors) {
                  "missing.safetensors");
   expect_reg_err(HDR "\"weights\": \"trunc.safetensors\"}", ATTN_EPARSE,
                  "trunc.safetensors");
+  expect_reg_err(HDR "\"weights\": \"\"}", ATTN_EINVAL,
+                 "m.json: \"weights\" is empty");
+  char longw[ATTN_MODEL_MAX_WEIGHTS_PATH + 64];
+  snprintf(longw, sizeof longw, HDR "\"weights\": \"%0*d\"}",
+           ATTN_MODEL_MAX_WEIGHTS_PATH + 1, 0);
+  char want[64];
+  snprintf(want, sizeof want, "m.json: \"weights\" is a path of %d bytes",
+           ATTN_MODEL_MAX_WEIGHTS_PATH + 1);
+  expect_reg_err(longw, ATTN_EINVAL, want);
   expect_reg_err(HDR "\"seed\": 1, \"weights\": \"ok.safetensors\"}",
                  ATTN_EINVAL, "exactly one");
   expect_reg_err(HDR "\"bias\": true}", ATTN_EINVAL, "exactly one");

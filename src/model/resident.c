@@ -420,6 +420,11 @@ static attn_status read_source(const char *path, const cJSON *const *k,
                          path);
   if (k[K_WEIGHTS] && (s = json_str(k[K_WEIGHTS], path, "weights", d)))
     return s;
+  if (k[K_WEIGHTS] && !k[K_WEIGHTS]->valuestring[0])
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "%s: \"weights\" is empty; give the name of a "
+                         ".safetensors file",
+                         path);
   if (k[K_WEIGHTS] &&
       strlen(k[K_WEIGHTS]->valuestring) > ATTN_MODEL_MAX_WEIGHTS_PATH)
     return attn_diag_set(
