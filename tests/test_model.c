@@ -145,7 +145,8 @@ static void expect_err(const attn_registry *reg, const char *name,
   ck_assert_uint_eq(resp.n_outputs, 0);
 }
 
-/* ---- sdpa against the reference -------------------------------------------- */
+/* ---- sdpa against the reference --------------------------------------------
+ */
 
 typedef struct sdpa_case {
   int rank;
@@ -204,7 +205,8 @@ static void run_sdpa(const sdpa_case *c) {
     if (c->mask == 1)
       add_in(&req, "attn_mask", ATTN_DT_BOOL, 2, (int64_t[]){Lq, Lk}, bm);
     else
-      add_in(&req, "attn_mask", ATTN_DT_BOOL, 3, (int64_t[]){B * H, Lq, Lk}, bm);
+      add_in(&req, "attn_mask", ATTN_DT_BOOL, 3, (int64_t[]){B * H, Lq, Lk},
+             bm);
   } else if (c->mask == 2) {
     fm = rnd((size_t)(B * Lq * Lk));
     fm[1] = -INFINITY;
@@ -218,13 +220,15 @@ static void run_sdpa(const sdpa_case *c) {
     for (int64_t b = 0; b < B; b++) pad[b * Lk + Lk - 1 - b % Lk] = 1;
     p.o.kpm = (attn_key_padding){ATTN_KPM_BOOL, pad, NULL};
     if (c->kpm == 1)
-      add_in(&req, "key_padding_mask", ATTN_DT_BOOL, 2, (int64_t[]){B, Lk}, pad);
+      add_in(&req, "key_padding_mask", ATTN_DT_BOOL, 2, (int64_t[]){B, Lk},
+             pad);
     else
       add_in(&req, "key_padding_mask", ATTN_DT_BOOL, 1, (int64_t[]){Lk}, pad);
   } else if (c->kpm == 2 || c->kpm == 3) {
     len64 = malloc((size_t)B * sizeof *len64);
     int32_t *len32 = malloc((size_t)B * sizeof *len32);
-    for (int64_t b = 0; b < B; b++) len64[b] = len32[b] = (int32_t)((b * 3) % (Lk + 1));
+    for (int64_t b = 0; b < B; b++)
+      len64[b] = len32[b] = (int32_t)((b * 3) % (Lk + 1));
     p.o.kpm = (attn_key_padding){ATTN_KPM_LENGTHS, NULL, len64};
     if (c->kpm == 2)
       add_in(&req, "key_lengths", ATTN_DT_INT32, 1, (int64_t[]){B}, len32);
@@ -294,42 +298,121 @@ static void run_sdpa(const sdpa_case *c) {
 
 START_TEST(sdpa_rank4_gqa) {
   rng_state = 1;
-  run_sdpa(&(sdpa_case){.rank = 4, .B = 2, .H = 4, .Hkv = 2, .Lq = 5, .Lk = 7,
-                        .Dk = 8, .Dv = 6});
-  run_sdpa(&(sdpa_case){.rank = 4, .B = 3, .H = 2, .Hkv = 1, .Lq = 4, .Lk = 9,
-                        .Dk = 5, .Dv = 3, .avg = true, .causal = true});
+  run_sdpa(&(sdpa_case){
+      .rank = 4, .B = 2, .H = 4, .Hkv = 2, .Lq = 5, .Lk = 7, .Dk = 8, .Dv = 6});
+  run_sdpa(&(sdpa_case){.rank = 4,
+                        .B = 3,
+                        .H = 2,
+                        .Hkv = 1,
+                        .Lq = 4,
+                        .Lk = 9,
+                        .Dk = 5,
+                        .Dv = 3,
+                        .avg = true,
+                        .causal = true});
 }
 END_TEST
 
 START_TEST(sdpa_rank3_rank2) {
   rng_state = 2;
-  run_sdpa(&(sdpa_case){.rank = 3, .B = 1, .H = 3, .Hkv = 3, .Lq = 6, .Lk = 6,
-                        .Dk = 4, .Dv = 4, .causal = true});
-  run_sdpa(&(sdpa_case){.rank = 3, .B = 1, .H = 4, .Hkv = 2, .Lq = 3, .Lk = 5,
-                        .Dk = 4, .Dv = 2, .avg = true});
-  run_sdpa(&(sdpa_case){.rank = 2, .B = 1, .H = 1, .Hkv = 1, .Lq = 7, .Lk = 4,
-                        .Dk = 3, .Dv = 5, .has_scale = true, .scale = 0.3});
-  run_sdpa(&(sdpa_case){.rank = 2, .B = 1, .H = 1, .Hkv = 1, .Lq = 2, .Lk = 3,
-                        .Dk = 3, .Dv = 1, .avg = true});
+  run_sdpa(&(sdpa_case){.rank = 3,
+                        .B = 1,
+                        .H = 3,
+                        .Hkv = 3,
+                        .Lq = 6,
+                        .Lk = 6,
+                        .Dk = 4,
+                        .Dv = 4,
+                        .causal = true});
+  run_sdpa(&(sdpa_case){.rank = 3,
+                        .B = 1,
+                        .H = 4,
+                        .Hkv = 2,
+                        .Lq = 3,
+                        .Lk = 5,
+                        .Dk = 4,
+                        .Dv = 2,
+                        .avg = true});
+  run_sdpa(&(sdpa_case){.rank = 2,
+                        .B = 1,
+                        .H = 1,
+                        .Hkv = 1,
+                        .Lq = 7,
+                        .Lk = 4,
+                        .Dk = 3,
+                        .Dv = 5,
+                        .has_scale = true,
+                        .scale = 0.3});
+  run_sdpa(&(sdpa_case){.rank = 2,
+                        .B = 1,
+                        .H = 1,
+                        .Hkv = 1,
+                        .Lq = 2,
+                        .Lk = 3,
+                        .Dk = 3,
+                        .Dv = 1,
+                        .avg = true});
 }
 END_TEST
 
 START_TEST(sdpa_masks) {
   rng_state = 3;
-  run_sdpa(&(sdpa_case){.rank = 4, .B = 2, .H = 2, .Hkv = 2, .Lq = 4, .Lk = 6,
-                        .Dk = 4, .Dv = 4, .mask = 1, .kpm = 1});
-  run_sdpa(&(sdpa_case){.rank = 4, .B = 2, .H = 2, .Hkv = 1, .Lq = 4, .Lk = 6,
-                        .Dk = 4, .Dv = 4, .mask = 2, .kpm = 2});
-  run_sdpa(&(sdpa_case){.rank = 4, .B = 3, .H = 2, .Hkv = 2, .Lq = 3, .Lk = 5,
-                        .Dk = 2, .Dv = 3, .mask = 3, .kpm = 3, .causal = true});
-  run_sdpa(&(sdpa_case){.rank = 3, .B = 1, .H = 2, .Hkv = 2, .Lq = 3, .Lk = 5,
-                        .Dk = 2, .Dv = 3, .mask = 3, .kpm = 4});
-  run_sdpa(&(sdpa_case){.rank = 2, .B = 1, .H = 1, .Hkv = 1, .Lq = 3, .Lk = 5,
-                        .Dk = 2, .Dv = 3, .mask = 1, .kpm = 3});
+  run_sdpa(&(sdpa_case){.rank = 4,
+                        .B = 2,
+                        .H = 2,
+                        .Hkv = 2,
+                        .Lq = 4,
+                        .Lk = 6,
+                        .Dk = 4,
+                        .Dv = 4,
+                        .mask = 1,
+                        .kpm = 1});
+  run_sdpa(&(sdpa_case){.rank = 4,
+                        .B = 2,
+                        .H = 2,
+                        .Hkv = 1,
+                        .Lq = 4,
+                        .Lk = 6,
+                        .Dk = 4,
+                        .Dv = 4,
+                        .mask = 2,
+                        .kpm = 2});
+  run_sdpa(&(sdpa_case){.rank = 4,
+                        .B = 3,
+                        .H = 2,
+                        .Hkv = 2,
+                        .Lq = 3,
+                        .Lk = 5,
+                        .Dk = 2,
+                        .Dv = 3,
+                        .mask = 3,
+                        .kpm = 3,
+                        .causal = true});
+  run_sdpa(&(sdpa_case){.rank = 3,
+                        .B = 1,
+                        .H = 2,
+                        .Hkv = 2,
+                        .Lq = 3,
+                        .Lk = 5,
+                        .Dk = 2,
+                        .Dv = 3,
+                        .mask = 3,
+                        .kpm = 4});
+  run_sdpa(&(sdpa_case){.rank = 2,
+                        .B = 1,
+                        .H = 1,
+                        .Hkv = 1,
+                        .Lq = 3,
+                        .Lk = 5,
+                        .Dk = 2,
+                        .Dv = 3,
+                        .mask = 1,
+                        .kpm = 3});
 }
 END_TEST
 
-/* ---- mha against the reference ---------------------------------------------- */
+/* ---- mha against the reference ----------------------------------------------
+ */
 
 typedef struct mha_case {
   bool batched;
@@ -392,7 +475,8 @@ static void run_mha(const mha_case *c) {
   p.o.causal = c->causal;
   p.o.weights = c->avg ? ATTN_WEIGHTS_MEAN : ATTN_WEIGHTS_PER_HEAD;
   if (c->kpm) p.o.kpm = (attn_key_padding){ATTN_KPM_BOOL, pad, NULL};
-  size_t on = (size_t)(B * Lq * E), wn = (size_t)(B * (c->avg ? 1 : H) * Lq * Lk);
+  size_t on = (size_t)(B * Lq * E),
+         wn = (size_t)(B * (c->avg ? 1 : H) * Lq * Lk);
   double *ro = malloc(on * sizeof *ro), *rw = malloc(wn * sizeof *rw);
   attn_diag d = {{0}};
   ck_assert_msg(attn_ref_mha(&p, ro, rw, &d) == ATTN_OK, "%s", d.msg);
@@ -423,29 +507,73 @@ static void run_mha(const mha_case *c) {
 
 START_TEST(mha_self_and_cross) {
   rng_state = 4;
-  run_mha(&(mha_case){.batched = true, .B = 2, .Lq = 5, .E = 8, .H = 2,
-                      .Hkv = 2, .bias = true, .causal = true});
-  run_mha(&(mha_case){.batched = false, .B = 1, .Lq = 4, .E = 12, .H = 3,
-                      .Hkv = 3, .avg = true, .kpm = true});
-  run_mha(&(mha_case){.batched = true, .B = 2, .Lq = 3, .Lk = 6, .E = 8,
-                      .H = 4, .Hkv = 4, .kdim = 5, .vdim = 7, .kv = 2,
-                      .bias = true, .kpm = true});
-  run_mha(&(mha_case){.batched = true, .B = 1, .Lq = 3, .Lk = 4, .E = 6,
-                      .H = 2, .Hkv = 2, .kdim = 3, .kv = 1});
+  run_mha(&(mha_case){.batched = true,
+                      .B = 2,
+                      .Lq = 5,
+                      .E = 8,
+                      .H = 2,
+                      .Hkv = 2,
+                      .bias = true,
+                      .causal = true});
+  run_mha(&(mha_case){.batched = false,
+                      .B = 1,
+                      .Lq = 4,
+                      .E = 12,
+                      .H = 3,
+                      .Hkv = 3,
+                      .avg = true,
+                      .kpm = true});
+  run_mha(&(mha_case){.batched = true,
+                      .B = 2,
+                      .Lq = 3,
+                      .Lk = 6,
+                      .E = 8,
+                      .H = 4,
+                      .Hkv = 4,
+                      .kdim = 5,
+                      .vdim = 7,
+                      .kv = 2,
+                      .bias = true,
+                      .kpm = true});
+  run_mha(&(mha_case){.batched = true,
+                      .B = 1,
+                      .Lq = 3,
+                      .Lk = 4,
+                      .E = 6,
+                      .H = 2,
+                      .Hkv = 2,
+                      .kdim = 3,
+                      .kv = 1});
 }
 END_TEST
 
 START_TEST(mha_gqa) {
   rng_state = 5;
-  run_mha(&(mha_case){.batched = true, .B = 2, .Lq = 4, .E = 16, .H = 4,
-                      .Hkv = 2, .bias = true, .kv_param = true});
-  run_mha(&(mha_case){.batched = false, .B = 1, .Lq = 3, .Lk = 5, .E = 12,
-                      .H = 6, .Hkv = 1, .kdim = 4, .vdim = 9, .kv = 2,
-                      .kv_param = true, .avg = true});
+  run_mha(&(mha_case){.batched = true,
+                      .B = 2,
+                      .Lq = 4,
+                      .E = 16,
+                      .H = 4,
+                      .Hkv = 2,
+                      .bias = true,
+                      .kv_param = true});
+  run_mha(&(mha_case){.batched = false,
+                      .B = 1,
+                      .Lq = 3,
+                      .Lk = 5,
+                      .E = 12,
+                      .H = 6,
+                      .Hkv = 1,
+                      .kdim = 4,
+                      .vdim = 9,
+                      .kv = 2,
+                      .kv_param = true,
+                      .avg = true});
 }
 END_TEST
 
-/* ---- resident models -------------------------------------------------------- */
+/* ---- resident models --------------------------------------------------------
+ */
 
 static char tmpdir[64];
 
@@ -743,8 +871,8 @@ START_TEST(resident_seeded) {
   ck_assert(nonzero);
   attn_infer_response_free(&a);
   attn_infer_response_free(&b);
-  ck_assert_int_eq(attn_model_infer(attn_registry_find(r1, "demo2", NULL),
-                                    &req, NULL, NULL, &a, &d),
+  ck_assert_int_eq(attn_model_infer(attn_registry_find(r1, "demo2", NULL), &req,
+                                    NULL, NULL, &a, &d),
                    ATTN_OK);
   attn_infer_response_free(&a);
   attn_infer_request_free(&req);
@@ -802,14 +930,15 @@ START_TEST(resident_variant_errors) {
                  "m.json: 'causal' must be true, false");
   expect_reg_err(HDR "\"seed\": 1, \"softcap\": 0}", ATTN_EINVAL,
                  "m.json: 'softcap' is 0: it must be > 0");
-  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"dims\": 4}}",
-                 ATTN_EINVAL, "m.json: 'rotary.dims' is 4");
-  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"bass\": 4}}",
-                 ATTN_EINVAL, "m.json: unknown key 'rotary.bass'");
+  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"dims\": 4}}", ATTN_EINVAL,
+                 "m.json: 'rotary.dims' is 4");
+  expect_reg_err(HDR "\"seed\": 1, \"rotary\": {\"bass\": 4}}", ATTN_EINVAL,
+                 "m.json: unknown key 'rotary.bass'");
   expect_reg_err(HDR "\"seed\": 1, \"alibi_slopes\": [1]}", ATTN_EINVAL,
                  "m.json: \"alibi_slopes\" must be a list of num_heads = 2");
-  expect_reg_err(HDR "\"seed\": 1, \"alibi\": true, \"alibi_slopes\": "
-                     "[1, 2]}",
+  expect_reg_err(HDR
+                 "\"seed\": 1, \"alibi\": true, \"alibi_slopes\": "
+                 "[1, 2]}",
                  ATTN_EINVAL, "not both");
 }
 END_TEST
@@ -838,23 +967,27 @@ START_TEST(registry_errors) {
   expect_reg_err(HDR "\"seed\": 1, \"weights\": \"ok.safetensors\"}",
                  ATTN_EINVAL, "exactly one");
   expect_reg_err(HDR "\"bias\": true}", ATTN_EINVAL, "exactly one");
-  expect_reg_err("{\"name\": \"m\", \"embed_dim\": 5, \"num_heads\": 2, "
-                 "\"seed\": 1}",
-                 ATTN_EINVAL, "not divisible");
+  expect_reg_err(
+      "{\"name\": \"m\", \"embed_dim\": 5, \"num_heads\": 2, "
+      "\"seed\": 1}",
+      ATTN_EINVAL, "not divisible");
   expect_reg_err(HDR "\"num_kv_heads\": 3, \"seed\": 1}", ATTN_EINVAL,
                  "num_kv_heads 3");
   expect_reg_err(HDR "\"kdim\": 0, \"seed\": 1}", ATTN_EINVAL, "\"kdim\"");
   expect_reg_err(HDR "\"kdim\": \"4\", \"seed\": 1}", ATTN_EINVAL, "\"kdim\"");
   expect_reg_err(HDR "\"bias\": 1, \"seed\": 1}", ATTN_EINVAL, "\"bias\"");
-  expect_reg_err("{\"name\": \"a/b\", \"embed_dim\": 4, \"num_heads\": 2, "
-                 "\"seed\": 1}",
-                 ATTN_EINVAL, "\"name\"");
-  expect_reg_err("{\"name\": \"sdpa\", \"embed_dim\": 4, \"num_heads\": 2, "
-                 "\"seed\": 1}",
-                 ATTN_EINVAL, "built-in");
-  expect_reg_err("{\"name\": \"m\", \"embed_dim\": 16777216, \"num_heads\": "
-                 "2, \"seed\": 1}",
-                 ATTN_ETOOBIG, "parameters");
+  expect_reg_err(
+      "{\"name\": \"a/b\", \"embed_dim\": 4, \"num_heads\": 2, "
+      "\"seed\": 1}",
+      ATTN_EINVAL, "\"name\"");
+  expect_reg_err(
+      "{\"name\": \"sdpa\", \"embed_dim\": 4, \"num_heads\": 2, "
+      "\"seed\": 1}",
+      ATTN_EINVAL, "built-in");
+  expect_reg_err(
+      "{\"name\": \"m\", \"embed_dim\": 16777216, \"num_heads\": "
+      "2, \"seed\": 1}",
+      ATTN_ETOOBIG, "parameters");
   expect_reg_err(HDR "\"weights\": \"nobias.safetensors\"}", ATTN_EINVAL,
                  "missing tensor 'in_proj_bias'");
   expect_reg_err(HDR "\"bias\": false, \"weights\": \"ok.safetensors\"}",
@@ -880,10 +1013,8 @@ START_TEST(registry_dirs) {
   size_t n;
   const attn_model *sdpa = attn_registry_find(reg, "sdpa", "1");
   ck_assert_uint_eq((attn_model_inputs(sdpa, &n), n), 7);
-  ck_assert_uint_eq((attn_model_inputs(attn_registry_find(reg, "mha", NULL),
-                                       &n),
-                     n),
-                    15);
+  ck_assert_uint_eq(
+      (attn_model_inputs(attn_registry_find(reg, "mha", NULL), &n), n), 15);
   attn_model_info info;
   attn_model_info_get(sdpa, &info);
   ck_assert_str_eq(info.kind, "sdpa");
@@ -912,7 +1043,8 @@ START_TEST(registry_dirs) {
 }
 END_TEST
 
-/* ---- client mistakes ---------------------------------------------------------- */
+/* ---- client mistakes
+ * ---------------------------------------------------------- */
 
 /* A valid sdpa request [B=2,H=2,L=3,D=4] to break in one way. */
 static float qkv[2 * 2 * 3 * 4];
@@ -993,24 +1125,28 @@ START_TEST(input_errors) {
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
-  add_in(&r, "key_lengths", ATTN_DT_INT32, 1, (int64_t[]){2}, (int32_t[]){1, 4});
+  add_in(&r, "key_lengths", ATTN_DT_INT32, 1, (int64_t[]){2},
+         (int32_t[]){1, 4});
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
              "'key_lengths': element 1 is 4, expected 0..Lk=3");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
-  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){2}, (int64_t[]){-1, 1});
+  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){2},
+         (int64_t[]){-1, 1});
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL, "element 0 is -1");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
-  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){3}, (int64_t[]){1, 1, 1});
+  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){3},
+         (int64_t[]){1, 1, 1});
   expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
              "input 'key_lengths': shape [3], expected [B] = [2]");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
-  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){2}, (int64_t[]){1, 1});
+  add_in(&r, "key_lengths", ATTN_DT_INT64, 1, (int64_t[]){2},
+         (int64_t[]){1, 1});
   add_in(&r, "key_padding_mask", ATTN_DT_BOOL, 2, (int64_t[]){2, 3},
          (uint8_t[]){0, 0, 0, 0, 0, 0});
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL, "give one");
@@ -1098,8 +1234,7 @@ START_TEST(shape_errors) {
 
   sdpa_req(&r);
   r.inputs[0].tensor.shape[2] = 0;
-  expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE,
-             "input 'query': dim 2 is 0");
+  expect_err(reg, "sdpa", &r, NULL, ATTN_ESHAPE, "input 'query': dim 2 is 0");
   attn_infer_request_free(&r);
 
   /* mha: weights of the wrong shape, value without key, num_heads */
@@ -1151,7 +1286,8 @@ START_TEST(param_errors) {
 
   sdpa_req(&r);
   add_pi(&r, "num_heads", 2); /* an mha parameter */
-  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL, "unknown parameter 'num_heads'");
+  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
+             "unknown parameter 'num_heads'");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1175,7 +1311,8 @@ START_TEST(param_errors) {
   sdpa_req(&r);
   add_pb(&r, "causal", true);
   add_pb(&r, "causal", false);
-  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL, "parameter 'causal' given twice");
+  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
+             "parameter 'causal' given twice");
   attn_infer_request_free(&r);
 
   sdpa_req(&r);
@@ -1194,7 +1331,8 @@ START_TEST(param_errors) {
   sdpa_req(&r);
   add_out(&r, "attn_output", -1);
   add_out(&r, "attn_output", 1);
-  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL, "'attn_output' requested twice");
+  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
+             "'attn_output' requested twice");
   attn_infer_request_free(&r);
 
   /* mha: num_heads type and range */
