@@ -17,8 +17,9 @@
  * answers are sent; then everything is destroyed in reverse order of
  * creation and attnd exits 0.  A signal during the drain is ignored.  If
  * the drain runs out of time attnd exits 0 without waiting further.
- * SIGHUP (blocked and forwarded like them) re-reads api_keys_file while
- * serving (reload_keys); at other times it waits, blocked.  ATTND_API_KEY
+ * SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
+ * reloads every model file (reload_keys, reload_models) while serving; at
+ * other times it waits, blocked.  ATTND_API_KEY
  * is read here, never a config key: --check-config must not print it.
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
  * asks a running attnd whether it is ready and exits 0 or 1.
@@ -229,8 +230,8 @@ static attn_status load_models(const attn_config *cfg, attn_registry **out,
                                attn_diag *d, void (*warn)(const char *msg)) {
   attn_status st = attn_config_check_models_dir(cfg, d);
   if (st == ATTN_ENOTFOUND) {
-    warn(d->msg);
-    return attn_registry_create(NULL, out, d);
+    warn(d->msg); /* built-ins only; a load or SIGHUP may find it later */
+    return attn_registry_create(cfg->models_dir, out, d);
   }
   if (st != ATTN_OK) return st;
   return attn_registry_create(cfg->models_dir, out, d);
@@ -630,12 +631,35 @@ static void reload_keys(attn_server *server) {
              d.msg);
 }
 
+static void report_model(void *arg, const char *name, const char *path,
+                         attn_status s, const char *msg) {
+  (void)arg;
+  if (s == ATTN_OK)
+    attn_log(ATTN_LOG_INFO, "received SIGHUP: model '%s' %s (%s)", name,
+             msg[0] ? msg : "loaded", path);
+  else
+    attn_log(ATTN_LOG_ERROR,
+             "received SIGHUP: %s; model '%s' keeps what it served", msg,
+             name[0] ? name : "?");
+}
+
+/* SIGHUP: every model file of models_dir loaded again (attn_registry_
+ * reload: a file that fails leaves its model serving the old weights;
+ * requests in flight finish on what they started with). */
+static void reload_models(attn_registry *models) {
+  attn_diag d = {{0}};
+  attn_status st = attn_registry_reload(models, report_model, NULL, &d);
+  if (st != ATTN_OK)
+    attn_log(ATTN_LOG_ERROR, "received SIGHUP: models: %s", d.msg);
+}
+
 /* Serve: the server's threads do the work; main waits for SIGTERM or
- * SIGINT, re-reading the keys on each SIGHUP and giving memory back once a
- * second when idle (idle_trim), then runs the shutdown delay (when there
- * is one). */
-static void serve(attn_server *server, const attn_pool *pool,
-                  const attn_config *cfg, const sigset_t *sigs) {
+ * SIGINT, re-reading the keys and the models on each SIGHUP and giving
+ * memory back once a second when idle (idle_trim), then runs the shutdown
+ * delay (when there is one). */
+static void serve(attn_server *server, attn_registry *models,
+                  const attn_pool *pool, const attn_config *cfg,
+                  const sigset_t *sigs) {
   int sig = 0;
   uint64_t last_pushed = UINT64_MAX;
   sigset_t with_hup = *sigs;
@@ -643,9 +667,10 @@ static void serve(attn_server *server, const attn_pool *pool,
   for (;;) {
     struct timespec tick = {1, 0};
     sig = sigtimedwait(&with_hup, NULL, &tick);
-    if (sig == SIGHUP)
+    if (sig == SIGHUP) {
       reload_keys(server);
-    else if (sig > 0)
+      reload_models(models);
+    } else if (sig > 0)
       break;
     else if (errno == EAGAIN)
       idle_trim(pool, &last_pushed);
@@ -713,7 +738,7 @@ int main(int argc, char **argv) {
   attnd a = {0};
   rc = 1;
   if (start(&cfg, policy, &a)) {
-    serve(a.server, a.pool, &cfg, &sigs);
+    serve(a.server, a.models, a.pool, &cfg, &sigs);
     drain(&a, &cfg);
     rc = 0;
   }

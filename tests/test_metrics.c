@@ -10,7 +10,8 @@ static const char *const models[] = {"sdpa", "we\"ird\\name"};
 static const char *const routes[] = {"/v1/attention", "other"};
 
 static attn_metrics *make(void) {
-  attn_metrics_labels l = {models, 2, routes, 2};
+  attn_metrics_labels l = {
+      .models = models, .n_models = 2, .routes = routes, .n_routes = 2};
   attn_metrics *m = NULL;
   attn_diag d = {{0}};
   ck_assert_int_eq(attn_metrics_create(&l, &m, &d), ATTN_OK);
@@ -164,6 +165,42 @@ static void *record(void *arg) {
 }
 
 /* Threads write their own shards; a read adds them up. */
+/* A model named after create (a load's new slot): counted before it is
+ * named, it is not shown (its label would be the unknown model's ""),
+ * then is, with what it counted; a second name for it is ignored. */
+START_TEST(test_model_named_later) {
+  attn_metrics_labels l = {.models = models,
+                           .n_models = 2,
+                           .max_models = 4,
+                           .routes = routes,
+                           .n_routes = 2};
+  attn_metrics *m = NULL;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_metrics_create(&l, &m, &d), ATTN_OK);
+  attn_infer_obs o = {.model = 3,
+                      .proto = ATTN_PROTO_V2,
+                      .outcome = ATTN_OUTCOME_SUCCESS,
+                      .total_ns = 1000};
+  attn_metrics_infer(m, &o);
+  const char *s =
+      "attnd_inference_requests_total{model=\"late\","
+      "protocol=\"v2\",outcome=\"success\"}";
+  char *t = render(m);
+  ck_assert(value(t, s) == -1);
+  ck_assert_ptr_null(strstr(t, "model=\"\",protocol=\"v2\""));
+  free(t);
+  ck_assert(attn_metrics_name_model(m, 3, "late"));
+  ck_assert(attn_metrics_name_model(m, 3, "other"));
+  ck_assert(attn_metrics_name_model(m, 9, "past the end"));
+  t = render(m);
+  ck_assert(value(t, s) == 1);
+  ck_assert_ptr_null(strstr(t, "other"));
+  ck_assert_ptr_null(strstr(t, "past the end"));
+  free(t);
+  attn_metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(test_threads_add_up) {
   attn_metrics *m = make();
   pthread_t t[4];
@@ -197,6 +234,7 @@ Suite *metrics_suite(void) {
   tcase_add_test(tc, test_fresh_exposition);
   tcase_add_test(tc, test_counts_and_histograms);
   tcase_add_test(tc, test_threads_add_up);
+  tcase_add_test(tc, test_model_named_later);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1003,6 +1003,102 @@ START_TEST(registry_errors) {
 }
 END_TEST
 
+/* One [1, 2, 4] query through model m: its first output value. */
+static float first_output(const attn_model *m) {
+  float q[8] = {0.5f, -1, 0.25f, 2, -0.75f, 1, 0, 0.5f};
+  attn_infer_request req;
+  rq_init(&req);
+  add_in(&req, "query", ATTN_DT_FP32, 3, (int64_t[]){1, 2, 4}, q);
+  attn_infer_response resp;
+  attn_diag d = {{0}};
+  ck_assert_msg(attn_model_infer(m, &req, NULL, NULL, &resp, &d) == ATTN_OK,
+                "%s", d.msg);
+  float v = ((const float *)resp.outputs[0].tensor.data)[0];
+  attn_infer_response_free(&resp);
+  attn_infer_request_free(&req);
+  return v;
+}
+
+static int reports;
+static void count_report(void *arg, const char *name, const char *path,
+                         attn_status s, const char *msg) {
+  (void)arg, (void)name, (void)path, (void)msg;
+  reports += s != ATTN_OK;
+}
+
+/* Load, unload, reload and the index: slots keep their names; a model
+ * held (attn_registry_get) stays whole while a load replaces it and an
+ * unload removes it; a failed load leaves the old model. */
+START_TEST(registry_repository) {
+  mk_tmpdir();
+  write_text("a.json", HDR "\"seed\": 1}");
+  attn_registry *r;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_registry_create(tmpdir, &r, &d), ATTN_OK);
+  ck_assert_uint_eq(attn_registry_count(r), 3);
+  ck_assert_str_eq(attn_registry_slot_name(r, 2), "m");
+  ck_assert_int_eq(attn_registry_slot(r, "m/ready", 1), 2);
+  int slot;
+  const attn_model *held = attn_registry_get(r, "m", NULL, &slot);
+  ck_assert_ptr_nonnull(held);
+  ck_assert_int_eq(slot, 2);
+  float v1 = first_output(held);
+
+  write_text("a.json", HDR "\"seed\": 2}");
+  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_OK);
+  const attn_model *now = attn_registry_get(r, "m", NULL, NULL);
+  ck_assert_ptr_ne(now, held);
+  ck_assert(first_output(now) != v1);
+  ck_assert(first_output(held) == v1); /* still whole */
+  attn_model_put(held);
+
+  ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
+  ck_assert_ptr_null(attn_registry_get(r, "m", NULL, &slot));
+  ck_assert_int_eq(slot, 2); /* the name keeps its slot */
+  ck_assert_ptr_null(attn_registry_get_at(r, 2));
+  (void)first_output(now); /* held across the unload */
+  attn_model_put(now);
+  ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
+  ck_assert_int_eq(attn_registry_unload(r, "sdpa", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_registry_unload(r, "zz", &d), ATTN_ENOTFOUND);
+  ck_assert_int_eq(attn_registry_load(r, "zz", &d), ATTN_ENOTFOUND);
+  ck_assert_int_eq(attn_registry_load(r, "sdpa", &d), ATTN_OK);
+
+  /* a failed load: the model stays as it was (unloaded here) */
+  write_text("a.json", HDR "\"seed\": 1, \"colour\": 1}");
+  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "unknown key 'colour'"));
+  attn_registry_entry *v;
+  size_t n;
+  ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 3);
+  ck_assert(!v[2].ready);
+  ck_assert_ptr_nonnull(strstr(v[2].reason, "colour"));
+  free(v);
+
+  /* reload: the fixed file, a new one; a second file naming m fails */
+  write_text("a.json", HDR "\"seed\": 1}");
+  write_text("b.json",
+             "{\"name\": \"n\", \"embed_dim\": 4, "
+             "\"num_heads\": 1, \"seed\": 3}");
+  write_text("c.json", HDR "\"seed\": 9}");
+  reports = 0;
+  ck_assert_int_eq(attn_registry_reload(r, count_report, NULL, &d), ATTN_OK);
+  ck_assert_int_eq(reports, 1); /* c.json: 'm' already used */
+  const attn_model *m = attn_registry_get(r, "m", NULL, NULL);
+  ck_assert(first_output(m) == v1);
+  attn_model_put(m);
+  ck_assert_uint_eq(attn_registry_count(r), 4);
+  ck_assert_str_eq(attn_registry_slot_name(r, 3), "n");
+  ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 4);
+  for (size_t i = 0; i < n; i++) ck_assert(v[i].ready);
+  free(v);
+  attn_registry_destroy(r);
+  rm_tmpdir();
+}
+END_TEST
+
 START_TEST(registry_dirs) {
   attn_registry *reg = NULL;
   attn_diag d = {{0}};
@@ -1523,6 +1619,7 @@ Suite *model_suite(void) {
   tcase_add_test(tc, registry_errors);
   tcase_add_test(tc, resident_variant_errors);
   tcase_add_test(tc, registry_dirs);
+  tcase_add_test(tc, registry_repository);
   tcase_add_test(tc, input_errors);
   tcase_add_test(tc, shape_errors);
   tcase_add_test(tc, param_errors);

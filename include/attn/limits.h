@@ -169,6 +169,11 @@
  * in URL paths). */
 #define ATTN_MODEL_MAX_NAME 64
 
+/* Models a server holds: the two built-ins and up to 62 resident ones,
+ * counting every name ever loaded (a name keeps its place, and its
+ * metrics, after an unload).  Bounds the metrics' model labels. */
+#define ATTN_MAX_MODELS 64
+
 /* Safetensors header JSON larger than this is refused (the reference
  * implementation uses the same bound): a header is names and shapes, never
  * megabytes of text. */

@@ -22,6 +22,7 @@
 #ifndef ATTN_METRICS_H
 #define ATTN_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,16 +46,24 @@ typedef enum {
 /* attnd_inference_requests_total's protocol label. */
 typedef enum { ATTN_PROTO_V2, ATTN_PROTO_V1, ATTN_PROTO_N } attn_metrics_proto;
 
-/* The labels, fixed at create; the arrays are copied. */
+/* The labels at create; the arrays are copied.  Model i is the registry's
+ * slot i: n_models named now, room for max_models (more named later with
+ * attn_metrics_name_model). */
 typedef struct attn_metrics_labels {
   const char *const *models; /* the registry's names, in its order */
   size_t n_models;
+  size_t max_models;         /* 0: n_models */
   const char *const *routes; /* route templates ("/v2/models/{model}") */
   size_t n_routes;
 } attn_metrics_labels;
 
 attn_status attn_metrics_create(const attn_metrics_labels *l,
                                 attn_metrics **out, attn_diag *d);
+/* Names model i (i < max_models) once; a name given before stays.  false
+ * only when out of memory.  Any thread; a model counted before it is
+ * named is shown from then on. */
+bool attn_metrics_name_model(attn_metrics *m, size_t i, const char *name);
+
 /* Frees every shard.  No thread may record any more; NULL is a no-op. */
 void attn_metrics_destroy(attn_metrics *m);
 

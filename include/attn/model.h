@@ -50,10 +50,13 @@
  *                     [0,Lk]; keys j >= length are padding.  Not together
  *                     with key_padding_mask.
  *
- * Threads: the registry is built once (attn_registry_create, one thread) and
- * then read-only; attn_model_infer may run concurrently on any number of
- * threads for the same model.  The model layer starts no threads: the
- * attn_exec passed in says how many threads the engine may use.
+ * Threads: the registry is built once (attn_registry_create, one thread);
+ * then loads, unloads and reloads (the repository functions below) may
+ * replace its resident models from any thread while others look models up
+ * and run them: a model taken with attn_registry_get stays whole until put
+ * back, whatever replaced it.  attn_model_infer may run concurrently on
+ * any number of threads for the same model.  The model layer starts no threads:
+ * the attn_exec passed in says how many threads the engine may use.
  */
 #ifndef ATTN_MODEL_H
 #define ATTN_MODEL_H
@@ -128,16 +131,82 @@ typedef struct attn_model_info {
  * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
                                  attn_diag *d);
-/* NULL is allowed.  No attn_model_infer may be running. */
+/* NULL is allowed.  No attn_model_infer may be running, and every model
+ * taken with attn_registry_get must have been put back. */
 void attn_registry_destroy(attn_registry *r);
 
-/* Lookup by name; version NULL or "" matches any.  NULL when absent.  The
- * model lives as long as the registry.  Any thread. */
+/* Slots: one per model name, in the order names first appeared (the
+ * built-ins first, then the models directory's files in name order, then
+ * names that later loads added).  A slot keeps its name, and its index,
+ * for the registry's life; its model is NULL while unloaded.  At most
+ * ATTN_MAX_MODELS slots. */
+size_t attn_registry_count(const attn_registry *r);
+/* Slot i's name (lives as long as the registry); NULL when i >= count.
+ * Any thread, no lock. */
+const char *attn_registry_slot_name(const attn_registry *r, size_t i);
+/* The slot of the name name[0..len), or -1.  Any thread, no lock. */
+int attn_registry_slot(const attn_registry *r, const char *name, size_t len);
+
+/* The model of that name, with a reference that attn_model_put gives back
+ * (the model stays whole until then, even when a load replaces it or an
+ * unload removes it); version NULL or "" matches any.  NULL when there is
+ * no such model (unloaded, or another version); *slot (may be NULL) gets
+ * the name's slot or -1.  Any thread. */
+const attn_model *attn_registry_get(attn_registry *r, const char *name,
+                                    const char *version, int *slot);
+/* Slot i's model with a reference, or NULL (unloaded, or i >= count). */
+const attn_model *attn_registry_get_at(attn_registry *r, size_t i);
+/* Gives back a reference; NULL is a no-op.  Any thread. */
+void attn_model_put(const attn_model *m);
+
+/* Borrowed lookups, without a reference: valid until a load or unload
+ * replaces the model, so only where none can run (start-up, tests).
+ * Version NULL or "" matches any; NULL when absent. */
 const attn_model *attn_registry_find(const attn_registry *r, const char *name,
                                      const char *version);
-/* Models in registry order (built-ins first); i < count. */
-size_t attn_registry_count(const attn_registry *r);
 const attn_model *attn_registry_at(const attn_registry *r, size_t i);
+
+/* ---- the model repository (Triton's repository extension) ----
+ * One load, unload or reload runs at a time; lookups go on meanwhile.
+ * Requests already holding a model finish on it. */
+
+/* (Re)load model `name` from the file of the models directory whose
+ * "name" it is.  A failure leaves the model that served serving (and is
+ * remembered as its slot's reason, attn_registry_index): ATTN_ENOTFOUND
+ * (no file names it), ATTN_EINVAL (two files name it, or any error of
+ * attn_registry_create's about the file), ATTN_ETOOBIG (ATTN_MAX_MODELS
+ * names already), ATTN_ENOMEM.  A built-in's is a no-op (ATTN_OK). */
+attn_status attn_registry_load(attn_registry *r, const char *name,
+                               attn_diag *d);
+/* Unloads model `name` (new lookups find nothing; it is freed once the
+ * last request on it ends).  ATTN_EINVAL for a built-in, ATTN_ENOTFOUND
+ * for a name no slot has; an unloaded one again is ATTN_OK. */
+attn_status attn_registry_unload(attn_registry *r, const char *name,
+                                 attn_diag *d);
+/* Every file of the models directory loaded again (as attn_registry_load,
+ * each failure leaving the old model serving), and every resident model
+ * whose file was removed unloaded.  report (may be NULL) hears of each:
+ * the model's name ("" when the file has none), the file, the status and
+ * a message (on failure, why).  Returns ATTN_OK, or the error of reading
+ * the directory itself (then nothing changed). */
+typedef void (*attn_reload_report)(void *arg, const char *name,
+                                   const char *path, attn_status s,
+                                   const char *msg);
+attn_status attn_registry_reload(attn_registry *r, attn_reload_report report,
+                                 void *arg, attn_diag *d);
+
+/* One row of the repository index. */
+typedef struct attn_registry_entry {
+  char name[ATTN_MODEL_MAX_NAME + 1];
+  char version[32];           /* "" when never loaded */
+  bool ready;                 /* loaded and serving */
+  char reason[ATTN_DIAG_MAX]; /* not ready: "unloaded", "not loaded", or
+                                 the last failed load's message */
+} attn_registry_entry;
+/* Every slot, then every model the directory's files name that no slot
+ * has yet; *out malloc'd (free it), *n rows. */
+attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
+                                size_t *n, attn_diag *d);
 
 const char *attn_model_name(const attn_model *m);
 const char *attn_model_version(const attn_model *m); /* "1" unless the file

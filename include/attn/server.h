@@ -19,7 +19,7 @@ typedef struct attn_server attn_server;
 
 typedef struct attn_server_deps {
   const attn_config *cfg;
-  const attn_registry *models;
+  attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
   /* Bytes of request and response bodies the server may hold at once, all

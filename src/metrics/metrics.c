@@ -94,7 +94,7 @@ typedef struct shard {
 
 struct attn_metrics {
   uint64_t gen;
-  char **models; /* n_models */
+  _Atomic(char *) *models; /* n_models; NULL until named */
   size_t n_models;
   char **routes; /* n_routes */
   size_t n_routes;
@@ -131,18 +131,21 @@ attn_status attn_metrics_create(const attn_metrics_labels *l,
   attn_metrics *m = calloc(1, sizeof *m);
   if (!m) return attn_diag_set(d, ATTN_ENOMEM, "out of memory for metrics");
   m->gen = atomic_fetch_add(&next_gen, 1);
-  m->n_models = l->n_models;
+  m->n_models = l->max_models > l->n_models ? l->max_models : l->n_models;
   m->n_routes = l->n_routes;
-  m->models = copy_names(l->models, l->n_models);
+  m->models = calloc(m->n_models ? m->n_models : 1, sizeof *m->models);
   m->routes = copy_names(l->routes, l->n_routes);
-  if (!m->models || !m->routes) {
+  pthread_mutex_init(&m->mu, NULL);
+  bool named = m->models != NULL;
+  for (size_t i = 0; named && i < l->n_models; i++)
+    named = attn_metrics_name_model(m, i, l->models[i]);
+  if (!named || !m->routes) {
     attn_metrics_destroy(m);
     return attn_diag_set(d, ATTN_ENOMEM, "out of memory for metrics");
   }
   m->bytes_in = l->n_routes * N_METHODS * N_CODES;
   m->model0 = m->bytes_in + 3; /* bytes in, bytes out, auth failures */
-  m->n = m->model0 + (l->n_models + 1) * M_SIZE;
-  pthread_mutex_init(&m->mu, NULL);
+  m->n = m->model0 + (m->n_models + 1) * M_SIZE;
   *out = m;
   return ATTN_OK;
 }
@@ -153,8 +156,10 @@ void attn_metrics_destroy(attn_metrics *m) {
     next = s->next;
     free(s);
   }
-  if (m->n) pthread_mutex_destroy(&m->mu);
-  free_names(m->models, m->n_models);
+  pthread_mutex_destroy(&m->mu);
+  for (size_t i = 0; m->models && i < m->n_models; i++)
+    free(atomic_load(&m->models[i]));
+  free(m->models);
   free_names(m->routes, m->n_routes);
   free(m);
 }
@@ -328,15 +333,26 @@ static void seconds(attn_buf *b, uint64_t ns) {
                   (unsigned long long)(ns % 1000000000u));
 }
 
-/* The model label of block mi ("" past the registry's). */
-static const char *model_name(const attn_metrics *m, size_t mi) {
-  return mi < m->n_models ? m->models[mi] : "";
+bool attn_metrics_name_model(attn_metrics *m, size_t i, const char *name) {
+  if (!m || i >= m->n_models || atomic_load(&m->models[i])) return true;
+  char *c = strdup(name);
+  if (!c) return false;
+  char *none = NULL;
+  if (!atomic_compare_exchange_strong(&m->models[i], &none, c)) free(c);
+  return true;
 }
 
-/* A model's block is shown for every registry model, and for the unknown
- * model once it has counted something. */
+/* The model label of block mi ("" unnamed, or past the models). */
+static const char *model_name(const attn_metrics *m, size_t mi) {
+  char *n = mi < m->n_models ? atomic_load(&m->models[mi]) : NULL;
+  return n ? n : "";
+}
+
+/* A model's block is shown for every named model, and for the unknown
+ * model once it has counted something; an unnamed one never (its label
+ * would be the unknown model's). */
 static int shown(const attn_metrics *m, const uint64_t *t, size_t mi) {
-  if (mi < m->n_models) return 1;
+  if (mi < m->n_models) return atomic_load(&m->models[mi]) != NULL;
   const uint64_t *b = &t[m->model0 + mi * M_SIZE];
   for (size_t i = 0; i < ATTN_PROTO_N * ATTN_OUTCOME_N; i++)
     if (b[M_OUTCOME + i]) return 1;

@@ -116,6 +116,10 @@ attn_status attn__resident_load(const char *json_path, attn__resident *out,
                                 attn_diag *d);
 /* Frees everything inside r and zeroes it; NULL is allowed. */
 void attn__resident_free(attn__resident *r);
+/* resident.c: the "name" of the model file at json_path into name[cap]:
+ * 1, or 0 when the file cannot be read, is not a JSON object or has no
+ * string "name" shorter than cap (attn__resident_load then says why). */
+int attn__resident_name(const char *json_path, char *name, size_t cap);
 
 /* builtin.c: attn_model_infer for a kind; `fixed` is the resident model or
  * NULL. */

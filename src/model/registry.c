@@ -1,19 +1,29 @@
 /* registry.c - the set of models a server offers (model.h).
  *
- * Design: an array of models built once by attn_registry_create: the
- * built-ins "sdpa" and "mha", then one resident model per *.json file of the
- * models directory, in file-name order so that registry order (and any
- * listing built from it) is the same on every start.  Each model carries its
- * input/output description for metadata; resident models carry their loaded
- * weights (resident.c).  Running a request is builtin.c's job.
+ * Design: slots, one per model name, in the order names first appeared:
+ * the built-ins "sdpa" and "mha", then one resident model per *.json file
+ * of the models directory, in file-name order so that registry order (and
+ * any listing built from it) is the same on every start; later loads add
+ * names at the end.  A slot keeps its name for the registry's life (the
+ * metrics and statistics are kept by slot); its model is replaced by a
+ * load and is NULL after an unload.  Each model carries its input/output
+ * description for metadata; resident models carry their loaded weights
+ * (resident.c).  Running a request is builtin.c's job.
  *
- * Invariants: names are unique across the registry; after creation nothing
- * changes, so lookups and attn_model_infer need no locks.
+ * Invariants: names are unique across the slots; a model is freed when
+ * its last reference goes: the slot's, and one per attn_registry_get not
+ * yet put back, so a request that started on a model finishes on it
+ * while a load replaces it.  `mu` guards the slots' models and reasons
+ * (held for a lookup, never for file I/O); `load_mu` lets one load,
+ * unload or reload run at a time.  Slot names and `n` are written before
+ * a slot is published (n, release) and never change after.
  * Threads: creation and destruction on one thread (start-up, shut-down);
  * everything else from any thread.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +41,18 @@ struct attn_model {
   size_t n_in, n_out;
   attn__resident res; /* kind == ATTN__MODEL_RESIDENT */
   char *params_json;  /* v2 metadata "parameters" (attn__model_params_json) */
+  atomic_int refs;    /* the slot's, and attn_registry_get's */
 };
 
 struct attn_registry {
-  attn_model **models;
-  size_t n, cap;
+  pthread_mutex_t mu, load_mu;
+  attn_model *model[ATTN_MAX_MODELS]; /* NULL: unloaded */
+  char *name[ATTN_MAX_MODELS];        /* the slot's, for ever */
+  char *reason[ATTN_MAX_MODELS];      /* why not loaded, or the last
+                                         failed load; NULL: none */
+  atomic_size_t n;                    /* slots published */
+  char *dir;                          /* models_dir or NULL */
 };
-
 /* ---- input/output descriptions ----------------------------------------- */
 
 static void io(attn_model_io *t, size_t *n, const char *name, attn_dtype dt,
@@ -104,7 +119,7 @@ static void describe(attn_model *m) {
   }
 }
 
-/* ---- registry ----------------------------------------------------------- */
+/* ---- models ------------------------------------------------------------- */
 
 static void model_free(attn_model *m) {
   if (!m) return;
@@ -113,17 +128,17 @@ static void model_free(attn_model *m) {
   free(m);
 }
 
-void attn_registry_destroy(attn_registry *r) {
-  if (!r) return;
-  for (size_t i = 0; i < r->n; i++) model_free(r->models[i]);
-  free(r->models);
-  free(r);
+void attn_model_put(const attn_model *m) {
+  attn_model *w = (attn_model *)m; /* the count is the model's own */
+  if (w && atomic_fetch_sub(&w->refs, 1) == 1) model_free(w);
 }
 
-/* Takes m (freed on failure); describes it first. */
-static attn_status add(attn_registry *r, attn_model *m, attn_diag *d) {
+/* Describes m, makes its metadata parameters, one reference.  Takes m
+ * (freed on failure). */
+static attn_status finish_model(attn_model *m, attn_diag *d) {
   char names[512];
   describe(m);
+  atomic_init(&m->refs, 1);
   if (attn__model_params_json(
           attn__model_param_names(m->kind, names, sizeof names),
           m->kind == ATTN__MODEL_RESIDENT ? &m->res.fixed : NULL,
@@ -134,30 +149,112 @@ static attn_status add(attn_registry *r, attn_model *m, attn_diag *d) {
     model_free(m);
     return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the registry");
   }
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? 2 * r->cap : 8;
-    attn_model **p = realloc(r->models, cap * sizeof *p);
-    if (!p) {
-      model_free(m);
-      return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the registry");
-    }
-    r->models = p;
-    r->cap = cap;
-  }
-  r->models[r->n++] = m;
   return ATTN_OK;
 }
 
-static attn_status add_builtin(attn_registry *r, attn__model_kind kind,
-                               const char *name, const char *desc,
-                               attn_diag *d) {
+static attn_status make_builtin(attn__model_kind kind, const char *name,
+                                const char *desc, attn_model **out,
+                                attn_diag *d) {
   attn_model *m = calloc(1, sizeof *m);
   if (!m) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
   m->kind = kind;
   m->name = name;
   m->version = "1";
   m->description = desc;
-  return add(r, m, d);
+  attn_status s = finish_model(m, d);
+  *out = s ? NULL : m;
+  return s;
+}
+
+/* The resident model of the file at path, or the file's error. */
+static attn_status make_resident(const char *path, attn_model **out,
+                                 attn_diag *d) {
+  *out = NULL;
+  attn_model *m = calloc(1, sizeof *m);
+  if (!m) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  attn_status s = attn__resident_load(path, &m->res, d);
+  if (s) {
+    free(m);
+    return s;
+  }
+  m->kind = ATTN__MODEL_RESIDENT;
+  m->name = m->res.name;
+  m->version = m->res.version;
+  m->description = m->res.description;
+  if ((s = finish_model(m, d)) == ATTN_OK) *out = m;
+  return s;
+}
+
+static int is_builtin(const char *name) {
+  return strcmp(name, "sdpa") == 0 || strcmp(name, "mha") == 0;
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+static size_t slots(const attn_registry *r) {
+  return atomic_load_explicit(&r->n, memory_order_acquire);
+}
+
+static int slot_of(const attn_registry *r, const char *name, size_t len) {
+  size_t n = slots(r);
+  for (size_t i = 0; i < n; i++)
+    if (strlen(r->name[i]) == len && memcmp(r->name[i], name, len) == 0)
+      return (int)i;
+  return -1;
+}
+
+static void set_reason(attn_registry *r, size_t i, const char *why) {
+  free(r->reason[i]);
+  r->reason[i] = why ? strdup(why) : NULL;
+}
+
+/* Puts m (its name's slot, a new one for a new name) in place of what the
+ * slot held, which is put back.  Takes m; under load_mu. */
+static attn_status install(attn_registry *r, attn_model *m, attn_diag *d) {
+  int i = slot_of(r, m->name, strlen(m->name));
+  attn_model *old = NULL;
+  if (i < 0) {
+    size_t n = slots(r);
+    char *nm = n < ATTN_MAX_MODELS ? strdup(m->name) : NULL;
+    if (!nm) {
+      attn_status s =
+          n < ATTN_MAX_MODELS
+              ? attn_diag_set(d, ATTN_ENOMEM, "out of memory")
+              : attn_diag_set(d, ATTN_ETOOBIG,
+                              "model '%s': the server holds at most %d "
+                              "model names (ATTN_MAX_MODELS), built-ins "
+                              "and unloaded ones included",
+                              m->name, ATTN_MAX_MODELS);
+      attn_model_put(m);
+      return s;
+    }
+    r->name[n] = nm;
+    pthread_mutex_lock(&r->mu);
+    r->model[n] = m;
+    pthread_mutex_unlock(&r->mu);
+    atomic_store_explicit(&r->n, n + 1, memory_order_release);
+    return ATTN_OK;
+  }
+  pthread_mutex_lock(&r->mu);
+  old = r->model[i];
+  r->model[i] = m;
+  set_reason(r, (size_t)i, NULL);
+  pthread_mutex_unlock(&r->mu);
+  attn_model_put(old);
+  return ATTN_OK;
+}
+
+void attn_registry_destroy(attn_registry *r) {
+  if (!r) return;
+  for (size_t i = 0; i < slots(r); i++) {
+    attn_model_put(r->model[i]);
+    free(r->name[i]);
+    free(r->reason[i]);
+  }
+  pthread_mutex_destroy(&r->mu);
+  pthread_mutex_destroy(&r->load_mu);
+  free(r->dir);
+  free(r);
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -175,6 +272,7 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
                              attn_diag *d) {
   *paths = NULL;
   *n = 0;
+  if (!dir) return ATTN_OK;
   DIR *dp = opendir(dir);
   if (!dp) {
     if (errno == ENOENT) return ATTN_OK;
@@ -224,33 +322,27 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
   return ATTN_OK;
 }
 
+/* At start-up: a file's model into a new slot; a name used twice or a
+ * built-in's fails. */
 static attn_status add_resident(attn_registry *r, const char *path,
                                 attn_diag *d) {
-  attn_model *m = calloc(1, sizeof *m);
-  if (!m) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
-  attn_status s = attn__resident_load(path, &m->res, d);
-  if (s) {
-    free(m);
-    return s;
-  }
-  m->kind = ATTN__MODEL_RESIDENT;
-  for (size_t i = 0; i < r->n; i++) {
-    const attn_model *o = r->models[i];
-    if (strcmp(o->name, m->res.name) != 0) continue;
+  attn_model *m;
+  attn_status s = make_resident(path, &m, d);
+  if (s) return s;
+  int i = slot_of(r, m->name, strlen(m->name));
+  if (i >= 0) {
+    const attn_model *o = r->model[i];
     s = o->kind == ATTN__MODEL_RESIDENT
             ? attn_diag_set(d, ATTN_EINVAL,
                             "%s: model name '%s' is already used by %s", path,
-                            m->res.name, o->res.path)
+                            m->name, o->res.path)
             : attn_diag_set(d, ATTN_EINVAL,
                             "%s: model name '%s' is a built-in model", path,
-                            m->res.name);
-    model_free(m);
+                            m->name);
+    attn_model_put(m);
     return s;
   }
-  m->name = m->res.name;
-  m->version = m->res.version;
-  m->description = m->res.description;
-  return add(r, m, d);
+  return install(r, m, d);
 }
 
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
@@ -258,54 +350,305 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
   *out = NULL;
   attn_registry *r = calloc(1, sizeof *r);
   if (!r) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_mutex_init(&r->load_mu, NULL);
+  atomic_init(&r->n, 0);
+  attn_model *b = NULL;
   attn_status s;
-  if ((s = add_builtin(r, ATTN__MODEL_SDPA, "sdpa",
-                       "scaled dot-product attention on query, key, value",
-                       d)) ||
-      (s = add_builtin(r, ATTN__MODEL_MHA, "mha",
-                       "multi-head attention with client-supplied "
-                       "projection weights",
-                       d))) {
+  if ((s = make_builtin(ATTN__MODEL_SDPA, "sdpa",
+                        "scaled dot-product attention on query, key, value", &b,
+                        d)) ||
+      (s = install(r, b, d)) ||
+      (s = make_builtin(ATTN__MODEL_MHA, "mha",
+                        "multi-head attention with client-supplied "
+                        "projection weights",
+                        &b, d)) ||
+      (s = install(r, b, d)) ||
+      (models_dir && !(r->dir = strdup(models_dir)) &&
+       (s = attn_diag_set(d, ATTN_ENOMEM, "out of memory")))) {
     attn_registry_destroy(r);
     return s;
   }
-  if (models_dir) {
-    char **paths;
-    size_t n;
-    if ((s = list_json(models_dir, &paths, &n, d))) {
-      attn_registry_destroy(r);
-      return s;
-    }
-    for (size_t i = 0; i < n && s == ATTN_OK; i++)
-      s = add_resident(r, paths[i], d);
-    free_list(paths, n);
-    if (s) {
-      attn_registry_destroy(r);
-      return s;
-    }
+  char **paths;
+  size_t n;
+  if ((s = list_json(models_dir, &paths, &n, d))) {
+    attn_registry_destroy(r);
+    return s;
+  }
+  for (size_t i = 0; i < n && s == ATTN_OK; i++)
+    s = add_resident(r, paths[i], d);
+  free_list(paths, n);
+  if (s) {
+    attn_registry_destroy(r);
+    return s;
   }
   *out = r;
   return ATTN_OK;
 }
 
+/* ---- lookups ------------------------------------------------------------ */
+
+/* The slot named `name`'s model when its version matches (NULL or ""
+ * matches any); a reference more when `ref`.  Under mu. */
+static attn_model *lookup(attn_registry *r, const char *name,
+                          const char *version, bool ref, int *slot) {
+  int i = name ? slot_of(r, name, strlen(name)) : -1;
+  if (slot) *slot = i;
+  if (i < 0) return NULL;
+  pthread_mutex_lock(&r->mu);
+  attn_model *m = r->model[i];
+  if (m && version && version[0] && strcmp(version, m->version) != 0) m = NULL;
+  if (m && ref) atomic_fetch_add(&m->refs, 1);
+  pthread_mutex_unlock(&r->mu);
+  return m;
+}
+
 const attn_model *attn_registry_find(const attn_registry *r, const char *name,
                                      const char *version) {
-  if (!r || !name) return NULL;
-  for (size_t i = 0; i < r->n; i++) {
-    const attn_model *m = r->models[i];
-    if (strcmp(m->name, name) == 0)
-      return !version || !version[0] || strcmp(version, m->version) == 0 ? m
-                                                                         : NULL;
-  }
-  return NULL;
+  return r ? lookup((attn_registry *)r, name, version, false, NULL) : NULL;
+}
+
+const attn_model *attn_registry_get(attn_registry *r, const char *name,
+                                    const char *version, int *slot) {
+  if (slot) *slot = -1;
+  return r ? lookup(r, name, version, true, slot) : NULL;
+}
+
+const attn_model *attn_registry_get_at(attn_registry *r, size_t i) {
+  if (!r || i >= slots(r)) return NULL;
+  pthread_mutex_lock(&r->mu);
+  attn_model *m = r->model[i];
+  if (m) atomic_fetch_add(&m->refs, 1);
+  pthread_mutex_unlock(&r->mu);
+  return m;
 }
 
 size_t attn_registry_count(const attn_registry *r) {
-  return r ? r->n : 0;
+  return r ? slots(r) : 0;
 }
 
 const attn_model *attn_registry_at(const attn_registry *r, size_t i) {
-  return r && i < r->n ? r->models[i] : NULL;
+  if (!r || i >= slots(r)) return NULL;
+  pthread_mutex_lock((pthread_mutex_t *)&r->mu);
+  const attn_model *m = r->model[i];
+  pthread_mutex_unlock((pthread_mutex_t *)&r->mu);
+  return m;
+}
+
+const char *attn_registry_slot_name(const attn_registry *r, size_t i) {
+  return r && i < slots(r) ? r->name[i] : NULL;
+}
+
+int attn_registry_slot(const attn_registry *r, const char *name, size_t len) {
+  return r ? slot_of(r, name, len) : -1;
+}
+
+/* ---- the repository: load, unload, reload, index ------------------------ */
+
+/* The model file of models_dir whose "name" is `name`: *path (malloc'd),
+ * or ATTN_ENOTFOUND, or ATTN_EINVAL when two files name it. */
+static attn_status file_of(const attn_registry *r, const char *name,
+                           char **path, attn_diag *d) {
+  char **paths, nm[ATTN_MODEL_MAX_NAME + 1];
+  size_t n;
+  *path = NULL;
+  attn_status s = list_json(r->dir, &paths, &n, d);
+  if (s) return s;
+  for (size_t i = 0; i < n && s == ATTN_OK; i++) {
+    if (!attn__resident_name(paths[i], nm, sizeof nm) || strcmp(nm, name))
+      continue;
+    if (*path)
+      s = attn_diag_set(d, ATTN_EINVAL,
+                        "model '%s' is named by two files: %s and %s", name,
+                        *path, paths[i]);
+    else if (!(*path = strdup(paths[i])))
+      s = attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  }
+  free_list(paths, n);
+  if (s == ATTN_OK && !*path)
+    s = attn_diag_set(d, ATTN_ENOTFOUND,
+                      "no model file in the models directory (%s) has "
+                      "\"name\": \"%s\"",
+                      r->dir ? r->dir : "none configured", name);
+  if (s) {
+    free(*path);
+    *path = NULL;
+  }
+  return s;
+}
+
+/* Loads the file at path over the model of its name; a failure leaves
+ * what served serving and is kept as the slot's reason.  Under load_mu. */
+static attn_status load_file(attn_registry *r, const char *path,
+                             const char *want, attn_diag *d) {
+  attn_model *m;
+  attn_status s = make_resident(path, &m, d);
+  if (s == ATTN_OK && want && strcmp(m->name, want) != 0) {
+    s = attn_diag_set(d, ATTN_EINVAL,
+                      "%s: names model '%s' now, not '%s' (changed while "
+                      "loading?)",
+                      path, m->name, want);
+    attn_model_put(m);
+  } else if (s == ATTN_OK && is_builtin(m->name)) {
+    s = attn_diag_set(d, ATTN_EINVAL, "%s: model name '%s' is a built-in model",
+                      path, m->name);
+    attn_model_put(m);
+  } else if (s == ATTN_OK) {
+    return install(r, m, d);
+  }
+  int i = want ? slot_of(r, want, strlen(want)) : -1;
+  if (i >= 0) {
+    pthread_mutex_lock(&r->mu);
+    set_reason(r, (size_t)i, d->msg);
+    pthread_mutex_unlock(&r->mu);
+  }
+  return s;
+}
+
+attn_status attn_registry_load(attn_registry *r, const char *name,
+                               attn_diag *d) {
+  if (is_builtin(name)) return ATTN_OK; /* always loaded */
+  pthread_mutex_lock(&r->load_mu);
+  char *path;
+  attn_status s = file_of(r, name, &path, d);
+  if (s == ATTN_OK) {
+    s = load_file(r, path, name, d);
+    free(path);
+  }
+  pthread_mutex_unlock(&r->load_mu);
+  return s;
+}
+
+attn_status attn_registry_unload(attn_registry *r, const char *name,
+                                 attn_diag *d) {
+  if (is_builtin(name))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "model '%s' is built in and cannot be unloaded", name);
+  pthread_mutex_lock(&r->load_mu);
+  int i = slot_of(r, name, strlen(name));
+  attn_model *old = NULL;
+  if (i >= 0) {
+    pthread_mutex_lock(&r->mu);
+    old = r->model[i];
+    r->model[i] = NULL;
+    set_reason(r, (size_t)i, "unloaded");
+    pthread_mutex_unlock(&r->mu);
+  }
+  pthread_mutex_unlock(&r->load_mu);
+  attn_model_put(old); /* freed here unless a request still runs on it */
+  if (i < 0)
+    return attn_diag_set(d, ATTN_ENOTFOUND,
+                         "unknown model '%s' (POST /v2/repository/index "
+                         "lists them)",
+                         name);
+  return ATTN_OK;
+}
+
+attn_status attn_registry_reload(attn_registry *r, attn_reload_report report,
+                                 void *arg, attn_diag *d) {
+  pthread_mutex_lock(&r->load_mu);
+  char **paths;
+  size_t n;
+  attn_status s = list_json(r->dir, &paths, &n, d);
+  for (size_t i = 0; s == ATTN_OK && i < n; i++) {
+    char nm[ATTN_MODEL_MAX_NAME + 1];
+    attn_diag e = {{0}};
+    int named = attn__resident_name(paths[i], nm, sizeof nm);
+    size_t j = 0; /* an earlier file of this pass with the same name */
+    while (named && j < i && strcmp(paths[j], nm) != 0) j++;
+    attn_status f =
+        named && j < i
+            ? attn_diag_set(&e, ATTN_EINVAL,
+                            "%s: model name '%s' is already used by an "
+                            "earlier file; not loaded",
+                            paths[i], nm)
+            : load_file(r, paths[i], named ? nm : NULL, &e);
+    if (report) report(arg, named ? nm : "", paths[i], f, e.msg);
+    /* paths[i] becomes the name it loaded, for the check above */
+    if (named && f == ATTN_OK) {
+      char *c = strdup(nm);
+      if (c) {
+        free(paths[i]);
+        paths[i] = c;
+      }
+    }
+  }
+  /* a resident model whose file is gone goes too */
+  for (size_t i = 0; s == ATTN_OK && i < slots(r); i++) {
+    attn_model *m = r->model[i]; /* only load_mu's holder changes it */
+    struct stat st;
+    bool gone = m && m->kind == ATTN__MODEL_RESIDENT &&
+                stat(m->res.path, &st) != 0 && errno == ENOENT;
+    if (gone) {
+      pthread_mutex_lock(&r->mu);
+      r->model[i] = NULL;
+      set_reason(r, i, "unloaded: its file was removed");
+      pthread_mutex_unlock(&r->mu);
+      if (report)
+        report(arg, r->name[i], m->res.path, ATTN_OK, "file removed: unloaded");
+      attn_model_put(m);
+    }
+  }
+  free_list(paths, n);
+  pthread_mutex_unlock(&r->load_mu);
+  return s;
+}
+
+static attn_status index_add(attn_registry_entry **v, size_t *n, size_t *cap,
+                             const char *name, const char *version, bool ready,
+                             const char *reason, attn_diag *d) {
+  if (*n == *cap) {
+    size_t nc = *cap ? 2 * *cap : 16;
+    attn_registry_entry *p = realloc(*v, nc * sizeof *p);
+    if (!p) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+    *v = p;
+    *cap = nc;
+  }
+  attn_registry_entry *e = &(*v)[(*n)++];
+  memset(e, 0, sizeof *e);
+  snprintf(e->name, sizeof e->name, "%s", name);
+  snprintf(e->version, sizeof e->version, "%s", version ? version : "");
+  snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
+  e->ready = ready;
+  return ATTN_OK;
+}
+
+attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
+                                size_t *count, attn_diag *d) {
+  attn_registry_entry *v = NULL;
+  size_t n = 0, cap = 0, ns = slots(r);
+  attn_status s = ATTN_OK;
+  for (size_t i = 0; i < ns && s == ATTN_OK; i++) {
+    pthread_mutex_lock(&r->mu);
+    const attn_model *m = r->model[i];
+    s = index_add(&v, &n, &cap, r->name[i], m ? m->version : NULL, m != NULL,
+                  m              ? NULL
+                  : r->reason[i] ? r->reason[i]
+                                 : "unloaded",
+                  d);
+    pthread_mutex_unlock(&r->mu);
+  }
+  /* the files' models never loaded */
+  char **paths = NULL;
+  size_t np = 0;
+  if (s == ATTN_OK) s = list_json(r->dir, &paths, &np, d);
+  for (size_t i = 0; i < np && s == ATTN_OK; i++) {
+    char nm[ATTN_MODEL_MAX_NAME + 1];
+    if (!attn__resident_name(paths[i], nm, sizeof nm) ||
+        slot_of(r, nm, strlen(nm)) >= 0)
+      continue;
+    bool dup = false;
+    for (size_t j = ns; j < n; j++) dup |= strcmp(v[j].name, nm) == 0;
+    if (!dup) s = index_add(&v, &n, &cap, nm, NULL, false, "not loaded", d);
+  }
+  free_list(paths, np);
+  if (s) {
+    free(v);
+    return s;
+  }
+  *out = v;
+  *count = n;
+  return ATTN_OK;
 }
 
 const char *attn_model_name(const attn_model *m) {

@@ -580,3 +580,19 @@ attn_status attn__resident_load(const char *json_path, attn__resident *out,
   if (s) attn__resident_free(out);
   return s;
 }
+
+int attn__resident_name(const char *json_path, char *name, size_t cap) {
+  char *text = NULL;
+  size_t len = 0;
+  attn_diag d = {{0}};
+  if (attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, &d))
+    return 0;
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");
+  int ok =
+      cJSON_IsObject(root) && cJSON_IsString(n) && strlen(n->valuestring) < cap;
+  if (ok) memcpy(name, n->valuestring, strlen(n->valuestring) + 1);
+  cJSON_Delete(root);
+  free(text);
+  return ok;
+}

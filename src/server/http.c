@@ -1007,7 +1007,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   attn_log(ATTN_LOG_WARN, "libmicrohttpd: %s", msg);
 }
 
-/* The metrics, labelled with the registry's model names and routes.c's
+/* The metrics, labelled with the registry's model names (room for every
+ * slot it may have; stats.c names the ones loads add) and routes.c's
  * route templates; the gauges' sources. */
 static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
                                 attn_diag *d) {
@@ -1015,8 +1016,9 @@ static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
   const char **names = calloc(n ? n : 1, sizeof *names);
   if (!names) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
-    names[i] = attn_model_name(attn_registry_at(deps->models, i));
-  attn_metrics_labels l = {.models = names, .n_models = n};
+    names[i] = attn_registry_slot_name(deps->models, i);
+  attn_metrics_labels l = {
+      .models = names, .n_models = n, .max_models = ATTN_MAX_MODELS};
   l.routes = attn__route_templates(&l.n_routes);
   attn_status st = attn_metrics_create(&l, &s->ctx.metrics, d);
   free(names);

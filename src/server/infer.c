@@ -147,7 +147,8 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
 static const attn_model *find_model(const attn_infer_job *job,
                                     const attn_infer_request *req,
                                     attn_http_resp *resp) {
-  const attn_registry *models = job->srv->models;
+  attn_registry *models = job->srv->models;
+  int slot = -1;
   const attn_model *m;
   if (job->proto == ATTN_JOB_V2) {
     const char *version = job->version[0] ? job->version : NULL;
@@ -162,32 +163,30 @@ static const attn_model *find_model(const attn_infer_job *job,
       return NULL;
     }
     const char *ver = version ? version : req->version;
-    m = attn_registry_find(models, job->model, ver);
-    if (!m && ver) {
+    m = attn_registry_get(models, job->model, ver, &slot);
+    if (!m && ver && slot >= 0 &&
+        attn_registry_find(models, job->model, NULL)) {
       attn__resp_error(resp, 404, "model '%s' has no version '%s'", job->model,
                        ver);
       return NULL;
     }
   } else {
-    m = attn_registry_find(models, req->model ? req->model : "sdpa", NULL);
-    if (!m) {
+    m = attn_registry_get(models, req->model ? req->model : "sdpa", NULL,
+                          &slot);
+    if (!m && slot < 0) {
       attn__resp_error(resp, 404,
                        "model: unknown model '%s' (GET /v1/models lists them)",
                        req->model ? req->model : "");
       return NULL;
     }
   }
-  if (!m) /* unloaded between routing and now: cannot happen today */
-    attn__resp_error(resp, 404, "unknown model '%s'", job->model);
+  if (!m) /* unloaded since it was routed */
+    attn__resp_error(resp, 404,
+                     "model '%s' is not loaded (POST "
+                     "/v2/repository/models/{name}/load loads it)",
+                     job->proto == ATTN_JOB_V2 ? job->model : req->model);
+  resp->trace.model = slot + 1;
   return m;
-}
-
-/* m's index in the registry + 1 (attn_resp_trace.model). */
-static int model_index(const attn_registry *r, const attn_model *m) {
-  size_t n = attn_registry_count(r);
-  for (size_t i = 0; i < n; i++)
-    if (attn_registry_at(r, i) == m) return (int)i + 1;
-  return 0;
 }
 
 /* Model: run m on req into *out within the configured limits, unless the
@@ -221,7 +220,6 @@ static int compute(const attn_infer_job *job, const attn_model *m,
   resp->compute_ms = (double)(c1 - c0) / 1e6;
   resp->trace.computed = true;
   resp->trace.compute_ns = c1 - c0;
-  resp->trace.model = model_index(job->srv->models, m);
   if (st) {
     attn__resp_status(resp, st, d);
     return 0;
@@ -280,16 +278,23 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_infer_response out = {0};
   attn_v1_info info = {0};
   attn_diag d = {{0}};
-  const attn_model *m;
+  const attn_model *m = NULL;
   char *plain = NULL; /* the inflated body, when it came compressed */
   (void)worker;
 
   resp.queue_ms = (double)waited_ns / 1e6;
+  if (job->proto >= ATTN_JOB_REPO_INDEX) { /* not an inference */
+    attn__repo_run(job->srv, job->proto, job->model, job->body, job->body_len,
+                   &resp);
+    finish(job, &resp);
+    return;
+  }
   uint64_t t0 = attn_now_ns(), t1 = t0;
   if (decode(job, &req, &info, &plain, &d, &resp) &&
       (t1 = attn_now_ns(), m = find_model(job, &req, &resp)) != NULL &&
       compute(job, m, &req, waited_ns, &out, &d, &resp))
     encode(job, &out, &req, &info, &d, &resp);
+  attn_model_put(m); /* the answer owns copies of what it needs */
   if (t1 == t0) t1 = attn_now_ns(); /* decode failed */
   trace_run(&resp, waited_ns, t0, t1, attn_now_ns(), &out);
   free(plain);

@@ -13,6 +13,8 @@
  *             and the target and queues it; a worker runs it (decode,
  *             model, encode) and calls the completion, which hands the
  *             answer to http.c and resumes the connection.
+ *   repo.c    the model repository's operations (index, load, unload),
+ *             run by a job like an inference (infer.c calls it).
  *   respond.c how an answer is written (JSON, errors, status mapping):
  *             used by all of the above, calls none of them.
  *   inflate.c, peers.c, web.c: Content-Encoding, idle connections whose
@@ -107,7 +109,7 @@ typedef struct attn_http_resp {
 /* State shared by the HTTP threads and the workers. */
 typedef struct attn_srv_ctx {
   const attn_config *cfg;
-  const attn_registry *models;
+  attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
   int ncpu;             /* CPUs attnd may use (auto engine threads) */
@@ -124,7 +126,15 @@ typedef struct attn_srv_ctx {
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
 
-typedef enum { ATTN_JOB_V2, ATTN_JOB_V1 } attn_job_proto;
+/* What a job does: an inference of either protocol, or one of the model
+ * repository's operations (repo.c). */
+typedef enum {
+  ATTN_JOB_V2,
+  ATTN_JOB_V1,
+  ATTN_JOB_REPO_INDEX,
+  ATTN_JOB_REPO_LOAD,
+  ATTN_JOB_REPO_UNLOAD
+} attn_job_proto;
 
 /* Content-Encoding of a request body. */
 typedef enum {
@@ -163,6 +173,12 @@ typedef void (*attn_infer_done)(void *arg, attn_http_resp *resp);
 bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
                         const attn_infer_target *t, attn_infer_done done,
                         void *arg, attn_http_resp *resp);
+
+/* repo.c: the repository operation op (ATTN_JOB_REPO_*) on model (load,
+ * unload) with the request's body (Triton's JSON; empty allowed) into
+ * *resp.  A worker. */
+void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
+                    const char *body, size_t len, attn_http_resp *resp);
 
 /* infer.c: Triton's `parameters.timeout` (microseconds, a non-negative
  * integer) in the v2 JSON json[0, n), found without decoding the rest; -1

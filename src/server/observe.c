@@ -9,12 +9,12 @@
  * in attnd_inference_requests_total and the histograms, unless nothing
  * answered it (the client left before any answer: code 499 only): its
  * model is the one the worker ran, else the URL's when the registry has
- * it (v2), else "" (not known: a /v1 body never read, an unknown model);
- * its outcome is what the stage that answered said (trace.hint: timeout,
- * draining...), else follows from the status: 200 success, 413 too_large,
- * other 4xx invalid, 503 rejected, other 5xx internal.
- * Runs on the request's HTTP thread, after the answer was sent; the
- * metrics module writes only that thread's shard.
+ * a slot of that name (v2), else "" (not known: a /v1 body never read, an
+ * unknown model); its outcome is what the stage that answered said (trace.hint:
+ * timeout, draining...), else follows from the status: 200 success, 413
+ * too_large, other 4xx invalid, 503 rejected, other 5xx internal. Runs on the
+ * request's HTTP thread, after the answer was sent; the metrics module writes
+ * only that thread's shard.
  */
 #include "internal.h"
 
@@ -22,13 +22,7 @@
  * the registry has no such model. */
 static int url_model(const attn_srv_ctx *s, const char *path) {
   const char *p = path + strlen("/v2/models/");
-  size_t n = strcspn(p, "/");
-  size_t count = attn_registry_count(s->models);
-  for (size_t i = 0; i < count; i++) {
-    const char *name = attn_model_name(attn_registry_at(s->models, i));
-    if (strlen(name) == n && memcmp(name, p, n) == 0) return (int)i + 1;
-  }
-  return 0;
+  return attn_registry_slot(s->models, p, strcspn(p, "/")) + 1;
 }
 
 static attn_outcome outcome_of(int status, const attn_resp_trace *t) {

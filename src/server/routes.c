@@ -18,6 +18,8 @@
  *   GET  /metrics    (Prometheus text, stats.c)
  *   GET  /v2/models/stats, /v2/models/{m}[/versions/{v}]/stats (Triton's
  *        statistics extension, stats.c)
+ *   POST /v2/repository/index, /v2/repository/models/{m}/load, .../unload
+ *        (Triton's model repository extension: a job, run by repo.c)
  *   GET  /           (a short index of the above; the page, web.c, for a
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
@@ -191,11 +193,13 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_buf_puts(&b, "{\"models\":[");
+  size_t shown = 0;
   for (size_t i = 0; i < attn_registry_count(s->models); i++) {
-    const attn_model *m = attn_registry_at(s->models, i);
+    const attn_model *m = attn_registry_get_at(s->models, i);
+    if (!m) continue; /* unloaded */
     attn_model_info info;
     attn_model_info_get(m, &info);
-    if (i) attn_buf_puts(&b, ",");
+    if (shown++) attn_buf_puts(&b, ",");
     attn_buf_puts(&b, "{\"name\":");
     attn_buf_json_string(&b, info.name);
     attn_buf_puts(&b, ",\"version\":");
@@ -221,6 +225,7 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
       attn_buf_puts(&b, info.fixed);
     }
     attn_buf_puts(&b, "}");
+    attn_model_put(m);
   }
   attn_buf_puts(&b, "]}");
   attn__resp_json(resp, 200, &b);
@@ -241,6 +246,9 @@ static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
                   "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
                   "\"POST /v2/models/{model}/infer\",\"GET /v2/models/stats\","
                   "\"GET /v2/models/{model}/stats\",\"GET /metrics\","
+                  "\"POST /v2/repository/index\","
+                  "\"POST /v2/repository/models/{model}/load\","
+                  "\"POST /v2/repository/models/{model}/unload\","
                   "\"GET /ui/\",\"GET /openapi.json\"]}",
                   ATTN_VERSION);
   attn__resp_json(resp, 200, &b);
@@ -398,25 +406,93 @@ static attn_route_kind model_routes(attn_srv_ctx *s, const attn_http_req *req,
     return wrong_method(resp, req, "POST");
   if (!is_infer && !is_get(req)) return wrong_method(resp, req, "GET, HEAD");
   const char *version = t->version[0] ? t->version : NULL;
-  const attn_model *m = attn_registry_find(s->models, t->model, version);
+  int slot;
+  const attn_model *m = attn_registry_get(s->models, t->model, version, &slot);
   if (!m) {
-    if (version && attn_registry_find(s->models, t->model, NULL))
+    const attn_model *any =
+        version ? attn_registry_get(s->models, t->model, NULL, NULL) : NULL;
+    if (any)
       attn__resp_error(resp, 404, "model '%s' has no version '%s'", t->model,
                        version);
+    else if (slot >= 0)
+      attn__resp_error(resp, 404,
+                       "model '%s' is not loaded (POST "
+                       "/v2/repository/models/%s/load loads it)",
+                       t->model, t->model);
     else
       attn__resp_error(resp, 404,
                        "unknown model '%s' (GET /v1/models lists them)",
                        t->model);
+    attn_model_put(any);
     return ATTN_ROUTE_DONE;
   }
-  if (is_infer) return infer_v2(s, req, resp, t);
-  if (is_stats)
+  attn_route_kind k = ATTN_ROUTE_DONE;
+  if (is_infer)
+    k = infer_v2(s, req, resp, t);
+  else if (is_stats)
     attn__stats_answer(s, m, resp);
   else if (is_ready)
     model_ready(s, m, resp);
   else
     model_metadata(m, resp);
-  return ATTN_ROUTE_DONE;
+  attn_model_put(m);
+  return k;
+}
+
+/* ---- the model repository (repo.c runs it on a worker) ------------------ */
+
+/* Checks shared by the repository's routes: 0 when resp was filled. */
+static int repo_preconditions(attn_srv_ctx *s, const attn_http_req *req,
+                              attn_http_resp *resp) {
+  if (req->content_encoding && *req->content_encoding &&
+      strcasecmp(req->content_encoding, "identity") != 0) {
+    attn__resp_error(resp, 415,
+                     "Content-Encoding '%s' is not supported on %s (send "
+                     "the JSON as it is)",
+                     req->content_encoding, req->path);
+    return 0;
+  }
+  if (!content_type_ok(req, 0)) {
+    attn__resp_error(resp, 415,
+                     "Content-Type '%s' is not supported (use "
+                     "application/json)",
+                     req->content_type);
+    return 0;
+  }
+  if (atomic_load(&s->draining)) {
+    attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
+    return 0;
+  }
+  return 1;
+}
+
+/* POST /v2/repository/index */
+static attn_route_kind repo_index(attn_srv_ctx *s, const attn_http_req *req,
+                                  attn_http_resp *resp, attn_infer_target *t) {
+  if (!repo_preconditions(s, req, resp)) return ATTN_ROUTE_DONE;
+  memset(t, 0, sizeof *t);
+  t->proto = ATTN_JOB_REPO_INDEX;
+  return ATTN_ROUTE_DEFER;
+}
+
+/* POST /v2/repository/models/{m}/load and .../unload */
+static attn_route_kind repo_model(attn_srv_ctx *s, const attn_http_req *req,
+                                  attn_http_resp *resp, attn_infer_target *t) {
+  const char *p = req->path + strlen("/v2/repository/models/");
+  size_t n = strcspn(p, "/");
+  memset(t, 0, sizeof *t);
+  int load = strcmp(p + n, "/load") == 0;
+  if ((!load && strcmp(p + n, "/unload") != 0) ||
+      !copy_segment(p, n, t->model, sizeof t->model)) {
+    attn__resp_error(resp, 404,
+                     "no route for %s (POST /v2/repository/models/{model}/"
+                     "load or /unload)",
+                     req->path);
+    return ATTN_ROUTE_DONE;
+  }
+  if (!repo_preconditions(s, req, resp)) return ATTN_ROUTE_DONE;
+  t->proto = load ? ATTN_JOB_REPO_LOAD : ATTN_JOB_REPO_UNLOAD;
+  return ATTN_ROUTE_DEFER;
 }
 
 /* ---- metrics and statistics (stats.c) ---------------------------------- */
@@ -454,8 +530,11 @@ static const char *const templates[] = {
     "/v2/models/{model}/versions/{version}/ready",
     "/v2/models/{model}/versions/{version}/infer",
     "/v2/models/{model}/versions/{version}/stats",
+    "/v2/repository/index",
+    "/v2/repository/models/{model}/load",
+    "/v2/repository/models/{model}/unload",
     "other"};
-enum { T_MODEL = 10, T_VERSIONED = 14, T_OTHER = 18 };
+enum { T_MODEL = 10, T_VERSIONED = 14, T_REPO = 18, T_OTHER = 21 };
 
 const char *const *attn__route_templates(size_t *n) {
   *n = sizeof templates / sizeof templates[0];
@@ -468,6 +547,12 @@ int attn__route_template(const char *path) {
   if (strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0) return 1;
   for (int i = 0; i < T_MODEL; i++)
     if (i != 1 && strcmp(path, templates[i]) == 0) return i;
+  if (strcmp(path, templates[T_REPO]) == 0) return T_REPO;
+  if (strncmp(path, "/v2/repository/models/", 22) == 0) {
+    const char *p = path + 22 + strcspn(path + 22, "/");
+    if (p > path + 22 && strcmp(p, "/load") == 0) return T_REPO + 1;
+    if (p > path + 22 && strcmp(p, "/unload") == 0) return T_REPO + 2;
+  }
   attn_infer_target t;
   const char *tail;
   if (strncmp(path, "/v2/models/", 11) != 0 ||
@@ -523,6 +608,8 @@ static const route routes[] = {
     {"/openapi.json", EXACT, GET, openapi, PUBLIC},
     {"/v2/models/stats", EXACT, GET, all_stats, KEYED},
     {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED},
+    {"/v2/repository/index", EXACT, POST, repo_index, KEYED},
+    {"/v2/repository/models/", PREFIX, POST, repo_model, KEYED},
 };
 
 static int matches(const route *r, const char *path) {

@@ -26,7 +26,16 @@
 #include "attn_version.h"
 #include "internal.h"
 
+/* The metrics learn the names of slots that loads added since. */
+static void name_models(attn_srv_ctx *s) {
+  size_t n = attn_registry_count(s->models);
+  for (size_t i = 0; i < n; i++)
+    attn_metrics_name_model(s->metrics, i,
+                            attn_registry_slot_name(s->models, i));
+}
+
 void attn__metrics_answer(attn_srv_ctx *s, attn_http_resp *resp) {
+  name_models(s);
   attn_queue_stats qs = {0};
   if (s->pool)
     attn_pool_get_stats(s->pool, &qs);
@@ -66,8 +75,8 @@ static void count_ns(attn_buf *b, const char *name, uint64_t count,
   attn_buf_puts(b, "}");
 }
 
-static void model_stats(attn_srv_ctx *s, size_t i, attn_buf *b) {
-  const attn_model *m = attn_registry_at(s->models, i);
+static void model_stats(attn_srv_ctx *s, size_t i, const attn_model *m,
+                        attn_buf *b) {
   attn_model_stats st;
   attn_metrics_model_stats(s->metrics, i, &st);
   attn_buf_puts(b, "{\"name\":");
@@ -105,10 +114,13 @@ void attn__stats_answer(attn_srv_ctx *s, const attn_model *m,
   attn_buf_init(&b, 0);
   attn_buf_puts(&b, "{\"model_stats\":[");
   size_t n = attn_registry_count(s->models), shown = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (m && attn_registry_at(s->models, i) != m) continue;
-    if (shown++) attn_buf_puts(&b, ",");
-    model_stats(s, i, &b);
+  for (size_t i = 0; i < n; i++) { /* the models loaded now */
+    const attn_model *mi = attn_registry_get_at(s->models, i);
+    if (mi && (!m || mi == m)) {
+      if (shown++) attn_buf_puts(&b, ",");
+      model_stats(s, i, mi, &b);
+    }
+    attn_model_put(mi);
   }
   attn_buf_puts(&b, "]}");
   attn__resp_json(resp, 200, &b);

@@ -21,7 +21,10 @@
  *     body, to the route the path names exactly (/v1/attention, or
  *     /v2/models/{m}[/versions/{v}]/infer of a model the registry has),
  *     with a header length that is the header's number, within the body
- *     when it is not compressed, and 0 without the header.
+ *     when it is not compressed, and 0 without the header; a repository
+ *     operation only for POST, not while draining, uncompressed, to
+ *     /v2/repository/index or /v2/repository/models/{m}/load|unload
+ *     exactly (a body may be empty).
  * Any violation aborts (a crash for libFuzzer).
  *
  * Build and run: tests/fuzz/run.sh routes [seconds]
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "attn/config.h"
 #include "attn/metrics.h"
@@ -75,8 +79,31 @@ static void check_answer(const attn_http_resp *r, const char *path) {
   cJSON_Delete(j);
 }
 
+/* A repository operation deferred (repo.c runs it). */
+static void check_repo(const attn_http_req *q, const attn_infer_target *t,
+                       int draining) {
+  char want[ATTN_MAX_NAME_LEN + 64];
+  if (strcmp(q->method, "POST") || draining)
+    fail("repository deferred", "not POST, or draining");
+  if (q->content_encoding && *q->content_encoding &&
+      strcasecmp(q->content_encoding, "identity"))
+    fail("repository deferred", "compressed");
+  if (t->proto == ATTN_JOB_REPO_INDEX)
+    snprintf(want, sizeof want, "/v2/repository/index");
+  else if (t->proto == ATTN_JOB_REPO_LOAD || t->proto == ATTN_JOB_REPO_UNLOAD)
+    snprintf(want, sizeof want, "/v2/repository/models/%s/%s", t->model,
+             t->proto == ATTN_JOB_REPO_LOAD ? "load" : "unload");
+  else
+    fail("deferred", "an unknown job");
+  if (strcmp(q->path, want)) fail("repository path", q->path);
+}
+
 static void check_deferred(const attn_http_req *q, const attn_infer_target *t,
                            int draining) {
+  if (t->proto != ATTN_JOB_V1 && t->proto != ATTN_JOB_V2) {
+    check_repo(q, t, draining);
+    return;
+  }
   if (strcmp(q->method, "POST") || draining || q->body_len == 0)
     fail("deferred", "not POST, draining or no body");
   if (t->proto == ATTN_JOB_V1) {

@@ -133,6 +133,11 @@ def routes():
     seed("ui", 0, None, b"/ui/app.js", b"", b"", b"", b"", b'"abc"')
     seed("custom_method", 7, b"BREW", b"/v1/models")
     seed("list", 3, None, b"/v1/models")
+    seed("repo_index", 2, None, b"/v2/repository/index", b"", b"", b"", b"",
+         b"", b'{"ready": true}')
+    seed("repo_load", 2, None, b"/v2/repository/models/demo/load",
+         b"application/json", b"identity", b"", b"", b"", b"{}")
+    seed("repo_unload", 2, None, b"/v2/repository/models/sdpa/unload")
 
 
 def http():

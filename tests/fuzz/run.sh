@@ -29,7 +29,7 @@ CFLAGS="-g -O1 -std=c11 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
 ALL_SRC="src/codec/*.c src/json/*.c src/fmt/*.c src/common/*.c src/model/*.c
   src/engine/*.c src/config/*.c src/queue/*.c src/metrics/*.c"
 SERVER_SRC="src/server/routes.c src/server/infer.c src/server/respond.c
-  src/server/auth.c src/server/cors.c
+  src/server/auth.c src/server/cors.c src/server/repo.c
   src/server/inflate.c src/server/peers.c src/server/web.c
   src/server/stats.c src/server/observe.c $OUT/web_assets.c
   $OUT/openapi_doc.c"

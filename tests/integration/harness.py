@@ -401,6 +401,17 @@ def half_body(port, request_id, chunked=False):
     return s
 
 
+def wait_log(s, pred, what, timeout=5.0):
+    """The first JSON log line for which pred is true, within timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in s.log_json():
+            if pred(line):
+                return line
+        time.sleep(0.05)
+    check(False, "no log line %s: %s" % (what, s.log_tail()))
+
+
 def until_not_503(send, secs):
     """send() again, for at most secs, while it answers 503: room in
     max_total_body_bytes comes back once attnd has let go of a body or an

@@ -19,22 +19,11 @@ import tempfile
 import time
 
 from harness import (HOST, Server, check, expect_status, main, request,
-                     run_attnd, shared, test, to_json_bytes)
+                     run_attnd, shared, test, to_json_bytes, wait_log)
 
 SMALL = {"query": [[1.0, 0.0], [0.0, 1.0]]}
 V2_INPUTS = [{"name": n, "shape": [1, 2], "datatype": "FP32",
               "data": [1.0, 2.0]} for n in ("query", "key", "value")]
-
-
-def wait_log(s, pred, what, timeout=5.0):
-    """The first JSON log line for which pred is true, within timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in s.log_json():
-            if pred(line):
-                return line
-        time.sleep(0.05)
-    check(False, "no log line %s: %s" % (what, s.log_tail()))
 
 
 def keys_file(d, text):

@@ -437,6 +437,9 @@ def openapi_too_large_bodies():
         answer(request(s.port, "POST", _V1_PATH, big), _V1_PATH, "post", 413)
         for url, path in _v2_paths():
             answer(request(s.port, "POST", url, big), path, "post", 413)
+        for path in _REPO:
+            answer(request(s.port, "POST", _concrete(path), big), path, "post",
+                   413)
 
 
 @test
@@ -470,6 +473,9 @@ def openapi_while_draining():
         for url, path in _v2_paths():
             answer(request(s.port, "POST", url, small_v2_body(), timeout=5),
                    path, "post", 503)
+        for path in _REPO:
+            answer(request(s.port, "POST", _concrete(path), b"{}", timeout=5),
+                   path, "post", 503)
         check(not slow.answered(), "the slow request ended during the "
               "checks: the 503s above may not be the drain's")
         slow.response()
@@ -482,9 +488,48 @@ def openapi_while_draining():
 
 
 def _concrete(path):
-    """A URL for a documented path template."""
-    return (path.replace("{model}", "sdpa").replace("{version}", "1")
+    """A URL for a documented path template (the repository's: a resident
+    model, which may be unloaded and loaded)."""
+    model = "demo" if path.startswith("/v2/repository/") else "sdpa"
+    return (path.replace("{model}", model).replace("{version}", "1")
             .replace("{file}", "app.js"))
+
+
+_REPO = ("/v2/repository/index", "/v2/repository/models/{model}/load",
+         "/v2/repository/models/{model}/unload")
+
+
+@test
+def openapi_repository():
+    """The repository's answers: 200 (index, load, unload), 400 (a body
+    that is not an object, an override, a built-in), 404 (no file names
+    the model), 415; 405 for GET."""
+    with Server(name="openapi-repo") as s:
+        index, load, unload = _REPO
+        for body in (None, b"{}", b'{"ready": true}'):
+            answer(request(s.port, "POST", index, body), index, "post", 200)
+        answer(request(s.port, "POST", "/v2/repository/models/demo/unload",
+                       b'{"parameters": {"unload_dependents": false}}'),
+               unload, "post", 200)
+        answer(request(s.port, "POST", index), index, "post", 200)
+        answer(request(s.port, "POST", "/v2/repository/models/demo/load",
+                       b"{}"), load, "post", 200)
+        answer(request(s.port, "POST", index, b"[]"), index, "post", 400)
+        answer(request(s.port, "POST", "/v2/repository/models/demo/load",
+                       b'{"parameters": {"config": "{}"}}'), load, "post",
+               400)
+        answer(request(s.port, "POST", "/v2/repository/models/sdpa/unload"),
+               unload, "post", 400)
+        for tmpl in (load, unload):
+            url = tmpl.replace("{model}", "nosuch")
+            answer(request(s.port, "POST", url), tmpl, "post", 404)
+        for tmpl in _REPO:
+            url = _concrete(tmpl)
+            answer(request(s.port, "POST", url, b"{}",
+                           headers={"Content-Type": "image/png"}), tmpl,
+                   "post", 415)
+            r = request(s.port, "GET", url)
+            answer(r, url, "get", 405, response="MethodNotAllowed")
 
 
 @test
@@ -504,7 +549,8 @@ def openapi_with_api_keys():
                 url = _concrete(path)
                 body = None
                 if method == "post":
-                    body = _V1 if path == _V1_PATH else small_v2_body()
+                    body = (_V1 if path == _V1_PATH else
+                            b"{}" if path in _REPO else small_v2_body())
                 r = request(s.port, method.upper(), url, body)
                 what = "%s %s without a key" % (method.upper(), url)
                 if op.get("security") == []:

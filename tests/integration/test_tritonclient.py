@@ -10,12 +10,14 @@ Run alone: python3 tests/integration/test_tritonclient.py --attnd PATH
 
 import json
 import math
+import os
 import random
 import sys
+import tempfile
 
-from harness import (assert_bits, assert_close, cfg, check, decode_v2, flatten,
-                     main, ref_head, rows, sdpa_json_vs_binary_data, shared,
-                     test, v2_in, v2_infer)
+from harness import (Server, assert_bits, assert_close, cfg, check, decode_v2,
+                     flatten, main, ref_head, rows, sdpa_json_vs_binary_data,
+                     shared, test, v2_in, v2_infer)
 from tritonclient_imitation import (TcClient, tc_expect_error, tc_input,
                                     tc_output, tc_request)
 
@@ -321,6 +323,41 @@ def tritonclient_aio_client():
                                    tc_output("attn_weights", False)])
             _tc_same(res, ref, "aio, %s inputs, JSON outputs" %
                      ("binary" if binary else "JSON"), binary=False)
+
+
+@test
+def tritonclient_model_repository():
+    """get_model_repository_index, load_model and unload_model as
+    tritonclient sends them (an empty index body, {} to load, the
+    unload_dependents parameter to unload), and the exceptions a user
+    sees: a built-in, a config override, a model no file names."""
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "tc.json"), "w") as f:
+            json.dump({"name": "tc", "embed_dim": 8, "num_heads": 2,
+                       "seed": 5}, f)
+        with Server("--models-dir", d, name="tc-repo") as s, \
+                TcClient(s.port) as c:
+            idx = c.get_model_repository_index()
+            check({"name": "tc", "version": "1", "state": "READY"} in idx and
+                  len(idx) == 3, "get_model_repository_index: %r" % idx)
+            c.unload_model("tc")
+            check(c.is_model_ready("tc") is False, "ready after unload")
+            check({"name": "tc", "state": "UNAVAILABLE", "reason": "unloaded"}
+                  in c.get_model_repository_index(), "index after unload")
+            c.load_model("tc")
+            check(c.is_model_ready("tc") is True, "ready after load")
+            tc_expect_error(lambda: c.unload_model("sdpa"), 400, "built in",
+                            what="unload_model(sdpa)")
+            tc_expect_error(lambda: c.load_model("tc", config="{}"), 400,
+                            "'config' is not supported",
+                            what="load_model(config=...)")
+            tc_expect_error(lambda: c.load_model(
+                "tc", files={"file:1/model.bin": b"x"}), 400,
+                "'file:1/model.bin' is not supported",
+                what="load_model(files=...)")
+            tc_expect_error(lambda: c.load_model("nosuch"), 404,
+                            "no model file", what="load_model(nosuch)")
+            check(c.is_model_ready("tc") is True, "ready after the errors")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ byte for byte), TcResult (InferResult) and TcError
 (InferenceServerException).  Used by test_tritonclient.py; the comment
 below says what was read and what it found."""
 
+import base64
 import gzip
 import http.client
 import json
@@ -329,6 +330,34 @@ class TcClient:
             return self._get_json(self._model_uri(model_name, model_version,
                                                   "/stats"))
         return self._get_json("/v2/models/stats")
+
+    def _post_json(self, uri, body):
+        r = self._send("POST", uri, body)
+        if r.status != 200:
+            raise _tc_error(r, "POST " + uri)
+        return r
+
+    def get_model_repository_index(self):
+        """POST v2/repository/index with an empty body; the list."""
+        return json.loads(self._post_json("/v2/repository/index", b"").body)
+
+    def load_model(self, model_name, config=None, files=None):
+        """POST v2/repository/models/{m}/load with json.dumps of the load
+        request: {} unless config (a JSON string) or files (path: bytes,
+        sent base64 under "file:PATH") are given."""
+        req = {}
+        if config is not None:
+            req.setdefault("parameters", {})["config"] = config
+        for path, content in (files or {}).items():
+            req.setdefault("parameters", {})[path] = \
+                base64.b64encode(content).decode()
+        self._post_json("/v2/repository/models/%s/load" % quote(model_name),
+                        json.dumps(req).encode())
+
+    def unload_model(self, model_name, unload_dependents=False):
+        body = {"parameters": {"unload_dependents": unload_dependents}}
+        self._post_json("/v2/repository/models/%s/unload" %
+                        quote(model_name), json.dumps(body).encode())
 
     def get_model_config(self, model, model_version=""):
         return self._get_json(self._model_uri(model, model_version,

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Integration tests: Triton's model repository extension
+(POST /v2/repository/index, /v2/repository/models/{m}/load and /unload)
+and SIGHUP's reload of every model file: a new or changed file is loaded
+without a restart, requests in flight finish on the weights they started
+with, a file that fails leaves the old model serving, built-ins cannot be
+unloaded.
+
+Run alone: python3 tests/integration/test_repository.py --attnd PATH
+"""
+
+import array
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+from harness import (Pending, Server, check, decode_v2, expect_error,
+                     expect_status, main, request, test, v2_binary, wait_log)
+
+E, H = 64, 4  # the resident model of these tests
+
+
+def model_file(d, name="rep", seed=1, fname=None, **extra):
+    m = {"name": name, "embed_dim": E, "num_heads": H, "seed": seed}
+    m.update(extra)
+    with open(os.path.join(d, fname or name + ".json"), "w") as f:
+        json.dump(m, f)
+
+
+def query_body(L, e=E):
+    """A v2 binary request of a [1, L, e] query (self-attention), its answer
+    binary, without the weights."""
+    a = array.array("f", [((i * 37) % 101 - 50) / 500.0 for i in range(L * e)])
+    if sys.byteorder != "little":
+        a.byteswap()
+    return v2_binary([{"name": "query", "datatype": "FP32",
+                       "shape": [1, L, e], "raw": a.tobytes()}],
+                     params={"need_weights": False,
+                             "binary_data_output": True})
+
+
+def infer(port, model, body, hdrs, what):
+    r = request(port, "POST", "/v2/models/%s/infer" % model, body,
+                headers=hdrs, timeout=120)
+    return decode_v2(r, what)[1]["attn_output"]["data"]
+
+
+def index(port, body=b""):
+    r = request(port, "POST", "/v2/repository/index", body)
+    expect_status(r, 200, "index")
+    rows = json.loads(r.body)
+    check(isinstance(rows, list), "index is not a list: %r" % rows)
+    return {row["name"]: row for row in rows}
+
+
+def post(port, path, body=b""):
+    return request(port, "POST", path, body)
+
+
+@test
+def repository_index_load_unload():
+    """The index lists every model (READY, or UNAVAILABLE with a reason);
+    an unload stops a model being found anywhere, a load brings it back;
+    refusals say why: a built-in (400), no file names the model (404),
+    Triton's config override (400), a wrong body (400), GET (405)."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo") as s:
+            rows = index(s.port)
+            check(sorted(rows) == ["mha", "rep", "sdpa"], "index %r" % rows)
+            check(all(r["state"] == "READY" and r["version"] == "1"
+                      for r in rows.values()), "index %r" % rows)
+            before = infer(s.port, "rep", body, hdrs, "before the unload")
+
+            r = post(s.port, "/v2/repository/models/rep/unload")
+            expect_status(r, 200, "unload")
+            check(json.loads(r.body) == {"name": "rep", "state": "UNAVAILABLE",
+                                         "reason": "unloaded"},
+                  "unload answer %r" % r.body)
+            r = request(s.port, "POST", "/v2/models/rep/infer", body,
+                        headers=hdrs)
+            expect_error(r, 404, "'rep' is not loaded", "/load")
+            expect_error(request(s.port, "GET", "/v2/models/rep"), 404,
+                         "not loaded")
+            names = [m["name"] for m in json.loads(
+                request(s.port, "GET", "/v1/models").body)["models"]]
+            check("rep" not in names, "/v1/models after unload: %r" % names)
+            stats = json.loads(request(s.port, "GET", "/v2/models/stats").body)
+            check("rep" not in [m["name"] for m in stats["model_stats"]],
+                  "stats after unload: %r" % stats)
+            rows = index(s.port)
+            check(rows["rep"] == {"name": "rep", "state": "UNAVAILABLE",
+                                  "reason": "unloaded"}, "index %r" % rows)
+            check(sorted(index(s.port, b'{"ready": true}')) == ["mha", "sdpa"],
+                  "ready index")
+            expect_status(post(s.port, "/v2/repository/models/rep/unload"),
+                          200, "unload again")
+
+            r = post(s.port, "/v2/repository/models/rep/load", b"{}")
+            expect_status(r, 200, "load")
+            check(json.loads(r.body) == {"name": "rep", "version": "1",
+                                         "state": "READY"},
+                  "load answer %r" % r.body)
+            check(infer(s.port, "rep", body, hdrs, "after the load") == before,
+                  "the reloaded model answers differently")
+
+            expect_error(post(s.port, "/v2/repository/models/sdpa/unload"),
+                         400, "'sdpa' is built in")
+            expect_status(post(s.port, "/v2/repository/models/mha/load"), 200,
+                          "load of a built-in: nothing to do")
+            expect_error(post(s.port, "/v2/repository/models/nope/load"), 404,
+                         "no model file", '"name": "nope"')
+            expect_error(post(s.port, "/v2/repository/models/nope/unload"),
+                         404, "unknown model 'nope'")
+            expect_error(post(s.port, "/v2/repository/models/rep/load",
+                              b'{"parameters": {"config": "{}"}}'), 400,
+                         "'config' is not supported")
+            expect_error(post(s.port, "/v2/repository/models/rep/unload",
+                              b'{"parameters": {"cascade": true}}'), 400,
+                         "unknown key 'cascade'")
+            expect_error(post(s.port, "/v2/repository/index", b"[1]"), 400,
+                         "must be a JSON object")
+            expect_error(post(s.port, "/v2/repository/index",
+                              b'{"ready": "yes"}'), 400,
+                         "'ready' must be true or false")
+            expect_error(post(s.port, "/v2/repository/models/rep/reload"),
+                         404, "no route")
+            expect_error(request(s.port, "GET", "/v2/repository/index"), 405,
+                         "POST")
+
+
+@test
+def repository_load_new_and_changed():
+    """A file added while serving is listed as not loaded, then loaded
+    with its own metrics and statistics; a changed file's load swaps the
+    weights; a file that fails to load leaves the old model serving."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-new") as s:
+            one = infer(s.port, "rep", body, hdrs, "seed 1")
+            model_file(d, name="fresh", seed=1)
+            check(index(s.port)["fresh"] == {"name": "fresh",
+                                            "state": "UNAVAILABLE",
+                                            "reason": "not loaded"},
+                  "index before the load")
+            expect_status(post(s.port, "/v2/repository/models/fresh/load"),
+                          200, "load of a new file")
+            check(infer(s.port, "fresh", body, hdrs, "fresh") == one,
+                  "same seed, different answer")
+            stats = json.loads(request(s.port, "GET",
+                                       "/v2/models/fresh/stats").body)
+            st = stats["model_stats"][0]
+            check(st["name"] == "fresh" and st["inference_count"] == 1,
+                  "fresh's statistics %r" % st)
+            metrics = request(s.port, "GET", "/metrics").body.decode()
+            want = ('attnd_inference_requests_total{model="fresh",'
+                    'protocol="v2",outcome="success"} 1')
+            check(want in metrics, "no %r in /metrics" % want)
+
+            model_file(d, seed=2)
+            expect_status(post(s.port, "/v2/repository/models/rep/load"), 200,
+                          "load of a changed file")
+            two = infer(s.port, "rep", body, hdrs, "seed 2")
+            check(two != one, "seed 2 answers as seed 1 did")
+
+            with open(os.path.join(d, "rep.json"), "w") as f:
+                f.write('{"name": "rep", "embed_dim": 64, "num_heads": 3, '
+                        '"seed": 1}')
+            expect_error(post(s.port, "/v2/repository/models/rep/load"), 400,
+                         "rep.json", "divisible")
+            check(infer(s.port, "rep", body, hdrs, "after a failed load") ==
+                  two, "a failed load changed the model")
+            check(index(s.port)["rep"]["state"] == "READY", "index after a "
+                  "failed load")
+            model_file(d, name="rep", fname="twin.json")
+            expect_error(post(s.port, "/v2/repository/models/rep/load"), 400,
+                         "named by two files")
+
+
+@test
+def repository_reload_in_flight():
+    """A request running when its model is reloaded finishes on the
+    weights it started with, bit for bit; the next one gets the new ones.
+    Two workers: the load runs beside the request."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1, embed_dim=256)
+        with Server("--models-dir", d, "--workers", "2",
+                    "--blas-threads-per-worker", "1", name="repo-flight") as s:
+            L = 1024
+            while True:  # long enough to be running while the load runs
+                body, hdrs = query_body(L, 256)
+                t0 = time.monotonic()
+                old = infer(s.port, "rep", body, hdrs, "seed 1, L %d" % L)
+                dt = time.monotonic() - t0
+                if dt >= 0.6 or L >= 8192:
+                    break
+                L *= 2
+            slow = Pending(s.port, "/v2/models/rep/infer", body, hdrs)
+            try:
+                time.sleep(min(0.2, dt / 4))
+                model_file(d, seed=2, embed_dim=256)
+                expect_status(post(s.port, "/v2/repository/models/rep/load"),
+                              200, "load while a request runs")
+                check(not slow.answered(), "the request (%.2f s alone) ended "
+                      "before the load did" % dt)
+                got = decode_v2(slow.response(), "in flight")[1]
+            finally:
+                slow.close()
+            check(got["attn_output"]["data"] == old, "the request in flight "
+                  "did not finish on the weights it started with")
+            new = infer(s.port, "rep", body, hdrs, "seed 2")
+            check(new != old, "the load did not change the weights")
+
+
+@test
+def repository_loads_under_traffic():
+    """Loads and unloads back to back while requests run on two other
+    connections: every request answers 200 with the output of one of the
+    two weight sets, or 404 'not loaded' while unloaded; nothing else
+    (run under ASan, a freed model in use would be caught)."""
+    import threading
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1)
+        body, hdrs = query_body(16)
+        with Server("--models-dir", d, "--workers", "2",
+                    name="repo-traffic") as s:
+            outs = [infer(s.port, "rep", body, hdrs, "seed 1")]
+            model_file(d, seed=2)
+            expect_status(post(s.port, "/v2/repository/models/rep/load"), 200,
+                          "seed 2")
+            outs.append(infer(s.port, "rep", body, hdrs, "seed 2"))
+            bad, counts = [], {"ok": 0, "404": 0}
+            stop = time.monotonic() + 1.5
+
+            def traffic():
+                while time.monotonic() < stop and len(bad) < 5:
+                    r = request(s.port, "POST", "/v2/models/rep/infer", body,
+                                headers=hdrs)
+                    if r.status == 404 and b"not loaded" in r.body:
+                        counts["404"] += 1
+                    elif r.status != 200:
+                        bad.append((r.status, r.body[:200]))
+                    elif decode_v2(r)[1]["attn_output"]["data"] in outs:
+                        counts["ok"] += 1
+                    else:
+                        bad.append("an output of neither weight set")
+
+            threads = [threading.Thread(target=traffic) for _ in range(2)]
+            for t in threads:
+                t.start()
+            ops = 0
+            while time.monotonic() < stop and ops < 2000:
+                model_file(d, seed=1 + ops % 2)
+                op = "unload" if ops % 5 == 4 else "load"
+                r = post(s.port, "/v2/repository/models/rep/" + op)
+                if r.status != 200:
+                    bad.append((op, r.status, r.body[:200]))
+                ops += 1
+            for t in threads:
+                t.join(30)
+            check(not bad, "under traffic: %r" % bad[:5])
+            check(counts["ok"] > 0 and ops > 10, "too little happened: %d "
+                  "loads, %r" % (ops, counts))
+
+
+@test
+def repository_sighup_reloads_all():
+    """SIGHUP loads every model file again: a changed one, a new one; a
+    removed file's model is unloaded; a broken file keeps its model
+    serving and is logged."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1)
+        model_file(d, name="gone", seed=3)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-hup") as s:
+            one = infer(s.port, "rep", body, hdrs, "seed 1")
+            model_file(d, seed=2)
+            model_file(d, name="added", seed=1)
+            os.unlink(os.path.join(d, "gone.json"))
+            s.signal(signal.SIGHUP)
+            wait_log(s, lambda l: "model 'gone' file removed" in
+                     l.get("msg", ""), "for the removed file", 10)
+            two = infer(s.port, "rep", body, hdrs, "after SIGHUP")
+            check(two != one, "SIGHUP did not reload the changed file")
+            check(infer(s.port, "added", body, hdrs, "added") == one,
+                  "the added file's model")
+            rows = index(s.port)
+            check(rows["gone"]["state"] == "UNAVAILABLE" and
+                  "removed" in rows["gone"]["reason"], "index %r" % rows)
+
+            with open(os.path.join(d, "rep.json"), "w") as f:
+                f.write('{"name": "rep", "embed_dim": 64, "num_heads": 4, '
+                        '"seed": 1, "colour": 1}')
+            s.signal(signal.SIGHUP)
+            line = wait_log(s, lambda l: "keeps what it served" in
+                            l.get("msg", ""), "for the broken file")
+            check("unknown key 'colour'" in line["msg"] and
+                  line.get("level") == "error", "log line %r" % line)
+            check(infer(s.port, "rep", body, hdrs, "after a broken file") ==
+                  two, "a broken file changed the model")
+
+
+if __name__ == "__main__":
+    main()
