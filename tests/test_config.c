@@ -531,6 +531,41 @@ START_TEST(test_file_io_errors) {
 }
 END_TEST
 
+/* The read buffer starts at the file's size and grows: a file of exactly
+ * the limit is read whole, and so is a pipe (no size) longer than the
+ * first 4096 bytes. */
+START_TEST(test_file_sizes) {
+  attn_config c;
+  attn_config_defaults(&c);
+  attn_diag d = {{0}};
+  size_t n = ATTN_MAX_CONFIG_FILE_BYTES;
+  char *text = malloc(n);
+  ck_assert_ptr_nonnull(text);
+  memset(text, ' ', n);
+  memcpy(text, "{\"port\": 7", 10);
+  text[n - 1] = '}';
+  const char *p = write_tmp(0, text, n);
+  ck_assert_msg(attn_config_load_file(&c, p, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 7);
+  unlink(p);
+
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  size_t m = 10000; /* within the pipe's buffer: written before reading */
+  memcpy(text, "{\"port\": 9", 10);
+  memset(text + 10, ' ', m - 11);
+  text[m - 1] = '}';
+  ck_assert_int_eq(write(fds[1], text, m), (ssize_t)m);
+  close(fds[1]);
+  char path[64];
+  snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+  ck_assert_msg(attn_config_load_file(&c, path, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(c.port, 9);
+  close(fds[0]);
+  free(text);
+}
+END_TEST
+
 START_TEST(test_shipped_file_equals_defaults) {
   /* Start from zeros so that a key missing from the file shows up. */
   attn_config c, def;
@@ -1344,6 +1379,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_file_errors);
   tcase_add_test(t, test_file_partial_failure_changes_nothing);
   tcase_add_test(t, test_file_io_errors);
+  tcase_add_test(t, test_file_sizes);
   tcase_add_test(t, test_shipped_file_equals_defaults);
   tcase_add_test(t, test_write_json_round_trip);
   tcase_add_test(t, test_docs_list_every_key);

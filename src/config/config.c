@@ -255,27 +255,39 @@ static const cfg_key *find_flag(const char *name, size_t len) {
 
 /* ---- Suggestions -------------------------------------------------------- */
 
-/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps), or
- * KEY_NAME_MAX when either string is longer than that. */
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > KEY_NAME_MAX || lb > KEY_NAME_MAX) return KEY_NAME_MAX;
-  size_t d[KEY_NAME_MAX + 1][KEY_NAME_MAX + 1];
-  for (size_t i = 0; i <= la; i++) d[i][0] = i;
-  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps)
+ * between a and b when it is at most max, else max + 1 (also when either
+ * string is longer than KEY_NAME_MAX).  Only the band |i - j| <= max of the
+ * table is computed: a cell outside it is at least |i - j| > max, and a
+ * path of cost <= max never leaves the band, so a distance <= max is
+ * exact.  Three rows are kept: i - 2 (for swaps), i - 1 and i. */
+static size_t edit_distance(const char *a, const char *b, size_t max) {
+  size_t la = strlen(a), lb = strlen(b), far = max + 1;
+  if (la > KEY_NAME_MAX || lb > KEY_NAME_MAX) return far;
+  if ((la > lb ? la - lb : lb - la) > max) return far;
+  size_t row[3][KEY_NAME_MAX + 2];
+  for (size_t j = 0; j <= lb; j++) row[0][j] = j <= max ? j : far;
   for (size_t i = 1; i <= la; i++) {
-    for (size_t j = 1; j <= lb; j++) {
+    size_t *cur = row[i % 3], *up = row[(i + 2) % 3], *up2 = row[(i + 1) % 3];
+    size_t lo = i > max ? i - max : 0, hi = i + max < lb ? i + max : lb;
+    if (lo == 0)
+      cur[0] = i;
+    else
+      cur[lo - 1] = far; /* left of the band */
+    cur[hi + 1] = far;   /* right of it: row i + 1 reads it */
+    for (size_t j = lo ? lo : 1; j <= hi; j++) {
       size_t cost = a[i - 1] != b[j - 1];
-      size_t v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+      size_t v = up[j] + 1;
+      if (cur[j - 1] + 1 < v) v = cur[j - 1] + 1;
+      if (up[j - 1] + cost < v) v = up[j - 1] + cost;
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1;
-      d[i][j] = v;
+          up2[j - 2] + 1 < v)
+        v = up2[j - 2] + 1;
+      cur[j] = v;
     }
   }
-  return d[la][lb];
+  size_t dist = row[la % 3][lb];
+  return dist < far ? dist : far;
 }
 
 /* Closest known key (or, with extra, one of the extra names) within edit
@@ -283,12 +295,12 @@ static size_t edit_distance(const char *a, const char *b) {
 static const char *closest(const char *name, const char *const *extra) {
   const char *best = NULL;
   size_t best_d = 3;
-  for (size_t i = 0; i < N_KEYS; i++) {
-    size_t dist = edit_distance(name, keys[i].key);
+  for (size_t i = 0; i < N_KEYS && best_d; i++) {
+    size_t dist = edit_distance(name, keys[i].key, best_d - 1);
     if (dist < best_d) best_d = dist, best = keys[i].key;
   }
-  for (; extra && *extra; extra++) {
-    size_t dist = edit_distance(name, *extra);
+  for (; extra && *extra && best_d; extra++) {
+    size_t dist = edit_distance(name, *extra, best_d - 1);
     if (dist < best_d) best_d = dist, best = *extra;
   }
   return best;
@@ -634,19 +646,33 @@ const char *attn_sched_policy_name(attn_sched_policy p) {
 
 /* ---- Public: file ------------------------------------------------------- */
 
-/* Read all of path into a NUL-terminated malloc'd buffer. */
+/* Read all of path into a NUL-terminated malloc'd buffer.  The buffer
+ * starts at the file's size and one byte more (to see it grow meanwhile),
+ * and doubles while it fills, up to one byte past the limit. */
 static attn_status read_file(const char *path, char **out, attn_diag *d) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
                          strerror(errno));
-  size_t cap = ATTN_MAX_CONFIG_FILE_BYTES + 1;
-  char *buf = malloc(cap + 1);
-  if (!buf) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  const size_t limit = ATTN_MAX_CONFIG_FILE_BYTES;
+  struct stat st;
+  size_t cap = 4096, n = 0;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size < (off_t)limit)
+    cap = (size_t)st.st_size + 1;
+  char *buf = NULL;
+  for (;;) {
+    char *grown = realloc(buf, cap + 1);
+    if (!grown) {
+      free(buf);
+      fclose(f);
+      return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+    }
+    buf = grown;
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap || cap > limit) break; /* the end, an error or too big */
+    cap = cap > limit / 2 ? limit + 1 : cap * 2;
   }
-  size_t n = fread(buf, 1, cap, f);
   int err = ferror(f) ? errno : 0; /* e.g. EISDIR for a directory */
   fclose(f);
   if (err) {
@@ -654,7 +680,7 @@ static attn_status read_file(const char *path, char **out, attn_diag *d) {
     return attn_diag_set(d, ATTN_EIO, "%s: cannot read: %s", path,
                          strerror(err));
   }
-  if (n > ATTN_MAX_CONFIG_FILE_BYTES) {
+  if (n > limit) {
     free(buf);
     return attn_diag_set(d, ATTN_ETOOBIG, "%s: larger than %d bytes", path,
                          ATTN_MAX_CONFIG_FILE_BYTES);

@@ -4,7 +4,8 @@
  *
  * The input is NUL-separated pieces, after a first byte of framing:
  *   piece 0    the config file's text, written to c.json in a folder of
- *              this process's own under $TMPDIR
+ *              this process's own under $TMPDIR (when bit 0 or 1 names
+ *              it; run.sh sets TMPDIR=/dev/shm), removed at exit
  *   bit 0      "--config DIR/c.json" comes first on the command line
  *   bit 1      ATTND_CONFIG=DIR/c.json is in the environment
  *   the rest   a piece "ATTND_NAME=value" is a variable (getenv_fn finds
@@ -129,6 +130,12 @@ static void run(int argc, char **argv) {
   round_trip(&c);
 }
 
+static void remove_dir(void) {
+  unlink(file);
+  unlink(back);
+  rmdir(dir);
+}
+
 static int unsafe(const char *p) {
   return strstr(p, "/dev/") || strstr(p, "/proc/") || strstr(p, "/sys/");
 }
@@ -140,6 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!mkdtemp(dir)) fail("mkdtemp", dir);
     snprintf(file, sizeof file, "%s/c.json", dir);
     snprintf(back, sizeof back, "%s/back.json", dir);
+    atexit(remove_dir);
   }
   if (size == 0) return 0;
   char *text = malloc(size); /* the pieces, each NUL-terminated */
@@ -147,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(text, data + 1, size - 1);
   text[size - 1] = '\0';
   size_t flen = strlen(text);
-  put(file, text, flen);
+  if (data[0] & 3) put(file, text, flen);
   char *argv[MAX_PIECES + 3], cfg_env[PATH_MAX + 16];
   int argc = 0;
   argv[argc++] = "attnd";
