@@ -841,6 +841,26 @@ START_TEST(test_cli_access_keys) {
   ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--cors-allow-origins", "*"),
                    ATTN_OK);
   ck_assert_str_eq(c.cors_allow_origins, "*");
+  /* in a config file, a JSON list of origins too */
+  static const char list[] =
+      "{\"cors_allow_origins\": [\"https://a.example\", "
+      "\"http://localhost:3000\"]}";
+  const char *p = write_tmp(0, list, strlen(list));
+  attn_config_defaults(&c);
+  ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_OK);
+  unlink(p);
+  ck_assert_str_eq(c.cors_allow_origins,
+                   "https://a.example, http://localhost:3000");
+  static const char *const bad_list[][2] = {
+      {"{\"cors_allow_origins\": [\"https://a.example\", 3]}",
+       "cors_allow_origins[1]: must be a string, not a number"},
+      {"{\"workers\": [1]}", "workers: must be an integer, not an array"}};
+  for (size_t i = 0; i < sizeof bad_list / sizeof bad_list[0]; i++) {
+    p = write_tmp(0, bad_list[i][0], strlen(bad_list[i][0]));
+    ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_EINVAL);
+    unlink(p);
+    ASSERT_DIAG_HAS(d, bad_list[i][1]);
+  }
   /* ATTND_API_KEY is read (by main), not a key: never printed */
   ck_assert_ptr_null(attn_config_env_unknown("ATTND_API_KEY"));
   ck_assert_int_eq(attn_config_set(&c, "api_key", "x", &d), ATTN_EINVAL);

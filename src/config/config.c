@@ -516,10 +516,35 @@ static const char *json_type_name(const cJSON *it) {
   return "an invalid value";
 }
 
+/* A list key (cors_allow_origins) given as a JSON array of strings in the
+ * config file: its items joined with ", ", as the text form lists them. */
+static attn_status set_list(attn_config *c, const cfg_key *k, const char *src,
+                            const cJSON *it, attn_diag *d) {
+  size_t n = 0, i = 0;
+  for (const cJSON *e = it->child; e; e = e->next, i++) {
+    if (!cJSON_IsString(e))
+      return attn_diag_set(d, ATTN_EINVAL, "%s[%zu]: must be a string, not %s",
+                           src, i, json_type_name(e));
+    n += strlen(e->valuestring) + 2;
+  }
+  char *text = malloc(n + 1);
+  if (!text) return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", src);
+  text[0] = '\0';
+  for (const cJSON *e = it->child; e; e = e->next) {
+    if (e != it->child) strcat(text, ", ");
+    strcat(text, e->valuestring);
+  }
+  attn_status st = set_text(c, k, src, text, d);
+  free(text);
+  return st;
+}
+
 /* Store the cJSON value `it` for key k, read from the config file `file`.
  * src is "FILE: key". */
 static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
                             const cJSON *it, const char *file, attn_diag *d) {
+  if (cJSON_IsArray(it) && strcmp(k->key, "cors_allow_origins") == 0)
+    return set_list(c, k, src, it, d);
   static const char *const want[] = {
       [CFG_INT] = "an integer",     [CFG_I64] = "an integer",
       [CFG_BOOL] = "true or false", [CFG_ENUM] = "a string",
