@@ -412,6 +412,32 @@ def wait_log(s, pred, what, timeout=5.0):
     check(False, "no log line %s: %s" % (what, s.log_tail()))
 
 
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=60)
+
+
+def make_pki(d):
+    """A CA, a server certificate for 127.0.0.1 it signs, a client
+    certificate it signs, and a client certificate of another CA."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    f = lambda n: os.path.join(d, n)
+    for ca in ("ca", "other-ca"):
+        openssl("req", "-x509", *ec, "-keyout", f(ca + ".key"), "-out",
+                f(ca + ".crt"), "-days", "2", "-subj", "/CN=attnd test " + ca)
+    with open(f("ext"), "w") as e:
+        e.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ca, ext in (("server", "ca", ["-extfile", f("ext")]),
+                          ("client", "ca", []), ("stranger", "other-ca", [])):
+        openssl("req", *ec, "-keyout", f(name + ".key"), "-out",
+                f(name + ".csr"), "-subj", "/CN=" + name)
+        openssl("x509", "-req", "-in", f(name + ".csr"), "-CA", f(ca + ".crt"),
+                "-CAkey", f(ca + ".key"), "-CAcreateserial", "-out",
+                f(name + ".crt"), "-days", "2", *ext)
+    return f
+
+
 def until_not_503(send, secs):
     """send() again, for at most secs, while it answers 503: room in
     max_total_body_bytes comes back once attnd has let go of a body or an

@@ -18,8 +18,9 @@ import sys
 import tempfile
 import time
 
-from harness import (HOST, Server, check, expect_status, main, request,
-                     run_attnd, shared, test, to_json_bytes, wait_log)
+from harness import (HOST, Server, check, expect_status, main, make_pki,
+                     request, run_attnd, shared, test, to_json_bytes,
+                     wait_log)
 
 SMALL = {"query": [[1.0, 0.0], [0.0, 1.0]]}
 V2_INPUTS = [{"name": n, "shape": [1, 2], "datatype": "FP32",
@@ -347,32 +348,6 @@ def cors_preflight_and_answers():
 
 
 # ---- TLS ---------------------------------------------------------------------------
-
-def openssl(*args):
-    subprocess.run(["openssl"] + list(args), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=60)
-
-
-def make_pki(d):
-    """A CA, a server certificate for 127.0.0.1 it signs, a client
-    certificate it signs, and a client certificate of another CA."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    f = lambda n: os.path.join(d, n)
-    for ca in ("ca", "other-ca"):
-        openssl("req", "-x509", *ec, "-keyout", f(ca + ".key"), "-out",
-                f(ca + ".crt"), "-days", "2", "-subj", "/CN=attnd test " + ca)
-    with open(f("ext"), "w") as e:
-        e.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, ca, ext in (("server", "ca", ["-extfile", f("ext")]),
-                          ("client", "ca", []), ("stranger", "other-ca", [])):
-        openssl("req", *ec, "-keyout", f(name + ".key"), "-out",
-                f(name + ".csr"), "-subj", "/CN=" + name)
-        openssl("x509", "-req", "-in", f(name + ".csr"), "-CA", f(ca + ".crt"),
-                "-CAkey", f(ca + ".key"), "-CAcreateserial", "-out",
-                f(name + ".crt"), "-days", "2", *ext)
-    return f
-
 
 def https(port, f, path="/v2/health/ready", cert=None, method="GET",
           body=None):

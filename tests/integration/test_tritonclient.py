@@ -12,12 +12,13 @@ import json
 import math
 import os
 import random
+import ssl
 import sys
 import tempfile
 
 from harness import (Server, assert_bits, assert_close, cfg, check, decode_v2,
-                     flatten, main, ref_head, rows, sdpa_json_vs_binary_data,
-                     shared, test, v2_in, v2_infer)
+                     flatten, main, make_pki, ref_head, rows,
+                     sdpa_json_vs_binary_data, shared, test, v2_in, v2_infer)
 from tritonclient_imitation import (TcClient, tc_expect_error, tc_input,
                                     tc_output, tc_request)
 
@@ -358,6 +359,45 @@ def tritonclient_model_repository():
             tc_expect_error(lambda: c.load_model("nosuch"), 404,
                             "no model file", what="load_model(nosuch)")
             check(c.is_model_ready("tc") is True, "ready after the errors")
+
+
+@test
+def tritonclient_with_key_and_mutual_tls():
+    """tritonclient over HTTPS with a client certificate (ssl=True and an
+    SSL context) and an API key in each call's headers: health, metadata,
+    a binary inference, statistics and the repository index work; without
+    the key a call is a 401 exception, health stays open."""
+    import shutil
+    if not shutil.which("openssl"):
+        check(False, "openssl is needed (make test-deps)")
+    with tempfile.TemporaryDirectory() as d:
+        f = make_pki(d)
+        key = "tc-key-123"
+        env = dict(os.environ, ATTND_API_KEY=key)
+        with Server("--tls-cert-file", f("server.crt"), "--tls-key-file",
+                    f("server.key"), "--tls-client-ca-file", f("ca.crt"),
+                    env=env, name="tc-tls") as s:
+            ctx = ssl.create_default_context(cafile=f("ca.crt"))
+            ctx.load_cert_chain(f("client.crt"), f("client.key"))
+            with TcClient(s.port, ssl_context=ctx,
+                          headers={"Authorization": "Bearer " + key}) as c:
+                check(c.is_server_live() and c.is_server_ready(), "health")
+                check(c.get_model_metadata("sdpa")["name"] == "sdpa",
+                      "get_model_metadata")
+                case = _tc_sdpa_case(cfg.seed + 90)
+                ins = [tc_input(n, sh, "FP32", x) for n, (sh, x) in
+                       zip(("query", "key", "value"), case)]
+                _tc_same(c.infer("sdpa", ins),
+                         _tc_reference(shared().port, case),
+                         "over mutual TLS with a key", binary=True)
+                st = c.get_inference_statistics("sdpa")["model_stats"][0]
+                check(st["inference_count"] >= 1, "statistics %r" % st)
+                check(len(c.get_model_repository_index()) >= 2, "index")
+            with TcClient(s.port, ssl_context=ctx) as c:
+                check(c.is_server_live(), "health without a key")
+                tc_expect_error(lambda: c.get_model_metadata("sdpa"), 401,
+                                "needs an API key",
+                                what="get_model_metadata without a key")
 
 
 if __name__ == "__main__":

@@ -251,11 +251,20 @@ class TcClient:
     it sends.  aio=True: tritonclient.http.aio, whose aiohttp session adds
     Accept, Accept-Encoding and Content-Type: application/octet-stream."""
 
-    def __init__(self, port, aio=False):
+    def __init__(self, port, aio=False, ssl_context=None, headers=None):
+        """ssl_context: InferenceServerClient(..., ssl=True) with that
+        context (its CA, a client certificate for mutual TLS); headers: sent
+        with every call, as a user passes headers={"Authorization": ...}
+        to each method."""
         self.port = port
         self.aio = aio
-        self.conn = http.client.HTTPConnection(HOST, port,
-                                               timeout=HTTP_TIMEOUT_S)
+        self.headers = dict(headers or {})
+        if ssl_context is not None:
+            self.conn = http.client.HTTPSConnection(
+                HOST, port, timeout=HTTP_TIMEOUT_S, context=ssl_context)
+        else:
+            self.conn = http.client.HTTPConnection(HOST, port,
+                                                   timeout=HTTP_TIMEOUT_S)
         self.last_sent = None  # (method, uri, headers, body)
 
     def close(self):
@@ -269,6 +278,7 @@ class TcClient:
         return False
 
     def _send(self, method, uri, body=None, headers=None):
+        headers = dict(self.headers, **(headers or {}))
         hdrs = []
         if self.aio:
             hdrs += [("Host", "%s:%d" % (HOST, self.port)), ("Accept", "*/*"),
