@@ -10,8 +10,8 @@
 # it drives /usr/bin/chromium, no browser is downloaded) into build/web-test
 # (not committed).  Then starts attnd (--attnd, else $TEST_WEB_ATTND, else
 # build/src/attnd, which `make` builds) on an ephemeral port of 127.0.0.1
-# with the models of config/models, runs the test, and stops attnd with
-# SIGTERM (it must exit 0).  Screenshots go to build/web-test/*.png.
+# with the models of config/models, and a second one with an API key, runs
+# the test, and stops both with SIGTERM (each must exit 0).  Screenshots go to build/web-test/*.png.
 #
 # Output: the test's "ok"/"FAIL" lines, its measurements ("# draw ...")
 # and "N passed, M failed"; the exit status is 1 when anything failed.
@@ -64,46 +64,64 @@ if ! cmp -s tests/web/package-lock.json "$DEPS/package-lock.json" || [ ! -d "$DE
 fi
 [ -x "$ATTND" ] || die "no attnd binary at $ATTND (run make, or pass --attnd PATH)"
 
-# ----------------------------------------------------------- the server
+# ----------------------------------------------------------- the servers
+# Two: one as `make run` starts it, and one with an API key (KEYED_KEY),
+# for the test of the page with keys on (run.mjs --keyed-base).
 
-LOG=$(mktemp /tmp/attnd-web-test.XXXXXX.log)
-"$ATTND" --host 127.0.0.1 --port 0 --models-dir config/models \
-  --log-format json --access-log false </dev/null >/dev/null 2>"$LOG" &
-PID=$!
-stop() {
-  [ -n "${PID:-}" ] || return 0
-  kill -TERM "$PID" 2>/dev/null
-  local n=0
-  while kill -0 "$PID" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
-  if kill -0 "$PID" 2>/dev/null; then
-    kill -KILL "$PID" 2>/dev/null
-    wait "$PID" 2>/dev/null
-    PID=""
-    say "attnd did not stop within 30 s of SIGTERM (killed)"
-    return 1
-  fi
-  wait "$PID"
-  local rc=$?
-  PID=""
-  [ $rc -eq 0 ] || { say "attnd exited $rc after SIGTERM; its log:"; tail -20 "$LOG"; return 1; }
-}
-trap 'stop; rm -f "$LOG"' EXIT
-
-PORT=""
-for _ in $(seq 150); do
-  PORT=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$LOG" | head -1 | sed 's/.*://')
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$PORT" ]; then
-  say "attnd did not start; its log:"
-  cat "$LOG"
+KEYED_KEY=web-test-key
+PIDS=()
+LOGS=()
+start() { # start NAME [VAR=VALUE]: PORT of the new attnd, or exit 1
+  local log
+  log=$(mktemp /tmp/attnd-web-test.XXXXXX.log)
+  LOGS+=("$log")
+  env "${@:2}" "$ATTND" --host 127.0.0.1 --port 0 --models-dir config/models \
+    --log-format json --access-log false </dev/null >/dev/null 2>"$log" &
+  local pid=$!
+  PIDS+=("$pid")
+  PORT=""
+  for _ in $(seq 150); do
+    PORT=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
+    [ -n "$PORT" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  say "attnd ($1) did not start; its log:"
+  cat "$log"
   exit 1
-fi
-say "attnd $("$ATTND" --version 2>/dev/null | head -1) on 127.0.0.1:$PORT, chromium $(/usr/bin/chromium --version 2>/dev/null | awk '{print $2}'), node $(node --version)"
+}
+stop() { # every attnd started: SIGTERM, exit 0 within 30 s
+  local rc=0 pid log n i
+  for i in "${!PIDS[@]}"; do
+    pid=${PIDS[$i]}
+    log=${LOGS[$i]}
+    kill -TERM "$pid" 2>/dev/null
+    n=0
+    while kill -0 "$pid" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      say "attnd did not stop within 30 s of SIGTERM (killed)"
+      rc=1
+      continue
+    fi
+    wait "$pid"
+    local st=$?
+    [ $st -eq 0 ] || { say "attnd exited $st after SIGTERM; its log:"; tail -20 "$log"; rc=1; }
+  done
+  PIDS=()
+  return $rc
+}
+trap 'stop; rm -f "${LOGS[@]}"' EXIT
 
-timeout 600 node tests/web/run.mjs --base "http://127.0.0.1:$PORT" --deps "$DEPS" --out "$DEPS" "${PASS[@]}"
+start plain
+BASE=http://127.0.0.1:$PORT
+start keyed ATTND_API_KEY=$KEYED_KEY
+KEYED=http://127.0.0.1:$PORT
+say "attnd $("$ATTND" --version 2>/dev/null | head -1) on ${BASE#http://} (and with an API key on ${KEYED#http://}), chromium $(/usr/bin/chromium --version 2>/dev/null | awk '{print $2}'), node $(node --version)"
+
+timeout 600 node tests/web/run.mjs --base "$BASE" --keyed-base "$KEYED" \
+  --keyed-key "$KEYED_KEY" --deps "$DEPS" --out "$DEPS" "${PASS[@]}"
 rc=$?
 stop || rc=1
 exit $rc

@@ -2,11 +2,13 @@
 // The browser test of attnd's page (GET /, the files of web/): Debian's
 // chromium driven by playwright-core, against a running attnd.
 //
-//   node tests/web/run.mjs --base http://127.0.0.1:PORT [--deps DIR]
+//   node tests/web/run.mjs --base http://127.0.0.1:PORT
+//        [--keyed-base http://127.0.0.1:PORT2 --keyed-key KEY] [--deps DIR]
 //        [--out DIR] [--chromium PATH] [--readme-shot PATH] [-k SUBSTRING]
 //
 // scripts/test-web.sh installs what this needs, starts attnd on an
-// ephemeral port of 127.0.0.1, runs this and stops attnd.  --deps is where
+// ephemeral port of 127.0.0.1 (and a second one with ATTND_API_KEY=KEY,
+// --keyed-base), runs this and stops them.  --deps is where
 // `npm ci` put playwright-core (default build/web-test); screenshots go to
 // --out (default build/web-test).  The page is read through its test hooks
 // (window.attnd, data-* attributes), never through pixels, except where
@@ -34,6 +36,8 @@ function parseArgs(argv) {
     const v = argv[i];
     const next = () => { if (i + 1 >= argv.length) throw new Error(v + ' needs a value'); return argv[++i]; };
     if (v === '--base') a.base = next().replace(/\/$/, '');
+    else if (v === '--keyed-base') a.keyedBase = next().replace(/\/$/, '');
+    else if (v === '--keyed-key') a.keyedKey = next();
     else if (v === '--deps') a.deps = next();
     else if (v === '--out') a.out = next();
     else if (v === '--chromium') a.chromium = next();
@@ -149,7 +153,7 @@ async function open(opts) {
     document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));
   });
   if (opts.scheme) await page.emulateMedia({ colorScheme: opts.scheme });
-  await page.goto(args.base + '/' + (opts.hash ? '#' + opts.hash : ''));
+  await page.goto((opts.base || args.base) + '/' + (opts.hash ? '#' + opts.hash : ''));
   await settled(page, 0);
   const csp = await page.evaluate(() => window.__csp);
   for (const v of csp) problems.push('CSP violation: ' + v);
@@ -524,6 +528,37 @@ test('the API key field sends Authorization: Bearer KEY', async () => {
   // the page's files need no key
   const r = await api('GET', '/ui/app.js');
   eq(r.status, 200, '/ui/app.js without a key');
+  await page.close();
+});
+
+test('with API keys on: the page needs no key, a run without one shows the 401 at the key field, the key makes it run', async () => {
+  check(args.keyedBase && args.keyedKey, '--keyed-base and --keyed-key are needed (scripts/test-web.sh gives them)');
+  const { page } = await open({ base: args.keyedBase });
+  // the page and its files loaded without a key; its first run did not
+  let err = await page.evaluate(() => window.attnd.error);
+  eq(await page.evaluate(() => window.attnd.status), 'error', 'the first run without a key');
+  eq(err && err.status, 401, 'its status');
+  eq(err.field, 'key', 'where the error is shown');
+  check(/API key/.test(err.message), 'the message names the key: ' + err.message);
+  eq(await page.getAttribute('#api-key', 'aria-invalid'), 'true', 'the key field marked invalid');
+  check(await page.isVisible('p.err[data-field="key"]'), 'the error is visible');
+  // a wrong key, entered: 401 again, at the same place
+  await page.fill('#api-key', 'not-the-key');
+  await page.press('#api-key', 'Enter');
+  await page.waitForFunction(() => window.attnd.error && window.attnd.error.status === 401 &&
+    document.getElementById('api-key').getAttribute('aria-invalid') === 'true', null, { timeout: 20000 });
+  err = await page.evaluate(() => window.attnd.error);
+  eq(err.field, 'key', 'where a wrong key\'s error is shown');
+  // the key, entered: the page loads the models; Run draws, no error left
+  await page.fill('#api-key', args.keyedKey);
+  await page.press('#api-key', 'Enter');
+  await page.waitForFunction(() => window.attnd.models && window.attnd.models.length > 0, null, { timeout: 20000 });
+  const before = await page.evaluate(() => window.attnd.settled);
+  await page.click('#run');
+  eq(await settled(page, before), 'done', 'a run with the key');
+  eq(await page.evaluate(() => window.attnd.error), null, 'the error after the run with the key');
+  check(await page.getAttribute('#api-key', 'aria-invalid') !== 'true', 'the key field still marked invalid');
+  check((await page.evaluate(() => window.attnd.heatmaps.length)) > 0, 'nothing drawn');
   await page.close();
 });
 
