@@ -110,6 +110,11 @@ def config():
     put("config", "healthcheck", b"\x00\x00--healthcheck\x00"
         b"http://127.0.0.1:8080/v2/health/ready\x00--port\x008080")
     put("config", "help", b"\x00\x00--workers\x00x\x00--help")
+    put("config", "access", b"\x01" + b'{"cors_allow_origins": '
+        b'["https://app.example", "http://localhost:3000"], '
+        b'"api_keys_file": "keys", "tls_cert_file": "c.pem", '
+        b'"tls_key_file": "k.pem"}\x00ATTND_TLS_CLIENT_CA_FILE=ca.pem\x00'
+        b"--metrics-require-key=yes")
 
 
 def routes():
