@@ -4,10 +4,16 @@
 
 Usage: bench/callgrind_requests.py --a PATH --b PATH [--n1 N] [--n2 N]
                                    [--endpoint v1|v2|both] [--b-key KEY]
+                                   [--b-tls tls|mtls]
 
 --b-key KEY starts B with ATTND_API_KEY=KEY and sends every request to it
 with Authorization: Bearer KEY (--a and --b may then be the same build:
-what checking a key costs).
+what checking a key costs).  --b-tls serves B over HTTPS (tls_cert_file,
+an EC P-256 certificate of a CA made here with openssl), and with mtls
+also asks for a client certificate of that CA (tls_client_ca_file), which
+the client presents: what TLS, and a client certificate, cost a request
+on a kept-alive connection (the handshake, once per connection, is left
+out with start-up).
 
 For each build and each count N (n1, then n2) it starts
 `valgrind --tool=callgrind attnd` (one HTTP thread, one worker, access log
@@ -26,6 +32,7 @@ import http.client
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -34,7 +41,42 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start(attnd, work, tag, key=None):
+def make_pki(work):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate,
+    both signed by it, in work/."""
+    f = lambda n: os.path.join(work, n)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl"] + list(a), check=True,
+                                    stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, timeout=60)
+    run("req", "-x509", *ec, "-keyout", f("ca.key"), "-out", f("ca.crt"),
+        "-days", "2", "-subj", "/CN=bench ca")
+    with open(f("ext"), "w") as e:
+        e.write("subjectAltName=IP:127.0.0.1\n")
+    for name, ext in (("server", ["-extfile", f("ext")]), ("client", [])):
+        run("req", *ec, "-keyout", f(name + ".key"), "-out", f(name + ".csr"),
+            "-subj", "/CN=" + name)
+        run("x509", "-req", "-in", f(name + ".csr"), "-CA", f("ca.crt"),
+            "-CAkey", f("ca.key"), "-CAcreateserial", "-out",
+            f(name + ".crt"), "-days", "2", *ext)
+    return f
+
+
+def tls_setup(mode, work):
+    """(attnd flags, client SSL context) of mode: None, "tls", "mtls"."""
+    if not mode:
+        return [], None
+    f = make_pki(work)
+    flags = ["--tls-cert-file", f("server.crt"), "--tls-key-file",
+             f("server.key")]
+    ctx = ssl.create_default_context(cafile=f("ca.crt"))
+    if mode == "mtls":
+        flags += ["--tls-client-ca-file", f("ca.crt")]
+        ctx.load_cert_chain(f("client.crt"), f("client.key"))
+    return flags, ctx
+
+
+def start(attnd, work, tag, key=None, flags=()):
     out = os.path.join(work, "cg.%s.out" % tag)
     logf = open(os.path.join(work, "log.%s" % tag), "wb")
     env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get(
@@ -45,7 +87,7 @@ def start(attnd, work, tag, key=None):
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
          attnd, "--host", "127.0.0.1", "--port", "0", "--workers", "1",
          "--http-threads", "1", "--access-log", "false",
-         "--drain-timeout-ms", "60000"],
+         "--drain-timeout-ms", "60000"] + list(flags),
         stdout=subprocess.DEVNULL, stderr=logf, env=env)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -70,8 +112,10 @@ def stop(p):
         p.wait()
 
 
-def send(port, n, bodies, key=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def send(port, n, bodies, key=None, ctx=None):
+    c = (http.client.HTTPSConnection("127.0.0.1", port, timeout=60,
+                                     context=ctx) if ctx else
+         http.client.HTTPConnection("127.0.0.1", port, timeout=60))
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
@@ -95,10 +139,10 @@ def total(out):
     raise SystemExit("no totals in " + out)
 
 
-def measure(attnd, n, bodies, work, tag, key=None):
-    p, port, out = start(attnd, work, tag, key)
+def measure(attnd, n, bodies, work, tag, key=None, tls=([], None)):
+    p, port, out = start(attnd, work, tag, key, tls[0])
     try:
-        send(port, n, bodies, key)
+        send(port, n, bodies, key, tls[1])
     finally:
         stop(p)
     return sum(total(f) for f in glob.glob(out + "*"))
@@ -112,6 +156,8 @@ def main():
     ap.add_argument("--n2", type=int, default=1200)
     ap.add_argument("--endpoint", default="both", choices=("v1", "v2", "both"))
     ap.add_argument("--b-key", help="API key of B (ATTND_API_KEY, and sent)")
+    ap.add_argument("--b-tls", choices=("tls", "mtls"),
+                    help="B over HTTPS; mtls: with a client certificate")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="attn_cg.") as work:
         subprocess.run([sys.executable, os.path.join(ROOT, "bench",
@@ -128,9 +174,11 @@ def main():
                            open(os.path.join(work, "v2_small.json"),
                                 "rb").read()))
         per = {}
-        for name, attnd, key in (("A", a.a, None), ("B", a.b, a.b_key)):
-            i1 = measure(attnd, a.n1, bodies, work, name + "1", key)
-            i2 = measure(attnd, a.n2, bodies, work, name + "2", key)
+        tls = tls_setup(a.b_tls, work)
+        for name, attnd, key, t in (("A", a.a, None, ([], None)),
+                                    ("B", a.b, a.b_key, tls)):
+            i1 = measure(attnd, a.n1, bodies, work, name + "1", key, t)
+            i2 = measure(attnd, a.n2, bodies, work, name + "2", key, t)
             per[name] = (i2 - i1) / (a.n2 - a.n1)
             print("%s %s: %d instructions for %d requests, %d for %d: "
                   "%.0f per request" % (name, attnd, i1, a.n1, i2, a.n2,

@@ -396,5 +396,17 @@ int attn__peer_body_bytes(attn_peer *e, uint64_t received);
 int attn__peer_body_end(attn_peer *e);
 /* Why the connection was cut (ATTN_PEER_CUT_*), 0 when it was not. */
 int attn__peer_cut(const attn_peer *e);
+/* Mutual TLS: the verdict on the client certificate der[0, n) when this
+ * connection verified that very certificate within the last
+ * ATTN_PEER_CERT_TTL_NS (1 valid, 0 not), else -1 (NULL: -1).  remember
+ * keeps der (up to ATTN_PEER_CERT_MAX bytes), its verdict and when, for
+ * the connection's life.  Times on attn_now_ns's clock.  The connection's
+ * MHD thread. */
+#define ATTN_PEER_CERT_MAX 16384
+#define ATTN_PEER_CERT_TTL_NS (60ull * 1000000000ull)
+int attn__peer_cert_known(const attn_peer *e, const void *der, size_t n,
+                          uint64_t now_ns);
+void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
+                              uint64_t now_ns);
 
 #endif

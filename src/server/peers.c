@@ -104,6 +104,12 @@ struct attn_peer {
   int hdr_seen;        /* the header clock has been set once */
   uint64_t rx_mark;    /* bytes received when the last request ended */
   uint64_t hdr_since;  /* when this request's headers began; 0: not yet */
+  /* mutual TLS: the client certificate verified on this connection (its
+   * DER bytes, malloc'd) and the verdict; the connection's MHD thread */
+  unsigned char *cert;
+  size_t cert_len;
+  int cert_ok;
+  uint64_t cert_ns;    /* when it was verified */
   uint64_t idle_since; /* when the last request ended (or it opened) */
   attn_peer *prev, *next;
 };
@@ -345,6 +351,7 @@ void attn__peers_destroy(attn_peers *p) {
   while (p->head) { /* none when libmicrohttpd closed every connection */
     attn_peer *e = p->head;
     p->head = e->next;
+    free(e->cert);
     free(e);
   }
   pthread_cond_destroy(&p->cv);
@@ -491,7 +498,30 @@ void attn__peer_close(attn_peers *p, attn_peer *e) {
   if (e->next) e->next->prev = e->prev;
   if (!e->shut) p->open--;
   pthread_mutex_unlock(&p->mu);
+  free(e->cert);
   free(e);
+}
+
+int attn__peer_cert_known(const attn_peer *e, const void *der, size_t n,
+                          uint64_t now_ns) {
+  if (!e || !e->cert || e->cert_len != n ||
+      now_ns - e->cert_ns > ATTN_PEER_CERT_TTL_NS ||
+      memcmp(e->cert, der, n) != 0)
+    return -1;
+  return e->cert_ok;
+}
+
+void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
+                              uint64_t now_ns) {
+  if (!e || n == 0 || n > ATTN_PEER_CERT_MAX) return;
+  unsigned char *c = malloc(n);
+  if (!c) return; /* not remembered: verified again next time */
+  memcpy(c, der, n);
+  free(e->cert);
+  e->cert = c;
+  e->cert_len = n;
+  e->cert_ok = ok != 0;
+  e->cert_ns = now_ns;
 }
 
 int attn__peer_begin(attn_peer *e) {

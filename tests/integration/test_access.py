@@ -449,6 +449,22 @@ def tls_client_certificates():
             status, body = https(s.port, f, "/v1/attention", cert="client",
                                  method="POST", body=to_json_bytes(SMALL))
             check(status == 200, "inference: %d %r" % (status, body[:200]))
+            # one connection, many requests (the verdict is kept with the
+            # connection's certificate)
+            ctx = ssl.create_default_context(cafile=f("ca.crt"))
+            ctx.load_cert_chain(f("client.crt"), f("client.key"))
+            c = http.client.HTTPSConnection(HOST, s.port, timeout=10,
+                                            context=ctx)
+            try:
+                for i in range(5):
+                    c.request("POST", "/v1/attention", to_json_bytes(SMALL),
+                              {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    check(r.status == 200, "request %d on one connection: "
+                          "%d" % (i, r.status))
+            finally:
+                c.close()
             for cert in (None, "stranger"):
                 try:
                     status, body = https(s.port, f, cert=cert)
