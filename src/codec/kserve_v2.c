@@ -230,8 +230,12 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
                            "boolean, got %s",
                            k, attn_json_kind(c));
     }
-    if (!(p->name = dupstr(k))) return ATTN_ENOMEM; /* freed with p->s */
-    out->n_params++;
+    if (!(p->name = dupstr(k))) { /* p is not counted yet: free its value */
+      free(p->s);
+      p->s = NULL;
+      return ATTN_ENOMEM;
+    }
+    out->n_params++; /* from here freed with the request */
   }
   return ATTN_OK;
 }
