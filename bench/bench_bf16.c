@@ -33,6 +33,9 @@
 
 #include "attn/engine.h"
 
+#define BENCH_NAME "bench_bf16"
+#include "bench_util.h"
+
 /* The clock of the timings: the process's CPU time with one thread (the
  * engine runs in this thread: a shared machine's other work then does not
  * count), the wall clock with more. */
@@ -45,56 +48,16 @@ static uint16_t to_bf16(float x) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(clock_id, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static float *random_buf(size_t n, unsigned *seed, float amp) {
-  float *p = malloc((n ? n : 1) * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "bench_bf16: out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) {
-    *seed = *seed * 1664525u + 1013904223u;
-    p[i] = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * 2.0f * amp;
-  }
-  return p;
-}
-
-static long arg(int argc, char **argv, int i, long dflt) {
-  if (argc <= i) return dflt;
-  char *end;
-  long v = strtol(argv[i], &end, 10);
-  if (*end || v < 0) {
-    fprintf(stderr, "bench_bf16: bad argument '%s'\n", argv[i]);
-    exit(2);
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int k) {
-  qsort(t, (size_t)k, sizeof *t, cmp_double);
-  return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-}
-
 static double run(attn_mha_problem *p, const attn_exec *x, float *out, float *w,
                   attn_precision prec) {
   attn_diag d = {{0}};
   p->o.precision = prec;
-  double t0 = now();
+  double t0 = bench_now(clock_id);
   if (attn_mha(p, x, out, w, &d) != ATTN_OK) {
     fprintf(stderr, "bench_bf16: %s\n", d.msg);
     exit(1);
   }
-  return now() - t0;
+  return bench_now(clock_id) - t0;
 }
 
 static float *load(const char *dir, const char *name, size_t n) {
@@ -121,8 +84,8 @@ static void save(const char *dir, const char *name, const float *p, size_t n) {
 }
 
 static int io(int argc, char **argv) {
-  long n = arg(argc, argv, 2, 0), H = arg(argc, argv, 3, 0);
-  long D = arg(argc, argv, 4, 0);
+  long n = bench_arg(argc, argv, 2, 0, 0), H = bench_arg(argc, argv, 3, 0, 0);
+  long D = bench_arg(argc, argv, 4, 0, 0);
   if (argc != 6 || n < 1 || H < 1 || D < 1) {
     fprintf(stderr, "usage: bench_bf16 io n heads d_head dir\n");
     return 2;
@@ -165,10 +128,13 @@ static int io(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "io") == 0) return io(argc, argv);
-  long n = arg(argc, argv, 1, 2048), E = arg(argc, argv, 2, 512);
-  long H = arg(argc, argv, 3, 8), reps = arg(argc, argv, 4, 7);
-  long threads = arg(argc, argv, 5, 1), wmode = arg(argc, argv, 6, 0);
-  long held = arg(argc, argv, 7, 0);
+  long n = bench_arg(argc, argv, 1, 2048, 0),
+       E = bench_arg(argc, argv, 2, 512, 0);
+  long H = bench_arg(argc, argv, 3, 8, 0),
+       reps = bench_arg(argc, argv, 4, 7, 0);
+  long threads = bench_arg(argc, argv, 5, 1, 0),
+       wmode = bench_arg(argc, argv, 6, 0, 0);
+  long held = bench_arg(argc, argv, 7, 0, 0);
   if (n < 1 || E < 1 || H < 1 || E % H || reps < 1 || reps > 1000 ||
       wmode > 2 || held > 1) {
     fprintf(stderr,
@@ -178,11 +144,11 @@ int main(int argc, char **argv) {
   }
   unsigned seed = 12345;
   float amp = (float)sqrt(3.0 / (double)E);
-  float *x = random_buf((size_t)n * E, &seed, 1.0f);
-  float *win = random_buf((size_t)3 * E * E, &seed, amp);
-  float *wo = random_buf((size_t)E * E, &seed, amp);
-  float *bin = random_buf((size_t)3 * E, &seed, 0.1f);
-  float *bo = random_buf((size_t)E, &seed, 0.1f);
+  float *x = bench_random((size_t)n * E, &seed, -1.0f, 1.0f);
+  float *win = bench_random((size_t)3 * E * E, &seed, -(amp), amp);
+  float *wo = bench_random((size_t)E * E, &seed, -(amp), amp);
+  float *bin = bench_random((size_t)3 * E, &seed, -0.1f, 0.1f);
+  float *bo = bench_random((size_t)E, &seed, -0.1f, 0.1f);
   float *out = malloc((size_t)n * E * sizeof *out);
   size_t nw = wmode == 1 ? (size_t)H * n * n : wmode == 2 ? (size_t)n * n : 0;
   float *w = nw ? malloc(nw * sizeof *w) : NULL;
@@ -249,13 +215,13 @@ int main(int argc, char **argv) {
     ratio[r] = t32[r] / t16[r];
   }
   double flops = attn_mha_flops(&p);
-  double m32 = median(t32, (int)reps), m16 = median(t16, (int)reps);
+  double m32 = bench_median(t32, (int)reps), m16 = bench_median(t16, (int)reps);
   printf("fp32 median %.1f ms (%.0f GFLOP/s)\n", m32 * 1e3, flops / m32 * 1e-9);
   printf("bf16 median %.1f ms (%.0f GFLOP/s)\n", m16 * 1e3, flops / m16 * 1e-9);
   printf(
       "speed-up bf16 over fp32: median of round ratios %.2fx (ratio of "
       "medians %.2fx, %ld rounds)\n",
-      median(ratio, (int)reps), m32 / m16, reps);
+      bench_median(ratio, (int)reps), m32 / m16, reps);
   free(x);
   free(win);
   free(wo);

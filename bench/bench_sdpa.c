@@ -11,43 +11,22 @@
 
 #include "attn/engine.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static float *random_buf(size_t n, unsigned *seed) {
-  float *p = malloc(n * sizeof *p);
-  for (size_t i = 0; p && i < n; i++) {
-    *seed = *seed * 1664525u + 1013904223u;
-    p[i] = (float)(*seed >> 8) / 16777216.0f - 0.5f;
-  }
-  return p;
-}
-
-static long arg(int argc, char **argv, int i, long dflt) {
-  if (argc <= i) return dflt;
-  char *end;
-  long v = strtol(argv[i], &end, 10);
-  if (*end || v <= 0) {
-    fprintf(stderr, "bench_sdpa: bad argument '%s'\n", argv[i]);
-    exit(2);
-  }
-  return v;
-}
+#define BENCH_NAME "bench_sdpa"
+#include "bench_util.h"
 
 /* Single-thread sgemm rate on 2048x2048x512 (the bound's reference). */
 static double sgemm_rate(void) {
   unsigned seed = 7;
-  float *a = random_buf(2048 * 512, &seed), *b = random_buf(512 * 2048, &seed);
-  float *c = random_buf(2048 * 2048, &seed);
+  float *a = bench_random(2048 * 512, &seed, -0.5f, 0.5f),
+        *b = bench_random(512 * 2048, &seed, -0.5f, 0.5f);
+  float *c = bench_random(2048 * 2048, &seed, -0.5f, 0.5f);
   double best = 0;
   for (int r = 0; r < 5; r++) {
-    double t0 = now();
+    double t0 = bench_now(CLOCK_MONOTONIC);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2048, 2048, 512,
                 1.0f, a, 512, b, 2048, 0.0f, c, 2048);
-    double g = 2.0 * 2048 * 2048 * 512 / (now() - t0) / 1e9;
+    double g =
+        2.0 * 2048 * 2048 * 512 / (bench_now(CLOCK_MONOTONIC) - t0) / 1e9;
     if (g > best) best = g;
   }
   free(a);
@@ -57,13 +36,17 @@ static double sgemm_rate(void) {
 }
 
 int main(int argc, char **argv) {
-  long n = arg(argc, argv, 1, 2048), H = arg(argc, argv, 2, 8);
-  long D = arg(argc, argv, 3, 64), threads = arg(argc, argv, 4, 1);
+  long n = bench_arg(argc, argv, 1, 2048, 1),
+       H = bench_arg(argc, argv, 2, 8, 1);
+  long D = bench_arg(argc, argv, 3, 64, 1),
+       threads = bench_arg(argc, argv, 4, 1, 1);
   unsigned seed = 1;
   size_t elems = (size_t)n * (size_t)H * (size_t)D;
   attn_engine_set_blas_threads(1);
-  float *q = random_buf(elems, &seed), *k = random_buf(elems, &seed);
-  float *v = random_buf(elems, &seed), *o = malloc(elems * sizeof *o);
+  float *q = bench_random(elems, &seed, -0.5f, 0.5f),
+        *k = bench_random(elems, &seed, -0.5f, 0.5f);
+  float *v = bench_random(elems, &seed, -0.5f, 0.5f),
+        *o = malloc(elems * sizeof *o);
   if (!q || !k || !v || !o) return 1;
   double bound = sgemm_rate(), ms[2];
   /* heads as column blocks of [n, H*D], as after a projection */
@@ -92,9 +75,9 @@ int main(int argc, char **argv) {
     }
     double best = 1e30;
     for (int r = 0; r < 5; r++) {
-      double t0 = now();
+      double t0 = bench_now(CLOCK_MONOTONIC);
       attn_sdpa(&p, &x, out, NULL, NULL);
-      double t = now() - t0;
+      double t = bench_now(CLOCK_MONOTONIC) - t0;
       if (t < best) best = t;
     }
     ms[causal] = best * 1e3;

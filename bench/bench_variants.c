@@ -29,47 +29,10 @@
 
 #include "attn/engine.h"
 
+#define BENCH_NAME "bench_variants"
+#include "bench_util.h"
+
 #define MAX_CONF 5
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static float *random_buf(size_t n, unsigned *seed, float amp) {
-  float *p = malloc((n ? n : 1) * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "bench_variants: out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) {
-    *seed = *seed * 1664525u + 1013904223u;
-    p[i] = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * amp;
-  }
-  return p;
-}
-
-static long arg(int argc, char **argv, int i, long dflt) {
-  if (argc <= i) return dflt;
-  char *end;
-  long v = strtol(argv[i], &end, 10);
-  if (*end || v < 0) {
-    fprintf(stderr, "bench_variants: bad argument '%s'\n", argv[i]);
-    exit(2);
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int k) {
-  qsort(t, (size_t)k, sizeof *t, cmp_double);
-  return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-}
 
 /* One configuration: a call to time. */
 typedef struct conf {
@@ -106,9 +69,9 @@ static int interleave(conf *cs, int n, int reps, const char *ratio_word) {
   for (int r = 0; r < reps; r++)
     for (int k = 0; k < n; k++) {
       int i = (r + k) % n;
-      double t0 = now();
+      double t0 = bench_now(CLOCK_MONOTONIC);
       cs[i].run(&cs[i], NULL);
-      cs[i].t[r] = now() - t0;
+      cs[i].t[r] = bench_now(CLOCK_MONOTONIC) - t0;
     }
   /* per round, each time over configuration 0's of the same round: the
    * median of these paired ratios drifts least with the machine's load */
@@ -121,31 +84,34 @@ static int interleave(conf *cs, int n, int reps, const char *ratio_word) {
       if (cs[i].t[r] < lo) lo = cs[i].t[r];
       if (cs[i].t[r] > hi) hi = cs[i].t[r];
     }
-    double m = median(cs[i].t, reps);
+    double m = bench_median(cs[i].t, reps);
     printf("  %-26s median %9.2f ms (min %9.2f, max %9.2f)", cs[i].name,
            m * 1e3, lo * 1e3, hi * 1e3);
     if (i == 0) {
       med0 = m;
       printf("\n");
     } else {
-      printf("  %s %.3f (of medians %.3f)\n", ratio_word, median(pr[i], reps),
-             m / med0);
+      printf("  %s %.3f (of medians %.3f)\n", ratio_word,
+             bench_median(pr[i], reps), m / med0);
     }
   }
   return 0;
 }
 
 static int bench_window(int argc, char **argv) {
-  long n = arg(argc, argv, 2, 16384), H = arg(argc, argv, 3, 8);
-  long D = arg(argc, argv, 4, 64), W = arg(argc, argv, 5, 256);
-  int reps = (int)arg(argc, argv, 6, 7), threads = (int)arg(argc, argv, 7, 1);
+  long n = bench_arg(argc, argv, 2, 16384, 0),
+       H = bench_arg(argc, argv, 3, 8, 0);
+  long D = bench_arg(argc, argv, 4, 64, 0),
+       W = bench_arg(argc, argv, 5, 256, 0);
+  int reps = (int)bench_arg(argc, argv, 6, 7, 0),
+      threads = (int)bench_arg(argc, argv, 7, 1, 0);
   unsigned seed = 1;
   size_t elems = (size_t)n * (size_t)H * (size_t)D;
   if (reps < 1 || reps > 64 || n < 1 || H < 1 || D < 1) return 2;
-  float *q = random_buf(elems, &seed, 1.0f),
-        *k = random_buf(elems, &seed, 1.0f);
-  float *v = random_buf(elems, &seed, 1.0f),
-        *o = random_buf(elems, &seed, 1.0f);
+  float *q = bench_random(elems, &seed, -0.5f, 0.5f),
+        *k = bench_random(elems, &seed, -0.5f, 0.5f);
+  float *v = bench_random(elems, &seed, -0.5f, 0.5f),
+        *o = bench_random(elems, &seed, -0.5f, 0.5f);
   conf cs[2];
   memset(cs, 0, sizeof cs);
   for (int i = 0; i < 2; i++) {
@@ -181,7 +147,8 @@ static int bench_window(int argc, char **argv) {
     printf(
         "  window speed-up over full causal: %.1fx (median of the "
         "rounds' ratios; of the medians %.1fx)\n",
-        median(r, reps), median(cs[0].t, reps) / median(cs[1].t, reps));
+        bench_median(r, reps),
+        bench_median(cs[0].t, reps) / bench_median(cs[1].t, reps));
   }
   free(q);
   free(k);
@@ -191,16 +158,18 @@ static int bench_window(int argc, char **argv) {
 }
 
 static int bench_costs(int argc, char **argv) {
-  long n = arg(argc, argv, 2, 2048), E = arg(argc, argv, 3, 512);
-  long H = arg(argc, argv, 4, 8);
-  int reps = (int)arg(argc, argv, 5, 15), threads = (int)arg(argc, argv, 6, 1);
-  int causal = (int)arg(argc, argv, 7, 0);
+  long n = bench_arg(argc, argv, 2, 2048, 0),
+       E = bench_arg(argc, argv, 3, 512, 0);
+  long H = bench_arg(argc, argv, 4, 8, 0);
+  int reps = (int)bench_arg(argc, argv, 5, 15, 0),
+      threads = (int)bench_arg(argc, argv, 6, 1, 0);
+  int causal = (int)bench_arg(argc, argv, 7, 0, 0);
   unsigned seed = 3;
   if (reps < 1 || reps > 64 || n < 1 || E < 1 || H < 1 || E % H) return 2;
-  float *xq = random_buf((size_t)(n * E), &seed, 2.0f);
-  float *w = random_buf((size_t)(4 * E * E), &seed, 0.25f);
-  float *bias = random_buf((size_t)(4 * E), &seed, 0.5f);
-  float *out = random_buf((size_t)(n * E), &seed, 1.0f);
+  float *xq = bench_random((size_t)(n * E), &seed, -1.0f, 1.0f);
+  float *w = bench_random((size_t)(4 * E * E), &seed, -0.125f, 0.125f);
+  float *bias = bench_random((size_t)(4 * E), &seed, -0.25f, 0.25f);
+  float *out = bench_random((size_t)(n * E), &seed, -0.5f, 0.5f);
   float *slopes = malloc((size_t)H * sizeof *slopes);
   if (!slopes || attn_alibi_slopes(H, slopes, NULL) != ATTN_OK) return 1;
   static const char *const names[MAX_CONF] = {
