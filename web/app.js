@@ -14,8 +14,8 @@
  * (the page says so above the heatmaps; hovering still shows exact cells).
  * Colours: viridis (perceptually uniform), from 0 to the largest weight of
  * the answer (global) or of each row (per row).  Cells blocked by causal,
- * attn_mask (true, or a number of -1e9 or less), key_padding_mask or
- * key_lengths are drawn hatched in grey, which no viridis colour is, so a
+ * the sliding window, attn_mask (true, or a number of -1e9 or less),
+ * key_padding_mask or key_lengths are drawn hatched in grey, which no viridis colour is, so a
  * blocked cell is never mistaken for a weight of 0.  One heatmap is drawn
  * per task (the page stays responsive between them) and the time each
  * takes is kept in window.attnd.lastDraw.
@@ -252,6 +252,15 @@
     };
   }
 
+  function windowPreset() {
+    const tokens = ['Once', 'upon', 'a', 'time', 'there', 'lived', 'a', 'small', 'cat', 'who', 'sat', 'still'];
+    return {
+      body: { query: randMatrix(12, 8, 9, 2, 2), num_heads: 2, causal: true, window: [3, 0], tokens: tokens },
+      note: 'A sliding window (Mistral-style): each token sees itself and the 3 before it ' +
+        '(hatched: outside the window, or after the token).',
+    };
+  }
+
   function paddingPreset() {
     return {
       body: {
@@ -323,6 +332,7 @@
   const PRESETS = [
     { id: 'cat', label: 'The cat sat on the mat (1 head)', make: catPreset },
     { id: 'causal', label: 'Causal decoder (2 heads)', make: causalPreset },
+    { id: 'window', label: 'Sliding window of 3 (causal, 2 heads)', make: windowPreset },
     { id: 'padding', label: 'Padding mask (batch of 2)', make: paddingPreset },
     { id: 'cross', label: 'Cross-attention, French \u2192 English', make: crossPreset },
     { id: 'gqa', label: 'Grouped-query (v2, 4 heads, 2 kv heads)', make: gqaPreset },
@@ -332,14 +342,14 @@
 
   function fillPresets() {
     const sel = $('preset');
-    const list = PRESETS.slice(0, 5);
+    const list = PRESETS.slice(0, 6);
     for (const m of state.models) {
       if (m.embed_dim > 0) {
         list.push({ id: 'model-' + m.name, label: 'Resident model: ' + m.name + ' (' + m.num_heads + ' heads)',
           make: () => modelPreset(m) });
       }
     }
-    list.push(...PRESETS.slice(5));
+    list.push(...PRESETS.slice(6));
     const keep = sel.value;
     sel.replaceChildren(...list.map((p) => el('option', { value: p.id, text: p.label })));
     if (keep && list.some((p) => p.id === keep)) sel.value = keep;
@@ -422,6 +432,19 @@
     const p = v2 ? body.parameters || {} : body;
     $('ctl-causal').checked = p.causal === true;
     $('ctl-scale').value = p.scale === undefined ? '' : String(p.scale);
+    const win = windowOf(v2, p);
+    $('ctl-window-left').value = win ? String(win[0]) : '';
+    $('ctl-window-right').value = win ? String(win[1]) : '';
+    $('ctl-softcap').value = p.softcap === undefined ? '' : String(p.softcap);
+    $('ctl-alibi').checked = p.alibi === true;
+  }
+
+  // The request's window as [left, right] (v1 "window", v2 window_left and
+  // window_right; a side not given is 0), or null.
+  function windowOf(v2, p) {
+    if (!v2) return Array.isArray(p.window) && p.window.length === 2 ? p.window : null;
+    if (p.window_left === undefined && p.window_right === undefined) return null;
+    return [p.window_left === undefined ? 0 : p.window_left, p.window_right === undefined ? 0 : p.window_right];
   }
 
   function editBody(fn) { // a control or grid changed body: rewrite the JSON
@@ -558,7 +581,8 @@
 
   /* ---- errors --------------------------------------------------------- */
 
-  const KNOWN = ['query', 'key', 'value', 'num_heads', 'weights', 'model', 'causal', 'scale', 'attn_mask',
+  const KNOWN = ['query', 'key', 'value', 'num_heads', 'weights', 'model', 'causal', 'scale', 'window',
+    'window_left', 'window_right', 'softcap', 'alibi', 'attn_mask',
     'key_padding_mask', 'need_weights', 'average_attn_weights', 'tokens', 'key_tokens', 'key_lengths',
     'w_q', 'w_k', 'w_v', 'w_o', 'b_q', 'b_k', 'b_v', 'b_o', 'inputs', 'outputs', 'parameters'];
 
@@ -568,11 +592,12 @@
   // the form: it goes next to the JSON.
   function fieldOf(msg) {
     if (/unknown (field|key|input|parameter|output)/.test(msg)) return 'json';
+    const alias = (f) => (f === 'window_left' || f === 'window_right' ? 'window' : f);
     const lead = /^(?:inputs\[\d+\]\s*)?'?([A-Za-z_]+)'?(?=[[:'\s])/.exec(msg);
-    if (lead && KNOWN.includes(lead[1])) return lead[1];
+    if (lead && KNOWN.includes(lead[1])) return alias(lead[1]);
     const re = /'([A-Za-z_]+)'/g;
     let m;
-    while ((m = re.exec(msg))) if (KNOWN.includes(m[1])) return m[1];
+    while ((m = re.exec(msg))) if (KNOWN.includes(m[1])) return alias(m[1]);
     return null;
   }
 
@@ -609,7 +634,8 @@
     slot.dataset.field = field || '';
     slot.dataset.status = String(status || 0);
     slot.hidden = false;
-    const ctl = { num_heads: 'ctl-heads', causal: 'ctl-causal', scale: 'ctl-scale', key: 'api-key', json: 'json' }[field];
+    const ctl = { num_heads: 'ctl-heads', causal: 'ctl-causal', scale: 'ctl-scale', window: 'ctl-window-left',
+      softcap: 'ctl-softcap', alibi: 'ctl-alibi', key: 'api-key', json: 'json' }[field];
     if (ctl) $(ctl).setAttribute('aria-invalid', 'true');
     state.error = { status: status, message: message, field: field || null, slot: slot.dataset.errorFor };
     if (slot.getBoundingClientRect().bottom > window.innerHeight) slot.scrollIntoView({ block: 'nearest' });
@@ -754,12 +780,18 @@
       if (!inp || !Array.isArray(inp.data) || !Array.isArray(inp.shape)) return null;
       return { shape: inp.shape, flat: inp.data.flat(Infinity) };
     };
-    const causal = p.causal === true;
+    const causal = p.causal === true || p.causal === 'bottom_right' || p.causal === 'top_left';
+    const coff = p.causal === 'top_left' ? 0 : n.Lk - n.Lq;
     const off = n.Lk - n.Lq;
+    const win = windowOf(v2, p);
     const am = input('attn_mask'), kpm = input('key_padding_mask'), kl = input('key_lengths');
     const isBlock = (v) => v === true || (typeof v === 'number' && v <= MASK_BLOCKS);
     const rules = [];
-    if (causal) rules.push((b, h, i, j) => (j > i + off ? 'causal' : null));
+    if (causal) rules.push((b, h, i, j) => (j > i + coff ? 'causal' : null));
+    if (win && Number.isInteger(win[0]) && Number.isInteger(win[1])) {
+      const [l, r] = win;
+      rules.push((b, h, i, j) => ((l >= 0 && j < i + off - l) || (r >= 0 && j > i + off + r) ? 'window' : null));
+    }
     if (am) {
       const s = am.shape;
       if (s.length === 2 && s[0] === n.Lq && s[1] === n.Lk) {
@@ -1398,6 +1430,34 @@
       editBody(() => {
         const p = params();
         if ($('ctl-causal').checked) p.causal = true; else delete p.causal;
+      });
+    });
+    const setWindow = () => {
+      const l = $('ctl-window-left').value.trim(), r = $('ctl-window-right').value.trim();
+      const num = (t) => (Number.isFinite(Number(t)) ? Number(t) : t);
+      editBody(() => {
+        const p = params();
+        delete p.window;
+        delete p.window_left;
+        delete p.window_right;
+        if (l === '') return;
+        const w = [num(l), r === '' ? 0 : num(r)];
+        if (isV2()) { p.window_left = w[0]; p.window_right = w[1]; } else p.window = w;
+      });
+    };
+    $('ctl-window-left').addEventListener('change', setWindow);
+    $('ctl-window-right').addEventListener('change', setWindow);
+    $('ctl-softcap').addEventListener('change', () => {
+      const t = $('ctl-softcap').value.trim();
+      editBody(() => {
+        const p = params();
+        if (t === '') delete p.softcap; else p.softcap = Number.isFinite(Number(t)) ? Number(t) : t;
+      });
+    });
+    $('ctl-alibi').addEventListener('change', () => {
+      editBody(() => {
+        const p = params();
+        if ($('ctl-alibi').checked) p.alibi = true; else delete p.alibi;
       });
     });
     $('ctl-scale').addEventListener('change', () => {

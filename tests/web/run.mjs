@@ -295,6 +295,53 @@ test('every preset runs; heatmaps and their sizes match the API', async () => {
   await page.close();
 }, 300000);
 
+test('the sliding window: its controls, cells outside the band hatched, its errors at the control', async () => {
+  const { page, problems } = await open();
+  const sent = await runPreset(page, 'window');
+  eq(await page.inputValue('#ctl-window-left'), '3', 'window left shown');
+  eq(await page.inputValue('#ctl-window-right'), '0', 'window right shown');
+  // 12 queries, causal with 3 keys back: row i sees min(i, 3) + 1 keys
+  const seen = (L, left) => Array.from({ length: L }, (_, i) => Math.min(i, left) + 1).reduce((a, x) => a + x, 0);
+  for (const h of sent.heatmaps) eq(h.blocked, 144 - seen(12, 3), 'blocked cells of ' + h.title);
+  const w = await apiTwin(sent);
+  for (let i = 0; i < 12; i++) {
+    for (let j = 0; j < 12; j++) {
+      const open = j <= i && j >= i - 3;
+      if (!open) eq(w.at(0, 0, i, j), 0, 'the API\'s weight (' + i + ', ' + j + ') outside the band');
+    }
+  }
+  let t = await hover(page, 0, 6, 1);
+  eq(t.blocked, 'window', 'the tooltip of a cell left of the window');
+  eq(t.weight, '0', 'its weight');
+  t = await hover(page, 0, 6, 8);
+  eq(t.blocked, 'causal', 'the tooltip of a cell right of the diagonal');
+  t = await hover(page, 0, 6, 4);
+  eq(t.blocked, '', 'a cell in the band');
+  await shot(page, 'window-hatched');
+  // the control sets the request: a window of 1
+  await page.fill('#ctl-window-left', '1');
+  await page.press('#ctl-window-left', 'Tab');
+  const json = JSON.parse(await page.inputValue('#json'));
+  eq(JSON.stringify(json.window), '[1,0]', 'the request\'s window after the control');
+  let before = await page.evaluate(() => window.attnd.settled);
+  await page.click('#run');
+  eq(await settled(page, before), 'done', 'the run with a window of 1');
+  const hms = await page.evaluate(() => window.attnd.heatmaps);
+  for (const h of hms) eq(h.blocked, 144 - seen(12, 1), 'blocked cells with a window of 1');
+  check(problems.length === 0, problems.join('; '));
+  // a right bound with causal is the server's 400, shown at the window control
+  await page.fill('#ctl-window-right', '2');
+  await page.press('#ctl-window-right', 'Tab');
+  before = await page.evaluate(() => window.attnd.settled);
+  await page.click('#run');
+  eq(await settled(page, before), 'error', 'window right 2 with causal');
+  const err = await page.evaluate(() => window.attnd.error);
+  eq(err.status + ' ' + err.field, '400 window', 'the error and where it is shown');
+  check(await page.isVisible('#err-window'), 'the window control\'s error is visible');
+  eq(await page.getAttribute('#ctl-window-left', 'aria-invalid'), 'true', 'the window control marked');
+  await page.close();
+});
+
 test('hovering a cell shows the API\'s exact weight', async () => {
   const { page } = await open();
   for (const [id, cells] of [
