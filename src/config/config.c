@@ -529,11 +529,14 @@ static attn_status set_list(attn_config *c, const cfg_key *k, const char *src,
   }
   char *text = malloc(n + 1);
   if (!text) return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", src);
-  text[0] = '\0';
+  size_t at = 0;
   for (const cJSON *e = it->child; e; e = e->next) {
-    if (e != it->child) strcat(text, ", ");
-    strcat(text, e->valuestring);
+    size_t len = strlen(e->valuestring);
+    if (e != it->child) memcpy(text + at, ", ", 2), at += 2;
+    memcpy(text + at, e->valuestring, len);
+    at += len;
   }
+  text[at] = '\0';
   attn_status st = set_text(c, k, src, text, d);
   free(text);
   return st;

@@ -102,8 +102,9 @@ static bool read_back_as(const attn_config *c, attn_config *want) {
     if (strcmp(v, ".") == 0) v = "";
     char joined[sizeof dir + ATTN_MAX_PATH_LEN + 2];
     snprintf(joined, sizeof joined, "%s%s%s", dir, *v ? "/" : "", v);
-    if (strlen(joined) > ATTN_MAX_PATH_LEN) return false;
-    strcpy(w, joined);
+    size_t n = strlen(joined);
+    if (n > ATTN_MAX_PATH_LEN) return false;
+    memcpy(w, joined, n + 1);
   }
   return true;
 }
