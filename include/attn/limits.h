@@ -141,6 +141,16 @@
  * reports its reason instead of being killed. */
 #define ATTN_HEALTHCHECK_TIMEOUT_MS 3000
 
+/* Draining (attn_server_wait_idle): once nothing is in flight, attnd
+ * still answers (503, Connection: close) the requests that keep arriving on
+ * open connections until none has begun for ATTN_DRAIN_QUIET_MS, for at
+ * most ATTN_DRAIN_LINGER_MS: a request written just before the signal may
+ * still be in its socket, and exiting at once would cut it (tests/load/
+ * sigterm.py saw two in 3,761).  Bounded, so a client that keeps sending
+ * cannot hold the exit. */
+#define ATTN_DRAIN_QUIET_MS 50
+#define ATTN_DRAIN_LINGER_MS 1000
+
 /* Size of a configuration file.  Every key fits in well under 4 KiB; 1 MiB
  * refuses a wrong path (a model file, /dev/zero) before reading it all. */
 #define ATTN_MAX_CONFIG_FILE_BYTES (1024 * 1024)

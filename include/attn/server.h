@@ -61,9 +61,11 @@ void attn_server_set_unready(attn_server *s);
 void attn_server_begin_drain(attn_server *s);
 
 /* Wait until no request is in flight (its body received, its answer not yet
- * sent), up to timeout_ms.  A request whose body is still arriving is not
- * waited for: attn_server_destroy closes its connection.  Returns ATTN_OK or
- * ATTN_ETIMEDOUT.  Main thread. */
+ * sent) and, for up to ATTN_DRAIN_LINGER_MS, until no request has begun for
+ * ATTN_DRAIN_QUIET_MS (one a client wrote just before the drain, still in
+ * its socket, is then answered 503 rather than cut), up to timeout_ms.  A
+ * request whose body is still arriving is not waited for: attn_server_destroy
+ * closes its connection.  Returns ATTN_OK or ATTN_ETIMEDOUT.  Main thread. */
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
 
 /* For an exit before the drain is done (drain_timeout_ms passed): write the

@@ -70,6 +70,9 @@ struct attn_server {
   int metrics_port;
   int port;
   atomic_int inflight;
+  /* while draining: when the latest request's headers came (attn_now_ns),
+   * for attn_server_wait_idle's quiet period */
+  atomic_uint_fast64_t drain_begun_ns;
   size_t body_budget;      /* deps->body_budget */
   atomic_size_t body_held; /* bytes reserved by all contexts (reserve()) */
   pthread_mutex_t mu;      /* live, abandoned; request_id after answering */
@@ -248,7 +251,10 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
   if (cx->request_id[0])
     MHD_add_response_header(r, "X-Request-Id", cx->request_id);
   if (cx->srv->ctx.cfg->cors_allow_origins[0]) cors_headers(cx, r);
-  if (cx->must_close)
+  /* while draining every answer ends its connection: the client's next
+   * request goes to a connection of another replica, not into a socket
+   * this attnd may no longer read */
+  if (cx->must_close || atomic_load(&cx->srv->ctx.draining))
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   cx->status = resp->status;
   cx->bytes_out = resp->len;
@@ -729,6 +735,8 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->srv = s;
   cx->conn = conn;
   cx->start_ns = attn_now_ns();
+  if (atomic_load_explicit(&s->ctx.draining, memory_order_relaxed))
+    atomic_store(&s->drain_begun_ns, cx->start_ns);
   cx->expect = SIZE_MAX;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1295,6 +1303,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  atomic_init(&s->drain_begun_ns, 0);
   attn_status st = make_metrics(s, deps, d);
   if (st == ATTN_OK) st = attn__peers_create(PEER_SWEEP_MS, &s->peers, d);
   if (st != ATTN_OK) {
@@ -1374,19 +1383,28 @@ void attn_server_set_unready(attn_server *s) {
 }
 
 void attn_server_begin_drain(attn_server *s) {
+  atomic_store(&s->drain_begun_ns, attn_now_ns());
   atomic_store(&s->ctx.unready, true);
   atomic_store(&s->ctx.draining, true);
 }
 
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {
-  uint64_t end =
-      attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
-  while (atomic_load(&s->inflight) > 0) {
-    if (attn_now_ns() >= end) return ATTN_ETIMEDOUT;
+  uint64_t now = attn_now_ns();
+  uint64_t end = now + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
+  uint64_t linger = now + (uint64_t)ATTN_DRAIN_LINGER_MS * 1000000u;
+  if (linger > end) linger = end;
+  for (;; now = attn_now_ns()) {
+    int busy = atomic_load(&s->inflight) > 0;
+    /* a request a client wrote just before the drain may still be in its
+     * socket, unread: it is answered (503, Connection: close) if one
+     * comes within ATTN_DRAIN_QUIET_MS, rather than cut by the exit */
+    uint64_t last = atomic_load(&s->drain_begun_ns);
+    int quiet = now - last >= (uint64_t)ATTN_DRAIN_QUIET_MS * 1000000u;
+    if (!busy && (quiet || now >= linger)) return ATTN_OK;
+    if (now >= end) return ATTN_ETIMEDOUT;
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  return ATTN_OK;
 }
 
 int attn_server_abandon(attn_server *s) {

@@ -133,6 +133,9 @@ def sigterm_drains():
             r = request(s.port, "POST", "/v2/models/sdpa/infer",
                         small_v2_body(), timeout=5)
             expect_error(r, 503, what="new request during drain")
+            check((r.header("Connection") or "").lower() == "close",
+                  "a drain answer keeps its connection open: Connection %r"
+                  % r.header("Connection"))
             r = v1(s.port, {"query": [[1, 0]]})
             expect_error(r, 503, what="new /v1 request during drain")
             live = request(s.port, "GET", "/v2/health/live", timeout=5)
