@@ -470,6 +470,92 @@ START_TEST(test_api_keys) {
 }
 END_TEST
 
+/* attn__route_admit on the headers alone: *max_body, or the refusal. */
+static attn_route_kind admit(const char *method, const char *path,
+                             const char *key, uint64_t body, size_t *max,
+                             attn_http_resp *r) {
+  attn_http_req req = {.method = method, .path = path, .api_key = key};
+  memset(r, 0, sizeof *r);
+  return attn__route_admit(&srv, &req, body, r, max);
+}
+
+START_TEST(test_admit_before_body) {
+  attn_http_resp r;
+  size_t max = 1;
+  cfg.max_body_bytes = 1 << 20;
+  /* what each route takes */
+  static const struct {
+    const char *method, *path;
+    size_t max;
+  } takes[] = {
+      {"POST", "/v1/attention", 1 << 20},
+      {"POST", "/v2/models/sdpa/infer", 1 << 20},
+      {"POST", "/v2/models/sdpa/versions/1/infer", 1 << 20},
+      {"POST", "/v2/repository/index", ATTN_MAX_REPO_BODY_BYTES},
+      {"POST", "/v2/repository/models/x/load", ATTN_MAX_REPO_BODY_BYTES},
+      {"GET", "/v2/health/live", 0},
+      {"GET", "/v2/models/sdpa/ready", 0},
+      {"HEAD", "/metrics", 0}};
+  for (size_t i = 0; i < sizeof takes / sizeof takes[0]; i++) {
+    ck_assert_int_eq(admit(takes[i].method, takes[i].path, NULL, 0, &max, &r),
+                     ATTN_ROUTE_DEFER);
+    ck_assert_msg(max == takes[i].max, "%s: %zu", takes[i].path, max);
+  }
+  /* a body where none is taken, past a small route's limit, to no route */
+  ck_assert_int_eq(admit("GET", "/v2/health/live", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 413);
+  EXPECT_BODY(r, "takes no request body");
+  ck_assert_int_eq(admit("GET", "/v2", NULL, UINT64_MAX, &max, &r),
+                   ATTN_ROUTE_DONE);
+  EXPECT_BODY(r, "sent chunked");
+  ck_assert_int_eq(admit("POST", "/v2/repository/index", NULL,
+                         ATTN_MAX_REPO_BODY_BYTES + 1, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 413);
+  free(r.body);
+  ck_assert_int_eq(admit("POST", "/v2/repository/index", NULL,
+                         ATTN_MAX_REPO_BODY_BYTES, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  ck_assert_int_eq(admit("POST", "/nowhere", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  free(r.body);
+  ck_assert_int_eq(admit("POST", "/v2/models/sdpa/bogus", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 404);
+  free(r.body);
+  ck_assert_int_eq(admit("POST", "/v2/models/sdpa", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  free(r.body);
+  /* without a body, 404 waits for attn__route as before */
+  ck_assert_int_eq(admit("POST", "/nowhere", NULL, 0, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  /* the repository's limit stays under max_body_bytes */
+  cfg.max_body_bytes = 4096;
+  admit("POST", "/v2/repository/index", NULL, 0, &max, &r);
+  ck_assert_uint_eq(max, 4096);
+  /* keys: refused before any body, a body or not; public routes open */
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn__auth_create("", "sesame", &srv.auth, &d), ATTN_OK);
+  ck_assert_int_eq(admit("POST", "/v1/attention", NULL, 100, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 401);
+  EXPECT_BODY(r, "needs an API key");
+  ck_assert_int_eq(admit("POST", "/nowhere", NULL, 0, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 401);
+  free(r.body);
+  ck_assert_int_eq(admit("POST", "/v1/attention", "sesame", 100, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  ck_assert_int_eq(admit("GET", "/v2/health/live", NULL, 0, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  attn__auth_destroy(srv.auth);
+  srv.auth = NULL;
+}
+END_TEST
+
 static attn_http_resp preflight(const char *origin, const char *method) {
   return answer((attn_http_req){.method = "OPTIONS",
                                 .path = "/v1/attention",
@@ -524,6 +610,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_route_templates);
   tcase_add_test(tc, test_stats_routes);
   tcase_add_test(tc, test_api_keys);
+  tcase_add_test(tc, test_admit_before_body);
   tcase_add_test(tc, test_cors_preflight);
   suite_add_tcase(s, tc);
   return s;

@@ -184,6 +184,12 @@
  * metrics, after an unload).  Bounds the metrics' model labels. */
 #define ATTN_MAX_MODELS 64
 
+/* A body of the model repository's routes (POST /v2/repository/index,
+ * .../load, .../unload): Triton's few keys, never more than a few hundred
+ * bytes.  Longer is a 413, from the Content-Length before a byte of it is
+ * read (a 48 MiB body once took 2 GB to parse). */
+#define ATTN_MAX_REPO_BODY_BYTES ((size_t)64 * 1024)
+
 /* Safetensors header JSON larger than this is refused (the reference
  * implementation uses the same bound): a header is names and shapes, never
  * megabytes of text. */

@@ -7,8 +7,12 @@
  * the budget, max_total_body_bytes, with 503; from Content-Length before
  * reading it when the client sends one), build a plain attn_http_req and
  * ask routes.c.  The access handler, on_request, is its stages:
- * on_headers (the context, the request id, the checks that need no body,
- * Inference-Header-Content-Length read once and the body's pad from it),
+ * on_headers (the context, the request id, the checks that need no body:
+ * the header section read strictly, the framing, then what the route
+ * says from the headers alone, attn__route_admit: the key, the method,
+ * the body it takes; only then is any of the body budget taken or a
+ * 100 Continue sent; Inference-Header-Content-Length read once and the
+ * body's pad from it),
  * on_body (each piece), on_end (route), and the answer once a worker has
  * resumed the connection.  An immediate answer is queued at once; for an
  * inference the connection is suspended (MHD_suspend_connection) and then
@@ -103,6 +107,7 @@ typedef struct conn_ctx {
   size_t drained;  /* bytes discarded since fate != KEEP */
   size_t received; /* body bytes read, kept or not (the access log's) */
   size_t expect;   /* the Content-Length; SIZE_MAX when chunked (or none) */
+  size_t max_body; /* the most its route takes (attn__route_admit) */
   int fd;          /* the client's socket, for peer_gone(); -1 unknown */
   int peer_closed; /* peer_gone() saw the client leave */
   int peer_eof;    /* a chunked body's socket is at its end (see below) */
@@ -583,55 +588,107 @@ static size_t unescape_url(void *cls, struct MHD_Connection *c, char *s) {
   return n;
 }
 
-/* Header values hiding a NUL.  RFC 9110 5.5: a field value holding NUL
- * makes the message invalid; libmicrohttpd 0.9.75 keeps the value up to
- * the NUL and drops the rest silently.  It parses the headers in place in
- * its read buffer, in the order received, each line's end (CR LF or bare
- * LF) overwritten with NULs, so between the end of one value and the next
- * header's name lie only those (and blanks).  Anything else there is the
- * rest of a value that a NUL cut short.  The last header is followed by
- * the empty line and the body: there, a byte right after the value's end
- * other than a line end or blank is one.  A folded line (obs-fold) moves
- * a value out of the buffer: such a gap is not judged. */
-typedef struct nul_scan {
-  const char *end;    /* the previous value's end, or NULL */
-  const char *bad;    /* the first header found cut by a NUL */
-  const char *prev_k; /* the previous header's name */
-} nul_scan;
+/* The header section, checked as libmicrohttpd 0.9.75 left it.  It parses
+ * the request line and the headers in place in its read buffer, in the
+ * order received: each line's end (CR LF, or a bare LF) becomes NULs, and
+ * so does the colon after each name.  It is lenient where a proxy in
+ * front may read the same bytes otherwise (request smuggling, RFC 9112
+ * 11.2): it takes "Name : v" (blank before the colon; RFC 9112 5.1 says
+ * 400) under the name "Name ", ends the section at a line ": v" (an empty
+ * name) and reads the lines after it as the body, glues a folded line
+ * (obs-fold) onto the previous header's name, keeps a value up to a NUL
+ * and drops the rest, and keeps a bare CR in a value.  So each header
+ * must tile the buffer from the first header's name to the section's end
+ * (MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE from the request line's
+ * start): its name a token (RFC 9110 5.6.2) where the walk stands, one
+ * NUL (its colon), blanks, its value, then 1 or 2 NULs (its line end) and
+ * the next name, or, after the last, 2 to 4 NULs (its line end and the
+ * empty line) and the end.  Bytes left over are a line cut short or moved
+ * (a NUL in a value, a folded line, an empty name).  A value may hold no
+ * control byte below 0x20 but HTAB (RFC 9110 5.5; DEL is let through, as
+ * before: an X-Request-Id holding one is replaced).  One case cannot be told: a
+ * NUL right before a bare LF leaves what CR LF leaves (and cuts nothing). */
+typedef struct hdr_walk {
+  const char *start, *end; /* the section: the request line's start, end */
+  const char *at;          /* the previous header's end; NULL: none yet */
+  const char *name;        /* the header found wrong (or the previous) */
+  size_t name_len;
+  const char *why; /* what is wrong; NULL: nothing */
+} hdr_walk;
 
-static int line_end_byte(char c) {
-  return c == '\0' || c == '\r' || c == '\n' || c == ' ' || c == '\t';
+static int tchar(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-static enum MHD_Result nul_header(void *cls, enum MHD_ValueKind kind,
-                                  const char *key, const char *value) {
-  nul_scan *ns = cls;
+/* Is the line end after the header that ends at w->at 1 or 2 NULs up to
+ * next (the next name), or, next NULL, 2 to 4 up to the section's end
+ * (its own line end and the empty line)? */
+static int line_end(const hdr_walk *w, const char *next) {
+  size_t n = 0;
+  while (w->at + n < w->end && !w->at[n]) n++;
+  return next ? n >= 1 && n <= 2 && w->at + n == next
+              : n >= 2 && n <= 4 && w->at + n == w->end;
+}
+
+static const char cut_short[] =
+    "is cut short or followed by bytes that are not a header line: a NUL "
+    "in a value, a folded line (obs-fold, RFC 9112 5.2), or a line with "
+    "no name before its colon";
+
+static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t klen,
+                                   const char *value, size_t vlen) {
+  hdr_walk *w = cls;
   (void)kind;
-  if (ns->bad) return MHD_NO;
-  if (ns->end && key > ns->end && key - ns->end <= 256)
-    for (const char *p = ns->end; p < key; p++)
-      if (!line_end_byte(*p)) {
-        ns->bad = ns->prev_k;
-        return MHD_NO;
-      }
-  ns->prev_k = key;
-  ns->end = value ? value + strlen(value) : NULL;
-  return MHD_YES;
+  int placed = w->at ? line_end(w, key) : key > w->start && key < w->end;
+  if (w->at && !placed) {
+    w->why = cut_short; /* w->name: the previous header */
+    return MHD_NO;
+  }
+  w->name = key;
+  w->name_len = klen;
+  if (!placed) /* the first name, moved out: a folded line glued onto it */
+    w->why = "is folded over lines (obs-fold, RFC 9112 5.2)";
+  if (!klen && !w->why) w->why = "has an empty name";
+  for (size_t i = 0; i < klen && !w->why; i++)
+    if (!tchar((unsigned char)key[i]))
+      w->why = key[i] == ' ' || key[i] == '\t'
+                   ? "has blanks before its colon (RFC 9112 5.1)"
+                   : "has a name that is not a token (RFC 9110 5.6.2)";
+  const char *p = key + klen + 1; /* past the colon */
+  while (!w->why && p < w->end && (*p == ' ' || *p == '\t')) p++;
+  if (!w->why && vlen && value != p)
+    w->why = "is folded over lines (obs-fold, RFC 9112 5.2)";
+  for (size_t i = 0; i < vlen && !w->why; i++) {
+    unsigned char c = (unsigned char)value[i];
+    if (c < 0x20 && c != '\t') /* DEL passes: X-Request-Id copes */
+      w->why = c == '\r' ? "holds a CR that does not end a line"
+                         : "holds a control byte (RFC 9110 5.5)";
+  }
+  w->at = vlen ? value + vlen : p;
+  return w->why ? MHD_NO : MHD_YES;
 }
 
-/* The name of the first request header whose value holds a NUL, or NULL. */
-static const char *header_with_nul(struct MHD_Connection *conn) {
-  nul_scan ns = {0};
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, nul_header, &ns);
-  if (!ns.bad && ns.end && !line_end_byte(ns.end[1])) ns.bad = ns.prev_k;
-  return ns.bad;
+/* The header section walked (see above): NULL when sound, else why not,
+ * with w->name the header it concerns. */
+static const char *check_headers(struct MHD_Connection *conn,
+                                 const char *method, hdr_walk *w) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+  if (!ci) return NULL;
+  *w = (hdr_walk){.start = method, .end = method + ci->header_size};
+  MHD_get_connection_values_n(conn, MHD_HEADER_KIND, walk_header, w);
+  if (!w->why && w->at && !line_end(w, NULL)) w->why = cut_short;
+  return w->why;
 }
 
 /* What the request line and the headers hold that no request may: a
- * control byte in the path (once percent-decoded), a NUL in a header
- * value.  0, or 400 with msg filled in. */
-static int check_request_bytes(conn_ctx *cx, const char *path, char *msg,
-                               size_t cap) {
+ * control byte in the path (once percent-decoded), a header section that
+ * libmicrohttpd read leniently (check_headers).  0, or 400 with msg
+ * filled in. */
+static int check_request_bytes(conn_ctx *cx, const char *method,
+                               const char *path, char *msg, size_t cap) {
   long at = attn__path_control(path);
   if (at >= 0) {
     snprintf(msg, cap,
@@ -640,13 +697,21 @@ static int check_request_bytes(conn_ctx *cx, const char *path, char *msg,
              at, (int)(at < 64 ? at : 64), path);
     return 400;
   }
-  const char *key = header_with_nul(cx->conn);
-  if (key) {
-    cx->must_close = 1;
-    snprintf(msg, cap,
-             "the value of header '%.48s' holds a NUL byte, which HTTP "
-             "does not allow in a field value (RFC 9110 5.5)",
-             key);
+  hdr_walk w;
+  const char *why = check_headers(cx->conn, method, &w);
+  if (why) {
+    cx->must_close = 1; /* where this request ends is not known */
+    if (cx->id_given) { /* nor is its X-Request-Id to be trusted */
+      cx->id_given = 0;
+      make_id(cx, atomic_fetch_add(&cx->srv->ctx.next_id, 1));
+    }
+    char name[52];
+    size_t n = w.name_len < 48 ? w.name_len : 48;
+    for (size_t i = 0; i < n; i++) /* printable, for the message */
+      name[i] = w.name[i] >= 0x20 && w.name[i] < 0x7f ? w.name[i] : '?';
+    name[n] = '\0';
+    snprintf(msg, cap, "the request header '%s%s' %s", name,
+             w.name_len > n ? "..." : "", why);
     return 400;
   }
   return 0;
@@ -673,7 +738,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .if_none_match = header(cx->conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
       .body = cx->body ? cx->body : "",
       .body_len = cx->len,
-      .start_ns = cx->start_ns};
+      .start_ns = cx->start_ns,
+      .admitted = true};
   attn_http_resp resp = {0};
   attn_infer_target target;
   answering(cx);
@@ -723,6 +789,30 @@ static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
   return ok;
 }
 
+/* What the route says of the request before its body (routes.c): 1 with
+ * cx->resp the refusal (a wrong or missing key, a wrong method, a body
+ * the route does not take), or 0 with cx->max_body set.  Nothing of the
+ * body budget is taken before this, and no 100 Continue sent, so keyless
+ * clients cannot hold the budget (issue 39). */
+static int admit(conn_ctx *cx, uint64_t body) {
+  attn_server *s = cx->srv;
+  attn_http_req req = {
+      .method = cx->method,
+      .path = cx->path,
+      .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
+      .api_key = s->ctx.auth ? header(cx->conn, "X-Api-Key") : NULL,
+      .origin = cx->origin,
+      .cors_method =
+          cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
+      .request_id = cx->request_id,
+      .start_ns = cx->start_ns};
+  if (attn__route_admit(&s->ctx, &req, body, &cx->resp, &cx->max_body) ==
+      ATTN_ROUTE_DEFER)
+    return 0;
+  if (body) cx->must_close = 1; /* its body is not read */
+  return 1;
+}
+
 /* The request's headers, on the first call: a context for it, its id,
  * the checks that need no body (URL length, framing, a Content-Length
  * past max_body_bytes or the budget), and where its body will go. */
@@ -765,16 +855,18 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
                       "of its tls_client_ca_file (mutual TLS): none was "
                       "presented, or it is not valid");
   }
-  char fmsg[256];
-  int fstatus = check_request_bytes(cx, path, fmsg, sizeof fmsg);
+  char fmsg[320];
+  int fstatus = check_request_bytes(cx, method, path, fmsg, sizeof fmsg);
   if (!fstatus) fstatus = check_framing(cx, fmsg, sizeof fmsg);
   if (fstatus) return send_error(cx, fstatus, fmsg);
-  uint64_t cl;
+  uint64_t cl = 0;
   const char *cls_h = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  int chunked = header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
   /* with Transfer-Encoding (chunked), the Content-Length is ignored */
-  if (cls_h && !header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
-      attn__header_number(cls_h, &cl) == 1) {
-    if (cl > (uint64_t)s->ctx.cfg->max_body_bytes) {
+  int has_cl = cls_h && !chunked && attn__header_number(cls_h, &cl) == 1;
+  if (admit(cx, chunked ? UINT64_MAX : cl)) return send_resp(cx, &cx->resp);
+  if (has_cl) {
+    if (cl > (uint64_t)cx->max_body) {
       char msg[160];
       snprintf(msg, sizeof msg,
                "request body of %llu bytes exceeds max_body_bytes=%lld",
@@ -796,9 +888,7 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->ihcl_ok = attn__header_number(cx->ihcl, &cx->ihcl_val) != 0;
   if (cx->ihcl_ok) cx->pad = (size_t)((64 - cx->ihcl_val % 64) % 64);
   /* a body follows: its rate is watched (body_min_rate_bytes_s) */
-  int has_body = cx->expect == SIZE_MAX
-                     ? header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL
-                     : cx->expect > 0;
+  int has_body = cx->expect == SIZE_MAX ? chunked : cx->expect > 0;
   if (has_body) attn__peer_body_begin(cx->peer);
   return MHD_YES;
 }
@@ -811,10 +901,17 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
  * ffffffffffffffff then held the connection for that long.  (Its size
  * itself is libmicrohttpd's, not shown to attnd: the bytes count.) */
 static enum MHD_Result refuse_too_big(conn_ctx *cx) {
-  char msg[160];
-  snprintf(msg, sizeof msg,
-           "request body exceeds max_body_bytes=%lld (read so far: %zu bytes)",
-           (long long)cx->srv->ctx.cfg->max_body_bytes, cx->received);
+  char msg[200];
+  if (cx->max_body < (size_t)cx->srv->ctx.cfg->max_body_bytes)
+    snprintf(msg, sizeof msg,
+             "the body of %.64s passes %zu bytes, the most this route takes "
+             "(read so far: %zu bytes)",
+             cx->path, cx->max_body, cx->received);
+  else
+    snprintf(msg, sizeof msg,
+             "request body exceeds max_body_bytes=%lld (read so far: %zu "
+             "bytes)",
+             (long long)cx->srv->ctx.cfg->max_body_bytes, cx->received);
   attn__raw_answer(cx->fd, 413, cx->request_id, 0, msg);
   shutdown(cx->fd, SHUT_WR); /* the answer, then the end: no more is read */
   free_body(cx);
@@ -841,13 +938,13 @@ static enum MHD_Result on_body(conn_ctx *cx, const char *upload, size_t n) {
     cx->drained += n;
     return cx->drained > (size_t)cfg->max_body_bytes ? MHD_NO : MHD_YES;
   }
-  if (cx->len + n > (size_t)cfg->max_body_bytes) return refuse_too_big(cx);
+  if (cx->len + n > cx->max_body) return refuse_too_big(cx);
   if (cx->len + n > cx->cap || !cx->body) {
     /* the Content-Length when it was sent, else BODY_INITIAL, doubled as
      * a chunked body grows */
     size_t cap = cx->cap >= cx->len + n ? cx->cap : BODY_INITIAL;
     while (cap < cx->len + n) cap *= 2;
-    if (cap > (size_t)cfg->max_body_bytes) cap = (size_t)cfg->max_body_bytes;
+    if (cap > cx->max_body) cap = cx->max_body;
     if (!reserve(cx, cap)) return discard(cx, OVER_BUDGET, n);
     /* pad + cap <= 63 + max_body_bytes: no overflow */
     char *nb = aligned_alloc(64, (cx->pad + cap + 63) / 64 * 64);

@@ -75,6 +75,9 @@ typedef struct attn_http_req {
   const char *body;          /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
+  /* attn__route_admit let it in with its headers: key and method are
+   * checked already */
+  bool admitted;
 } attn_http_req;
 
 /* What the stages measured of an inference request, for the metrics and
@@ -159,6 +162,20 @@ typedef struct attn_infer_target {
  * run (DEFER, *t filled, *resp untouched).  HTTP thread; never blocks. */
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
                             attn_http_resp *resp, attn_infer_target *t);
+
+/* routes.c: what can be told of req from its headers alone, before any
+ * of the body budget is taken or a body invited (100 Continue): the API
+ * key (401), the route's methods (405), and whether the route takes the
+ * body announced, body bytes (UINT64_MAX: chunked, length unknown; 0:
+ * none): 413 for a body on a route that takes none, or past a small
+ * route's limit, 404 for a body to no route.  DONE with *resp filled, or
+ * DEFER with *max_body the most the route takes (0: none; the caller
+ * holds a chunked body to it).  A request without a body to a route that
+ * refuses it for another reason is answered by attn__route as before.
+ * HTTP thread; never blocks. */
+attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
+                                  uint64_t body, attn_http_resp *resp,
+                                  size_t *max_body);
 
 /* The job's answer: takes resp's body.  Called exactly once per queued
  * job, by the worker that ran or expired it, or by the pool's reaper when

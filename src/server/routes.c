@@ -24,6 +24,11 @@
  *                     client whose Accept names text/html)
  *   GET  /ui/{file}   (the page's files, web.c)
  *   GET  /openapi.json (the API description, docs/openapi.yaml; web.c)
+ * A row also says which body its route takes (route_body): none, a small
+ * one (the repository's) or tensors.  attn__route_admit asks the key, the
+ * methods and that from the headers alone, so that http.c refuses before
+ * a byte of body is read or budgeted; attn__route then skips what was
+ * admitted.
  * Each route says who may call it when API keys are set (route_access:
  * health, the page and its files are public, /metrics is unless
  * metrics_require_key, the rest and every unknown path need a key: 401
@@ -586,30 +591,39 @@ typedef enum {
   METRICS, /* GET /metrics: public unless metrics_require_key */
 } route_access;
 
+/* The body a route takes (checked with the headers: attn__route_admit). */
+typedef enum {
+  NO_BODY,    /* none: a GET, HEAD or preflight */
+  SMALL_BODY, /* a few keys of JSON: ATTN_MAX_REPO_BODY_BYTES */
+  BODY,       /* tensors: max_body_bytes */
+  BY_PATH,    /* the handler's path says (model_shape()) */
+} route_body;
+
 typedef struct route {
   const char *path;
   match_kind match;
   route_methods methods;
   handler *handle;
   route_access access;
+  route_body body;
 } route;
 
 /* Tried in order; the first whose path matches answers. */
 static const route routes[] = {
-    {"/v2/health/live", EXACT, GET, live, PUBLIC},
-    {"/v2/health/ready", EXACT, GET, ready, PUBLIC},
-    {"/v2", EXACT, GET, server_metadata, KEYED},
-    {"/v2/", EXACT, GET, server_metadata, KEYED},
-    {"/", EXACT, GET, root, PUBLIC},
-    {"/ui", FOLDER, GET, web_file, PUBLIC},
-    {"/v1/models", EXACT, GET, model_list, KEYED},
-    {"/v1/attention", EXACT, POST, infer_v1, KEYED},
-    {"/metrics", EXACT, GET, metrics, METRICS},
-    {"/openapi.json", EXACT, GET, openapi, PUBLIC},
-    {"/v2/models/stats", EXACT, GET, all_stats, KEYED},
-    {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED},
-    {"/v2/repository/index", EXACT, POST, repo_index, KEYED},
-    {"/v2/repository/models/", PREFIX, POST, repo_model, KEYED},
+    {"/v2/health/live", EXACT, GET, live, PUBLIC, NO_BODY},
+    {"/v2/health/ready", EXACT, GET, ready, PUBLIC, NO_BODY},
+    {"/v2", EXACT, GET, server_metadata, KEYED, NO_BODY},
+    {"/v2/", EXACT, GET, server_metadata, KEYED, NO_BODY},
+    {"/", EXACT, GET, root, PUBLIC, NO_BODY},
+    {"/ui", FOLDER, GET, web_file, PUBLIC, NO_BODY},
+    {"/v1/models", EXACT, GET, model_list, KEYED, NO_BODY},
+    {"/v1/attention", EXACT, POST, infer_v1, KEYED, BODY},
+    {"/metrics", EXACT, GET, metrics, METRICS, NO_BODY},
+    {"/openapi.json", EXACT, GET, openapi, PUBLIC, NO_BODY},
+    {"/v2/models/stats", EXACT, GET, all_stats, KEYED, NO_BODY},
+    {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED, BY_PATH},
+    {"/v2/repository/index", EXACT, POST, repo_index, KEYED, SMALL_BODY},
+    {"/v2/repository/models/", PREFIX, POST, repo_model, KEYED, SMALL_BODY},
 };
 
 static int matches(const route *r, const char *path) {
@@ -671,11 +685,14 @@ bool attn__metrics_refused(attn_srv_ctx *s, const attn_http_req *req,
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
  * when CORS is on: 204 for an allowed origin (http.c adds the origin's
  * headers), 403 for another.  0 when the request is not one. */
+static int is_preflight(const attn_srv_ctx *s, const attn_http_req *req) {
+  return req->origin && req->cors_method && method_is(req, "OPTIONS") &&
+         *s->cfg->cors_allow_origins;
+}
+
 static int preflight(attn_srv_ctx *s, const attn_http_req *req,
                      attn_http_resp *resp) {
-  if (!req->origin || !req->cors_method || !method_is(req, "OPTIONS") ||
-      !*s->cfg->cors_allow_origins)
-    return 0;
+  if (!is_preflight(s, req)) return 0;
   if (!attn__cors_allowed(s->cfg->cors_allow_origins, req->origin)) {
     attn__resp_error(resp, 403,
                      "origin '%.200s' is not in cors_allow_origins (this "
@@ -695,21 +712,100 @@ static int preflight(attn_srv_ctx *s, const attn_http_req *req,
   return 1;
 }
 
+/* The route of req's path (NULL: none).  Keyless paths are refused as
+ * keyed ones are: a path not in the table needs a key too. */
+static const route *find_route(const char *path) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (matches(&routes[i], path)) return &routes[i];
+  return NULL;
+}
+
+/* The key, then the route's methods: 0, or 1 with *resp the 401 or 405.
+ * The 404 of a path that no row matches is the caller's. */
+static int refused(attn_srv_ctx *s, const attn_http_req *req, const route *r,
+                   attn_http_resp *resp) {
+  if (unauthorized(s, req, r ? r->access : KEYED, resp)) return 1;
+  const char *allow = !r                   ? NULL
+                      : r->methods == GET  ? "GET, HEAD"
+                      : r->methods == POST ? "POST"
+                                           : NULL;
+  if (!allow || (r->methods == GET ? is_get(req) : method_is(req, "POST")))
+    return 0;
+  wrong_method(resp, req, allow);
+  return 1;
+}
+
+static void no_route(const attn_http_req *req, attn_http_resp *resp) {
+  attn__resp_error(resp, 404, "no route for %s %s (GET / lists the endpoints)",
+                   req->method, req->path);
+}
+
+/* A /v2/models/... path: an inference takes a body and POST, the rest
+ * (metadata, ready, stats) neither; the handler says 404 or 405 once the
+ * body is in, when there is none. */
+static route_body model_shape(const attn_http_req *req, const char **allow) {
+  attn_infer_target t;
+  const char *tail;
+  if (!parse_model_path(req->path, &t, &tail) ||
+      (strcmp(tail, "") && strcmp(tail, "/") && strcmp(tail, "/ready") &&
+       strcmp(tail, "/stats") && strcmp(tail, "/infer")))
+    return BY_PATH; /* the handler's 404 */
+  int infer = strcmp(tail, "/infer") == 0;
+  *allow = infer ? "POST" : "GET, HEAD";
+  return infer ? BODY : NO_BODY;
+}
+
+attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
+                                  uint64_t body, attn_http_resp *resp,
+                                  size_t *max_body) {
+  const route *r = find_route(req->path);
+  route_body kind = r ? r->body : NO_BODY;
+  *max_body = 0;
+  if (is_preflight(s, req)) { /* answered at the end; never a body */
+    kind = NO_BODY;
+  } else {
+    if (refused(s, req, r, resp)) return ATTN_ROUTE_DONE;
+    const char *allow = NULL;
+    if (kind == BY_PATH && (kind = model_shape(req, &allow)) == BY_PATH)
+      r = NULL; /* not a model route: the handler's 404 */
+    if (allow &&
+        (strcmp(allow, "POST") == 0 ? !method_is(req, "POST") : !is_get(req)))
+      return wrong_method(resp, req, allow);
+  }
+  size_t most = (size_t)s->cfg->max_body_bytes;
+  if (kind == BODY) *max_body = most;
+  if (kind == SMALL_BODY)
+    *max_body =
+        most < ATTN_MAX_REPO_BODY_BYTES ? most : ATTN_MAX_REPO_BODY_BYTES;
+  if (body == 0) return ATTN_ROUTE_DEFER; /* refusals need no hurry now */
+  if (!r) {
+    no_route(req, resp);
+    return ATTN_ROUTE_DONE;
+  }
+  if (kind == NO_BODY) {
+    attn__resp_error(resp, 413, "%s %s takes no request body (this one %s)",
+                     req->method, req->path,
+                     body == UINT64_MAX ? "is sent chunked" : "has one");
+    return ATTN_ROUTE_DONE;
+  }
+  if (kind == SMALL_BODY && body != UINT64_MAX &&
+      body > ATTN_MAX_REPO_BODY_BYTES) {
+    attn__resp_error(resp, 413,
+                     "the body of %s is %llu bytes; this route takes at most "
+                     "%zu (Triton's few keys of JSON)",
+                     req->path, (unsigned long long)body,
+                     ATTN_MAX_REPO_BODY_BYTES);
+    return ATTN_ROUTE_DONE;
+  }
+  return ATTN_ROUTE_DEFER;
+}
+
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
                             attn_http_resp *resp, attn_infer_target *t) {
   if (preflight(s, req, resp)) return ATTN_ROUTE_DONE;
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-    const route *r = &routes[i];
-    if (!matches(r, req->path)) continue;
-    if (unauthorized(s, req, r->access, resp)) return ATTN_ROUTE_DONE;
-    if (r->methods == GET && !is_get(req))
-      return wrong_method(resp, req, "GET, HEAD");
-    if (r->methods == POST && !method_is(req, "POST"))
-      return wrong_method(resp, req, "POST");
-    return r->handle(s, req, resp, t);
-  }
-  if (unauthorized(s, req, KEYED, resp)) return ATTN_ROUTE_DONE;
-  attn__resp_error(resp, 404, "no route for %s %s (GET / lists the endpoints)",
-                   req->method, req->path);
+  const route *r = find_route(req->path);
+  if (!req->admitted && refused(s, req, r, resp)) return ATTN_ROUTE_DONE;
+  if (r) return r->handle(s, req, resp, t);
+  no_route(req, resp);
   return ATTN_ROUTE_DONE;
 }
