@@ -377,6 +377,47 @@ START_TEST(test_route_templates) {
 }
 END_TEST
 
+/* Every row of the route table has what the metrics and GET /'s list
+ * derive from it; the templates are unique, "other" last; GET / lists
+ * exactly the listed rows. */
+START_TEST(test_route_rows) {
+  size_t n;
+  const char *const *t = attn__route_templates(&n);
+  ck_assert_int_eq((int)n, attn__route_count() + 1);
+  for (int i = 0; i < attn__route_count(); i++) {
+    char why[160];
+    ck_assert_msg(attn__route_row_ok(i, why, sizeof why), "%s", why);
+    ck_assert_msg(t[i] && t[i][0] == '/', "row %d: template %s", i, t[i]);
+    for (int j = 0; j < i; j++)
+      ck_assert_msg(strcmp(t[i], t[j]) != 0, "template %s twice", t[i]);
+    /* a path of the template's shape is counted under it */
+    char path[256];
+    size_t o = 0;
+    for (const char *p = t[i]; *p && o + 2 < sizeof path; p++)
+      if (*p == '{') {
+        path[o++] = 'x';
+        p = strchr(p, '}');
+      } else {
+        path[o++] = *p;
+      }
+    path[o] = '\0';
+    ck_assert_msg(attn__route_template(path) == i, "%s counted as %s", path,
+                  t[attn__route_template(path)]);
+  }
+  attn_http_resp r = route("GET", "/", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 200);
+  static const char *const listed[] = {
+      "\"POST /v1/attention\"", "\"GET /ui/\"", "\"GET /v2\"",
+      "\"POST /v2/models/{model}/infer\"", "\"GET /v2/models/stats\"",
+      "\"POST /v2/repository/models/{model}/unload\""};
+  for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
+    ck_assert_msg(strstr(r.body, listed[i]), "GET / lacks %s: %s", listed[i],
+                  r.body);
+  ck_assert_ptr_null(strstr(r.body, "{version}")); /* not listed */
+  free(r.body);
+}
+END_TEST
+
 /* The statistics routes answer Triton's shape; an unknown model is 404. */
 START_TEST(test_stats_routes) {
   attn_http_resp r =
@@ -475,8 +516,11 @@ static attn_route_kind admit(const char *method, const char *path,
                              const char *key, uint64_t body, size_t *max,
                              attn_http_resp *r) {
   attn_http_req req = {.method = method, .path = path, .api_key = key};
+  attn_admission a;
   memset(r, 0, sizeof *r);
-  return attn__route_admit(&srv, &req, body, r, max);
+  attn_route_kind k = attn__route_admit(&srv, &req, body, r, &a);
+  *max = a.max_body;
+  return k;
 }
 
 START_TEST(test_admit_before_body) {
@@ -608,6 +652,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);
   tcase_add_test(tc, test_route_templates);
+  tcase_add_test(tc, test_route_rows);
   tcase_add_test(tc, test_stats_routes);
   tcase_add_test(tc, test_api_keys);
   tcase_add_test(tc, test_admit_before_body);

@@ -107,7 +107,8 @@ typedef struct conn_ctx {
   size_t drained;  /* bytes discarded since fate != KEEP */
   size_t received; /* body bytes read, kept or not (the access log's) */
   size_t expect;   /* the Content-Length; SIZE_MAX when chunked (or none) */
-  size_t max_body; /* the most its route takes (attn__route_admit) */
+  attn_admission adm; /* what routes.c said of it (attn__route_admit) */
+  int admitted;       /* adm is filled */
   int fd;          /* the client's socket, for peer_gone(); -1 unknown */
   int peer_closed; /* peer_gone() saw the client leave */
   int peer_eof;    /* a chunked body's socket is at its end (see below) */
@@ -739,7 +740,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .body = cx->body ? cx->body : "",
       .body_len = cx->len,
       .start_ns = cx->start_ns,
-      .admitted = true};
+      .admitted = true,
+      .route = cx->adm.route};
   attn_http_resp resp = {0};
   attn_infer_target target;
   answering(cx);
@@ -791,7 +793,7 @@ static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
 
 /* What the route says of the request before its body (routes.c): 1 with
  * cx->resp the refusal (a wrong or missing key, a wrong method, a body
- * the route does not take), or 0 with cx->max_body set.  Nothing of the
+ * the route does not take), or 0 with cx->adm.max_body set.  Nothing of the
  * body budget is taken before this, and no 100 Continue sent, so keyless
  * clients cannot hold the budget (issue 39). */
 static int admit(conn_ctx *cx, uint64_t body) {
@@ -806,9 +808,10 @@ static int admit(conn_ctx *cx, uint64_t body) {
           cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
       .request_id = cx->request_id,
       .start_ns = cx->start_ns};
-  if (attn__route_admit(&s->ctx, &req, body, &cx->resp, &cx->max_body) ==
-      ATTN_ROUTE_DEFER)
-    return 0;
+  attn_route_kind k = attn__route_admit(&s->ctx, &req, body, &cx->resp,
+                                        &cx->adm);
+  cx->admitted = 1;
+  if (k == ATTN_ROUTE_DEFER) return 0;
   if (body) cx->must_close = 1; /* its body is not read */
   return 1;
 }
@@ -866,7 +869,7 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   int has_cl = cls_h && !chunked && attn__header_number(cls_h, &cl) == 1;
   if (admit(cx, chunked ? UINT64_MAX : cl)) return send_resp(cx, &cx->resp);
   if (has_cl) {
-    if (cl > (uint64_t)cx->max_body) {
+    if (cl > (uint64_t)cx->adm.max_body) {
       char msg[160];
       snprintf(msg, sizeof msg,
                "request body of %llu bytes exceeds max_body_bytes=%lld",
@@ -902,11 +905,11 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
  * itself is libmicrohttpd's, not shown to attnd: the bytes count.) */
 static enum MHD_Result refuse_too_big(conn_ctx *cx) {
   char msg[200];
-  if (cx->max_body < (size_t)cx->srv->ctx.cfg->max_body_bytes)
+  if (cx->adm.max_body < (size_t)cx->srv->ctx.cfg->max_body_bytes)
     snprintf(msg, sizeof msg,
              "the body of %.64s passes %zu bytes, the most this route takes "
              "(read so far: %zu bytes)",
-             cx->path, cx->max_body, cx->received);
+             cx->path, cx->adm.max_body, cx->received);
   else
     snprintf(msg, sizeof msg,
              "request body exceeds max_body_bytes=%lld (read so far: %zu "
@@ -938,13 +941,13 @@ static enum MHD_Result on_body(conn_ctx *cx, const char *upload, size_t n) {
     cx->drained += n;
     return cx->drained > (size_t)cfg->max_body_bytes ? MHD_NO : MHD_YES;
   }
-  if (cx->len + n > cx->max_body) return refuse_too_big(cx);
+  if (cx->len + n > cx->adm.max_body) return refuse_too_big(cx);
   if (cx->len + n > cx->cap || !cx->body) {
     /* the Content-Length when it was sent, else BODY_INITIAL, doubled as
      * a chunked body grows */
     size_t cap = cx->cap >= cx->len + n ? cx->cap : BODY_INITIAL;
     while (cap < cx->len + n) cap *= 2;
-    if (cap > cx->max_body) cap = cx->max_body;
+    if (cap > cx->adm.max_body) cap = cx->adm.max_body;
     if (!reserve(cx, cap)) return discard(cx, OVER_BUDGET, n);
     /* pad + cap <= 63 + max_body_bytes: no overflow */
     char *nb = aligned_alloc(64, (cx->pad + cap + 63) / 64 * 64);
@@ -1057,7 +1060,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   .bytes_out = cx->bytes_out,
                   .total_ns = end_ns - cx->start_ns,
                   .end_ns = end_ns,
-                  .trace = &cx->resp.trace};
+                  .trace = &cx->resp.trace,
+                  .route = cx->admitted ? &cx->adm : NULL};
   if (log) attn__observe(&s->ctx, &e);
   if (log && s->ctx.cfg->access_log) {
     attn_access a = {

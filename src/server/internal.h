@@ -76,8 +76,9 @@ typedef struct attn_http_req {
   size_t body_len;
   uint64_t start_ns;
   /* attn__route_admit let it in with its headers: key and method are
-   * checked already */
+   * checked already, and route is its row */
   bool admitted;
+  int route;
 } attn_http_req;
 
 /* What the stages measured of an inference request, for the metrics and
@@ -129,6 +130,25 @@ typedef struct attn_srv_ctx {
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn_route_kind;
 
+/* The kind of work a route is (its row in routes.c says): answered on the
+ * HTTP thread, an inference of either protocol (the metrics count these
+ * apart), or an operation of the model repository (a job). */
+typedef enum {
+  ATTN_ROLE_ANSWER,
+  ATTN_ROLE_INFER_V1,
+  ATTN_ROLE_INFER_V2,
+  ATTN_ROLE_REPOSITORY
+} attn_route_role;
+
+/* What routes.c tells of a request from its path and headers
+ * (attn__route_admit, attn__route_resolve). */
+typedef struct attn_admission {
+  int route;       /* its row: the index of its route template */
+  int model;       /* v2 inference: the URL's model, registry slot + 1 (0:
+                      none of that name) */
+  size_t max_body; /* the most body its route takes (0: none) */
+} attn_admission;
+
 /* What a job does: an inference of either protocol, or one of the model
  * repository's operations (repo.c). */
 typedef enum {
@@ -169,13 +189,18 @@ attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
  * body announced, body bytes (UINT64_MAX: chunked, length unknown; 0:
  * none): 413 for a body on a route that takes none, or past a small
  * route's limit, 404 for a body to no route.  DONE with *resp filled, or
- * DEFER with *max_body the most the route takes (0: none; the caller
- * holds a chunked body to it).  A request without a body to a route that
- * refuses it for another reason is answered by attn__route as before.
+ * DEFER; *a is filled either way (a->max_body: the most the route takes,
+ * which the caller holds a chunked body to).  A request without a body to
+ * a route that refuses it for another reason is answered by attn__route.
  * HTTP thread; never blocks. */
 attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
                                   uint64_t body, attn_http_resp *resp,
-                                  size_t *max_body);
+                                  attn_admission *a);
+/* routes.c: the row of a path, and for a v2 inference its model, into *a
+ * (max_body 0), for a request that was never admitted (refused before:
+ * observe.c).  Any thread. */
+void attn__route_resolve(const attn_srv_ctx *s, const char *path,
+                         attn_admission *a);
 
 /* The job's answer: takes resp's body.  Called exactly once per queued
  * job, by the worker that ran or expired it, or by the pool's reaper when
@@ -227,9 +252,15 @@ int attn__http_status(attn_status s);
 int attn__header_number(const char *v, uint64_t *out);
 
 /* routes.c: the route templates, the label of attnd_http_requests_total
- * (*n of them; the last is "other"), and which one a path is. */
+ * (*n of them, one per row of the table; the last is "other"), which one
+ * a path is, and the kind of work a template's route is. */
 const char *const *attn__route_templates(size_t *n);
 int attn__route_template(const char *path);
+attn_route_role attn__route_role(int route);
+/* routes.c, for its unit test: the rows, and whether row i (< count) has
+ * what the metrics and GET /'s list need (why, when not). */
+int attn__route_count(void);
+bool attn__route_row_ok(int i, char *why, size_t cap);
 /* routes.c: does GET /metrics need a key this request did not bring
  * (metrics_require_key with keys set)?  Then *resp is the 401, counted as
  * every refusal is.  For metrics_port, which has no route table. */
@@ -254,6 +285,7 @@ typedef struct attn_ended {
   uint64_t total_ns; /* as the access log's total_ms */
   uint64_t end_ns;   /* attn_now_ns() now */
   const attn_resp_trace *trace;
+  const attn_admission *route; /* its route, when admitted; NULL: not */
 } attn_ended;
 void attn__observe(attn_srv_ctx *s, const attn_ended *e);
 

@@ -4,12 +4,13 @@
  * http.c calls attn__observe once per request, where it writes the access
  * line (on_completed), with the same numbers: the status, the body bytes,
  * the total time.  Every request counts in attnd_http_requests_total under
- * its route template (routes.c: bounded, never the raw path), its method
+ * its route template (routes.c: bounded, never the raw path; the row
+ * http.c recorded when it admitted the request, else routed here), its method
  * (a fixed set) and its code.  A POST to an inference route also counts
  * in attnd_inference_requests_total and the histograms, unless nothing
  * answered it (the client left before any answer: code 499 only): its
  * model is the one the worker ran, else the URL's when the registry has
- * a slot of that name (v2), else "" (not known: a /v1 body never read, an
+ * a slot of that name (v2, looked up once by routes.c), else "" (not known: a /v1 body never read, an
  * unknown model); its outcome is what the stage that answered said (trace.hint:
  * timeout, draining...), else follows from the status: 200 success, 413
  * too_large, other 4xx invalid, 503 rejected, other 5xx internal. Runs on the
@@ -17,13 +18,6 @@
  * only that thread's shard.
  */
 #include "internal.h"
-
-/* v2's model from "/v2/models/{m}..." as a registry index + 1; 0 when
- * the registry has no such model. */
-static int url_model(const attn_srv_ctx *s, const char *path) {
-  const char *p = path + strlen("/v2/models/");
-  return attn_registry_slot(s->models, p, strcspn(p, "/")) + 1;
-}
 
 static attn_outcome outcome_of(int status, const attn_resp_trace *t) {
   if (t->hint) return (attn_outcome)(t->hint - 1);
@@ -36,17 +30,18 @@ static attn_outcome outcome_of(int status, const attn_resp_trace *t) {
 
 void attn__observe(attn_srv_ctx *s, const attn_ended *e) {
   if (!s->metrics) return;
-  int route = attn__route_template(e->path);
-  attn_metrics_http(s->metrics, route, attn_metrics_method(e->method),
+  attn_admission a; /* a request refused before routing: routed now */
+  if (!e->route) attn__route_resolve(s, e->path, &a);
+  const attn_admission *r = e->route ? e->route : &a;
+  attn_metrics_http(s->metrics, r->route, attn_metrics_method(e->method),
                     e->status, e->bytes_in, e->bytes_out);
-  const char *name = attn__route_templates(&(size_t){0})[route];
-  int v1 = strcmp(name, "/v1/attention") == 0;
-  size_t len = strlen(name);
+  attn_route_role role = attn__route_role(r->route);
+  int v1 = role == ATTN_ROLE_INFER_V1;
   if (!e->answered || strcmp(e->method, "POST") != 0 ||
-      (!v1 && (len < 6 || strcmp(name + len - 6, "/infer") != 0)))
+      (!v1 && role != ATTN_ROLE_INFER_V2))
     return;
   const attn_resp_trace *t = e->trace;
-  int model = t->model ? t->model : v1 ? 0 : url_model(s, e->path);
+  int model = t->model ? t->model : r->model;
   attn_infer_obs o = {.model = model - 1,
                       .proto = v1 ? ATTN_PROTO_V1 : ATTN_PROTO_V2,
                       .outcome = outcome_of(e->status, t),

@@ -7,23 +7,13 @@
  * comes back as an attn_infer_target (ATTN_ROUTE_DEFER) for http.c to hand
  * to infer.c, which makes the job.  Nothing here blocks, allocates a job
  * or touches the engine.  The routes are one table (`routes` below), tried
- * in order; a route's methods are checked before its handler runs (405
- * with Allow otherwise; HEAD is answered as GET, libmicrohttpd leaves the
- * body out):
- *   GET  /v2/health/live, /v2/health/ready, /v2
- *   GET  /v2/models/{m}[/versions/{v}], .../ready
- *   POST /v2/models/{m}[/versions/{v}]/infer
- *   POST /v1/attention
- *   GET  /v1/models  (a list, for people with curl)
- *   GET  /metrics    (Prometheus text, stats.c)
- *   GET  /v2/models/stats, /v2/models/{m}[/versions/{v}]/stats (Triton's
- *        statistics extension, stats.c)
- *   POST /v2/repository/index, /v2/repository/models/{m}/load, .../unload
- *        (Triton's model repository extension: a job, run by repo.c)
- *   GET  /           (a short index of the above; the page, web.c, for a
- *                     client whose Accept names text/html)
- *   GET  /ui/{file}   (the page's files, web.c)
- *   GET  /openapi.json (the API description, docs/openapi.yaml; web.c)
+ * in order, and a row is the only place an endpoint is declared: its
+ * path template ("{model}" for a segment) is its metrics route label
+ * (attn__route_templates) and its line in GET /'s list, its role tells
+ * observe.c an inference from the rest, and its methods are checked before
+ * its handler runs (405 with Allow otherwise; HEAD is answered as GET,
+ * libmicrohttpd leaves the body out).  A unit test (test_route_rows)
+ * checks that every row has what those need.
  * A row also says which body its route takes (route_body): none, a small
  * one (the repository's) or tensors.  attn__route_admit asks the key, the
  * methods and that from the headers alone, so that http.c refuses before
@@ -35,6 +25,7 @@
  * with WWW-Authenticate); a CORS preflight is answered before any of it.
  * Answers are written with respond.c's helpers.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,28 +228,8 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
   return ATTN_ROUTE_DONE;
 }
 
-/* GET /: the page (web.c) for a browser, else a short JSON index. */
-static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_target *t) {
-  if (attn__web_root(req, resp)) return ATTN_ROUTE_DONE;
-  attn_buf b;
-  attn_buf_init(&b, 0);
-  attn_buf_printf(&b,
-                  "{\"name\":\"attnd\",\"version\":\"%s\",\"endpoints\":["
-                  "\"POST /v1/attention\",\"GET /v1/models\","
-                  "\"GET /v2\",\"GET /v2/health/live\","
-                  "\"GET /v2/health/ready\","
-                  "\"GET /v2/models/{model}\",\"GET /v2/models/{model}/ready\","
-                  "\"POST /v2/models/{model}/infer\",\"GET /v2/models/stats\","
-                  "\"GET /v2/models/{model}/stats\",\"GET /metrics\","
-                  "\"POST /v2/repository/index\","
-                  "\"POST /v2/repository/models/{model}/load\","
-                  "\"POST /v2/repository/models/{model}/unload\","
-                  "\"GET /ui/\",\"GET /openapi.json\"]}",
-                  ATTN_VERSION);
-  attn__resp_json(resp, 200, &b);
-  return ATTN_ROUTE_DONE;
-}
+/* GET / (defined after the table, which it lists). */
+static handler root;
 
 /* GET /ui, /ui/{file}: the page's files (web.c). */
 static attn_route_kind web_file(attn_srv_ctx *s, const attn_http_req *req,
@@ -391,55 +362,69 @@ static int parse_model_path(const char *path, attn_infer_target *t,
   return 1;
 }
 
-static attn_route_kind model_routes(attn_srv_ctx *s, const attn_http_req *req,
+/* The model a /v2/models/{m}[/versions/{v}]/... path names, taken
+ * (attn_model_put when done), with t->model and t->version filled; NULL
+ * with *resp its 404 (a name too long for one is no model either). */
+static const attn_model *path_model(attn_srv_ctx *s, const attn_http_req *req,
                                     attn_http_resp *resp,
                                     attn_infer_target *t) {
   const char *tail;
-  if (!parse_model_path(req->path, t, &tail)) {
-    attn__resp_error(resp, 404, "no route for %s", req->path);
-    return ATTN_ROUTE_DONE;
-  }
-  int is_infer = strcmp(tail, "/infer") == 0;
-  int is_ready = strcmp(tail, "/ready") == 0;
-  int is_stats = strcmp(tail, "/stats") == 0;
-  if (!is_infer && !is_ready && !is_stats && strcmp(tail, "") != 0 &&
-      strcmp(tail, "/") != 0) {
-    attn__resp_error(resp, 404, "no route for %s", req->path);
-    return ATTN_ROUTE_DONE;
-  }
-  if (is_infer && !method_is(req, "POST"))
-    return wrong_method(resp, req, "POST");
-  if (!is_infer && !is_get(req)) return wrong_method(resp, req, "GET, HEAD");
-  const char *version = t->version[0] ? t->version : NULL;
-  int slot;
-  const attn_model *m = attn_registry_get(s->models, t->model, version, &slot);
-  if (!m) {
-    const attn_model *any =
-        version ? attn_registry_get(s->models, t->model, NULL, NULL) : NULL;
-    if (any)
-      attn__resp_error(resp, 404, "model '%s' has no version '%s'", t->model,
-                       version);
-    else if (slot >= 0)
-      attn__resp_error(resp, 404,
-                       "model '%s' is not loaded (POST "
-                       "/v2/repository/models/%s/load loads it)",
-                       t->model, t->model);
-    else
-      attn__resp_error(resp, 404,
-                       "unknown model '%s' (GET /v1/models lists them)",
-                       t->model);
-    attn_model_put(any);
-    return ATTN_ROUTE_DONE;
-  }
-  attn_route_kind k = ATTN_ROUTE_DONE;
-  if (is_infer)
-    k = infer_v2(s, req, resp, t);
-  else if (is_stats)
-    attn__stats_answer(s, m, resp);
-  else if (is_ready)
-    model_ready(s, m, resp);
+  int slot = -1;
+  const attn_model *m = NULL;
+  if (parse_model_path(req->path, t, &tail))
+    m = attn_registry_get(s->models, t->model, t->version[0] ? t->version : 0,
+                          &slot);
+  if (m) return m;
+  const attn_model *any =
+      t->version[0] ? attn_registry_get(s->models, t->model, NULL, NULL) : 0;
+  if (any)
+    attn__resp_error(resp, 404, "model '%s' has no version '%s'", t->model,
+                     t->version);
+  else if (slot >= 0)
+    attn__resp_error(resp, 404,
+                     "model '%s' is not loaded (POST "
+                     "/v2/repository/models/%s/load loads it)",
+                     t->model, t->model);
   else
-    model_metadata(m, resp);
+    attn__resp_error(resp, 404,
+                     "unknown model '%.256s' (GET /v1/models lists them)",
+                     t->model[0] ? t->model : req->path);
+  attn_model_put(any);
+  return NULL;
+}
+
+static attn_route_kind model_meta(attn_srv_ctx *s, const attn_http_req *req,
+                                  attn_http_resp *resp, attn_infer_target *t) {
+  const attn_model *m = path_model(s, req, resp, t);
+  if (m) model_metadata(m, resp);
+  attn_model_put(m);
+  return ATTN_ROUTE_DONE;
+}
+
+static attn_route_kind model_readiness(attn_srv_ctx *s,
+                                       const attn_http_req *req,
+                                       attn_http_resp *resp,
+                                       attn_infer_target *t) {
+  const attn_model *m = path_model(s, req, resp, t);
+  if (m) model_ready(s, m, resp);
+  attn_model_put(m);
+  return ATTN_ROUTE_DONE;
+}
+
+static attn_route_kind model_stats(attn_srv_ctx *s, const attn_http_req *req,
+                                   attn_http_resp *resp, attn_infer_target *t) {
+  const attn_model *m = path_model(s, req, resp, t);
+  if (m) attn__stats_answer(s, m, resp);
+  attn_model_put(m);
+  return ATTN_ROUTE_DONE;
+}
+
+/* POST /v2/models/{m}[/versions/{v}]/infer: the model is checked here, so
+ * that an unknown one is a 404 before its body is queued. */
+static attn_route_kind model_infer(attn_srv_ctx *s, const attn_http_req *req,
+                                   attn_http_resp *resp, attn_infer_target *t) {
+  const attn_model *m = path_model(s, req, resp, t);
+  attn_route_kind k = m ? infer_v2(s, req, resp, t) : ATTN_ROUTE_DONE;
   attn_model_put(m);
   return k;
 }
@@ -482,22 +467,27 @@ static attn_route_kind repo_index(attn_srv_ctx *s, const attn_http_req *req,
 
 /* POST /v2/repository/models/{m}/load and .../unload */
 static attn_route_kind repo_model(attn_srv_ctx *s, const attn_http_req *req,
-                                  attn_http_resp *resp, attn_infer_target *t) {
+                                  attn_http_resp *resp, attn_infer_target *t,
+                                  attn_job_proto op) {
   const char *p = req->path + strlen("/v2/repository/models/");
-  size_t n = strcspn(p, "/");
   memset(t, 0, sizeof *t);
-  int load = strcmp(p + n, "/load") == 0;
-  if ((!load && strcmp(p + n, "/unload") != 0) ||
-      !copy_segment(p, n, t->model, sizeof t->model)) {
-    attn__resp_error(resp, 404,
-                     "no route for %s (POST /v2/repository/models/{model}/"
-                     "load or /unload)",
-                     req->path);
+  if (!copy_segment(p, strcspn(p, "/"), t->model, sizeof t->model)) {
+    attn__resp_error(resp, 404, "unknown model '%.256s'", p);
     return ATTN_ROUTE_DONE;
   }
   if (!repo_preconditions(s, req, resp)) return ATTN_ROUTE_DONE;
-  t->proto = load ? ATTN_JOB_REPO_LOAD : ATTN_JOB_REPO_UNLOAD;
+  t->proto = op;
   return ATTN_ROUTE_DEFER;
+}
+
+static attn_route_kind repo_load(attn_srv_ctx *s, const attn_http_req *req,
+                                 attn_http_resp *resp, attn_infer_target *t) {
+  return repo_model(s, req, resp, t, ATTN_JOB_REPO_LOAD);
+}
+
+static attn_route_kind repo_unload(attn_srv_ctx *s, const attn_http_req *req,
+                                   attn_http_resp *resp, attn_infer_target *t) {
+  return repo_model(s, req, resp, t, ATTN_JOB_REPO_UNLOAD);
 }
 
 /* ---- metrics and statistics (stats.c) ---------------------------------- */
@@ -514,74 +504,17 @@ static attn_route_kind all_stats(attn_srv_ctx *s, const attn_http_req *req,
   return ATTN_ROUTE_DONE;
 }
 
-/* attnd_http_requests_total's route label: the templates of the table
- * below, the model routes spelt out (with and without a version). */
-static const char *const templates[] = {
-    "/",
-    "/ui/{file}",
-    "/v1/attention",
-    "/v1/models",
-    "/v2",
-    "/v2/health/live",
-    "/v2/health/ready",
-    "/metrics",
-    "/openapi.json",
-    "/v2/models/stats",
-    "/v2/models/{model}",
-    "/v2/models/{model}/ready",
-    "/v2/models/{model}/infer",
-    "/v2/models/{model}/stats",
-    "/v2/models/{model}/versions/{version}",
-    "/v2/models/{model}/versions/{version}/ready",
-    "/v2/models/{model}/versions/{version}/infer",
-    "/v2/models/{model}/versions/{version}/stats",
-    "/v2/repository/index",
-    "/v2/repository/models/{model}/load",
-    "/v2/repository/models/{model}/unload",
-    "other"};
-enum { T_MODEL = 10, T_VERSIONED = 14, T_REPO = 18, T_OTHER = 21 };
-
-const char *const *attn__route_templates(size_t *n) {
-  *n = sizeof templates / sizeof templates[0];
-  return templates;
-}
-
-int attn__route_template(const char *path) {
-  static const char *const tails[] = {"", "/ready", "/infer", "/stats"};
-  if (strcmp(path, "/v2/") == 0) return 4;
-  if (strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0) return 1;
-  for (int i = 0; i < T_MODEL; i++)
-    if (i != 1 && strcmp(path, templates[i]) == 0) return i;
-  if (strcmp(path, templates[T_REPO]) == 0) return T_REPO;
-  if (strncmp(path, "/v2/repository/models/", 22) == 0) {
-    const char *p = path + 22 + strcspn(path + 22, "/");
-    if (p > path + 22 && strcmp(p, "/load") == 0) return T_REPO + 1;
-    if (p > path + 22 && strcmp(p, "/unload") == 0) return T_REPO + 2;
-  }
-  attn_infer_target t;
-  const char *tail;
-  if (strncmp(path, "/v2/models/", 11) != 0 ||
-      !parse_model_path(path, &t, &tail))
-    return T_OTHER;
-  if (strcmp(tail, "/") == 0) tail = "";
-  for (int i = 0; i < 4; i++)
-    if (strcmp(tail, tails[i]) == 0)
-      return (t.version[0] ? T_VERSIONED : T_MODEL) + i;
-  return T_OTHER;
-}
-
 /* ---- the table ---------------------------------------------------------- */
 
 typedef enum {
-  EXACT,  /* the path itself */
+  EXACT,  /* the path itself; "{name}" stands for one non-empty segment */
+  SLASH,  /* likewise, or followed by one "/" */
   FOLDER, /* the path, or the path followed by "/" and anything */
-  PREFIX  /* any path that begins with it */
 } match_kind;
 
 typedef enum {
-  GET,        /* GET and HEAD */
-  POST,       /* POST */
-  BY_HANDLER, /* the handler checks (methods differ below the path) */
+  GET,  /* GET and HEAD */
+  POST, /* POST */
 } route_methods;
 
 /* Who may call a route when API keys are set (none set: everyone). */
@@ -596,9 +529,13 @@ typedef enum {
   NO_BODY,    /* none: a GET, HEAD or preflight */
   SMALL_BODY, /* a few keys of JSON: ATTN_MAX_REPO_BODY_BYTES */
   BODY,       /* tensors: max_body_bytes */
-  BY_PATH,    /* the handler's path says (model_shape()) */
 } route_body;
 
+/* One endpoint, the only place it is declared: its path (the metrics'
+ * route template, and the line of GET /'s list, unless `label` names
+ * another), methods, handler, who may call it, the body it takes, and
+ * the kind of work it is (the metrics count inference apart).  A row
+ * without `listed` is left out of GET /'s list (aliases, the page). */
 typedef struct route {
   const char *path;
   match_kind match;
@@ -606,39 +543,166 @@ typedef struct route {
   handler *handle;
   route_access access;
   route_body body;
+  attn_route_role role;
+  bool listed;
+  const char *label; /* the template when not path; NULL: path */
 } route;
+
+#define ANSWER ATTN_ROLE_ANSWER
+#define INFER_V1 ATTN_ROLE_INFER_V1
+#define INFER_V2 ATTN_ROLE_INFER_V2
+#define REPO ATTN_ROLE_REPOSITORY
 
 /* Tried in order; the first whose path matches answers. */
 static const route routes[] = {
-    {"/v2/health/live", EXACT, GET, live, PUBLIC, NO_BODY},
-    {"/v2/health/ready", EXACT, GET, ready, PUBLIC, NO_BODY},
-    {"/v2", EXACT, GET, server_metadata, KEYED, NO_BODY},
-    {"/v2/", EXACT, GET, server_metadata, KEYED, NO_BODY},
-    {"/", EXACT, GET, root, PUBLIC, NO_BODY},
-    {"/ui", FOLDER, GET, web_file, PUBLIC, NO_BODY},
-    {"/v1/models", EXACT, GET, model_list, KEYED, NO_BODY},
-    {"/v1/attention", EXACT, POST, infer_v1, KEYED, BODY},
-    {"/metrics", EXACT, GET, metrics, METRICS, NO_BODY},
-    {"/openapi.json", EXACT, GET, openapi, PUBLIC, NO_BODY},
-    {"/v2/models/stats", EXACT, GET, all_stats, KEYED, NO_BODY},
-    {"/v2/models/", PREFIX, BY_HANDLER, model_routes, KEYED, BY_PATH},
-    {"/v2/repository/index", EXACT, POST, repo_index, KEYED, SMALL_BODY},
-    {"/v2/repository/models/", PREFIX, POST, repo_model, KEYED, SMALL_BODY},
+    {"/v2/health/live", EXACT, GET, live, PUBLIC, NO_BODY, ANSWER, 1, 0},
+    {"/v2/health/ready", EXACT, GET, ready, PUBLIC, NO_BODY, ANSWER, 1, 0},
+    {"/v2", SLASH, GET, server_metadata, KEYED, NO_BODY, ANSWER, 1, 0},
+    {"/", EXACT, GET, root, PUBLIC, NO_BODY, ANSWER, 0, 0},
+    {"/ui", FOLDER, GET, web_file, PUBLIC, NO_BODY, ANSWER, 1, "/ui/{file}"},
+    {"/v1/models", EXACT, GET, model_list, KEYED, NO_BODY, ANSWER, 1, 0},
+    {"/v1/attention", EXACT, POST, infer_v1, KEYED, BODY, INFER_V1, 1, 0},
+    {"/metrics", EXACT, GET, metrics, METRICS, NO_BODY, ANSWER, 1, 0},
+    {"/openapi.json", EXACT, GET, openapi, PUBLIC, NO_BODY, ANSWER, 1, 0},
+    {"/v2/models/stats", EXACT, GET, all_stats, KEYED, NO_BODY, ANSWER, 1, 0},
+    {"/v2/models/{model}", SLASH, GET, model_meta, KEYED, NO_BODY, ANSWER, 1,
+     0},
+    {"/v2/models/{model}/ready", EXACT, GET, model_readiness, KEYED, NO_BODY,
+     ANSWER, 1, 0},
+    {"/v2/models/{model}/infer", EXACT, POST, model_infer, KEYED, BODY,
+     INFER_V2, 1, 0},
+    {"/v2/models/{model}/stats", EXACT, GET, model_stats, KEYED, NO_BODY,
+     ANSWER, 1, 0},
+    {"/v2/models/{model}/versions/{version}", SLASH, GET, model_meta, KEYED,
+     NO_BODY, ANSWER, 0, 0},
+    {"/v2/models/{model}/versions/{version}/ready", EXACT, GET,
+     model_readiness, KEYED, NO_BODY, ANSWER, 0, 0},
+    {"/v2/models/{model}/versions/{version}/infer", EXACT, POST, model_infer,
+     KEYED, BODY, INFER_V2, 0, 0},
+    {"/v2/models/{model}/versions/{version}/stats", EXACT, GET, model_stats,
+     KEYED, NO_BODY, ANSWER, 0, 0},
+    {"/v2/repository/index", EXACT, POST, repo_index, KEYED, SMALL_BODY, REPO,
+     1, 0},
+    {"/v2/repository/models/{model}/load", EXACT, POST, repo_load, KEYED,
+     SMALL_BODY, REPO, 1, 0},
+    {"/v2/repository/models/{model}/unload", EXACT, POST, repo_unload, KEYED,
+     SMALL_BODY, REPO, 1, 0},
 };
 
+#undef ANSWER
+#undef INFER_V1
+#undef INFER_V2
+#undef REPO
+
+enum { N_ROUTES = sizeof routes / sizeof routes[0] };
+
+/* GET /: the page (web.c) for a browser, else a short JSON index: every
+ * listed row of the table (below), as "METHOD PATH". */
+static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
+                            attn_http_resp *resp, attn_infer_target *t) {
+  if (attn__web_root(req, resp)) return ATTN_ROUTE_DONE;
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  attn_buf_printf(&b, "{\"name\":\"attnd\",\"version\":\"%s\",\"endpoints\":[",
+                  ATTN_VERSION);
+  for (int i = 0, shown = 0; i < attn__route_count(); i++)
+    if (routes[i].listed)
+      attn_buf_printf(&b, "%s\"%s %s%s\"", shown++ ? "," : "",
+                      routes[i].methods == GET ? "GET" : "POST",
+                      routes[i].path, routes[i].match == FOLDER ? "/" : "");
+  attn_buf_puts(&b, "]}");
+  attn__resp_json(resp, 200, &b);
+  return ATTN_ROUTE_DONE;
+}
+
+/* Does path match the pattern p ("{name}": one non-empty segment)?  The
+ * rest of path after it: "" when it all matched. */
+static const char *match_pattern(const char *p, const char *path) {
+  while (*p) {
+    if (*p == '{') {
+      size_t n = strcspn(path, "/");
+      if (n == 0) return NULL;
+      path += n;
+      p = strchr(p, '}') + 1;
+    } else if (*p++ != *path++) {
+      return NULL;
+    }
+  }
+  return path;
+}
+
 static int matches(const route *r, const char *path) {
-  size_t n;
+  const char *rest = match_pattern(r->path, path);
+  if (!rest) return 0;
   switch (r->match) {
     case EXACT:
-      return strcmp(path, r->path) == 0;
+      return *rest == '\0';
+    case SLASH:
+      return *rest == '\0' || (rest[0] == '/' && rest[1] == '\0');
     case FOLDER:
-      n = strlen(r->path);
-      return strncmp(path, r->path, n) == 0 &&
-             (path[n] == '\0' || path[n] == '/');
-    case PREFIX:
-      return strncmp(path, r->path, strlen(r->path)) == 0;
+      return *rest == '\0' || *rest == '/';
   }
   return 0;
+}
+
+/* The row a path matches, as its index; N_ROUTES when none. */
+static int route_of(const char *path) {
+  int i = 0;
+  while (i < N_ROUTES && !matches(&routes[i], path)) i++;
+  return i;
+}
+
+/* attnd_http_requests_total's route label: each row's template, in the
+ * table's order, then "other" (index N_ROUTES), made once. */
+static const char *templates[N_ROUTES + 1];
+static pthread_once_t templates_once = PTHREAD_ONCE_INIT;
+
+static void make_templates(void) {
+  for (int i = 0; i < N_ROUTES; i++)
+    templates[i] = routes[i].label ? routes[i].label : routes[i].path;
+  templates[N_ROUTES] = "other";
+}
+
+const char *const *attn__route_templates(size_t *n) {
+  pthread_once(&templates_once, make_templates);
+  *n = N_ROUTES + 1;
+  return templates;
+}
+
+int attn__route_template(const char *path) {
+  return route_of(path);
+}
+
+attn_route_role attn__route_role(int row) {
+  return row >= 0 && row < N_ROUTES ? routes[row].role : ATTN_ROLE_ANSWER;
+}
+
+bool attn__route_row_ok(int i, char *why, size_t cap) {
+  const route *r = &routes[i];
+  const char *p = r->path;
+  int open = 0;
+  for (; *p; p++) { /* braces in pairs, not nested, never empty */
+    if (*p == '{' && (open || p[1] == '}')) break;
+    if (*p == '}' && !open) break;
+    open = *p == '{' ? 1 : *p == '}' ? 0 : open;
+  }
+  const char *bad =
+      !r->handle                           ? "no handler"
+      : r->path[0] != '/' || *p || open    ? "not a path template"
+      : r->methods == GET && r->body != NO_BODY
+          ? "a GET route that takes a body"
+      : r->methods == POST && r->body == NO_BODY ? "a POST route without a body"
+      : (r->role == ATTN_ROLE_INFER_V1 || r->role == ATTN_ROLE_INFER_V2) &&
+              r->body != BODY
+          ? "an inference route that takes no tensors"
+      : r->label && r->label[0] != '/' ? "a label that is not a path"
+                                       : NULL;
+  if (bad) snprintf(why, cap, "row %d (%s): %s", i, r->path, bad);
+  return bad == NULL;
+}
+
+int attn__route_count(void) {
+  return N_ROUTES;
 }
 
 /* ---- access: API keys, CORS preflights ---------------------------------- */
@@ -712,26 +776,15 @@ static int preflight(attn_srv_ctx *s, const attn_http_req *req,
   return 1;
 }
 
-/* The route of req's path (NULL: none).  Keyless paths are refused as
- * keyed ones are: a path not in the table needs a key too. */
-static const route *find_route(const char *path) {
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (matches(&routes[i], path)) return &routes[i];
-  return NULL;
-}
-
 /* The key, then the route's methods: 0, or 1 with *resp the 401 or 405.
- * The 404 of a path that no row matches is the caller's. */
+ * The 404 of a path that no row matches (r NULL) is the caller's; such a
+ * path needs a key as the keyed routes do. */
 static int refused(attn_srv_ctx *s, const attn_http_req *req, const route *r,
                    attn_http_resp *resp) {
   if (unauthorized(s, req, r ? r->access : KEYED, resp)) return 1;
-  const char *allow = !r                   ? NULL
-                      : r->methods == GET  ? "GET, HEAD"
-                      : r->methods == POST ? "POST"
-                                           : NULL;
-  if (!allow || (r->methods == GET ? is_get(req) : method_is(req, "POST")))
+  if (!r || (r->methods == GET ? is_get(req) : method_is(req, "POST")))
     return 0;
-  wrong_method(resp, req, allow);
+  wrong_method(resp, req, r->methods == GET ? "GET, HEAD" : "POST");
   return 1;
 }
 
@@ -740,44 +793,39 @@ static void no_route(const attn_http_req *req, attn_http_resp *resp) {
                    req->method, req->path);
 }
 
-/* A /v2/models/... path: an inference takes a body and POST, the rest
- * (metadata, ready, stats) neither; the handler says 404 or 405 once the
- * body is in, when there is none. */
-static route_body model_shape(const attn_http_req *req, const char **allow) {
-  attn_infer_target t;
-  const char *tail;
-  if (!parse_model_path(req->path, &t, &tail) ||
-      (strcmp(tail, "") && strcmp(tail, "/") && strcmp(tail, "/ready") &&
-       strcmp(tail, "/stats") && strcmp(tail, "/infer")))
-    return BY_PATH; /* the handler's 404 */
-  int infer = strcmp(tail, "/infer") == 0;
-  *allow = infer ? "POST" : "GET, HEAD";
-  return infer ? BODY : NO_BODY;
+/* The most body bytes a route takes. */
+static size_t body_limit(const attn_srv_ctx *s, route_body b) {
+  size_t most = (size_t)s->cfg->max_body_bytes;
+  return b == BODY         ? most
+         : b == SMALL_BODY ? (most < ATTN_MAX_REPO_BODY_BYTES
+                                  ? most
+                                  : ATTN_MAX_REPO_BODY_BYTES)
+                           : 0;
+}
+
+void attn__route_resolve(const attn_srv_ctx *s, const char *path,
+                         attn_admission *a) {
+  a->route = route_of(path);
+  a->model = 0;
+  a->max_body = 0;
+  if (a->route < N_ROUTES && routes[a->route].role == ATTN_ROLE_INFER_V2) {
+    const char *m = path + strlen("/v2/models/");
+    a->model = attn_registry_slot(s->models, m, strcspn(m, "/")) + 1;
+  }
 }
 
 attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
                                   uint64_t body, attn_http_resp *resp,
-                                  size_t *max_body) {
-  const route *r = find_route(req->path);
+                                  attn_admission *a) {
+  attn__route_resolve(s, req->path, a);
+  const route *r = a->route < N_ROUTES ? &routes[a->route] : NULL;
   route_body kind = r ? r->body : NO_BODY;
-  *max_body = 0;
-  if (is_preflight(s, req)) { /* answered at the end; never a body */
+  if (is_preflight(s, req)) /* answered at the end; never a body */
     kind = NO_BODY;
-  } else {
-    if (refused(s, req, r, resp)) return ATTN_ROUTE_DONE;
-    const char *allow = NULL;
-    if (kind == BY_PATH && (kind = model_shape(req, &allow)) == BY_PATH)
-      r = NULL; /* not a model route: the handler's 404 */
-    if (allow &&
-        (strcmp(allow, "POST") == 0 ? !method_is(req, "POST") : !is_get(req)))
-      return wrong_method(resp, req, allow);
-  }
-  size_t most = (size_t)s->cfg->max_body_bytes;
-  if (kind == BODY) *max_body = most;
-  if (kind == SMALL_BODY)
-    *max_body =
-        most < ATTN_MAX_REPO_BODY_BYTES ? most : ATTN_MAX_REPO_BODY_BYTES;
-  if (body == 0) return ATTN_ROUTE_DEFER; /* refusals need no hurry now */
+  else if (refused(s, req, r, resp))
+    return ATTN_ROUTE_DONE;
+  a->max_body = body_limit(s, kind);
+  if (body == 0) return ATTN_ROUTE_DEFER; /* the rest can wait for the end */
   if (!r) {
     no_route(req, resp);
     return ATTN_ROUTE_DONE;
@@ -803,7 +851,8 @@ attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
 attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
                             attn_http_resp *resp, attn_infer_target *t) {
   if (preflight(s, req, resp)) return ATTN_ROUTE_DONE;
-  const route *r = find_route(req->path);
+  int i = req->admitted ? req->route : route_of(req->path);
+  const route *r = i >= 0 && i < N_ROUTES ? &routes[i] : NULL;
   if (!req->admitted && refused(s, req, r, resp)) return ATTN_ROUTE_DONE;
   if (r) return r->handle(s, req, resp, t);
   no_route(req, resp);

@@ -167,18 +167,25 @@ def _get_and_head(p, url, path, status=200, headers=None):
 # ---- the document and the route table -------------------------------------
 
 def _route_table():
-    """The route table's paths and the metrics' route templates, read from
-    src/server/routes.c: [(path, match kind)], [template]."""
+    """The route table's paths and the metrics' route templates (a row's
+    label, else its path), read from src/server/routes.c:
+    [(path, match kind)], [template]."""
     with open(os.path.join(cfg.src, "src", "server", "routes.c"),
               encoding="utf-8") as f:
         src = f.read()
-    table = src[src.index("static const route routes[]"):]
-    table = table[:table.index("};")]
-    rows = re.findall(r'\{"([^"]*)", (EXACT|FOLDER|PREFIX),', table)
-    tmpl = src[src.index("static const char *const templates[]"):]
-    tmpl = re.findall(r'"([^"]*)"', tmpl[:tmpl.index("};")])
-    check(len(rows) >= 10 and len(tmpl) >= 10, "could not read the route "
-          "table of routes.c: %r %r" % (rows, tmpl))
+    table = src[src.index("static const route routes[] = {"):]
+    table = table[:table.index("\n};")]
+    rows, tmpl = [], []
+    # {"path", MATCH, methods, handler, access, body, role, listed, label}
+    for path, kind, rest in re.findall(
+            r'\{"([^"]*)",\s*(EXACT|SLASH|FOLDER),(.*?)\},', table + "},",
+            re.S):
+        rows.append((path, kind))
+        label = re.search(r'"([^"]*)"\s*$', rest)
+        tmpl.append(label.group(1) if label else path)
+    tmpl.append("other")
+    check(len(rows) >= 10, "could not read the route table of routes.c: %r"
+          % rows)
     return rows, tmpl
 
 
@@ -189,9 +196,8 @@ def openapi_covers_the_route_table():
     rows, templates = _route_table()
     paths = set(doc()["paths"])
     for path, kind in rows:
-        if kind == "EXACT":
-            want = path.rstrip("/") or "/"
-            check(want in paths, "route %s has no path in docs/openapi.yaml"
+        if kind in ("EXACT", "SLASH"):
+            check(path in paths, "route %s has no path in docs/openapi.yaml"
                   % path)
         else:
             prefix = path if path.endswith("/") else path + "/"
