@@ -407,8 +407,11 @@ START_TEST(test_route_rows) {
   attn_http_resp r = route("GET", "/", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   static const char *const listed[] = {
-      "\"POST /v1/attention\"", "\"GET /ui/\"", "\"GET /v2\"",
-      "\"POST /v2/models/{model}/infer\"", "\"GET /v2/models/stats\"",
+      "\"POST /v1/attention\"",
+      "\"GET /ui/\"",
+      "\"GET /v2\"",
+      "\"POST /v2/models/{model}/infer\"",
+      "\"GET /v2/models/stats\"",
       "\"POST /v2/repository/models/{model}/unload\""};
   for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
     ck_assert_msg(strstr(r.body, listed[i]), "GET / lacks %s: %s", listed[i],

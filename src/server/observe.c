@@ -10,12 +10,12 @@
  * in attnd_inference_requests_total and the histograms, unless nothing
  * answered it (the client left before any answer: code 499 only): its
  * model is the one the worker ran, else the URL's when the registry has
- * a slot of that name (v2, looked up once by routes.c), else "" (not known: a /v1 body never read, an
- * unknown model); its outcome is what the stage that answered said (trace.hint:
- * timeout, draining...), else follows from the status: 200 success, 413
- * too_large, other 4xx invalid, 503 rejected, other 5xx internal. Runs on the
- * request's HTTP thread, after the answer was sent; the metrics module writes
- * only that thread's shard.
+ * a slot of that name (v2, looked up once by routes.c), else "" (not known: a
+ * /v1 body never read, an unknown model); its outcome is what the stage that
+ * answered said (trace.hint: timeout, draining...), else follows from the
+ * status: 200 success, 413 too_large, other 4xx invalid, 503 rejected, other
+ * 5xx internal. Runs on the request's HTTP thread, after the answer was sent;
+ * the metrics module writes only that thread's shard.
  */
 #include "internal.h"
 

@@ -553,15 +553,21 @@ typedef struct route {
 #define INFER_V2 ATTN_ROLE_INFER_V2
 #define REPO ATTN_ROLE_REPOSITORY
 
-/* Tried in order; the first whose path matches answers. */
+/* Tried in order; the first whose path matches answers.  Inference
+ * first: every such request walks the rows before its own (no other row
+ * matches what these match). */
 static const route routes[] = {
+    {"/v1/attention", EXACT, POST, infer_v1, KEYED, BODY, INFER_V1, 1, 0},
+    {"/v2/models/{model}/infer", EXACT, POST, model_infer, KEYED, BODY,
+     INFER_V2, 1, 0},
+    {"/v2/models/{model}/versions/{version}/infer", EXACT, POST, model_infer,
+     KEYED, BODY, INFER_V2, 0, 0},
     {"/v2/health/live", EXACT, GET, live, PUBLIC, NO_BODY, ANSWER, 1, 0},
     {"/v2/health/ready", EXACT, GET, ready, PUBLIC, NO_BODY, ANSWER, 1, 0},
     {"/v2", SLASH, GET, server_metadata, KEYED, NO_BODY, ANSWER, 1, 0},
     {"/", EXACT, GET, root, PUBLIC, NO_BODY, ANSWER, 0, 0},
     {"/ui", FOLDER, GET, web_file, PUBLIC, NO_BODY, ANSWER, 1, "/ui/{file}"},
     {"/v1/models", EXACT, GET, model_list, KEYED, NO_BODY, ANSWER, 1, 0},
-    {"/v1/attention", EXACT, POST, infer_v1, KEYED, BODY, INFER_V1, 1, 0},
     {"/metrics", EXACT, GET, metrics, METRICS, NO_BODY, ANSWER, 1, 0},
     {"/openapi.json", EXACT, GET, openapi, PUBLIC, NO_BODY, ANSWER, 1, 0},
     {"/v2/models/stats", EXACT, GET, all_stats, KEYED, NO_BODY, ANSWER, 1, 0},
@@ -569,16 +575,12 @@ static const route routes[] = {
      0},
     {"/v2/models/{model}/ready", EXACT, GET, model_readiness, KEYED, NO_BODY,
      ANSWER, 1, 0},
-    {"/v2/models/{model}/infer", EXACT, POST, model_infer, KEYED, BODY,
-     INFER_V2, 1, 0},
     {"/v2/models/{model}/stats", EXACT, GET, model_stats, KEYED, NO_BODY,
      ANSWER, 1, 0},
     {"/v2/models/{model}/versions/{version}", SLASH, GET, model_meta, KEYED,
      NO_BODY, ANSWER, 0, 0},
-    {"/v2/models/{model}/versions/{version}/ready", EXACT, GET,
-     model_readiness, KEYED, NO_BODY, ANSWER, 0, 0},
-    {"/v2/models/{model}/versions/{version}/infer", EXACT, POST, model_infer,
-     KEYED, BODY, INFER_V2, 0, 0},
+    {"/v2/models/{model}/versions/{version}/ready", EXACT, GET, model_readiness,
+     KEYED, NO_BODY, ANSWER, 0, 0},
     {"/v2/models/{model}/versions/{version}/stats", EXACT, GET, model_stats,
      KEYED, NO_BODY, ANSWER, 0, 0},
     {"/v2/repository/index", EXACT, POST, repo_index, KEYED, SMALL_BODY, REPO,
@@ -608,8 +610,8 @@ static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
   for (int i = 0, shown = 0; i < attn__route_count(); i++)
     if (routes[i].listed)
       attn_buf_printf(&b, "%s\"%s %s%s\"", shown++ ? "," : "",
-                      routes[i].methods == GET ? "GET" : "POST",
-                      routes[i].path, routes[i].match == FOLDER ? "/" : "");
+                      routes[i].methods == GET ? "GET" : "POST", routes[i].path,
+                      routes[i].match == FOLDER ? "/" : "");
   attn_buf_puts(&b, "]}");
   attn__resp_json(resp, 200, &b);
   return ATTN_ROUTE_DONE;
@@ -687,8 +689,8 @@ bool attn__route_row_ok(int i, char *why, size_t cap) {
     open = *p == '{' ? 1 : *p == '}' ? 0 : open;
   }
   const char *bad =
-      !r->handle                           ? "no handler"
-      : r->path[0] != '/' || *p || open    ? "not a path template"
+      !r->handle                        ? "no handler"
+      : r->path[0] != '/' || *p || open ? "not a path template"
       : r->methods == GET && r->body != NO_BODY
           ? "a GET route that takes a body"
       : r->methods == POST && r->body == NO_BODY ? "a POST route without a body"
@@ -796,11 +798,11 @@ static void no_route(const attn_http_req *req, attn_http_resp *resp) {
 /* The most body bytes a route takes. */
 static size_t body_limit(const attn_srv_ctx *s, route_body b) {
   size_t most = (size_t)s->cfg->max_body_bytes;
-  return b == BODY         ? most
-         : b == SMALL_BODY ? (most < ATTN_MAX_REPO_BODY_BYTES
-                                  ? most
-                                  : ATTN_MAX_REPO_BODY_BYTES)
-                           : 0;
+  return b == BODY ? most
+         : b == SMALL_BODY
+             ? (most < ATTN_MAX_REPO_BODY_BYTES ? most
+                                                : ATTN_MAX_REPO_BODY_BYTES)
+             : 0;
 }
 
 void attn__route_resolve(const attn_srv_ctx *s, const char *path,
