@@ -39,6 +39,7 @@
  * stops every later on_completed from logging) writes it.
  */
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 
 #include <arpa/inet.h>
@@ -698,27 +699,52 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
   return MHD_YES;
 }
 
+/* client_cert_ok's verdicts, and the 403's message for each refusal. */
+enum { CERT_INVALID, CERT_OK, CERT_NOT_CLIENT };
+static const char *const cert_refusal[] = {
+    [CERT_INVALID] =
+        "this server needs a client certificate signed by a CA of its "
+        "tls_client_ca_file (mutual TLS): none was presented, or it is not "
+        "valid",
+    [CERT_NOT_CLIENT] =
+        "the client certificate is not for client authentication: its "
+        "extendedKeyUsage does not list clientAuth (1.3.6.1.5.5.7.3.2); it "
+        "is for other uses (a server's, say)"};
+
 /* Mutual TLS: did the client present a certificate that the CAs of
- * tls_client_ca_file sign, valid now?  libmicrohttpd only asks for one
- * (GNUTLS_CERT_REQUEST) and leaves the verdict to us.  Asked on every
- * request, so a connection cannot change that; the verification itself
- * (signatures: 3.3 million instructions, 8.5 times a small request) is
- * done once per connection and certificate, again after
+ * tls_client_ca_file sign, valid now and for client authentication?
+ * libmicrohttpd only asks for one (GNUTLS_CERT_REQUEST) and leaves the
+ * verdict to us.  A certificate with an extendedKeyUsage extension must
+ * list clientAuth (GnuTLS checks the purpose along the chain); one
+ * without it may serve any purpose (RFC 5280 4.2.1.12) and is accepted.
+ * Asked on every request, so a connection cannot change that; the
+ * verification itself (signatures: 3.3 million instructions, 8.5 times a
+ * small request) is done once per connection and certificate, again after
  * ATTN_PEER_CERT_TTL_NS (peers.c remembers the certificate's bytes and
- * the verdict). */
+ * the verdict).  CERT_OK or why not. */
 static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   unsigned status = 0, n = 0;
-  if (!ci || !ci->tls_session) return 0;
+  if (!ci || !ci->tls_session) return CERT_INVALID;
   gnutls_session_t tls = (gnutls_session_t)ci->tls_session;
   const gnutls_datum_t *certs = gnutls_certificate_get_peers(tls, &n);
-  if (!certs || n == 0) return 0;
+  if (!certs || n == 0) return CERT_INVALID;
   uint64_t now = attn_now_ns();
   int ok = attn__peer_cert_known(peer, certs[0].data, certs[0].size, now);
   if (ok >= 0) return ok;
-  ok = gnutls_certificate_verify_peers2(tls, &status) == GNUTLS_E_SUCCESS &&
-       status == 0;
+  gnutls_typed_vdata_st purpose = {
+      GNUTLS_DT_KEY_PURPOSE_OID, (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT, 0};
+  const unsigned use = GNUTLS_CERT_PURPOSE_MISMATCH;
+  if (gnutls_certificate_verify_peers(tls, &purpose, 1, &status) !=
+      GNUTLS_E_SUCCESS)
+    ok = CERT_INVALID;
+  else if (status == 0)
+    ok = CERT_OK;
+  else /* the purpose is its only fault, or not */
+    ok = (status & use) && !(status & ~(use | GNUTLS_CERT_INVALID))
+             ? CERT_NOT_CLIENT
+             : CERT_INVALID;
   attn__peer_cert_remember(peer, certs[0].data, certs[0].size, ok, now);
   return ok;
 }
@@ -758,12 +784,10 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   }
   const char *path = attn__target_path(url);
   attn__copy_str(cx->path, sizeof cx->path, path);
-  if (s->tls_ca && !client_cert_ok(conn, cx->peer)) {
+  int cert = s->tls_ca ? client_cert_ok(conn, cx->peer) : CERT_OK;
+  if (cert != CERT_OK) {
     cx->must_close = 1;
-    return send_error(cx, 403,
-                      "this server needs a client certificate signed by a CA "
-                      "of its tls_client_ca_file (mutual TLS): none was "
-                      "presented, or it is not valid");
+    return send_error(cx, 403, cert_refusal[cert]);
   }
   char fmsg[256];
   int fstatus = check_request_bytes(cx, path, fmsg, sizeof fmsg);

@@ -398,9 +398,10 @@ int attn__peer_body_end(attn_peer *e);
 int attn__peer_cut(const attn_peer *e);
 /* Mutual TLS: the verdict on the client certificate der[0, n) when this
  * connection verified that very certificate within the last
- * ATTN_PEER_CERT_TTL_NS (1 valid, 0 not), else -1 (NULL: -1).  remember
- * keeps der (up to ATTN_PEER_CERT_MAX bytes), its verdict and when, for
- * the connection's life.  Times on attn_now_ns's clock.  The connection's
+ * ATTN_PEER_CERT_TTL_NS (the ok, >= 0, given to remember: http.c's
+ * meaning), else -1 (NULL: -1).  remember keeps der (up to
+ * ATTN_PEER_CERT_MAX bytes), its verdict and when, for the connection's
+ * life.  Times on attn_now_ns's clock.  The connection's
  * MHD thread. */
 #define ATTN_PEER_CERT_MAX 16384
 #define ATTN_PEER_CERT_TTL_NS (60ull * 1000000000ull)

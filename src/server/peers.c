@@ -108,7 +108,7 @@ struct attn_peer {
    * DER bytes, malloc'd) and the verdict; the connection's MHD thread */
   unsigned char *cert;
   size_t cert_len;
-  int cert_ok;
+  int cert_ok;         /* the verdict (>= 0; http.c's meaning) */
   uint64_t cert_ns;    /* when it was verified */
   uint64_t idle_since; /* when the last request ended (or it opened) */
   attn_peer *prev, *next;
@@ -520,7 +520,7 @@ void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
   free(e->cert);
   e->cert = c;
   e->cert_len = n;
-  e->cert_ok = ok != 0;
+  e->cert_ok = ok;
   e->cert_ns = now_ns;
 }
 

@@ -475,6 +475,32 @@ def tls_client_certificates():
 
 
 @test
+def tls_client_certificate_must_be_for_client_auth():
+    """Mutual TLS honours extendedKeyUsage: a certificate of the CA that
+    lists only serverAuth (the server's own) is refused with a 403 that
+    says it is not for client authentication; one that lists clientAuth
+    (alone or with serverAuth), or has no extendedKeyUsage, is served.
+    Before, the server's certificate was accepted as a client's."""
+    with tempfile.TemporaryDirectory() as d:
+        f = make_pki(d)
+        with Server("--tls-cert-file", f("server.crt"), "--tls-key-file",
+                    f("server.key"), "--tls-client-ca-file", f("ca.crt"),
+                    name="mtls-eku") as s:
+            for cert in ("client", "client-eku", "dual"):
+                status, body = https(s.port, f, cert=cert)
+                check(status == 200, "%s: %d %r" % (cert, status, body))
+            status, body = https(s.port, f, cert="server")
+            check(status == 403, "the server's certificate as a client's: "
+                  "%d %r" % (status, body))
+            check(b"not for client authentication" in body and
+                  b"clientAuth" in body, repr(body))
+            # a valid client on a new connection is still served after it
+            status, body = https(s.port, f, "/v1/attention", cert="client-eku",
+                                 method="POST", body=to_json_bytes(SMALL))
+            check(status == 200, "inference: %d %r" % (status, body[:200]))
+
+
+@test
 def tls_files_that_cannot_be_read_stop_the_start():
     with tempfile.TemporaryDirectory() as d:
         f = make_pki(d)
