@@ -316,7 +316,8 @@ int attn__cors_allowed(const char *list, const char *origin);
 
 /* peers.c: closes connections whose client left between requests without
  * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per
- * server; one attn_peer per open connection. */
+ * listener (port, and metrics_port when set); one attn_peer per open
+ * connection. */
 typedef struct attn_peers attn_peers;
 typedef struct attn_peer attn_peer;
 /* A registry, with a sweeper thread that calls attn__peers_sweep every
@@ -346,6 +347,8 @@ typedef struct attn_peer_limits {
    * sees them), under the route template metrics_route; NULL: not */
   attn_metrics *metrics;
   int metrics_route;
+  /* the listener, named in the limit's warning and 503 (NULL: port's) */
+  const char *name;
 } attn_peer_limits;
 /* libmicrohttpd's connection limit is max_connections plus this, so that
  * it accepts the connections that attn__peers_admit refuses. */

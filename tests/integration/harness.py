@@ -351,6 +351,17 @@ class Pending:
         self.conn.close()
 
 
+def free_port():
+    """A TCP port of 127.0.0.1 that was free a moment ago (for flags such
+    as --metrics-port, which take a number)."""
+    s = socket.socket()
+    try:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
 def raw_exchange(port, chunks, timeout=10.0, half_close=False):
     """Send raw bytes (a list of chunks), with half_close then shut down
     the sending side, and read one HTTP/1.1 response with a

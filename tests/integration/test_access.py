@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 
-from harness import (HOST, Server, check, expect_status, main, make_pki,
-                     request, run_attnd, shared, test, to_json_bytes,
-                     wait_log)
+from harness import (HOST, Server, check, expect_status, free_port, main,
+                     make_pki, request, run_attnd, shared, test,
+                     to_json_bytes, wait_log)
 
 SMALL = {"query": [[1.0, 0.0], [0.0, 1.0]]}
 V2_INPUTS = [{"name": n, "shape": [1, 2], "datatype": "FP32",
@@ -163,10 +163,7 @@ def metrics_public_unless_metrics_require_key():
                           "refused with %r" % h)
         check(auth_failures(s.port) - before == 3, "auth failures moved by "
               "%r, not 3" % (auth_failures(s.port) - before))
-    sock = socket.socket()
-    sock.bind((HOST, 0))
-    mport = sock.getsockname()[1]
-    sock.close()
+    mport = free_port()
     with Server("--metrics-require-key", "true", "--metrics-port", str(mport),
                 env=env, name="metrics-keyed") as s:
         for port in (s.port, mport):

@@ -15,8 +15,9 @@ import sys
 import time
 
 from harness import (HOST, Pending, Server, check, check_slow_answer,
-                     expect_error, expect_status, main, raw_exchange, request,
-                     shared, slow_running, small_v2_body, test, v2_binary)
+                     expect_error, expect_status, free_port, main,
+                     raw_exchange, request, shared, slow_running,
+                     small_v2_body, test, v2_binary)
 
 
 def _get(path, extra=b""):
@@ -366,6 +367,101 @@ def probe_answered_through_connection_flood():
                 for t in stamps]
         check(all(b - a >= 0.999 for a, b in zip(secs, secs[1:])),
               "warnings closer than a second apart: %r" % stamps)
+
+
+def _open_idle(port, n, first_bytes=b""):
+    """n connections to port, each sending first_bytes (none: idle)."""
+    socks = []
+    for _ in range(n):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect((HOST, port))
+        except BlockingIOError:
+            pass
+        socks.append(c)
+    if first_bytes:
+        time.sleep(0.3)  # connected
+        for c in socks:
+            try:
+                c.send(first_bytes)
+            except OSError:
+                pass
+    return socks
+
+
+@test
+def metrics_port_scrape_through_connection_flood():
+    """metrics_port has port's admission: with its connections (64) all
+    held by 100 idle and 50 slow-header clients, scrapes on new
+    connections are answered (the connections that waited
+    longest without a complete request are closed to make room), and the
+    warning names metrics_port.  Before, they waited unaccepted until
+    connection_timeout_s (60 s) freed a slot.  Times are printed; the test
+    asserts answers within 5 s only."""
+    _raise_fd_limit(1024)
+    mport = free_port()
+    socks = []
+    with Server("--metrics-port", str(mport), name="metrics-flood") as srv:
+        try:
+            socks += _open_idle(mport, 100)
+            socks += _open_idle(mport, 50, b"GET /metrics HTTP/1.1\r\nX: 1\r\n")
+            time.sleep(0.3)
+            for path in (b"/metrics", b"/metrics", b"/metrics"):
+                t0 = time.monotonic()
+                r = raw_exchange(mport, [_get(path)], timeout=5)
+                expect_status(r, 200, "%s during the flood" % path.decode())
+                print("    %s through 100 idle + 50 slow: %.1f ms" %
+                      (path.decode(), (time.monotonic() - t0) * 1e3))
+        finally:
+            for c in socks:
+                c.close()
+        time.sleep(0.2)
+        check("connection limit reached on metrics_port" in srv.log_text(),
+              "no warning naming metrics_port")
+
+
+@test
+def metrics_port_slow_clients_cut():
+    """metrics_port keeps header_timeout_s: a client sending a header line
+    every 0.3 s gets a 408 and is closed once its headers take longer than
+    the limit (before: kept until connection_timeout_s).  An upload never
+    holds it: a POST whose 1 MB body does not come is answered (405) at
+    once and closed, not read."""
+    mport = free_port()
+    with Server("--metrics-port", str(mport), "--header-timeout-s", "1",
+                name="metrics-slow") as srv:
+        s = socket.create_connection((HOST, mport), timeout=10)
+        try:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+            t0, got = time.monotonic(), None
+            while time.monotonic() - t0 < 5:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    break
+                s.settimeout(0.3)
+                try:
+                    got = s.recv(4096)
+                    break
+                except socket.timeout:
+                    pass
+            check(got is not None and _status(got) == 408 and
+                  b"header_timeout_s=1" in got,
+                  "no 408 for slow headers after %.1f s: %r" %
+                  (time.monotonic() - t0, got))
+        finally:
+            s.close()
+        s = socket.create_connection((HOST, mport), timeout=10)
+        try:
+            s.sendall(b"POST /metrics HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Length: 1000000\r\n\r\n{")
+            got = _read_until_closed(s, 5)
+            check(got is not None and _status(got) == 405,
+                  "an upload to metrics_port: %r" % (got and got[:200]))
+        finally:
+            s.close()
+        expect_status(raw_exchange(mport, [_get(b"/metrics")]), 200)
 
 
 def _rss_mb(pid, field="VmRSS"):

@@ -25,9 +25,9 @@ import socket
 import subprocess
 import time
 
-from harness import (HOST, Pending, Server, check, main, raw_exchange,
-                     request, shared, slow_running, small_v2_body, test,
-                     to_json_bytes, v2_in)
+from harness import (HOST, Pending, Server, check, free_port, main,
+                     raw_exchange, request, shared, slow_running,
+                     small_v2_body, test, to_json_bytes, v2_in)
 import harness
 from tritonclient_imitation import TcClient, TcError
 
@@ -59,14 +59,6 @@ def scrape(port):
     check(ct.startswith("text/plain; version=0.0.4"),
           "Content-Type %r" % ct)
     return parse(r.body.decode())
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def key(name, **labels):
