@@ -38,10 +38,11 @@
  * whoever unlinks it (on_completed, or abandon, which unlinks none but
  * stops every later on_completed from logging) writes it.
  * metrics_port, when set, is a second daemon (one thread, plain HTTP) for
- * the scrapes: GET /metrics, answered by routes.c's table; it reads no
- * body, and its connections have their own registry in peers.c
- * (header_timeout_s, admission), so that no flood keeps a scrape out
- * (start_metrics_port).
+ * the scrapes and the health probes: GET /metrics, /v2/health/live and
+ * /v2/health/ready, answered by routes.c's table; it reads no body, and
+ * its connections have their own registry in peers.c (header_timeout_s,
+ * admission), so that no client of port, nor a flood of its own, keeps a
+ * probe out (start_metrics_port).
  */
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
@@ -1096,8 +1097,11 @@ static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
 }
 
 /* The paths metrics_port serves, answered by routes.c's table as on port
- * (a key for /metrics with metrics_require_key; 405 for another method). */
-static const char *const metrics_port_paths[] = {"/metrics"};
+ * (a key for /metrics with metrics_require_key; 405 for another method):
+ * the scrapes, and the health probes, which the load that holds port's
+ * connections (slow uploads, say) cannot keep out there. */
+static const char *const metrics_port_paths[] = {"/metrics", "/v2/health/live",
+                                                 "/v2/health/ready"};
 
 /* The connection's attn_peer (on_peer_connection's); NULL: untracked. */
 static attn_peer *conn_peer(struct MHD_Connection *conn) {
@@ -1129,7 +1133,7 @@ static void metrics_port_answer(attn_server *s, struct MHD_Connection *conn,
   }
   attn__resp_error(resp, 404,
                    "no route for %s %.200s: metrics_port serves only GET "
-                   "/metrics",
+                   "/metrics, /v2/health/live and /v2/health/ready",
                    method, url);
 }
 
@@ -1149,7 +1153,7 @@ static int announces_body(struct MHD_Connection *conn) {
  * connection and peers.c can always make room at the limit.  Any other
  * is answered on the next call, which keeps the connection alive.  Not
  * counted in the metrics nor written to the access log: it is the
- * scrapers' port. */
+ * scrapers' and the probes' port. */
 static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
                                        const char *url, const char *method,
                                        const char *version, const char *upload,

@@ -14,8 +14,8 @@
  *   requests, which is where libmicrohttpd reads headers.
  *
  *   Each listener has its own registry (an attn_peers, its limits and its
- *   sweeper): port, and metrics_port when set, whose scrapes thus keep
- *   their own room (http.c gives it at most
+ *   sweeper): port, and metrics_port when set, whose scrapes and health
+ *   probes thus keep their own room (http.c gives it at most
  *   ATTN_METRICS_PORT_CONNECTIONS; attn_peer_limits.name names it in the
  *   warning).
  *

@@ -154,7 +154,8 @@ def auth_failures(port, headers=None):
 def metrics_public_unless_metrics_require_key():
     """GET /metrics needs no key by default (scrapers keep working when keys
     are turned on); with metrics_require_key it does, on the main port and
-    on metrics_port alike.  attnd_auth_failures_total counts each 401."""
+    on metrics_port alike, while health stays public on both.
+    attnd_auth_failures_total counts each 401."""
     env = {"ATTND_API_KEY": "scrape-key"}
     with Server(env=env, name="metrics-open") as s:
         before = auth_failures(s.port)
@@ -171,6 +172,9 @@ def metrics_public_unless_metrics_require_key():
             expect_status(r, 401, "/metrics without a key on %d" % port)
             check(r.header("www-authenticate") == "Bearer", repr(r))
             auth_failures(port, headers={"Authorization": "Bearer scrape-key"})
+            for path in ("/v2/health/live", "/v2/health/ready"):
+                expect_status(request(port, "GET", path), 200,
+                              "%s without a key on %d" % (path, port))
 
 
 # ---- request ids ---------------------------------------------------------------

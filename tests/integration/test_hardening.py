@@ -393,8 +393,8 @@ def _open_idle(port, n, first_bytes=b""):
 @test
 def metrics_port_scrape_through_connection_flood():
     """metrics_port has port's admission: with its connections (64) all
-    held by 100 idle and 50 slow-header clients, scrapes on new
-    connections are answered (the connections that waited
+    held by 100 idle and 50 slow-header clients, a scrape and a liveness
+    probe on new connections are answered (the connections that waited
     longest without a complete request are closed to make room), and the
     warning names metrics_port.  Before, they waited unaccepted until
     connection_timeout_s (60 s) freed a slot.  Times are printed; the test
@@ -407,7 +407,7 @@ def metrics_port_scrape_through_connection_flood():
             socks += _open_idle(mport, 100)
             socks += _open_idle(mport, 50, b"GET /metrics HTTP/1.1\r\nX: 1\r\n")
             time.sleep(0.3)
-            for path in (b"/metrics", b"/metrics", b"/metrics"):
+            for path in (b"/metrics", b"/v2/health/live", b"/metrics"):
                 t0 = time.monotonic()
                 r = raw_exchange(mport, [_get(path)], timeout=5)
                 expect_status(r, 200, "%s during the flood" % path.decode())
@@ -462,6 +462,37 @@ def metrics_port_slow_clients_cut():
         finally:
             s.close()
         expect_status(raw_exchange(mport, [_get(b"/metrics")]), 200)
+
+
+@test
+def liveness_on_metrics_port_through_slow_uploads():
+    """With every connection of port (max_connections 8) held by a slow
+    upload, a new connection to port is refused at once (503), but
+    metrics_port answers the health probes: liveness 200, readiness 200
+    (nothing is wrong with the server).  Before, metrics_port answered 404
+    for them, and a liveness probe on port would have failed."""
+    mport = free_port()
+    socks = []
+    with Server("--metrics-port", str(mport), "--max-connections", "8",
+                "--body-min-rate-bytes-s", "0", name="slow-uploads") as srv:
+        try:
+            for i in range(8):
+                c = socket.create_connection((HOST, srv.port), timeout=10)
+                socks.append(c)
+                c.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                          b"Content-Type: application/json\r\n"
+                          b"Content-Length: 1000000\r\n\r\n{\"query\": [")
+            time.sleep(0.3)  # each upload has begun its body
+            r = raw_exchange(srv.port, [_get(b"/v2/health/live")], timeout=5)
+            expect_error(r, 503, "max_connections", what="port, full")
+            for path, body in ((b"/v2/health/live", {"live": True}),
+                               (b"/v2/health/ready", {"ready": True})):
+                r = raw_exchange(mport, [_get(path)], timeout=5)
+                expect_status(r, 200, "%s on metrics_port" % path.decode())
+                check(json.loads(r.body) == body, "%r" % r.body)
+        finally:
+            for c in socks:
+                c.close()
 
 
 def _rss_mb(pid, field="VmRSS"):
