@@ -199,6 +199,25 @@ def _status(got):
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
+def _slow_headers(s, path):
+    """GET path on s with a header line every 0.3 s, for at most 5 s: what
+    the server sent first (None: nothing) and after how many seconds."""
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\n")
+    t0, got = time.monotonic(), None
+    while time.monotonic() - t0 < 5:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            break
+        s.settimeout(0.3)
+        try:
+            got = s.recv(4096)
+            break
+        except socket.timeout:
+            pass
+    return got, time.monotonic() - t0
+
+
 @test
 def slow_headers_cut_with_408():
     """header_timeout_s: a client sending a header line every 0.3 s (each
@@ -212,21 +231,7 @@ def slow_headers_cut_with_408():
             ka.sendall(_get(b"/v2/health/live").replace(
                 b"Connection: close\r\n", b""))
             check(_status(ka.recv(4096)) == 200, "keep-alive request")
-            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
-            t0 = time.monotonic()
-            got = None
-            while time.monotonic() - t0 < 5:
-                try:
-                    s.sendall(b"X-Slow: 1\r\n")
-                except OSError:
-                    break
-                s.settimeout(0.3)
-                try:
-                    got = s.recv(4096)
-                    break
-                except socket.timeout:
-                    pass
-            dt = time.monotonic() - t0
+            got, dt = _slow_headers(s, b"/v2/health/ready")
             check(got is not None and _status(got) == 408,
                   "no 408 for slow headers after %.1f s: %r" % (dt, got))
             check(b"header_timeout_s=1" in got, "408 body %r" % got[-120:])
@@ -433,23 +438,10 @@ def metrics_port_slow_clients_cut():
                 name="metrics-slow") as srv:
         s = socket.create_connection((HOST, mport), timeout=10)
         try:
-            s.sendall(b"GET /metrics HTTP/1.1\r\n")
-            t0, got = time.monotonic(), None
-            while time.monotonic() - t0 < 5:
-                try:
-                    s.sendall(b"X-Slow: 1\r\n")
-                except OSError:
-                    break
-                s.settimeout(0.3)
-                try:
-                    got = s.recv(4096)
-                    break
-                except socket.timeout:
-                    pass
+            got, dt = _slow_headers(s, b"/metrics")
             check(got is not None and _status(got) == 408 and
                   b"header_timeout_s=1" in got,
-                  "no 408 for slow headers after %.1f s: %r" %
-                  (time.monotonic() - t0, got))
+                  "no 408 for slow headers after %.1f s: %r" % (dt, got))
         finally:
             s.close()
         s = socket.create_connection((HOST, mport), timeout=10)
