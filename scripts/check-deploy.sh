@@ -376,6 +376,9 @@ k8s_case 'grace period 30 s' 'terminationGracePeriodSeconds 30 must be longer' d
   's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 30/'
 k8s_case 'limits above requests' 'must equal resources.limits.cpu' deployment.yaml '0,/cpu: "2"/{s/cpu: "2"/cpu: "1"/}'
 k8s_case 'a resource not listed' 'not listed in' kustomization.yaml '/  - pdb.yaml/d'
+k8s_case 'liveness on the serving port' 'livenessProbe port http is not metrics_port 8002' deployment.yaml \
+  's/^              port: metrics$/              port: http/'
+k8s_case 'no metrics_port' 'metrics_port is not set in attnd.json' configmap.yaml '/"metrics_port": 8002,/d'
 
 # kserve_case NAME TEXT FILE SED-EXPR: a broken copy of deploy/kserve
 kserve_case() {

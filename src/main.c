@@ -575,8 +575,10 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
     return 0;
   }
   if (attn_server_metrics_port(a->server))
-    attn_log(ATTN_LOG_INFO, "metrics on %s:%d (GET /metrics only)", cfg->host,
-             attn_server_metrics_port(a->server));
+    attn_log(ATTN_LOG_INFO,
+             "metrics on %s:%d (GET /metrics, /v2/health/live and "
+             "/v2/health/ready only)",
+             cfg->host, attn_server_metrics_port(a->server));
   attn_log(ATTN_LOG_INFO,
            "attnd %s listening on %s:%d (workers=%d%s, cpus=%d, "
            "blas_threads_per_worker=%d, http_threads=%d, queue_capacity=%d, "

@@ -128,6 +128,14 @@
  * use and well above a default RLIMIT_NOFILE. */
 #define ATTN_MAX_CONNECTIONS 65536
 
+/* Connections metrics_port keeps open at once (when max_connections is
+ * not lower): its clients are a few scrapers and the kubelet's probes,
+ * each with a connection or two.  At the limit, as on port, the one that
+ * waited longest without a complete request is closed to make room
+ * (src/server/peers.c), so idle and slow-header clients cannot keep a
+ * probe or a scrape out. */
+#define ATTN_METRICS_PORT_CONNECTIONS 64
+
 /* `connection_timeout_s`: one day; an idle connection held longer is a leak,
  * not a keep-alive. */
 #define ATTN_MAX_CONNECTION_TIMEOUT_S 86400

@@ -46,7 +46,8 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
 /* The port actually bound (useful with port 0). */
 int attn_server_port(const attn_server *s);
 
-/* metrics_port's port, where only GET /metrics is served; 0: none. */
+/* metrics_port's port, where only GET /metrics and the health routes are
+ * served; 0: none. */
 int attn_server_metrics_port(const attn_server *s);
 
 /* Readiness (/v2/health/ready and every model's .../ready) turns 503;

@@ -30,7 +30,8 @@
 //    kubernetes-models as above.
 //  - attnd's own rules across the objects of a set: the ones
 //    docs/deploy.md explains (service links off, probes on the health
-//    endpoints, a grace period longer than shutdown delay + drain,
+//    endpoints, liveness on metrics_port, a grace period longer than
+//    shutdown delay + drain,
 //    Guaranteed QoS, the non-root read-only security context, config
 //    mounted at /etc/attnd and its port exposed, selectors that match,
 //    the InferenceService's runtime and model format served by the
@@ -346,6 +347,16 @@ function checkAttndPod(where, podSpec, podLabels, objects, errors) {
   probe('startupProbe', '/v2/health/ready');
   probe('readinessProbe', '/v2/health/ready');
   probe('livenessProbe', '/v2/health/live');
+  // liveness on metrics_port: clients that hold every connection of port
+  // (slow uploads) get any new one there a 503, the kubelet's too
+  const mport = cfg.metrics_port || 0;
+  const mp = (c.ports || []).find((p) => p.containerPort === mport);
+  const lp = c.livenessProbe && c.livenessProbe.httpGet && c.livenessProbe.httpGet.port;
+  if (!mport) e('metrics_port is not set in attnd.json: the livenessProbe belongs there (port refuses new connections when clients hold all of them)');
+  else if (!mp) e(`no containerPort ${mport} (the metrics_port of attnd.json)`);
+  else if (lp !== undefined && lp !== mp.name && lp !== mport) {
+    e(`livenessProbe port ${lp} is not metrics_port ${mport} (port refuses new connections when clients hold all of them)`);
+  }
   const r = c.resources || {};
   for (const res of ['cpu', 'memory']) {
     const rq = r.requests && r.requests[res];

@@ -41,8 +41,15 @@
  * writing a second one.  Each request's line is written exactly once:
  * whoever unlinks it (on_completed, or abandon, which unlinks none but
  * stops every later on_completed from logging) writes it.
+ * metrics_port, when set, is a second daemon (one thread, plain HTTP) for
+ * the scrapes and the health probes: GET /metrics, /v2/health/live and
+ * /v2/health/ready, answered by routes.c's table; it reads no body, and
+ * its connections have their own registry in peers.c (header_timeout_s,
+ * admission), so that no client of port, nor a flood of its own, keeps a
+ * probe out (start_metrics_port).
  */
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 
 #include <arpa/inet.h>
@@ -85,6 +92,8 @@ struct attn_server {
   attn_peers *peers;       /* every open connection (peers.c) */
   char id_prefix[9];       /* of the request ids made up: 8 random hex */
   char *tls_cert, *tls_key, *tls_ca; /* PEM, for the daemon's life */
+  /* metrics_port's open connections, as peers; NULL: no metrics_port */
+  attn_peers *metrics_peers;
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -217,25 +226,11 @@ static void cors_headers(conn_ctx *cx, struct MHD_Response *r) {
                           ATTN_CORS_EXPOSE_HEADERS);
 }
 
-/* Queue resp on the connection; takes resp->body.  MHD thread. */
-static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
-  struct MHD_Response *r;
+/* The headers resp asks for on r: Content-Type (none for a 204),
+ * Inference-Header-Content-Length, Allow, Retry-After and resp->headers.
+ * Both listeners' answers. */
+static void resp_headers(struct MHD_Response *r, const attn_http_resp *resp) {
   char num[32];
-  answering(cx);
-  if (!resp->body) { /* encoding failed for lack of memory */
-    static const char oom[] = "{\"error\":\"out of memory\"}";
-    resp->status = 503;
-    resp->body = strdup(oom);
-    resp->len = resp->body ? sizeof oom - 1 : 0;
-  }
-  r = MHD_create_response_from_buffer(resp->len, resp->body,
-                                      MHD_RESPMEM_MUST_FREE);
-  if (!r) {
-    free(resp->body);
-    resp->body = NULL;
-    return MHD_NO;
-  }
-  resp->body = NULL;
   if (resp->status != 204)
     MHD_add_response_header(
         r, MHD_HTTP_HEADER_CONTENT_TYPE,
@@ -254,6 +249,27 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
                      resp->headers[i];
        i += 2)
     MHD_add_response_header(r, resp->headers[i], resp->headers[i + 1]);
+}
+
+/* Queue resp on the connection; takes resp->body.  MHD thread. */
+static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
+  struct MHD_Response *r;
+  answering(cx);
+  if (!resp->body) { /* encoding failed for lack of memory */
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    resp->status = 503;
+    resp->body = strdup(oom);
+    resp->len = resp->body ? sizeof oom - 1 : 0;
+  }
+  r = MHD_create_response_from_buffer(resp->len, resp->body,
+                                      MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(resp->body);
+    resp->body = NULL;
+    return MHD_NO;
+  }
+  resp->body = NULL;
+  resp_headers(r, resp);
   if (cx->request_id[0])
     MHD_add_response_header(r, "X-Request-Id", cx->request_id);
   if (cx->srv->ctx.cfg->cors_allow_origins[0]) cors_headers(cx, r);
@@ -786,27 +802,52 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
   return MHD_YES;
 }
 
+/* client_cert_ok's verdicts, and the 403's message for each refusal. */
+enum { CERT_INVALID, CERT_OK, CERT_NOT_CLIENT };
+static const char *const cert_refusal[] = {
+    [CERT_INVALID] =
+        "this server needs a client certificate signed by a CA of its "
+        "tls_client_ca_file (mutual TLS): none was presented, or it is not "
+        "valid",
+    [CERT_NOT_CLIENT] =
+        "the client certificate is not for client authentication: its "
+        "extendedKeyUsage does not list clientAuth (1.3.6.1.5.5.7.3.2); it "
+        "is for other uses (a server's, say)"};
+
 /* Mutual TLS: did the client present a certificate that the CAs of
- * tls_client_ca_file sign, valid now?  libmicrohttpd only asks for one
- * (GNUTLS_CERT_REQUEST) and leaves the verdict to us.  Asked on every
- * request, so a connection cannot change that; the verification itself
- * (signatures: 3.3 million instructions, 8.5 times a small request) is
- * done once per connection and certificate, again after
+ * tls_client_ca_file sign, valid now and for client authentication?
+ * libmicrohttpd only asks for one (GNUTLS_CERT_REQUEST) and leaves the
+ * verdict to us.  A certificate with an extendedKeyUsage extension must
+ * list clientAuth (GnuTLS checks the purpose along the chain); one
+ * without it may serve any purpose (RFC 5280 4.2.1.12) and is accepted.
+ * Asked on every request, so a connection cannot change that; the
+ * verification itself (signatures: 3.3 million instructions, 8.5 times a
+ * small request) is done once per connection and certificate, again after
  * ATTN_PEER_CERT_TTL_NS (peers.c remembers the certificate's bytes and
- * the verdict). */
+ * the verdict).  CERT_OK or why not. */
 static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   unsigned status = 0, n = 0;
-  if (!ci || !ci->tls_session) return 0;
+  if (!ci || !ci->tls_session) return CERT_INVALID;
   gnutls_session_t tls = (gnutls_session_t)ci->tls_session;
   const gnutls_datum_t *certs = gnutls_certificate_get_peers(tls, &n);
-  if (!certs || n == 0) return 0;
+  if (!certs || n == 0) return CERT_INVALID;
   uint64_t now = attn_now_ns();
   int ok = attn__peer_cert_known(peer, certs[0].data, certs[0].size, now);
   if (ok >= 0) return ok;
-  ok = gnutls_certificate_verify_peers2(tls, &status) == GNUTLS_E_SUCCESS &&
-       status == 0;
+  gnutls_typed_vdata_st purpose = {
+      GNUTLS_DT_KEY_PURPOSE_OID, (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT, 0};
+  const unsigned use = GNUTLS_CERT_PURPOSE_MISMATCH;
+  if (gnutls_certificate_verify_peers(tls, &purpose, 1, &status) !=
+      GNUTLS_E_SUCCESS)
+    ok = CERT_INVALID;
+  else if (status == 0)
+    ok = CERT_OK;
+  else /* the purpose is its only fault, or not */
+    ok = (status & use) && !(status & ~(use | GNUTLS_CERT_INVALID))
+             ? CERT_NOT_CLIENT
+             : CERT_INVALID;
   attn__peer_cert_remember(peer, certs[0].data, certs[0].size, ok, now);
   return ok;
 }
@@ -871,12 +912,10 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   }
   const char *path = attn__target_path(url);
   attn__copy_str(cx->path, sizeof cx->path, path);
-  if (s->tls_ca && !client_cert_ok(conn, cx->peer)) {
+  int cert = s->tls_ca ? client_cert_ok(conn, cx->peer) : CERT_OK;
+  if (cert != CERT_OK) {
     cx->must_close = 1;
-    return send_error(cx, 403,
-                      "this server needs a client certificate signed by a CA "
-                      "of its tls_client_ca_file (mutual TLS): none was "
-                      "presented, or it is not valid");
+    return send_error(cx, 403, cert_refusal[cert]);
   }
   char fmsg[320];
   int fstatus = check_request_bytes(cx, method, path, fmsg, sizeof fmsg);
@@ -1112,29 +1151,41 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
-/* A connection opens or closes (before its socket is closed): register
- * it with peers.c, or not any more.  MHD thread. */
-static void on_connection(void *cls, struct MHD_Connection *conn,
-                          void **socket_context,
-                          enum MHD_ConnectionNotificationCode code) {
-  attn_server *s = cls;
+/* A connection of the listener whose attn_peers is cls opens or closes
+ * (before its socket is closed): register it with peers.c and admit it,
+ * or not any more.  metrics_port's callback; port's through
+ * on_connection.  MHD thread. */
+static void on_peer_connection(void *cls, struct MHD_Connection *conn,
+                               void **socket_context,
+                               enum MHD_ConnectionNotificationCode code) {
+  attn_peers *peers = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    atomic_fetch_add(&s->ctx.connections, 1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    *socket_context = ci ? attn__peer_open(s->peers, ci->connect_fd,
-                                           ai ? ai->client_addr : NULL)
-                         : NULL;
+    *socket_context =
+        ci ? attn__peer_open(peers, ci->connect_fd, ai ? ai->client_addr : NULL)
+           : NULL;
     /* past the limits: answered and shut down there; libmicrohttpd then
      * reads the end and closes it */
-    attn__peers_admit(s->peers, *socket_context);
+    attn__peers_admit(peers, *socket_context);
   } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-    atomic_fetch_sub(&s->ctx.connections, 1);
-    attn__peer_close(s->peers, *socket_context);
+    attn__peer_close(peers, *socket_context);
     *socket_context = NULL;
   }
+}
+
+/* port's: counted (attnd_connections_open), then on_peer_connection. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  attn_server *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED)
+    atomic_fetch_add(&s->ctx.connections, 1);
+  else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+    atomic_fetch_sub(&s->ctx.connections, 1);
+  on_peer_connection(s->peers, conn, socket_context, code);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1166,72 +1217,137 @@ static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
   return st;
 }
 
-/* metrics_require_key on metrics_port too: routes.c's 401 when the
- * request brought no valid key. */
-static bool metrics_refused(attn_server *s, struct MHD_Connection *conn,
-                            const char *method, const char *url,
-                            attn_http_resp *resp) {
-  if (!s->ctx.auth) return false;
-  attn_http_req req = {.method = method,
-                       .path = url,
-                       .authorization = header(conn, "Authorization"),
-                       .api_key = header(conn, "X-Api-Key"),
-                       .body = ""};
-  return attn__metrics_refused(&s->ctx, &req, resp);
+/* The paths metrics_port serves, answered by routes.c's table as on port
+ * (a key for /metrics with metrics_require_key; 405 for another method):
+ * the scrapes, and the health probes, which the load that holds port's
+ * connections (slow uploads, say) cannot keep out there. */
+static const char *const metrics_port_paths[] = {"/metrics", "/v2/health/live",
+                                                 "/v2/health/ready"};
+
+/* The connection's attn_peer (on_peer_connection's); NULL: untracked. */
+static attn_peer *conn_peer(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
 }
 
-/* metrics_port's access handler: GET or HEAD /metrics, and a JSON 404 or
- * 405 for anything else; a body is read and dropped.  Not counted in the
- * metrics nor written to the access log: it is the scrapers' port. */
+/* metrics_port's answer to method url (a path of metrics_port_paths, else
+ * a JSON 404).  HTTP thread. */
+static void metrics_port_answer(attn_server *s, struct MHD_Connection *conn,
+                                const char *method, const char *url,
+                                attn_http_resp *resp) {
+  const char *path = attn__target_path(url);
+  for (size_t i = 0; i < sizeof metrics_port_paths / sizeof *metrics_port_paths;
+       i++) {
+    if (strcmp(path, metrics_port_paths[i]) != 0) continue;
+    attn_http_req req = {
+        .method = method,
+        .path = path,
+        .request_id = "",
+        .authorization = s->ctx.auth ? header(conn, "Authorization") : NULL,
+        .api_key = s->ctx.auth ? header(conn, "X-Api-Key") : NULL,
+        .body = "",
+        .start_ns = attn_now_ns()};
+    attn_infer_target t; /* never: these routes answer at once */
+    attn__route(&s->ctx, &req, resp, &t);
+    return;
+  }
+  attn__resp_error(resp, 404,
+                   "no route for %s %.200s: metrics_port serves only GET "
+                   "/metrics, /v2/health/live and /v2/health/ready",
+                   method, url);
+}
+
+/* Does the request announce a body (a Content-Length other than 0, or
+ * Transfer-Encoding)? */
+static int announces_body(struct MHD_Connection *conn) {
+  uint64_t n = 0;
+  const char *cl = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  return header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
+         (cl && (attn__header_number(cl, &n) != 1 || n > 0));
+}
+
+/* metrics_port's access handler.  A body is never read (none of its
+ * routes takes one): a request that announces one is answered with its
+ * headers, before the body, and its connection closed (libmicrohttpd
+ * closes after an answer queued that early), so that no upload holds a
+ * connection and peers.c can always make room at the limit.  Any other
+ * is answered on the next call, which keeps the connection alive.  Not
+ * counted in the metrics nor written to the access log: it is the
+ * scrapers' and the probes' port. */
 static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
                                        const char *url, const char *method,
                                        const char *version, const char *upload,
                                        size_t *upload_size, void **con_cls) {
   attn_server *s = cls;
-  static int seen; /* any non-NULL *con_cls: the headers were seen */
+  static int waiting, answered; /* *con_cls: headers seen, answer queued */
   (void)version;
   (void)upload;
-  if (!*con_cls || *upload_size) {
-    *con_cls = &seen;
+  if (*con_cls == &answered) { /* nothing more is read: dropped */
     *upload_size = 0;
     return MHD_YES;
   }
-  attn_http_resp resp = {0};
-  if (strcmp(url, "/metrics") != 0) {
-    attn__resp_error(&resp, 404,
-                     "no route for %s %.200s: metrics_port serves "
-                     "only GET /metrics",
-                     method, url);
-  } else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-    attn__resp_error(&resp, 405,
-                     "method %s is not allowed on /metrics "
-                     "(allowed: GET, HEAD)",
-                     method);
-    resp.allow = "GET, HEAD";
-  } else if (!metrics_refused(s, conn, method, url, &resp)) {
-    attn__metrics_answer(&s->ctx, &resp);
+  int early = !*con_cls;
+  if (early) {
+    if (!attn__peer_begin(conn_peer(conn))) return MHD_NO; /* cut: peers.c */
+    if (!announces_body(conn)) {
+      *con_cls = &waiting;
+      return MHD_YES;
+    }
   }
+  *con_cls = &answered;
+  attn_http_resp resp = {0};
+  metrics_port_answer(s, conn, method, url, &resp);
   struct MHD_Response *r = MHD_create_response_from_buffer(
       resp.body ? resp.len : 0, resp.body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(resp.body);
     return MHD_NO;
   }
-  MHD_add_response_header(
-      r, MHD_HTTP_HEADER_CONTENT_TYPE,
-      resp.content_type ? resp.content_type : "application/json");
-  if (resp.allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp.allow);
-  if (resp.headers[0]) /* a 401's WWW-Authenticate */
-    MHD_add_response_header(r, resp.headers[0], resp.headers[1]);
+  resp_headers(r, &resp);
+  if (early) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ret =
       MHD_queue_response(conn, (unsigned)(resp.body ? resp.status : 503), r);
   MHD_destroy_response(r);
   return ret;
 }
 
-/* The daemon of metrics_port (when set): one thread, on host.  Without
- * port's SO_REUSEPORT (MHD_OPTION_LISTENING_ADDRESS_REUSE): a port another
- * process holds is refused, not shared with it. */
+/* A metrics_port request ended: its connection is between requests again
+ * (peers.c times the next one's headers).  MHD thread. */
+static void on_metrics_completed(void *cls, struct MHD_Connection *conn,
+                                 void **con_cls,
+                                 enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)toe;
+  if (*con_cls) attn__peer_end(conn_peer(conn));
+  *con_cls = NULL;
+}
+
+/* The limits (peers.c) that port and metrics_port share: how long headers
+ * and bodies may take, the connections open at once and per address. */
+static attn_peer_limits peer_limits(const attn_config *cfg) {
+  return (attn_peer_limits){.header_timeout_s = cfg->header_timeout_s,
+                            .body_min_rate = cfg->body_min_rate_bytes_s,
+                            .max_connections = cfg->max_connections,
+                            .max_per_ip = cfg->max_connections_per_ip};
+}
+
+/* A listener's registry of connections (peers.c), with its sweeper, under
+ * lim.  On error *out is NULL. */
+static attn_status start_peers(const attn_peer_limits *lim, attn_peers **out,
+                               attn_diag *d) {
+  attn_status st = attn__peers_create(PEER_SWEEP_MS, out, d);
+  if (st == ATTN_OK) attn__peers_set_limits(*out, lim);
+  return st;
+}
+
+/* The daemon of metrics_port (when set): one thread, on host, plain HTTP.
+ * Without port's SO_REUSEPORT (MHD_OPTION_LISTENING_ADDRESS_REUSE): a port
+ * another process holds is refused, not shared with it.  Its connections
+ * are watched by a registry of their own, with port's header_timeout_s,
+ * body_min_rate_bytes_s and max_connections_per_ip, and at most
+ * ATTN_METRICS_PORT_CONNECTIONS of max_connections (its 408s are neither
+ * logged nor counted, like its requests). */
 static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
   const attn_config *cfg = s->ctx.cfg;
   struct addrinfo hints = {0}, *ai = NULL;
@@ -1243,6 +1359,12 @@ static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
                          "port anyway; set metrics_port to another port, or "
                          "to 0 for none",
                          cfg->metrics_port);
+  attn_peer_limits lim = peer_limits(cfg);
+  if (lim.max_connections > ATTN_METRICS_PORT_CONNECTIONS)
+    lim.max_connections = ATTN_METRICS_PORT_CONNECTIONS;
+  lim.name = "metrics_port";
+  attn_status st = start_peers(&lim, &s->metrics_peers, d);
+  if (st != ATTN_OK) return st;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -1256,8 +1378,12 @@ static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
   s->metrics_daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_metrics_port, s, MHD_OPTION_EXTERNAL_LOGGER,
       mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)cfg->connection_timeout_s, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)(lim.max_connections + ATTN_ADMIT_HEADROOM),
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+      MHD_OPTION_NOTIFY_COMPLETED, on_metrics_completed, s,
+      MHD_OPTION_NOTIFY_CONNECTION, on_peer_connection, s->metrics_peers,
+      MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->metrics_daemon)
     return attn_diag_set(d, ATTN_EIO,
@@ -1378,6 +1504,7 @@ static unsigned tls_options(const attn_server *s, struct MHD_OptionItem *o) {
 /* Free what attn_server_create made before the daemon (or with it). */
 static void free_server(attn_server *s) {
   attn__peers_destroy(s->peers);
+  attn__peers_destroy(s->metrics_peers);
   attn_metrics_destroy(s->ctx.metrics);
   attn__auth_destroy(s->ctx.auth);
   free(s->tls_cert);
@@ -1426,21 +1553,17 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->inflight, 0);
   atomic_init(&s->drain_begun_ns, 0);
   attn_status st = make_metrics(s, deps, d);
-  if (st == ATTN_OK) st = attn__peers_create(PEER_SWEEP_MS, &s->peers, d);
+  attn_peer_limits lim = peer_limits(cfg);
+  lim.access_log = cfg->access_log;
+  lim.tls = *cfg->tls_cert_file != '\0';
+  lim.metrics = s->ctx.metrics;
+  lim.metrics_route = attn__route_template("-");
+  if (st == ATTN_OK) st = start_peers(&lim, &s->peers, d);
   if (st != ATTN_OK) {
     attn_metrics_destroy(s->ctx.metrics);
     free(s);
     return st;
   }
-  attn_peer_limits lim = {.header_timeout_s = cfg->header_timeout_s,
-                          .body_min_rate = cfg->body_min_rate_bytes_s,
-                          .max_connections = cfg->max_connections,
-                          .max_per_ip = cfg->max_connections_per_ip,
-                          .access_log = cfg->access_log,
-                          .tls = *cfg->tls_cert_file != '\0',
-                          .metrics = s->ctx.metrics,
-                          .metrics_route = attn__route_template("-")};
-  attn__peers_set_limits(s->peers, &lim);
   pthread_mutex_init(&s->mu, NULL);
   s->body_budget = deps->body_budget > 0 ? (size_t)deps->body_budget : SIZE_MAX;
   atomic_init(&s->body_held, 0);

@@ -365,7 +365,8 @@ int attn__cors_allowed(const char *list, const char *origin);
 
 /* peers.c: closes connections whose client left between requests without
  * libmicrohttpd seeing it (see the file's DESIGN).  One attn_peers per
- * server; one attn_peer per open connection. */
+ * listener (port, and metrics_port when set); one attn_peer per open
+ * connection. */
 typedef struct attn_peers attn_peers;
 typedef struct attn_peer attn_peer;
 /* A registry, with a sweeper thread that calls attn__peers_sweep every
@@ -395,6 +396,8 @@ typedef struct attn_peer_limits {
    * sees them), under the route template metrics_route; NULL: not */
   attn_metrics *metrics;
   int metrics_route;
+  /* the listener, named in the limit's warning and 503 (NULL: port's) */
+  const char *name;
 } attn_peer_limits;
 /* libmicrohttpd's connection limit is max_connections plus this, so that
  * it accepts the connections that attn__peers_admit refuses. */
@@ -447,9 +450,10 @@ int attn__peer_body_end(attn_peer *e);
 int attn__peer_cut(const attn_peer *e);
 /* Mutual TLS: the verdict on the client certificate der[0, n) when this
  * connection verified that very certificate within the last
- * ATTN_PEER_CERT_TTL_NS (1 valid, 0 not), else -1 (NULL: -1).  remember
- * keeps der (up to ATTN_PEER_CERT_MAX bytes), its verdict and when, for
- * the connection's life.  Times on attn_now_ns's clock.  The connection's
+ * ATTN_PEER_CERT_TTL_NS (the ok, >= 0, given to remember: http.c's
+ * meaning), else -1 (NULL: -1).  remember keeps der (up to
+ * ATTN_PEER_CERT_MAX bytes), its verdict and when, for the connection's
+ * life.  Times on attn_now_ns's clock.  The connection's
  * MHD thread. */
 #define ATTN_PEER_CERT_MAX 16384
 #define ATTN_PEER_CERT_TTL_NS (60ull * 1000000000ull)

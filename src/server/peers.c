@@ -13,6 +13,12 @@
  *   (peer_gone(), chunked_peer_check()); this file covers the time between
  *   requests, which is where libmicrohttpd reads headers.
  *
+ *   Each listener has its own registry (an attn_peers, its limits and its
+ *   sweeper): port, and metrics_port when set, whose scrapes and health
+ *   probes thus keep their own room (http.c gives it at most
+ *   ATTN_METRICS_PORT_CONNECTIONS; attn_peer_limits.name names it in the
+ *   warning).
+ *
  *   Every connection is registered here when it opens (an attn_peer with
  *   its fd) and unregistered before its socket is closed.  A sweeper thread
  *   looks at each connection that is not handling a request every
@@ -108,7 +114,7 @@ struct attn_peer {
    * DER bytes, malloc'd) and the verdict; the connection's MHD thread */
   unsigned char *cert;
   size_t cert_len;
-  int cert_ok;
+  int cert_ok;         /* the verdict (>= 0; http.c's meaning) */
   uint64_t cert_ns;    /* when it was verified */
   uint64_t idle_since; /* when the last request ended (or it opened) */
   attn_peer *prev, *next;
@@ -400,9 +406,10 @@ static void limit_warning(attn_peers *p) {
   unsigned long long ev = atomic_exchange(&p->evicted, 0);
   unsigned long long rf = atomic_exchange(&p->refused, 0);
   attn_log(ATTN_LOG_WARN,
-           "connection limit reached (max_connections=%d, "
+           "connection limit reached%s%s (max_connections=%d, "
            "max_connections_per_ip=%d): closed %llu idle connection%s to make "
            "room and refused %llu since the last warning",
+           p->lim.name ? " on " : "", p->lim.name ? p->lim.name : "",
            p->lim.max_connections, p->lim.max_per_ip, ev, ev == 1 ? "" : "s",
            rf);
 }
@@ -446,9 +453,10 @@ int attn__peers_admit(attn_peers *p, attn_peer *e) {
                p->lim.max_per_ip);
     else
       snprintf(msg, sizeof msg,
-               "server busy: all %d connections are handling requests "
+               "server busy: all %d connections%s%s are handling requests "
                "(max_connections); retry after a moment",
-               p->lim.max_connections);
+               p->lim.max_connections, p->lim.name ? " of " : "",
+               p->lim.name ? p->lim.name : "");
     if (!p->lim.tls) attn__raw_answer(e->fd, status, NULL, 1, msg);
     shutdown(e->fd, SHUT_RDWR);
   }
@@ -520,7 +528,7 @@ void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
   free(e->cert);
   e->cert = c;
   e->cert_len = n;
-  e->cert_ok = ok != 0;
+  e->cert_ok = ok;
   e->cert_ns = now_ns;
 }
 

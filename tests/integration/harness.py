@@ -351,6 +351,17 @@ class Pending:
         self.conn.close()
 
 
+def free_port():
+    """A TCP port of 127.0.0.1 that was free a moment ago (for flags such
+    as --metrics-port, which take a number)."""
+    s = socket.socket()
+    try:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
 def raw_exchange(port, chunks, timeout=10.0, half_close=False):
     """Send raw bytes (a list of chunks), with half_close then shut down
     the sending side, and read one HTTP/1.1 response with a
@@ -419,17 +430,26 @@ def openssl(*args):
 
 
 def make_pki(d):
-    """A CA, a server certificate for 127.0.0.1 it signs, a client
-    certificate it signs, and a client certificate of another CA."""
+    """A CA, a server certificate for 127.0.0.1 it signs (extendedKeyUsage
+    serverAuth), client certificates it signs (client: no extendedKeyUsage,
+    client-eku: clientAuth, dual: serverAuth and clientAuth), and a client
+    certificate of another CA."""
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     f = lambda n: os.path.join(d, n)
     for ca in ("ca", "other-ca"):
         openssl("req", "-x509", *ec, "-keyout", f(ca + ".key"), "-out",
                 f(ca + ".crt"), "-days", "2", "-subj", "/CN=attnd test " + ca)
-    with open(f("ext"), "w") as e:
-        e.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    exts = {"ext": "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                   "extendedKeyUsage=serverAuth\n",
+            "ext-client": "extendedKeyUsage=clientAuth\n",
+            "ext-dual": "extendedKeyUsage=serverAuth,clientAuth\n"}
+    for name, text in exts.items():
+        with open(f(name), "w") as e:
+            e.write(text)
     for name, ca, ext in (("server", "ca", ["-extfile", f("ext")]),
-                          ("client", "ca", []), ("stranger", "other-ca", [])):
+                          ("client", "ca", []), ("stranger", "other-ca", []),
+                          ("client-eku", "ca", ["-extfile", f("ext-client")]),
+                          ("dual", "ca", ["-extfile", f("ext-dual")])):
         openssl("req", *ec, "-keyout", f(name + ".key"), "-out",
                 f(name + ".csr"), "-subj", "/CN=" + name)
         openssl("x509", "-req", "-in", f(name + ".csr"), "-CA", f(ca + ".crt"),

@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 
-from harness import (HOST, Server, check, expect_status, main, make_pki,
-                     request, run_attnd, shared, test, to_json_bytes,
-                     wait_log)
+from harness import (HOST, Server, check, expect_status, free_port, main,
+                     make_pki, request, run_attnd, shared, test,
+                     to_json_bytes, wait_log)
 
 SMALL = {"query": [[1.0, 0.0], [0.0, 1.0]]}
 V2_INPUTS = [{"name": n, "shape": [1, 2], "datatype": "FP32",
@@ -154,7 +154,8 @@ def auth_failures(port, headers=None):
 def metrics_public_unless_metrics_require_key():
     """GET /metrics needs no key by default (scrapers keep working when keys
     are turned on); with metrics_require_key it does, on the main port and
-    on metrics_port alike.  attnd_auth_failures_total counts each 401."""
+    on metrics_port alike, while health stays public on both.
+    attnd_auth_failures_total counts each 401."""
     env = {"ATTND_API_KEY": "scrape-key"}
     with Server(env=env, name="metrics-open") as s:
         before = auth_failures(s.port)
@@ -163,10 +164,7 @@ def metrics_public_unless_metrics_require_key():
                           "refused with %r" % h)
         check(auth_failures(s.port) - before == 3, "auth failures moved by "
               "%r, not 3" % (auth_failures(s.port) - before))
-    sock = socket.socket()
-    sock.bind((HOST, 0))
-    mport = sock.getsockname()[1]
-    sock.close()
+    mport = free_port()
     with Server("--metrics-require-key", "true", "--metrics-port", str(mport),
                 env=env, name="metrics-keyed") as s:
         for port in (s.port, mport):
@@ -174,6 +172,9 @@ def metrics_public_unless_metrics_require_key():
             expect_status(r, 401, "/metrics without a key on %d" % port)
             check(r.header("www-authenticate") == "Bearer", repr(r))
             auth_failures(port, headers={"Authorization": "Bearer scrape-key"})
+            for path in ("/v2/health/live", "/v2/health/ready"):
+                expect_status(request(port, "GET", path), 200,
+                              "%s without a key on %d" % (path, port))
 
 
 # ---- request ids ---------------------------------------------------------------
@@ -472,6 +473,32 @@ def tls_client_certificates():
                     status, body = 0, str(e).encode()
                 check(status == 403, "%s: %d %r" % (cert, status, body))
                 check(b"client certificate" in body, repr(body))
+
+
+@test
+def tls_client_certificate_must_be_for_client_auth():
+    """Mutual TLS honours extendedKeyUsage: a certificate of the CA that
+    lists only serverAuth (the server's own) is refused with a 403 that
+    says it is not for client authentication; one that lists clientAuth
+    (alone or with serverAuth), or has no extendedKeyUsage, is served.
+    Before, the server's certificate was accepted as a client's."""
+    with tempfile.TemporaryDirectory() as d:
+        f = make_pki(d)
+        with Server("--tls-cert-file", f("server.crt"), "--tls-key-file",
+                    f("server.key"), "--tls-client-ca-file", f("ca.crt"),
+                    name="mtls-eku") as s:
+            for cert in ("client", "client-eku", "dual"):
+                status, body = https(s.port, f, cert=cert)
+                check(status == 200, "%s: %d %r" % (cert, status, body))
+            status, body = https(s.port, f, cert="server")
+            check(status == 403, "the server's certificate as a client's: "
+                  "%d %r" % (status, body))
+            check(b"not for client authentication" in body and
+                  b"clientAuth" in body, repr(body))
+            # a valid client on a new connection is still served after it
+            status, body = https(s.port, f, "/v1/attention", cert="client-eku",
+                                 method="POST", body=to_json_bytes(SMALL))
+            check(status == 200, "inference: %d %r" % (status, body[:200]))
 
 
 @test

@@ -15,8 +15,9 @@ import sys
 import time
 
 from harness import (HOST, Pending, Server, check, check_slow_answer,
-                     expect_error, expect_status, main, raw_exchange, request,
-                     shared, slow_running, small_v2_body, test, v2_binary)
+                     expect_error, expect_status, free_port, main,
+                     raw_exchange, request, shared, slow_running,
+                     small_v2_body, test, v2_binary)
 
 
 def _get(path, extra=b""):
@@ -198,6 +199,25 @@ def _status(got):
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
+def _slow_headers(s, path):
+    """GET path on s with a header line every 0.3 s, for at most 5 s: what
+    the server sent first (None: nothing) and after how many seconds."""
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\n")
+    t0, got = time.monotonic(), None
+    while time.monotonic() - t0 < 5:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            break
+        s.settimeout(0.3)
+        try:
+            got = s.recv(4096)
+            break
+        except socket.timeout:
+            pass
+    return got, time.monotonic() - t0
+
+
 @test
 def slow_headers_cut_with_408():
     """header_timeout_s: a client sending a header line every 0.3 s (each
@@ -211,21 +231,7 @@ def slow_headers_cut_with_408():
             ka.sendall(_get(b"/v2/health/live").replace(
                 b"Connection: close\r\n", b""))
             check(_status(ka.recv(4096)) == 200, "keep-alive request")
-            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
-            t0 = time.monotonic()
-            got = None
-            while time.monotonic() - t0 < 5:
-                try:
-                    s.sendall(b"X-Slow: 1\r\n")
-                except OSError:
-                    break
-                s.settimeout(0.3)
-                try:
-                    got = s.recv(4096)
-                    break
-                except socket.timeout:
-                    pass
-            dt = time.monotonic() - t0
+            got, dt = _slow_headers(s, b"/v2/health/ready")
             check(got is not None and _status(got) == 408,
                   "no 408 for slow headers after %.1f s: %r" % (dt, got))
             check(b"header_timeout_s=1" in got, "408 body %r" % got[-120:])
@@ -366,6 +372,119 @@ def probe_answered_through_connection_flood():
                 for t in stamps]
         check(all(b - a >= 0.999 for a, b in zip(secs, secs[1:])),
               "warnings closer than a second apart: %r" % stamps)
+
+
+def _open_idle(port, n, first_bytes=b""):
+    """n connections to port, each sending first_bytes (none: idle)."""
+    socks = []
+    for _ in range(n):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect((HOST, port))
+        except BlockingIOError:
+            pass
+        socks.append(c)
+    if first_bytes:
+        time.sleep(0.3)  # connected
+        for c in socks:
+            try:
+                c.send(first_bytes)
+            except OSError:
+                pass
+    return socks
+
+
+@test
+def metrics_port_scrape_through_connection_flood():
+    """metrics_port has port's admission: with its connections (64) all
+    held by 100 idle and 50 slow-header clients, a scrape and a liveness
+    probe on new connections are answered (the connections that waited
+    longest without a complete request are closed to make room), and the
+    warning names metrics_port.  Before, they waited unaccepted until
+    connection_timeout_s (60 s) freed a slot.  Times are printed; the test
+    asserts answers within 5 s only."""
+    _raise_fd_limit(1024)
+    mport = free_port()
+    socks = []
+    with Server("--metrics-port", str(mport), name="metrics-flood") as srv:
+        try:
+            socks += _open_idle(mport, 100)
+            socks += _open_idle(mport, 50, b"GET /metrics HTTP/1.1\r\nX: 1\r\n")
+            time.sleep(0.3)
+            for path in (b"/metrics", b"/v2/health/live", b"/metrics"):
+                t0 = time.monotonic()
+                r = raw_exchange(mport, [_get(path)], timeout=5)
+                expect_status(r, 200, "%s during the flood" % path.decode())
+                print("    %s through 100 idle + 50 slow: %.1f ms" %
+                      (path.decode(), (time.monotonic() - t0) * 1e3))
+        finally:
+            for c in socks:
+                c.close()
+        time.sleep(0.2)
+        check("connection limit reached on metrics_port" in srv.log_text(),
+              "no warning naming metrics_port")
+
+
+@test
+def metrics_port_slow_clients_cut():
+    """metrics_port keeps header_timeout_s: a client sending a header line
+    every 0.3 s gets a 408 and is closed once its headers take longer than
+    the limit (before: kept until connection_timeout_s).  An upload never
+    holds it: a POST whose 1 MB body does not come is answered (405) at
+    once and closed, not read."""
+    mport = free_port()
+    with Server("--metrics-port", str(mport), "--header-timeout-s", "1",
+                name="metrics-slow") as srv:
+        s = socket.create_connection((HOST, mport), timeout=10)
+        try:
+            got, dt = _slow_headers(s, b"/metrics")
+            check(got is not None and _status(got) == 408 and
+                  b"header_timeout_s=1" in got,
+                  "no 408 for slow headers after %.1f s: %r" % (dt, got))
+        finally:
+            s.close()
+        s = socket.create_connection((HOST, mport), timeout=10)
+        try:
+            s.sendall(b"POST /metrics HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Length: 1000000\r\n\r\n{")
+            got = _read_until_closed(s, 5)
+            check(got is not None and _status(got) == 405,
+                  "an upload to metrics_port: %r" % (got and got[:200]))
+        finally:
+            s.close()
+        expect_status(raw_exchange(mport, [_get(b"/metrics")]), 200)
+
+
+@test
+def liveness_on_metrics_port_through_slow_uploads():
+    """With every connection of port (max_connections 8) held by a slow
+    upload, a new connection to port is refused at once (503), but
+    metrics_port answers the health probes: liveness 200, readiness 200
+    (nothing is wrong with the server).  Before, metrics_port answered 404
+    for them, and a liveness probe on port would have failed."""
+    mport = free_port()
+    socks = []
+    with Server("--metrics-port", str(mport), "--max-connections", "8",
+                "--body-min-rate-bytes-s", "0", name="slow-uploads") as srv:
+        try:
+            for i in range(8):
+                c = socket.create_connection((HOST, srv.port), timeout=10)
+                socks.append(c)
+                c.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                          b"Content-Type: application/json\r\n"
+                          b"Content-Length: 1000000\r\n\r\n{\"query\": [")
+            time.sleep(0.3)  # each upload has begun its body
+            r = raw_exchange(srv.port, [_get(b"/v2/health/live")], timeout=5)
+            expect_error(r, 503, "max_connections", what="port, full")
+            for path, body in ((b"/v2/health/live", {"live": True}),
+                               (b"/v2/health/ready", {"ready": True})):
+                r = raw_exchange(mport, [_get(path)], timeout=5)
+                expect_status(r, 200, "%s on metrics_port" % path.decode())
+                check(json.loads(r.body) == body, "%r" % r.body)
+        finally:
+            for c in socks:
+                c.close()
 
 
 def _rss_mb(pid, field="VmRSS"):

@@ -25,9 +25,9 @@ import socket
 import subprocess
 import time
 
-from harness import (HOST, Pending, Server, check, main, raw_exchange,
-                     request, shared, slow_running, small_v2_body, test,
-                     to_json_bytes, v2_in)
+from harness import (HOST, Pending, Server, check, free_port, main,
+                     raw_exchange, request, shared, slow_running,
+                     small_v2_body, test, to_json_bytes, v2_in)
 import harness
 from tritonclient_imitation import TcClient, TcError
 
@@ -59,14 +59,6 @@ def scrape(port):
     check(ct.startswith("text/plain; version=0.0.4"),
           "Content-Type %r" % ct)
     return parse(r.body.decode())
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def key(name, **labels):
@@ -394,15 +386,31 @@ def metrics_draining_outcome():
 
 
 @test
-def metrics_port_serves_only_metrics():
+def metrics_port_serves_metrics_and_health():
+    """metrics_port serves GET /metrics and the health routes, with the
+    main port's answers (readiness 503 from SIGTERM on, see
+    metrics_port_readiness_follows_shutdown), and a 404 or 405 for the
+    rest; a request with a body is answered before it and closed."""
     mport = free_port()
     with Server("--metrics-port", str(mport), name="metrics-port") as s:
         check(("metrics on 127.0.0.1:%d" % mport) in s.log_text(),
               "start-up line for metrics_port")
-        r = request(mport, "GET", "/v2/health/ready")
-        check(r.status == 404 and b"only GET /metrics" in r.body, "%r" % r)
-        r = request(mport, "POST", "/metrics", b"x")
-        check(r.status == 405 and r.header("allow") == "GET, HEAD", "%r" % r)
+        for path in ("/v2/health/live", "/v2/health/ready"):
+            a, b = request(mport, "GET", path), request(s.port, "GET", path)
+            check(a.status == b.status == 200 and a.json() == b.json(),
+                  "%s: metrics_port %r, port %r" % (path, a, b))
+            h = request(mport, "HEAD", path)
+            check(h.status == 200 and h.body == b"", "HEAD %s: %r" % (path, h))
+        for path in ("/v2/models/sdpa", "/v2/health", "/"):
+            r = request(mport, "GET", path)
+            check(r.status == 404 and b"only GET /metrics" in r.body and
+                  b"/v2/health/live" in r.body, "%s: %r" % (path, r))
+        for path in ("/metrics", "/v2/health/live"):
+            r = request(mport, "POST", path, b"x")
+            check(r.status == 405 and r.header("allow") == "GET, HEAD",
+                  "POST %s: %r" % (path, r))
+            check(r.header("connection") == "close", "POST %s kept the "
+                  "connection with its body unread: %r" % (path, r.headers))
         a = scrape(mport)
         b = scrape(s.port)  # the main port serves it too
         check(key("attnd_ready") in a and key("attnd_ready") in b,
@@ -412,6 +420,30 @@ def metrics_port_serves_only_metrics():
         k = key("attnd_http_requests_total", route="/metrics", method="GET",
                 code="200")
         check(c.get(k, 0) <= 1, "metrics_port scrapes counted: %r" % c.get(k))
+
+
+@test
+def metrics_port_readiness_follows_shutdown():
+    """Readiness on metrics_port turns 503 (with Retry-After) from the
+    first moment of SIGTERM, as on port, while liveness stays 200."""
+    mport = free_port()
+    with Server("--metrics-port", str(mport), "--shutdown-delay-ms", "3000",
+                name="metrics-port-ready") as s:
+        check(request(mport, "GET", "/v2/health/ready").status == 200,
+              "ready before SIGTERM")
+        s.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while True:
+            r = request(mport, "GET", "/v2/health/ready")
+            if r.status != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        check(r.status == 503 and r.header("retry-after") == "1" and
+              r.json()["ready"] is False, "after SIGTERM: %r" % r)
+        check(request(mport, "GET", "/v2/health/live").status == 200,
+              "liveness during the shutdown delay")
+        rc = s.wait(30)
+        check(rc == 0, "exit code %r" % rc)
 
 
 @test
