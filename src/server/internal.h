@@ -261,11 +261,6 @@ attn_route_role attn__route_role(int route);
  * what the metrics and GET /'s list need (why, when not). */
 int attn__route_count(void);
 bool attn__route_row_ok(int i, char *why, size_t cap);
-/* routes.c: does GET /metrics need a key this request did not bring
- * (metrics_require_key with keys set)?  Then *resp is the 401, counted as
- * every refusal is.  For metrics_port, which has no route table. */
-bool attn__metrics_refused(attn_srv_ctx *s, const attn_http_req *req,
-                           attn_http_resp *resp);
 
 /* stats.c: GET /metrics (Prometheus text), and Triton's statistics of m
  * (version: the URL's, or NULL), or of every model when m is NULL. */

@@ -743,11 +743,6 @@ static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
   return 1;
 }
 
-bool attn__metrics_refused(attn_srv_ctx *s, const attn_http_req *req,
-                           attn_http_resp *resp) {
-  return unauthorized(s, req, METRICS, resp);
-}
-
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
  * when CORS is on: 204 for an allowed origin (http.c adds the origin's
  * headers), 403 for another.  0 when the request is not one. */
