@@ -31,18 +31,22 @@ START_TEST(test_peer_sweeps) {
   close(busy[1]);
   close(again[1]);
   ck_assert_int_eq(write(alive[1], "x", 1), 1); /* bytes waiting: alive */
-  ck_assert_int_eq(attn__peers_sweep(p), 0);    /* first look: none */
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()),
+                   0); /* first look: none */
   attn__peer_begin(r); /* a request begins between the looks (pipelined) */
   attn__peer_end(r);
-  ck_assert_int_eq(attn__peers_sweep(p), 1); /* gone only */
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()), 1); /* gone only */
   ck_assert_int_eq(attn__peers_closed(p), 1);
   char c;
   ck_assert_int_eq(send(gone[0], "y", 1, MSG_NOSIGNAL), -1); /* shut down */
-  ck_assert_int_eq(attn__peers_sweep(p), 1); /* again, seen twice now */
-  ck_assert_int_eq(attn__peers_sweep(p), 0); /* busy is never touched */
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()),
+                   1); /* again, seen twice now */
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()),
+                   0); /* busy is never touched */
   attn__peer_end(b);
-  ck_assert_int_eq(attn__peers_sweep(p), 0); /* once idle: first look */
-  ck_assert_int_eq(attn__peers_sweep(p), 1);
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()),
+                   0); /* once idle: first look */
+  ck_assert_int_eq(attn__peers_sweep(p, attn_now_ns()), 1);
   ck_assert_int_eq(attn__peers_closed(p), 3);
   ck_assert_int_eq(recv(alive[0], &c, 1, MSG_DONTWAIT), 1); /* untouched */
   ck_assert_int_eq(send(alive[0], "z", 1, MSG_NOSIGNAL), 1);
@@ -126,7 +130,7 @@ END_TEST
 /* The time limits: a new connection whose headers do not come within
  * header_timeout_s, and a body slower than body_min_rate_bytes_s for
  * longer than that, get a 408; a request being handled is left alone.
- * header_timeout_s is 1: the test sleeps 1.1 s once. */
+ * header_timeout_s is 1: the sweep is told it is 1.1 s later. */
 START_TEST(test_peer_time_limits) {
   attn_peers *p = NULL;
   attn_diag d;
@@ -143,9 +147,10 @@ START_TEST(test_peer_time_limits) {
   ck_assert(attn__peer_begin(b) && attn__peer_begin(z));
   attn__peer_body_begin(b);
   ck_assert(attn__peer_body_bytes(b, 10));
-  ck_assert_int_eq(attn__peers_sweep(p), 0); /* in time */
-  nanosleep(&(struct timespec){1, 100 * 1000000}, NULL);
-  ck_assert_int_eq(attn__peers_sweep(p), 2); /* h and b; not z */
+  uint64_t now = attn_now_ns();
+  ck_assert_int_eq(attn__peers_sweep(p, now), 0); /* in time */
+  /* 1.1 s later, by the clock handed over: no sleep */
+  ck_assert_int_eq(attn__peers_sweep(p, now + 1100000000u), 2); /* h, b */
   ck_assert_int_eq(recv_status(hs[1]), 408);
   ck_assert_int_eq(recv_status(bd[1]), 408);
   ck_assert_int_eq(attn__peer_cut(h), ATTN_PEER_CUT_HEADERS);

@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/clock.h"
 #include "attn/status.h"
 
 typedef struct attn_job attn_job;
@@ -74,9 +75,7 @@ typedef struct attn_queue_stats {
                          returned (gauge) */
 } attn_queue_stats;
 
-/* Monotonic clock (CLOCK_MONOTONIC) in nanoseconds; the clock of enqueued_ns
- * and deadline_ns.  Any thread. */
-uint64_t attn_now_ns(void);
+/* enqueued_ns and deadline_ns are on attn_now_ns's clock (clock.h). */
 
 /* ---- queue ------------------------------------------------------------ */
 

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn/clock.h"
+
 #include "attn/limits.h"
 
 #define NB_TIME 18           /* duration buckets: 50 us .. 30 s */
@@ -254,13 +256,6 @@ void attn_metrics_infer(attn_metrics *m, const attn_infer_obs *o) {
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* attn_now_ns()'s clock (queue.h), read here without the queue library. */
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Every shard added up into a new array of m->n (NULL: out of memory);
  * M_LAST is the latest of the shards', not their sum. */
 static uint64_t *totals(attn_metrics *m) {
@@ -299,7 +294,7 @@ void attn_metrics_model_stats(attn_metrics *m, size_t model,
     /* the monotonic time of the last success, on the wall clock */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t ago = mono_ns() - b[M_LAST];
+    uint64_t ago = attn_now_ns() - b[M_LAST];
     uint64_t wall = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     out->last_inference_ms = (wall > ago ? wall - ago : 0) / 1000000u;
   }

@@ -24,6 +24,8 @@
  */
 #include "attn/healthcheck.h"
 
+#include "attn/clock.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -171,9 +173,7 @@ attn_status attn_healthcheck_url(const char *host, int port, char *buf,
 /* ---- The exchange -------------------------------------------------------- */
 
 static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (int64_t)(attn_now_ns() / 1000000u);
 }
 
 /* Wait until fd is ready for events or the deadline passes: 1 ready, 0

@@ -69,13 +69,6 @@ struct attn_queue {
   atomic_uint_fast64_t rejected_closed;
 };
 
-uint64_t attn_now_ns(void) {
-  struct timespec ts;
-  /* CLOCK_MONOTONIC cannot fail on Linux with a valid pointer. */
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 attn_status attn_queue_create(size_t capacity, attn_queue **out) {
   if (!out) return ATTN_EINVAL;
   *out = NULL;

@@ -373,9 +373,11 @@ attn_status attn__peers_create(int interval_ms, attn_peers **out, attn_diag *d);
 void attn__peers_destroy(attn_peers *p);
 /* One look at every peer not handling a request: shuts down the sockets
  * seen at their end twice in a row with no request begun in between, and
- * cuts (408) the requests past the time limits (attn_peer_limits).
- * Returns how many this call shut down.  Sweeper (or a test). */
-int attn__peers_sweep(attn_peers *p);
+ * cuts (408) the requests past the time limits (attn_peer_limits) as of
+ * now (attn_now_ns's clock; a test hands a later one instead of
+ * sleeping).  Returns how many this call shut down.  Sweeper (or a
+ * test). */
+int attn__peers_sweep(attn_peers *p, uint64_t now);
 /* Connections shut down by sweeps so far.  Any thread. */
 unsigned long long attn__peers_closed(attn_peers *p);
 /* The limits the sweeps and admission keep (see peers.c's DESIGN). */

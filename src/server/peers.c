@@ -260,9 +260,8 @@ static int sweep_limits(attn_peers *p, attn_peer *e, uint64_t now) {
   return 0;
 }
 
-int attn__peers_sweep(attn_peers *p) {
+int attn__peers_sweep(attn_peers *p, uint64_t now) {
   int n = 0, slow = 0;
-  uint64_t now = attn_now_ns();
   pthread_mutex_lock(&p->mu);
   for (attn_peer *e = p->head; e; e = e->next) {
     unsigned begun = atomic_load(&e->begun);
@@ -305,7 +304,7 @@ static void *sweeper_main(void *arg) {
     }
     if (p->stop) break;
     pthread_mutex_unlock(&p->mu);
-    int n = attn__peers_sweep(p);
+    int n = attn__peers_sweep(p, attn_now_ns());
     if (n)
       attn_log(ATTN_LOG_INFO,
                "closed %d connection%s whose client had closed it between "
