@@ -1361,6 +1361,78 @@ START_TEST(bodies_parse_like_cjson) {
 }
 END_TEST
 
+/* ---- v2: the timeout peeked at before the decode ------------------------ */
+
+static int64_t peek_us(const char *json) {
+  return attn_v2_peek_timeout(json, strlen(json), 0);
+}
+
+START_TEST(v2_peek_timeout) {
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 200000}}"), 200000);
+  ck_assert_int_eq(
+      peek_us("{\"id\": \"a\\\"timeout\\\"\", \"inputs\": [{\"name\":"
+              " \"q\", \"data\": [1, [2, {}], \"]}\"]}], "
+              "\"parameters\" : { \"priority\": 1, \"timeout\" :0 } }"),
+      0);
+  /* only the top level's parameters count */
+  ck_assert_int_eq(
+      peek_us("{\"inputs\": [{\"parameters\": {\"timeout\": 5}}]}"), -1);
+  ck_assert_int_eq(peek_us("{\"timeout\": 5}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": -5}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 1.5}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": \"5\"}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 5"), 5);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\""), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\" {\"timeout\": 5}}"), -1);
+  ck_assert_int_eq(peek_us("[\"timeout\"]"), -1);
+  ck_assert_int_eq(peek_us(""), -1);
+  /* a huge number is cut short, never overflows */
+  ck_assert_int_eq(
+      peek_us("{\"parameters\": {\"timeout\": 99999999999999999999999}}"), -1);
+  /* a binary body: only its JSON header, header_len bytes, is read */
+  const char bin[] = "{\"parameters\":{\"timeout\":7}}\x00\xff\"timeout\"";
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, strlen(bin)), 7);
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, 0), 7);
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, 20), -1);
+  /* a header length past the body: the body (as attn_v2_decode refuses) */
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, 20, 40), -1);
+  /* a long body: found at its end (where tritonclient puts parameters),
+   * not in its middle (left to the decode) */
+  char big[4096];
+  int k = snprintf(big, sizeof big, "{\"inputs\": [%*s], ", 3000, "");
+  snprintf(big + k, sizeof big - (size_t)k,
+           "\"parameters\": {\"timeout\": 42}}");
+  ck_assert_int_eq(peek_us(big), 42);
+  k = snprintf(big, sizeof big, "{\"id\": \"%*s\", ", 1000, "");
+  k += snprintf(big + k, sizeof big - (size_t)k,
+                "\"parameters\": {\"timeout\": 42}, ");
+  snprintf(big + k, sizeof big - (size_t)k, "\"inputs\": [%*s]}", 1000, "");
+  ck_assert_int_eq(peek_us(big), -1);
+}
+END_TEST
+
+/* Where the peek finds a timeout, the decode reads the same one. */
+START_TEST(v2_peek_agrees_with_decode) {
+  static const char *const bodies[] = {
+      "{'inputs': [], 'parameters': {'timeout': 0}}",
+      "{'parameters': {'priority': 2, 'timeout': 1500}, 'inputs': []}",
+      "{'id': 'x', 'inputs': [{'name': 'q', 'datatype': 'FP32', 'shape': "
+      "[1], 'data': [1]}], 'parameters': {'timeout': 9007199254740991}}",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+    char *j = unquote(bodies[i]);
+    attn_infer_request r;
+    attn_diag d = {{0}};
+    ck_assert_int_eq(attn_v2_decode(j, strlen(j), 0, NULL, &r, &d), ATTN_OK);
+    int64_t peeked = attn_v2_peek_timeout(j, strlen(j), 0);
+    ck_assert_msg(peeked >= 0, "%s: not found", j);
+    ck_assert_int_eq(peeked, r.timeout_us);
+    attn_infer_request_free(&r);
+    free(j);
+  }
+}
+END_TEST
+
 /* ---- error JSON ---------------------------------------------------------- */
 
 static const struct {
@@ -1409,6 +1481,8 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v1_self_attention_views);
   tcase_add_test(tc, v2_binary_equals_json);
   tcase_add_test(tc, depth_limit);
+  tcase_add_test(tc, v2_peek_timeout);
+  tcase_add_test(tc, v2_peek_agrees_with_decode);
   suite_add_tcase(s, tc);
   tc = tcase_create("v1_decode");
   tcase_add_loop_test(tc, v1_decode_table, 0, N_OF(v1_cases));

@@ -92,6 +92,19 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                            const attn_codec_limits *lim,
                            attn_infer_request *out, attn_diag *d);
 
+/* Triton's `parameters.timeout` of a v2 request, found before (and
+ * without) decoding it: the queue's deadline is set from it on the HTTP
+ * thread, for every v2 request, so this reads only what it must.  body,
+ * len and header_len as for attn_v2_decode (the JSON is body[0,
+ * header_len) when header_len is within (0, len), else all of it).
+ * Returns the timeout in microseconds, a non-negative integer written
+ * in digits only, when the top-level object's "parameters" member holds
+ * one; -1 when it is absent, not within the first or last 512 bytes of the
+ * JSON (where clients put a request's parameters), or when anything on the
+ * way is malformed: attn_v2_decode then reads it (or reports the fault) in
+ * full.  When both succeed they agree. */
+int64_t attn_v2_peek_timeout(const char *body, size_t len, size_t header_len);
+
 /* Encode a v2 inference response, appending to *out:
  *   {"model_name":..,"model_version":..(if set),"id":..(if set),
  *    "outputs":[{"name":..,"datatype":"FP32","shape":[..],"data":[..]},..]}

@@ -180,12 +180,6 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
 void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
                     const char *body, size_t len, attn_http_resp *resp);
 
-/* infer.c: Triton's `parameters.timeout` (microseconds, a non-negative
- * integer) in the v2 JSON json[0, n), found without decoding the rest; -1
- * when it is absent, not within the first or last 512 bytes, or anything
- * on the way is malformed.  Any thread. */
-int64_t attn__json_timeout_us(const char *json, size_t n);
-
 /* respond.c: fill an attn_http_resp.  Any thread. */
 struct attn_buf;
 /* A JSON body taken from buf (buf is emptied), with status. */
