@@ -1,6 +1,9 @@
 /* codec.h - request decoding and response encoding for the two wire formats
  * of attnd: KServe v2 / Open Inference Protocol (with Triton's binary tensor
- * data extension) and the curl-friendly /v1/attention JSON.
+ * data extension, and the bodies of its model repository extension) and the
+ * curl-friendly /v1/attention JSON.  Every byte of these formats that attnd
+ * reads or writes goes through here; src/server/ hands over and gets back
+ * plain structs.
  *
  * Codecs know tensors, not the server: inputs are byte buffers plus the one
  * HTTP header value the v2 binary extension needs (as a number), outputs are
@@ -169,6 +172,56 @@ typedef struct attn_model_meta {
  * ATTN_ETOOBIG. */
 attn_status attn_v2_encode_model_metadata(attn_buf *out,
                                           const attn_model_meta *m);
+
+/* ---- Triton's model repository extension -------------------------------- */
+
+/* The operations of Triton's model repository extension. */
+typedef enum {
+  ATTN_V2_REPO_INDEX, /* POST /v2/repository/index: {"ready": bool} */
+  ATTN_V2_REPO_LOAD,  /* POST /v2/repository/models/{m}/load:
+                         {"parameters": {}} */
+  ATTN_V2_REPO_UNLOAD /* POST /v2/repository/models/{m}/unload:
+                         {"parameters": {"unload_dependents": any}} */
+} attn_v2_repo_op;
+
+/* What a repository body asks. */
+typedef struct attn_v2_repo_request {
+  bool ready; /* index: only the models that are READY */
+} attn_v2_repo_request;
+
+/* Decode the body of the repository operation op.  body, len: borrowed
+ * (body may be NULL when len is 0); empty or blank is {} (tritonclient
+ * sends no body).  A key the operation does not take is refused by name;
+ * Triton's load overrides ("config", "file:...") with a message of their
+ * own, since attnd loads only what its models directory holds.  A key
+ * given twice counts once, the first.  *out is written on return (zeroed
+ * on failure).  Errors: ATTN_ETOOBIG (longer than
+ * ATTN_MAX_REPO_BODY_BYTES: refused before parsing), ATTN_EPARSE (not
+ * JSON), ATTN_EINVAL (not an object, deeper than ATTN_MAX_REPO_JSON_DEPTH,
+ * more than ATTN_MAX_REPO_JSON_NODES values, a key refused, a value of the
+ * wrong type), ATTN_ENOMEM. */
+attn_status attn_v2_decode_repository(const char *body, size_t len,
+                                      attn_v2_repo_op op,
+                                      attn_v2_repo_request *out, attn_diag *d);
+
+/* One model of the repository index, as the server knows it. */
+typedef struct attn_v2_repo_entry {
+  const char *name;
+  const char *version; /* NULL or "": not written */
+  bool ready;          /* "state": "READY", else "UNAVAILABLE" */
+  const char *reason;  /* written when not ready (NULL: "") */
+} attn_v2_repo_entry;
+
+/* The index, appended to *out: [{"name":..,"version":..,"state":..,
+ * "reason":..},..], the entries e[0, n) in order (e may be NULL when n is
+ * 0); the _entry form writes one object (the answer to a load or an
+ * unload).  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_v2_encode_repository_index(attn_buf *out,
+                                            const attn_v2_repo_entry *e,
+                                            size_t n);
+attn_status attn_v2_encode_repository_entry(attn_buf *out,
+                                            const attn_v2_repo_entry *e);
 
 /* ---- /v1/attention ------------------------------------------------------ */
 

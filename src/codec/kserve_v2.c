@@ -1097,13 +1097,6 @@ int64_t attn_v2_peek_timeout(const char *body, size_t len, size_t header_len) {
     if ((s = (x)) != ATTN_OK) goto fail; \
   } while (0)
 
-static void restore(attn_buf *b, size_t start) {
-  if (b->data) {
-    b->len = start;
-    b->data[start] = '\0';
-  }
-}
-
 /* The type an output is written in: FP32 unless a binary one asks FP16 or
  * BF16. */
 static attn_dtype out_dtype(const attn_infer_output *o) {
@@ -1240,7 +1233,7 @@ attn_status attn_v2_encode(const attn_infer_response *r, attn_buf *out,
   if (header_len) *header_len = any_binary ? json_len : 0;
   return ATTN_OK;
 fail:
-  restore(out, start);
+  attn__buf_restore(out, start);
   return attn_diag_set(d, s, "encoding the response: %s", attn_strerror(s));
 }
 
@@ -1262,7 +1255,7 @@ attn_status attn_v2_encode_server_metadata(attn_buf *out, const char *name,
   TRY(attn_buf_puts(out, "]}"));
   return ATTN_OK;
 fail:
-  restore(out, start);
+  attn__buf_restore(out, start);
   return s;
 }
 
@@ -1320,6 +1313,6 @@ attn_status attn_v2_encode_model_metadata(attn_buf *out,
   TRY(attn_buf_append(out, "}", 1));
   return ATTN_OK;
 fail:
-  restore(out, start);
+  attn__buf_restore(out, start);
   return s;
 }

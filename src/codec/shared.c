@@ -36,6 +36,13 @@ void attn__codec_limits_eff(const attn_codec_limits *in,
   out->max_depth = clamp_limit(l.max_depth, ATTN_MAX_JSON_DEPTH);
 }
 
+void attn__buf_restore(attn_buf *b, size_t start) {
+  if (b->data) {
+    b->len = start;
+    b->data[start] = '\0';
+  }
+}
+
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape) {
   attn_status s = attn_buf_append(b, "[", 1);
   for (int i = 0; s == ATTN_OK && i < rank; i++)
@@ -49,9 +56,6 @@ attn_status attn_error_json(attn_buf *out, const char *msg) {
   attn_status s = attn_buf_puts(out, "{\"error\":");
   if (s == ATTN_OK) s = attn_buf_json_string(out, msg);
   if (s == ATTN_OK) s = attn_buf_puts(out, "}");
-  if (s != ATTN_OK && out->data) {
-    out->len = start;
-    out->data[start] = '\0';
-  }
+  if (s != ATTN_OK) attn__buf_restore(out, start);
   return s;
 }
