@@ -1663,6 +1663,49 @@ START_TEST(v2_repo_encode) {
 }
 END_TEST
 
+/* ---- v2: Triton's statistics --------------------------------------------- */
+
+START_TEST(v2_statistics) {
+  const attn_v2_model_stats m[] = {
+      {"sdpa", "1", 1700000000123ull, 3, 3000, 1, 50, 300, 400, 500, 600},
+      {"q\"", "2", 0, 0, 0, 0, 0, 0, 0, 0, 0},
+  };
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 1), ATTN_OK);
+  ck_assert_str_eq(
+      b.data,
+      "{\"model_stats\":[{\"name\":\"sdpa\",\"version\":\"1\","
+      "\"last_inference\":1700000000123,\"inference_count\":3,"
+      "\"execution_count\":3,\"inference_stats\":{"
+      "\"success\":{\"count\":3,\"ns\":3000},"
+      "\"fail\":{\"count\":1,\"ns\":50},"
+      "\"queue\":{\"count\":3,\"ns\":300},"
+      "\"compute_input\":{\"count\":3,\"ns\":400},"
+      "\"compute_infer\":{\"count\":3,\"ns\":500},"
+      "\"compute_output\":{\"count\":3,\"ns\":600},"
+      "\"cache_hit\":{\"count\":0,\"ns\":0},"
+      "\"cache_miss\":{\"count\":0,\"ns\":0}},\"batch_stats\":[]}]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, NULL, 0), ATTN_OK);
+  ck_assert_str_eq(b.data, "{\"model_stats\":[]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 2), ATTN_OK);
+  cJSON *j = cJSON_Parse(b.data);
+  const cJSON *list = cJSON_GetObjectItem(j, "model_stats");
+  ck_assert_int_eq(cJSON_GetArraySize(list), 2);
+  ck_assert_str_eq(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(list, 1), "name")->valuestring,
+      "q\"");
+  cJSON_Delete(j);
+  attn_buf_free(&b);
+  attn_buf_init(&b, 100); /* full: nothing left of the attempt */
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 2), ATTN_ETOOBIG);
+  ck_assert_int_eq(b.len, 0);
+  attn_buf_free(&b);
+}
+END_TEST
+
 /* ---- error JSON ---------------------------------------------------------- */
 
 static const struct {
@@ -1728,11 +1771,12 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v1_encode_undoes_slicing);
   tcase_add_test(tc, v1_encode_as_is_and_errors);
   suite_add_tcase(s, tc);
-  tc = tcase_create("repository");
+  tc = tcase_create("triton_extensions");
   tcase_add_loop_test(tc, v2_repo_decode_table, 0, N_OF(repo_cases));
   tcase_add_test(tc, v2_repo_decode_limits);
   tcase_add_test(tc, v2_repo_decode_small_memory);
   tcase_add_test(tc, v2_repo_encode);
+  tcase_add_test(tc, v2_statistics);
   suite_add_tcase(s, tc);
   tc = tcase_create("error_json");
   tcase_add_loop_test(tc, error_json_table, 0, N_OF(err_cases));

@@ -1,9 +1,9 @@
 /* codec.h - request decoding and response encoding for the two wire formats
  * of attnd: KServe v2 / Open Inference Protocol (with Triton's binary tensor
- * data extension, and the bodies of its model repository extension) and the
- * curl-friendly /v1/attention JSON.  Every byte of these formats that attnd
- * reads or writes goes through here; src/server/ hands over and gets back
- * plain structs.
+ * data extension, and the bodies of its model repository and statistics
+ * extensions) and the curl-friendly /v1/attention JSON.  Every byte of these
+ * formats that attnd reads or writes goes through here; src/server/ hands over
+ * and gets back plain structs.
  *
  * Codecs know tensors, not the server: inputs are byte buffers plus the one
  * HTTP header value the v2 binary extension needs (as a number), outputs are
@@ -173,7 +173,7 @@ typedef struct attn_model_meta {
 attn_status attn_v2_encode_model_metadata(attn_buf *out,
                                           const attn_model_meta *m);
 
-/* ---- Triton's model repository extension -------------------------------- */
+/* ---- Triton's extensions: the model repository, statistics ------------- */
 
 /* The operations of Triton's model repository extension. */
 typedef enum {
@@ -222,6 +222,28 @@ attn_status attn_v2_encode_repository_index(attn_buf *out,
                                             size_t n);
 attn_status attn_v2_encode_repository_entry(attn_buf *out,
                                             const attn_v2_repo_entry *e);
+
+/* One model's statistics, the server's sums (durations in ns).  attnd runs
+ * one request per execution and has no cache. */
+typedef struct attn_v2_model_stats {
+  const char *name, *version;
+  uint64_t last_inference_ms; /* ms since the epoch; 0: none yet */
+  uint64_t success_count, success_ns, fail_count, fail_ns;
+  uint64_t queue_ns, input_ns, infer_ns, output_ns; /* the successes' */
+} attn_v2_model_stats;
+
+/* Triton's statistics (ModelStatisticsResponse of its HTTP/REST extension,
+ * what tritonclient's get_inference_statistics returns), appended to *out:
+ *   {"model_stats":[{"name":..,"version":..,"last_inference":..,
+ *    "inference_count":..,"execution_count":..(both the successes),
+ *    "inference_stats":{"success","fail","queue","compute_input",
+ *    "compute_infer","compute_output","cache_hit","cache_miss": each
+ *    {"count":..,"ns":..}},"batch_stats":[]},..]}
+ * The successes' count goes with queue and compute_*, as Triton counts
+ * them; the cache's are 0.  m borrowed (NULL when n is 0).  On failure
+ * out->len is restored.  Errors: ATTN_ENOMEM, ATTN_ETOOBIG. */
+attn_status attn_v2_encode_statistics(attn_buf *out,
+                                      const attn_v2_model_stats *m, size_t n);
 
 /* ---- /v1/attention ------------------------------------------------------ */
 

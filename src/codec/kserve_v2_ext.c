@@ -1,6 +1,7 @@
 /* kserve_v2_ext.c - Triton's extensions of KServe v2 that are not an
  * inference: the bodies of the model repository extension
- * (docs/protocol/extension_model_repository.md) and its answers.
+ * (docs/protocol/extension_model_repository.md) and its answers, and the
+ * statistics (extension_statistics.md).
  *
  * Design
  *  - A repository body is tiny by nature: index {"ready": bool}, load and
@@ -17,12 +18,14 @@
  *    "file:...") with a message of their own, since attnd loads only what
  *    its models directory holds.  A key given twice counts once, the
  *    first (what cJSON_GetObjectItemCaseSensitive finds).
- *  - The answers are written from plain rows (attn_v2_repo_entry) that the
- *    server fills from the registry: nothing here knows models.
+ *  - The answers are written from plain rows that the server fills from
+ *    the registry and the metrics (attn_v2_repo_entry,
+ *    attn_v2_model_stats): nothing here knows models or counters.
  *
  * Threads: reentrant; no state.
  */
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "attn/codec.h"
@@ -172,6 +175,60 @@ attn_status attn_v2_encode_repository_entry(attn_buf *out,
                                             const attn_v2_repo_entry *e) {
   size_t start = out->len;
   attn_status s = put_entry(out, e);
+  if (s) attn__buf_restore(out, start);
+  return s;
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+/* "name":{"count":count,"ns":ns} */
+static attn_status put_count_ns(attn_buf *b, const char *name, uint64_t count,
+                                uint64_t ns) {
+  attn_status s = attn_buf_puts(b, "\"");
+  if (!s) s = attn_buf_puts(b, name);
+  if (!s) s = attn_buf_puts(b, "\":{\"count\":");
+  if (!s) s = attn_buf_u64(b, count);
+  if (!s) s = attn_buf_puts(b, ",\"ns\":");
+  if (!s) s = attn_buf_u64(b, ns);
+  return s ? s : attn_buf_puts(b, "}");
+}
+
+static attn_status put_model_stats(attn_buf *b, const attn_v2_model_stats *m) {
+  const struct {
+    const char *name;
+    uint64_t count, ns;
+  } rows[] = {{"success", m->success_count, m->success_ns},
+              {"fail", m->fail_count, m->fail_ns},
+              {"queue", m->success_count, m->queue_ns},
+              {"compute_input", m->success_count, m->input_ns},
+              {"compute_infer", m->success_count, m->infer_ns},
+              {"compute_output", m->success_count, m->output_ns},
+              {"cache_hit", 0, 0},
+              {"cache_miss", 0, 0}};
+  attn_status s = attn_buf_puts(b, "{\"name\":");
+  if (!s) s = attn_buf_json_string(b, m->name);
+  if (!s) s = attn_buf_puts(b, ",\"version\":");
+  if (!s) s = attn_buf_json_string(b, m->version);
+  if (!s) s = attn_buf_puts(b, ",\"last_inference\":");
+  if (!s) s = attn_buf_u64(b, m->last_inference_ms);
+  if (!s) s = attn_buf_puts(b, ",\"inference_count\":");
+  if (!s) s = attn_buf_u64(b, m->success_count);
+  if (!s) s = attn_buf_puts(b, ",\"execution_count\":");
+  if (!s) s = attn_buf_u64(b, m->success_count);
+  if (!s) s = attn_buf_puts(b, ",\"inference_stats\":{");
+  for (size_t r = 0; !s && r < sizeof rows / sizeof rows[0]; r++)
+    if (!r || !(s = attn_buf_puts(b, ",")))
+      s = put_count_ns(b, rows[r].name, rows[r].count, rows[r].ns);
+  return s ? s : attn_buf_puts(b, "},\"batch_stats\":[]}");
+}
+
+attn_status attn_v2_encode_statistics(attn_buf *out,
+                                      const attn_v2_model_stats *m, size_t n) {
+  size_t start = out->len;
+  attn_status s = attn_buf_puts(out, "{\"model_stats\":[");
+  for (size_t i = 0; !s && i < n; i++)
+    if (!i || !(s = attn_buf_puts(out, ","))) s = put_model_stats(out, &m[i]);
+  if (!s) s = attn_buf_puts(out, "]}");
   if (s) attn__buf_restore(out, start);
   return s;
 }
