@@ -1341,6 +1341,43 @@ START_TEST(v1_encode_as_is_and_errors) {
 }
 END_TEST
 
+START_TEST(v1_models_list) {
+  const attn_v1_model_entry m[] = {
+      {.name = "sdpa", .version = "1", .kind = "sdpa", .description = "d\""},
+      {.name = "r",
+       .kind = "resident",
+       .embed_dim = 16,
+       .num_heads = 4,
+       .num_kv_heads = 2,
+       .kdim = 8,
+       .vdim = 12,
+       .precision = "bf16",
+       .weight_bytes = 4352,
+       .fixed = "{\"causal\":\"bottom_right\"}"},
+      {.name = "bare"},
+  };
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_v1_encode_models(&b, m, 3), ATTN_OK);
+  ck_assert_str_eq(
+      b.data,
+      "{\"models\":[{\"name\":\"sdpa\",\"version\":\"1\",\"kind\":\"sdpa\","
+      "\"description\":\"d\\\"\"},{\"name\":\"r\",\"version\":\"1\","
+      "\"kind\":\"resident\",\"embed_dim\":16,\"num_heads\":4,"
+      "\"num_kv_heads\":2,\"kdim\":8,\"vdim\":12,\"precision\":\"bf16\","
+      "\"weight_bytes\":4352,\"fixed\":{\"causal\":\"bottom_right\"}},"
+      "{\"name\":\"bare\",\"version\":\"1\",\"kind\":\"\"}]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v1_encode_models(&b, NULL, 0), ATTN_OK);
+  ck_assert_str_eq(b.data, "{\"models\":[]}");
+  attn_buf_free(&b);
+  attn_buf_init(&b, 60); /* full: nothing left of the attempt */
+  ck_assert_int_eq(attn_v1_encode_models(&b, m, 3), ATTN_ETOOBIG);
+  ck_assert_int_eq(b.len, 0);
+  attn_buf_free(&b);
+}
+END_TEST
+
 /* The bodies of the decoder tables that parse, through attn_json_parse
  * and cJSON alike (check_like_cjson, test_json.c). */
 START_TEST(bodies_parse_like_cjson) {
@@ -1770,6 +1807,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v2_metadata);
   tcase_add_test(tc, v1_encode_undoes_slicing);
   tcase_add_test(tc, v1_encode_as_is_and_errors);
+  tcase_add_test(tc, v1_models_list);
   suite_add_tcase(s, tc);
   tc = tcase_create("triton_extensions");
   tcase_add_loop_test(tc, v2_repo_decode_table, 0, N_OF(repo_cases));

@@ -319,6 +319,28 @@ attn_status attn_v1_encode(const attn_infer_response *r,
                            const attn_v1_info *info, const attn_v1_timing *t,
                            attn_buf *out, attn_diag *d);
 
+/* One model as GET /v1/models lists it (the strings borrowed). */
+typedef struct attn_v1_model_entry {
+  const char *name;
+  const char *version; /* NULL: "1" */
+  const char *kind;    /* "sdpa", "mha", "resident"; NULL: "" */
+  int64_t embed_dim;   /* > 0: written, with the four below */
+  int64_t num_heads, num_kv_heads, kdim, vdim;
+  const char *precision; /* written, with weight_bytes, when set */
+  size_t weight_bytes;
+  const char *description; /* written when set */
+  const char *fixed;       /* a JSON object written as is, or NULL */
+} attn_v1_model_entry;
+
+/* {"models":[{"name":..,"version":..,"kind":..,"embed_dim":..,
+ * "num_heads":..,"num_kv_heads":..,"kdim":..,"vdim":..,"precision":..,
+ * "weight_bytes":..,"description":..,"fixed":{..}},..]}, appended to *out
+ * (the optional fields as attn_v1_model_entry says).  m borrowed (NULL
+ * when n is 0).  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
+                                  size_t n);
+
 /* ---- Errors ------------------------------------------------------------- */
 
 /* Append {"error":"<msg>"} (the v2 $inference_error_response, also used by
