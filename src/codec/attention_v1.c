@@ -1317,7 +1317,8 @@ static attn_status put_dim(attn_buf *b, const char *key, int64_t v) {
   return s ? s : attn_buf_i64(b, v);
 }
 
-static attn_status put_model(attn_buf *out, const attn_v1_model_entry *m) {
+static attn_status put_model(attn_buf *out, const void *item) {
+  const attn_v1_model_entry *m = item;
   attn_status s;
   TRY(attn_buf_puts(out, "{\"name\":"));
   TRY(attn_buf_json_string(out, m->name));
@@ -1353,16 +1354,6 @@ fail:
 
 attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
                                   size_t n) {
-  size_t start = out->len;
-  attn_status s;
-  TRY(attn_buf_puts(out, "{\"models\":["));
-  for (size_t i = 0; i < n; i++) {
-    if (i) TRY(attn_buf_puts(out, ","));
-    TRY(put_model(out, &m[i]));
-  }
-  TRY(attn_buf_puts(out, "]}"));
-  return ATTN_OK;
-fail:
-  attn__buf_restore(out, start);
-  return s;
+  return attn__json_list(out, "{\"models\":[", m, sizeof *m, n, put_model,
+                         "]}");
 }

@@ -17,6 +17,14 @@ void attn__codec_limits_eff(const attn_codec_limits *in,
 /* Undo a failed encoder's appends: b back to start bytes. */
 void attn__buf_restore(attn_buf *b, size_t start);
 
+/* open, then put(out, item) for the n items of size bytes each at items
+ * (a comma between two), then close, appended to out; out->len restored
+ * on failure. */
+typedef attn_status (*attn__put_item)(attn_buf *out, const void *item);
+attn_status attn__json_list(attn_buf *out, const char *open, const void *items,
+                            size_t size, size_t n, attn__put_item put,
+                            const char *close);
+
 /* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
 

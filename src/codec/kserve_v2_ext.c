@@ -145,7 +145,8 @@ attn_status attn_v2_decode_repository(const char *body, size_t len,
 
 /* ---- the repository's answers ------------------------------------------- */
 
-static attn_status put_entry(attn_buf *b, const attn_v2_repo_entry *e) {
+static attn_status put_entry(attn_buf *b, const void *item) {
+  const attn_v2_repo_entry *e = item;
   attn_status s = attn_buf_puts(b, "{\"name\":");
   if (!s) s = attn_buf_json_string(b, e->name);
   if (!s && e->version && e->version[0] &&
@@ -162,13 +163,7 @@ static attn_status put_entry(attn_buf *b, const attn_v2_repo_entry *e) {
 attn_status attn_v2_encode_repository_index(attn_buf *out,
                                             const attn_v2_repo_entry *e,
                                             size_t n) {
-  size_t start = out->len;
-  attn_status s = attn_buf_puts(out, "[");
-  for (size_t i = 0; !s && i < n; i++)
-    if (!i || !(s = attn_buf_puts(out, ","))) s = put_entry(out, &e[i]);
-  if (!s) s = attn_buf_puts(out, "]");
-  if (s) attn__buf_restore(out, start);
-  return s;
+  return attn__json_list(out, "[", e, sizeof *e, n, put_entry, "]");
 }
 
 attn_status attn_v2_encode_repository_entry(attn_buf *out,
@@ -193,7 +188,8 @@ static attn_status put_count_ns(attn_buf *b, const char *name, uint64_t count,
   return s ? s : attn_buf_puts(b, "}");
 }
 
-static attn_status put_model_stats(attn_buf *b, const attn_v2_model_stats *m) {
+static attn_status put_model_stats(attn_buf *b, const void *item) {
+  const attn_v2_model_stats *m = item;
   const struct {
     const char *name;
     uint64_t count, ns;
@@ -224,11 +220,6 @@ static attn_status put_model_stats(attn_buf *b, const attn_v2_model_stats *m) {
 
 attn_status attn_v2_encode_statistics(attn_buf *out,
                                       const attn_v2_model_stats *m, size_t n) {
-  size_t start = out->len;
-  attn_status s = attn_buf_puts(out, "{\"model_stats\":[");
-  for (size_t i = 0; !s && i < n; i++)
-    if (!i || !(s = attn_buf_puts(out, ","))) s = put_model_stats(out, &m[i]);
-  if (!s) s = attn_buf_puts(out, "]}");
-  if (s) attn__buf_restore(out, start);
-  return s;
+  return attn__json_list(out, "{\"model_stats\":[", m, sizeof *m, n,
+                         put_model_stats, "]}");
 }

@@ -47,23 +47,19 @@ static void answer_index(attn_srv_ctx *s, bool ready, const char *only,
     if (!(ready && !v[i].ready) && !(only && strcmp(v[i].name, only)))
       rows[shown++] = (attn_v2_repo_entry){v[i].name, v[i].version, v[i].ready,
                                            v[i].reason};
-  attn_buf b;
-  attn_buf_init(&b, 0);
-  if (!only)
-    st = attn_v2_encode_repository_index(&b, rows, shown);
-  else if (shown)
-    st = attn_v2_encode_repository_entry(&b, &rows[0]);
-  else /* a model just loaded or unloaded keeps its row */
-    st = attn_diag_set(&d, ATTN_EINTERNAL, "model '%s' is not in the index",
-                       only);
-  free(rows);
-  free(v);
-  if (st) {
-    attn_buf_free(&b);
-    attn__resp_status(resp, st, &d);
+  if (only && !shown) { /* a model just loaded or unloaded keeps its row */
+    free(rows);
+    free(v);
+    attn__resp_error(resp, 500, "model '%s' is not in the index", only);
     return;
   }
-  attn__resp_json(resp, 200, &b);
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  st = only ? attn_v2_encode_repository_entry(&b, &rows[0])
+            : attn_v2_encode_repository_index(&b, rows, shown);
+  free(rows);
+  free(v);
+  attn__resp_encoded(resp, st, &b);
 }
 
 /* A load's failure: 404 when no file names the model, 503 out of

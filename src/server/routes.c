@@ -192,37 +192,28 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
                                   attn_http_resp *resp, attn_infer_target *t) {
   const attn_model *held[ATTN_MAX_MODELS];
   attn_v1_model_entry rows[ATTN_MAX_MODELS];
-  size_t n = attn_registry_count(s->models), shown = 0;
-  if (n > ATTN_MAX_MODELS) n = ATTN_MAX_MODELS;
+  size_t n = attn__hold_models(s->models, NULL, held, NULL);
   for (size_t i = 0; i < n; i++) {
-    const attn_model *m = attn_registry_get_at(s->models, i);
-    if (!m) continue; /* unloaded */
     attn_model_info info;
-    attn_model_info_get(m, &info);
-    held[shown] = m; /* its strings borrowed until the list is written */
-    rows[shown++] = (attn_v1_model_entry){.name = info.name,
-                                          .version = info.version,
-                                          .kind = info.kind,
-                                          .embed_dim = info.embed_dim,
-                                          .num_heads = info.num_heads,
-                                          .num_kv_heads = info.num_kv_heads,
-                                          .kdim = info.kdim,
-                                          .vdim = info.vdim,
-                                          .precision = info.precision,
-                                          .weight_bytes = info.weight_bytes,
-                                          .description = info.description,
-                                          .fixed = info.fixed};
+    attn_model_info_get(held[i], &info);
+    rows[i] = (attn_v1_model_entry){.name = info.name,
+                                    .version = info.version,
+                                    .kind = info.kind,
+                                    .embed_dim = info.embed_dim,
+                                    .num_heads = info.num_heads,
+                                    .num_kv_heads = info.num_kv_heads,
+                                    .kdim = info.kdim,
+                                    .vdim = info.vdim,
+                                    .precision = info.precision,
+                                    .weight_bytes = info.weight_bytes,
+                                    .description = info.description,
+                                    .fixed = info.fixed};
   }
   attn_buf b;
   attn_buf_init(&b, 0);
-  attn_status st = attn_v1_encode_models(&b, rows, shown);
-  for (size_t i = 0; i < shown; i++) attn_model_put(held[i]);
-  if (st) {
-    attn_buf_free(&b);
-    attn__resp_error(resp, 503, "out of memory listing the models");
-    return ATTN_ROUTE_DONE;
-  }
-  attn__resp_json(resp, 200, &b);
+  attn_status st = attn_v1_encode_models(&b, rows, n);
+  for (size_t i = 0; i < n; i++) attn_model_put(held[i]);
+  attn__resp_encoded(resp, st, &b);
   return ATTN_ROUTE_DONE;
 }
 

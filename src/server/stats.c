@@ -66,40 +66,27 @@ void attn__metrics_answer(attn_srv_ctx *s, attn_http_resp *resp) {
 void attn__stats_answer(attn_srv_ctx *s, const attn_model *m,
                         attn_http_resp *resp) {
   const attn_model *held[ATTN_MAX_MODELS];
+  size_t slot[ATTN_MAX_MODELS];
   attn_v2_model_stats rows[ATTN_MAX_MODELS];
-  size_t n = attn_registry_count(s->models), shown = 0;
-  if (n > ATTN_MAX_MODELS) n = ATTN_MAX_MODELS;
-  for (size_t i = 0; i < n; i++) { /* the models loaded now */
-    const attn_model *mi = attn_registry_get_at(s->models, i);
-    if (!mi || (m && mi != m)) {
-      attn_model_put(mi);
-      continue;
-    }
+  size_t n = attn__hold_models(s->models, m, held, slot);
+  for (size_t i = 0; i < n; i++) {
     attn_model_stats st;
-    attn_metrics_model_stats(s->metrics, i, &st);
-    held[shown] = mi; /* names borrowed until the answer is written */
-    rows[shown++] =
-        (attn_v2_model_stats){.name = attn_model_name(mi),
-                              .version = attn_model_version(mi),
-                              .last_inference_ms = st.last_inference_ms,
-                              .success_count = st.success_count,
-                              .success_ns = st.success_ns,
-                              .fail_count = st.fail_count,
-                              .fail_ns = st.fail_ns,
-                              .queue_ns = st.queue_ns,
-                              .input_ns = st.input_ns,
-                              .infer_ns = st.infer_ns,
-                              .output_ns = st.output_ns};
+    attn_metrics_model_stats(s->metrics, slot[i], &st);
+    rows[i] = (attn_v2_model_stats){.name = attn_model_name(held[i]),
+                                    .version = attn_model_version(held[i]),
+                                    .last_inference_ms = st.last_inference_ms,
+                                    .success_count = st.success_count,
+                                    .success_ns = st.success_ns,
+                                    .fail_count = st.fail_count,
+                                    .fail_ns = st.fail_ns,
+                                    .queue_ns = st.queue_ns,
+                                    .input_ns = st.input_ns,
+                                    .infer_ns = st.infer_ns,
+                                    .output_ns = st.output_ns};
   }
   attn_buf b;
   attn_buf_init(&b, 0);
-  attn_status st = attn_v2_encode_statistics(&b, rows, shown);
-  for (size_t i = 0; i < shown; i++) attn_model_put(held[i]);
-  if (st) {
-    attn_diag d = {{0}};
-    attn_buf_free(&b);
-    attn__resp_status(resp, st, &d);
-    return;
-  }
-  attn__resp_json(resp, 200, &b);
+  attn_status st = attn_v2_encode_statistics(&b, rows, n);
+  for (size_t i = 0; i < n; i++) attn_model_put(held[i]);
+  attn__resp_encoded(resp, st, &b);
 }
