@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "attn/buf.h"
 #include "attn/codec.h"
@@ -1338,6 +1341,43 @@ START_TEST(v1_encode_as_is_and_errors) {
 }
 END_TEST
 
+START_TEST(v1_models_list) {
+  const attn_v1_model_entry m[] = {
+      {.name = "sdpa", .version = "1", .kind = "sdpa", .description = "d\""},
+      {.name = "r",
+       .kind = "resident",
+       .embed_dim = 16,
+       .num_heads = 4,
+       .num_kv_heads = 2,
+       .kdim = 8,
+       .vdim = 12,
+       .precision = "bf16",
+       .weight_bytes = 4352,
+       .fixed = "{\"causal\":\"bottom_right\"}"},
+      {.name = "bare"},
+  };
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_v1_encode_models(&b, m, 3), ATTN_OK);
+  ck_assert_str_eq(
+      b.data,
+      "{\"models\":[{\"name\":\"sdpa\",\"version\":\"1\",\"kind\":\"sdpa\","
+      "\"description\":\"d\\\"\"},{\"name\":\"r\",\"version\":\"1\","
+      "\"kind\":\"resident\",\"embed_dim\":16,\"num_heads\":4,"
+      "\"num_kv_heads\":2,\"kdim\":8,\"vdim\":12,\"precision\":\"bf16\","
+      "\"weight_bytes\":4352,\"fixed\":{\"causal\":\"bottom_right\"}},"
+      "{\"name\":\"bare\",\"version\":\"1\",\"kind\":\"\"}]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v1_encode_models(&b, NULL, 0), ATTN_OK);
+  ck_assert_str_eq(b.data, "{\"models\":[]}");
+  attn_buf_free(&b);
+  attn_buf_init(&b, 60); /* full: nothing left of the attempt */
+  ck_assert_int_eq(attn_v1_encode_models(&b, m, 3), ATTN_ETOOBIG);
+  ck_assert_int_eq(b.len, 0);
+  attn_buf_free(&b);
+}
+END_TEST
+
 /* The bodies of the decoder tables that parse, through attn_json_parse
  * and cJSON alike (check_like_cjson, test_json.c). */
 START_TEST(bodies_parse_like_cjson) {
@@ -1358,6 +1398,348 @@ START_TEST(bodies_parse_like_cjson) {
     check_like_cjson(j, strlen(j), ctx);
     free(j);
   }
+}
+END_TEST
+
+/* ---- v2: the timeout peeked at before the decode ------------------------ */
+
+static int64_t peek_us(const char *json) {
+  return attn_v2_peek_timeout(json, strlen(json), 0);
+}
+
+START_TEST(v2_peek_timeout) {
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 200000}}"), 200000);
+  ck_assert_int_eq(
+      peek_us("{\"id\": \"a\\\"timeout\\\"\", \"inputs\": [{\"name\":"
+              " \"q\", \"data\": [1, [2, {}], \"]}\"]}], "
+              "\"parameters\" : { \"priority\": 1, \"timeout\" :0 } }"),
+      0);
+  /* only the top level's parameters count */
+  ck_assert_int_eq(
+      peek_us("{\"inputs\": [{\"parameters\": {\"timeout\": 5}}]}"), -1);
+  ck_assert_int_eq(peek_us("{\"timeout\": 5}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": -5}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 1.5}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": \"5\"}}"), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\": 5"), 5);
+  ck_assert_int_eq(peek_us("{\"parameters\": {\"timeout\""), -1);
+  ck_assert_int_eq(peek_us("{\"parameters\" {\"timeout\": 5}}"), -1);
+  ck_assert_int_eq(peek_us("[\"timeout\"]"), -1);
+  ck_assert_int_eq(peek_us(""), -1);
+  /* a huge number is cut short, never overflows */
+  ck_assert_int_eq(
+      peek_us("{\"parameters\": {\"timeout\": 99999999999999999999999}}"), -1);
+  /* a binary body: only its JSON header, header_len bytes, is read */
+  const char bin[] = "{\"parameters\":{\"timeout\":7}}\x00\xff\"timeout\"";
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, strlen(bin)), 7);
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, 0), 7);
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, sizeof bin - 1, 20), -1);
+  /* a header length past the body: the body (as attn_v2_decode refuses) */
+  ck_assert_int_eq(attn_v2_peek_timeout(bin, 20, 40), -1);
+  /* a long body: found at its end (where tritonclient puts parameters),
+   * not in its middle (left to the decode) */
+  char big[4096];
+  int k = snprintf(big, sizeof big, "{\"inputs\": [%*s], ", 3000, "");
+  snprintf(big + k, sizeof big - (size_t)k,
+           "\"parameters\": {\"timeout\": 42}}");
+  ck_assert_int_eq(peek_us(big), 42);
+  k = snprintf(big, sizeof big, "{\"id\": \"%*s\", ", 1000, "");
+  k += snprintf(big + k, sizeof big - (size_t)k,
+                "\"parameters\": {\"timeout\": 42}, ");
+  snprintf(big + k, sizeof big - (size_t)k, "\"inputs\": [%*s]}", 1000, "");
+  ck_assert_int_eq(peek_us(big), -1);
+}
+END_TEST
+
+/* Where the peek finds a timeout, the decode reads the same one. */
+START_TEST(v2_peek_agrees_with_decode) {
+  static const char *const bodies[] = {
+      "{'inputs': [], 'parameters': {'timeout': 0}}",
+      "{'parameters': {'priority': 2, 'timeout': 1500}, 'inputs': []}",
+      "{'id': 'x', 'inputs': [{'name': 'q', 'datatype': 'FP32', 'shape': "
+      "[1], 'data': [1]}], 'parameters': {'timeout': 9007199254740991}}",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+    char *j = unquote(bodies[i]);
+    attn_infer_request r;
+    attn_diag d = {{0}};
+    ck_assert_int_eq(attn_v2_decode(j, strlen(j), 0, NULL, &r, &d), ATTN_OK);
+    int64_t peeked = attn_v2_peek_timeout(j, strlen(j), 0);
+    ck_assert_msg(peeked >= 0, "%s: not found", j);
+    ck_assert_int_eq(peeked, r.timeout_us);
+    attn_infer_request_free(&r);
+    free(j);
+  }
+}
+END_TEST
+
+/* ---- v2: the model repository's bodies and answers ---------------------- */
+
+#define RI ATTN_V2_REPO_INDEX
+#define RL ATTN_V2_REPO_LOAD
+#define RU ATTN_V2_REPO_UNLOAD
+#define NOT_SUPPORTED                                                    \
+  "' is not supported: attnd loads a model from its file in the models " \
+  "directory (edit the file, then load)"
+
+/* The messages are what repo.c answered before the codec read these
+ * bodies (tests/integration/test_repository.py checks some of them). */
+static const struct {
+  attn_v2_repo_op op;
+  const char *json;
+  attn_status st;
+  const char *msg; /* the whole message, or for st OK "ready" or "" */
+} repo_cases[] = {
+    {RI, "", ATTN_OK, ""},
+    {RI, " \t\r\n ", ATTN_OK, ""},
+    {RI, "{}", ATTN_OK, ""},
+    {RI, "{'ready': true}", ATTN_OK, "ready"},
+    {RI, " {'ready' : false} ", ATTN_OK, ""},
+    {RI, "{'ready': true, 'ready': 1}", ATTN_OK, "ready"}, /* the first */
+    {RI, "{'ready': 'yes'}", ATTN_EINVAL,
+     "index: 'ready' must be true or false"},
+    {RI, "{'ready': null}", ATTN_EINVAL,
+     "index: 'ready' must be true or false"},
+    {RI, "{'colour': 1, 'ready': 'yes'}", ATTN_EINVAL,
+     "index: unknown key 'colour'"},
+    {RI, "{'config': 1}", ATTN_EINVAL, "index: 'config" NOT_SUPPORTED},
+    {RI, "[1]", ATTN_EINVAL,
+     "the body of POST /v2/repository/index must be a JSON object (or "
+     "empty)"},
+    {RI, "{", ATTN_EPARSE,
+     "the body of POST /v2/repository/index must be a JSON object (or "
+     "empty)"},
+    {RI, "{'ready': true} {}", ATTN_EPARSE,
+     "the body of POST /v2/repository/index must be a JSON object (or "
+     "empty)"},
+    {RL, "", ATTN_OK, ""},
+    {RL, "{}", ATTN_OK, ""},
+    {RL, "{'parameters': {}}", ATTN_OK, ""},
+    {RL, "{'parameters': {'config': '{}'}}", ATTN_EINVAL,
+     "load: parameters: 'config" NOT_SUPPORTED},
+    {RL, "{'parameters': {'file:1/model.onnx': 'AAAA'}}", ATTN_EINVAL,
+     "load: parameters: 'file:1/model.onnx" NOT_SUPPORTED},
+    {RL, "{'config': {}}", ATTN_EINVAL, "load: 'config" NOT_SUPPORTED},
+    {RL, "{'parameters': {'unload_dependents': true}}", ATTN_EINVAL,
+     "load: parameters: unknown key 'unload_dependents'"},
+    {RL, "{'parameters': [], 'x': 1}", ATTN_EINVAL, "load: unknown key 'x'"},
+    {RL, "{'parameters': 3}", ATTN_EINVAL,
+     "load: parameters must be a JSON object"},
+    {RL, "'x'", ATTN_EINVAL,
+     "the body of a load must be a JSON object (or empty)"},
+    {RU, "{'parameters': {'unload_dependents': true}}", ATTN_OK, ""},
+    {RU, "{'parameters': {'unload_dependents': [1]}}", ATTN_OK, ""},
+    {RU, "{'parameters': {'cascade': true}}", ATTN_EINVAL,
+     "unload: parameters: unknown key 'cascade'"},
+    {RU, "{'parameters': null}", ATTN_EINVAL,
+     "unload: parameters must be a JSON object"},
+    {RU, "null", ATTN_EINVAL,
+     "the body of an unload must be a JSON object (or empty)"},
+    /* a long key is cut at 64 bytes in the message */
+    {RU,
+     "{'k123456789012345678901234567890123456789012345678901234567890123"
+     "45678': 1}",
+     ATTN_EINVAL,
+     "unload: unknown key "
+     "'k123456789012345678901234567890123456789012345678901234567890123'"},
+    {RI, "{'a': [[[[[[[[1]]]]]]]]}", ATTN_EINVAL,
+     "the body of POST /v2/repository/index: JSON nested deeper than 8 "
+     "levels at byte 13"},
+};
+
+START_TEST(v2_repo_decode_table) {
+  char *j = unquote(repo_cases[_i].json);
+  attn_v2_repo_request r;
+  attn_diag d = {{0}};
+  memset(&r, 0xab, sizeof r);
+  attn_status st =
+      attn_v2_decode_repository(j, strlen(j), repo_cases[_i].op, &r, &d);
+  ck_assert_msg(st == repo_cases[_i].st, "case %d %s: %s, expected %s: %s", _i,
+                j, attn_status_name(st), attn_status_name(repo_cases[_i].st),
+                d.msg);
+  if (st == ATTN_OK)
+    ck_assert_int_eq(r.ready, strcmp(repo_cases[_i].msg, "ready") == 0);
+  else
+    ck_assert_str_eq(d.msg, repo_cases[_i].msg);
+  if (st != ATTN_OK) ck_assert_int_eq(r.ready, 0); /* zeroed */
+  free(j);
+}
+END_TEST
+
+/* n bytes: pre, then fill repeated, then post (n >= both). */
+static char *filled(size_t n, const char *pre, const char *fill,
+                    const char *post) {
+  char *b = malloc(n + 1);
+  ck_assert_ptr_nonnull(b);
+  size_t a = strlen(pre), z = strlen(post), f = strlen(fill);
+  memcpy(b, pre, a);
+  for (size_t i = a; i < n - z; i++) b[i] = fill[(i - a) % f];
+  memcpy(b + n - z, post, z);
+  b[n] = '\0';
+  return b;
+}
+
+/* The limits: a body past ATTN_MAX_REPO_BODY_BYTES is refused unread, and
+ * one within it that nests deep or holds many values is refused at the
+ * limit; a body of NULs is not blank. */
+START_TEST(v2_repo_decode_limits) {
+  attn_v2_repo_request r;
+  attn_diag d = {{0}};
+  const size_t max = ATTN_MAX_REPO_BODY_BYTES;
+  char *b = filled(max, "", " ", "");
+  ck_assert_int_eq(attn_v2_decode_repository(b, max, RI, &r, &d), ATTN_OK);
+  free(b);
+  b = filled(max + 1, "{", " ", "}");
+  ck_assert_int_eq(attn_v2_decode_repository(b, max + 1, RL, &r, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_str_eq(d.msg,
+                   "the body of a load is 65537 bytes, above the limit of "
+                   "65536 (it takes a few keys)");
+  free(b);
+  b = filled(max, "{\"a\":", "[", "");
+  ck_assert_int_eq(attn_v2_decode_repository(b, max, RU, &r, &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "nested deeper than 8 levels"));
+  free(b);
+  b = filled(max, "{\"a\":[", "0,", "0]}");
+  ck_assert_int_eq(attn_v2_decode_repository(b, max, RI, &r, &d), ATTN_EINVAL);
+  ck_assert_str_eq(d.msg,
+                   "the body of POST /v2/repository/index holds more than "
+                   "256 JSON values (it takes a few keys)");
+  free(b);
+  ck_assert_int_eq(attn_v2_decode_repository("\0\0", 2, RI, &r, &d),
+                   ATTN_EPARSE);
+  ck_assert_int_eq(attn_v2_decode_repository(NULL, 0, RU, &r, &d), ATTN_OK);
+  ck_assert_int_eq(
+      attn_v2_decode_repository("{}", 2, (attn_v2_repo_op)7, &r, &d),
+      ATTN_EINVAL);
+}
+END_TEST
+
+/* VmData of this process, bytes (0 when unknown). */
+static size_t vm_data(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  size_t kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmData: %zu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb * 1024;
+}
+
+/* Hostile bodies are refused without a large allocation: in a child whose
+ * data segment may grow by only 4 MiB (RLIMIT_DATA), a 48 MiB body (it
+ * took cJSON to 2 GB: issue 39), and 64 KiB ones of brackets, of numbers
+ * and of one long string are each refused with their own status (an
+ * allocation past the limit would be ENOMEM instead). */
+START_TEST(v2_repo_decode_small_memory) {
+#if defined(__SANITIZE_ADDRESS__)
+  UNIT_SKIPPED("data limit under AddressSanitizer");
+#else
+  const size_t max = ATTN_MAX_REPO_BODY_BYTES, huge = (size_t)48 << 20;
+  char *bodies[] = {filled(huge, "{\"a\":[", "0,", "0]}"),
+                    filled(max, "", "[", ""), filled(max, "[", "0,", "0]"),
+                    filled(max, "{\"", "x", "\":1}")};
+  const size_t lens[] = {huge, max, max, max};
+  const attn_status want[] = {ATTN_ETOOBIG, ATTN_EINVAL, ATTN_EINVAL,
+                              ATTN_EINVAL};
+  size_t base = vm_data();
+  ck_assert_uint_gt(base, 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    struct rlimit rl = {base + ((size_t)4 << 20), base + ((size_t)4 << 20)};
+    if (setrlimit(RLIMIT_DATA, &rl)) _exit(2);
+    for (int i = 0; i < 4; i++) {
+      attn_v2_repo_request r;
+      attn_diag d = {{0}};
+      if (attn_v2_decode_repository(bodies[i], lens[i], RL, &r, &d) != want[i])
+        _exit(10 + i);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "child: %d (10 + the body that was not refused as expected)",
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  for (int i = 0; i < 4; i++) free(bodies[i]);
+#endif
+}
+END_TEST
+
+START_TEST(v2_repo_encode) {
+  const attn_v2_repo_entry e[] = {
+      {"sdpa", "1", true, NULL},
+      {"demo", "", false, "unloaded"},
+      {"q\"x", NULL, false, NULL},
+  };
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_v2_encode_repository_index(&b, e, 3), ATTN_OK);
+  ck_assert_str_eq(b.data,
+                   "[{\"name\":\"sdpa\",\"version\":\"1\",\"state\":\"READY\"},"
+                   "{\"name\":\"demo\",\"state\":\"UNAVAILABLE\",\"reason\":"
+                   "\"unloaded\"},{\"name\":\"q\\\"x\",\"state\":"
+                   "\"UNAVAILABLE\",\"reason\":\"\"}]");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_repository_index(&b, NULL, 0), ATTN_OK);
+  ck_assert_str_eq(b.data, "[]");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_repository_entry(&b, &e[0]), ATTN_OK);
+  ck_assert_str_eq(b.data,
+                   "{\"name\":\"sdpa\",\"version\":\"1\",\"state\":\"READY\"}");
+  attn_buf_free(&b);
+  /* a full buffer: nothing left of the attempt */
+  attn_buf_init(&b, 40);
+  attn_buf_puts(&b, "x");
+  ck_assert_int_eq(attn_v2_encode_repository_index(&b, e, 3), ATTN_ETOOBIG);
+  ck_assert_str_eq(b.data, "x");
+  ck_assert_int_eq(attn_v2_encode_repository_entry(&b, &e[1]), ATTN_ETOOBIG);
+  ck_assert_str_eq(b.data, "x");
+  attn_buf_free(&b);
+}
+END_TEST
+
+/* ---- v2: Triton's statistics --------------------------------------------- */
+
+START_TEST(v2_statistics) {
+  const attn_v2_model_stats m[] = {
+      {"sdpa", "1", 1700000000123ull, 3, 3000, 1, 50, 300, 400, 500, 600},
+      {"q\"", "2", 0, 0, 0, 0, 0, 0, 0, 0, 0},
+  };
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 1), ATTN_OK);
+  ck_assert_str_eq(
+      b.data,
+      "{\"model_stats\":[{\"name\":\"sdpa\",\"version\":\"1\","
+      "\"last_inference\":1700000000123,\"inference_count\":3,"
+      "\"execution_count\":3,\"inference_stats\":{"
+      "\"success\":{\"count\":3,\"ns\":3000},"
+      "\"fail\":{\"count\":1,\"ns\":50},"
+      "\"queue\":{\"count\":3,\"ns\":300},"
+      "\"compute_input\":{\"count\":3,\"ns\":400},"
+      "\"compute_infer\":{\"count\":3,\"ns\":500},"
+      "\"compute_output\":{\"count\":3,\"ns\":600},"
+      "\"cache_hit\":{\"count\":0,\"ns\":0},"
+      "\"cache_miss\":{\"count\":0,\"ns\":0}},\"batch_stats\":[]}]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, NULL, 0), ATTN_OK);
+  ck_assert_str_eq(b.data, "{\"model_stats\":[]}");
+  b.len = 0;
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 2), ATTN_OK);
+  cJSON *j = cJSON_Parse(b.data);
+  const cJSON *list = cJSON_GetObjectItem(j, "model_stats");
+  ck_assert_int_eq(cJSON_GetArraySize(list), 2);
+  ck_assert_str_eq(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(list, 1), "name")->valuestring,
+      "q\"");
+  cJSON_Delete(j);
+  attn_buf_free(&b);
+  attn_buf_init(&b, 100); /* full: nothing left of the attempt */
+  ck_assert_int_eq(attn_v2_encode_statistics(&b, m, 2), ATTN_ETOOBIG);
+  ck_assert_int_eq(b.len, 0);
+  attn_buf_free(&b);
 }
 END_TEST
 
@@ -1409,6 +1791,8 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v1_self_attention_views);
   tcase_add_test(tc, v2_binary_equals_json);
   tcase_add_test(tc, depth_limit);
+  tcase_add_test(tc, v2_peek_timeout);
+  tcase_add_test(tc, v2_peek_agrees_with_decode);
   suite_add_tcase(s, tc);
   tc = tcase_create("v1_decode");
   tcase_add_loop_test(tc, v1_decode_table, 0, N_OF(v1_cases));
@@ -1423,6 +1807,14 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v2_metadata);
   tcase_add_test(tc, v1_encode_undoes_slicing);
   tcase_add_test(tc, v1_encode_as_is_and_errors);
+  tcase_add_test(tc, v1_models_list);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("triton_extensions");
+  tcase_add_loop_test(tc, v2_repo_decode_table, 0, N_OF(repo_cases));
+  tcase_add_test(tc, v2_repo_decode_limits);
+  tcase_add_test(tc, v2_repo_decode_small_memory);
+  tcase_add_test(tc, v2_repo_encode);
+  tcase_add_test(tc, v2_statistics);
   suite_add_tcase(s, tc);
   tc = tcase_create("error_json");
   tcase_add_loop_test(tc, error_json_table, 0, N_OF(err_cases));

@@ -1,6 +1,9 @@
 /* codec.h - request decoding and response encoding for the two wire formats
  * of attnd: KServe v2 / Open Inference Protocol (with Triton's binary tensor
- * data extension) and the curl-friendly /v1/attention JSON.
+ * data extension, and the bodies of its model repository and statistics
+ * extensions) and the curl-friendly /v1/attention JSON.  Every byte of these
+ * formats that attnd reads or writes goes through here; src/server/ hands over
+ * and gets back plain structs.
  *
  * Codecs know tensors, not the server: inputs are byte buffers plus the one
  * HTTP header value the v2 binary extension needs (as a number), outputs are
@@ -92,6 +95,19 @@ attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                            const attn_codec_limits *lim,
                            attn_infer_request *out, attn_diag *d);
 
+/* Triton's `parameters.timeout` of a v2 request, found before (and
+ * without) decoding it: the queue's deadline is set from it on the HTTP
+ * thread, for every v2 request, so this reads only what it must.  body,
+ * len and header_len as for attn_v2_decode (the JSON is body[0,
+ * header_len) when header_len is within (0, len), else all of it).
+ * Returns the timeout in microseconds, a non-negative integer written
+ * in digits only, when the top-level object's "parameters" member holds
+ * one; -1 when it is absent, not within the first or last 512 bytes of the
+ * JSON (where clients put a request's parameters), or when anything on the
+ * way is malformed: attn_v2_decode then reads it (or reports the fault) in
+ * full.  When both succeed they agree. */
+int64_t attn_v2_peek_timeout(const char *body, size_t len, size_t header_len);
+
 /* Encode a v2 inference response, appending to *out:
  *   {"model_name":..,"model_version":..(if set),"id":..(if set),
  *    "outputs":[{"name":..,"datatype":"FP32","shape":[..],"data":[..]},..]}
@@ -156,6 +172,78 @@ typedef struct attn_model_meta {
  * ATTN_ETOOBIG. */
 attn_status attn_v2_encode_model_metadata(attn_buf *out,
                                           const attn_model_meta *m);
+
+/* ---- Triton's extensions: the model repository, statistics ------------- */
+
+/* The operations of Triton's model repository extension. */
+typedef enum {
+  ATTN_V2_REPO_INDEX, /* POST /v2/repository/index: {"ready": bool} */
+  ATTN_V2_REPO_LOAD,  /* POST /v2/repository/models/{m}/load:
+                         {"parameters": {}} */
+  ATTN_V2_REPO_UNLOAD /* POST /v2/repository/models/{m}/unload:
+                         {"parameters": {"unload_dependents": any}} */
+} attn_v2_repo_op;
+
+/* What a repository body asks. */
+typedef struct attn_v2_repo_request {
+  bool ready; /* index: only the models that are READY */
+} attn_v2_repo_request;
+
+/* Decode the body of the repository operation op.  body, len: borrowed
+ * (body may be NULL when len is 0); empty or blank is {} (tritonclient
+ * sends no body).  A key the operation does not take is refused by name;
+ * Triton's load overrides ("config", "file:...") with a message of their
+ * own, since attnd loads only what its models directory holds.  A key
+ * given twice counts once, the first.  *out is written on return (zeroed
+ * on failure).  Errors: ATTN_ETOOBIG (longer than
+ * ATTN_MAX_REPO_BODY_BYTES: refused before parsing), ATTN_EPARSE (not
+ * JSON), ATTN_EINVAL (not an object, deeper than ATTN_MAX_REPO_JSON_DEPTH,
+ * more than ATTN_MAX_REPO_JSON_NODES values, a key refused, a value of the
+ * wrong type), ATTN_ENOMEM. */
+attn_status attn_v2_decode_repository(const char *body, size_t len,
+                                      attn_v2_repo_op op,
+                                      attn_v2_repo_request *out, attn_diag *d);
+
+/* One model of the repository index, as the server knows it. */
+typedef struct attn_v2_repo_entry {
+  const char *name;
+  const char *version; /* NULL or "": not written */
+  bool ready;          /* "state": "READY", else "UNAVAILABLE" */
+  const char *reason;  /* written when not ready (NULL: "") */
+} attn_v2_repo_entry;
+
+/* The index, appended to *out: [{"name":..,"version":..,"state":..,
+ * "reason":..},..], the entries e[0, n) in order (e may be NULL when n is
+ * 0); the _entry form writes one object (the answer to a load or an
+ * unload).  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_v2_encode_repository_index(attn_buf *out,
+                                            const attn_v2_repo_entry *e,
+                                            size_t n);
+attn_status attn_v2_encode_repository_entry(attn_buf *out,
+                                            const attn_v2_repo_entry *e);
+
+/* One model's statistics, the server's sums (durations in ns).  attnd runs
+ * one request per execution and has no cache. */
+typedef struct attn_v2_model_stats {
+  const char *name, *version;
+  uint64_t last_inference_ms; /* ms since the epoch; 0: none yet */
+  uint64_t success_count, success_ns, fail_count, fail_ns;
+  uint64_t queue_ns, input_ns, infer_ns, output_ns; /* the successes' */
+} attn_v2_model_stats;
+
+/* Triton's statistics (ModelStatisticsResponse of its HTTP/REST extension,
+ * what tritonclient's get_inference_statistics returns), appended to *out:
+ *   {"model_stats":[{"name":..,"version":..,"last_inference":..,
+ *    "inference_count":..,"execution_count":..(both the successes),
+ *    "inference_stats":{"success","fail","queue","compute_input",
+ *    "compute_infer","compute_output","cache_hit","cache_miss": each
+ *    {"count":..,"ns":..}},"batch_stats":[]},..]}
+ * The successes' count goes with queue and compute_*, as Triton counts
+ * them; the cache's are 0.  m borrowed (NULL when n is 0).  On failure
+ * out->len is restored.  Errors: ATTN_ENOMEM, ATTN_ETOOBIG. */
+attn_status attn_v2_encode_statistics(attn_buf *out,
+                                      const attn_v2_model_stats *m, size_t n);
 
 /* ---- /v1/attention ------------------------------------------------------ */
 
@@ -230,6 +318,28 @@ attn_status attn_v1_encode(const attn_infer_response *r,
                            const attn_infer_request *req,
                            const attn_v1_info *info, const attn_v1_timing *t,
                            attn_buf *out, attn_diag *d);
+
+/* One model as GET /v1/models lists it (the strings borrowed). */
+typedef struct attn_v1_model_entry {
+  const char *name;
+  const char *version; /* NULL: "1" */
+  const char *kind;    /* "sdpa", "mha", "resident"; NULL: "" */
+  int64_t embed_dim;   /* > 0: written, with the four below */
+  int64_t num_heads, num_kv_heads, kdim, vdim;
+  const char *precision; /* written, with weight_bytes, when set */
+  size_t weight_bytes;
+  const char *description; /* written when set */
+  const char *fixed;       /* a JSON object written as is, or NULL */
+} attn_v1_model_entry;
+
+/* {"models":[{"name":..,"version":..,"kind":..,"embed_dim":..,
+ * "num_heads":..,"num_kv_heads":..,"kdim":..,"vdim":..,"precision":..,
+ * "weight_bytes":..,"description":..,"fixed":{..}},..]}, appended to *out
+ * (the optional fields as attn_v1_model_entry says).  m borrowed (NULL
+ * when n is 0).  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG. */
+attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
+                                  size_t n);
 
 /* ---- Errors ------------------------------------------------------------- */
 

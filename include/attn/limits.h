@@ -63,6 +63,19 @@
  * instead of ~75 with their JSON text and node). */
 #define ATTN_JSON_MAX_NODES ((size_t)1 << 24)
 
+/* A body of Triton's model repository extension (POST /v2/repository/index,
+ * .../models/{m}/load, .../unload): {"ready": true} or {"parameters":
+ * {...}}, a few dozen bytes.  A longer one is refused (a 413: from its
+ * Content-Length before a byte is read, http.c and routes.c; else
+ * ATTN_ETOOBIG before it is parsed), and its JSON is held to a depth and a count of
+ * values far below an inference body's: what a body may make the parser
+ * allocate is then bounded by a few hundred KiB (cJSON, without a bound,
+ * took 2 GB for a 48 MiB body: issue 39).  The depth and the values leave
+ * room for the unknown keys a client may send, which are refused by name. */
+#define ATTN_MAX_REPO_BODY_BYTES ((size_t)64 * 1024)
+#define ATTN_MAX_REPO_JSON_DEPTH 8
+#define ATTN_MAX_REPO_JSON_NODES 256
+
 /* One HTTP request header line, name plus value.  8 KiB is what common
  * proxies (nginx large_client_header_buffers, Apache LimitRequestFieldSize)
  * accept, so anything longer would not have reached us through them anyway. */
@@ -191,12 +204,6 @@
  * counting every name ever loaded (a name keeps its place, and its
  * metrics, after an unload).  Bounds the metrics' model labels. */
 #define ATTN_MAX_MODELS 64
-
-/* A body of the model repository's routes (POST /v2/repository/index,
- * .../load, .../unload): Triton's few keys, never more than a few hundred
- * bytes.  Longer is a 413, from the Content-Length before a byte of it is
- * read (a 48 MiB body once took 2 GB to parse). */
-#define ATTN_MAX_REPO_BODY_BYTES ((size_t)64 * 1024)
 
 /* Safetensors header JSON larger than this is refused (the reference
  * implementation uses the same bound): a header is names and shapes, never

@@ -33,6 +33,8 @@
  *    messages name the /v1 field; num_kv_heads cuts key and value into
  *    that many heads; key_lengths becomes an INT64 input.
  *  - Unknown fields are errors with a "did you mean" (edit distance <= 2).
+ *  - GET /v1/models's list is written here too (attn_v1_encode_models),
+ *    from plain rows the server fills from the registry.
  *  - Any failure frees everything decoded so far; *out ends zeroed.
  *
  * Threads: reentrant; no state.
@@ -1303,9 +1305,55 @@ attn_status attn_v1_encode(const attn_infer_response *r,
   return ATTN_OK;
 fail:
   free(heads);
-  if (out->data) {
-    out->len = start;
-    out->data[start] = '\0';
-  }
+  attn__buf_restore(out, start);
   return attn_diag_set(d, s, "encoding the answer: %s", attn_strerror(s));
+}
+
+/* ---- GET /v1/models ----------------------------------------------------- */
+
+/* "key":v for the integers of a resident model. */
+static attn_status put_dim(attn_buf *b, const char *key, int64_t v) {
+  attn_status s = attn_buf_puts(b, key);
+  return s ? s : attn_buf_i64(b, v);
+}
+
+static attn_status put_model(attn_buf *out, const void *item) {
+  const attn_v1_model_entry *m = item;
+  attn_status s;
+  TRY(attn_buf_puts(out, "{\"name\":"));
+  TRY(attn_buf_json_string(out, m->name));
+  TRY(attn_buf_puts(out, ",\"version\":"));
+  TRY(attn_buf_json_string(out, m->version ? m->version : "1"));
+  TRY(attn_buf_puts(out, ",\"kind\":"));
+  TRY(attn_buf_json_string(out, m->kind ? m->kind : ""));
+  if (m->embed_dim > 0) {
+    TRY(put_dim(out, ",\"embed_dim\":", m->embed_dim));
+    TRY(put_dim(out, ",\"num_heads\":", m->num_heads));
+    TRY(put_dim(out, ",\"num_kv_heads\":", m->num_kv_heads));
+    TRY(put_dim(out, ",\"kdim\":", m->kdim));
+    TRY(put_dim(out, ",\"vdim\":", m->vdim));
+  }
+  if (m->precision) {
+    TRY(attn_buf_puts(out, ",\"precision\":"));
+    TRY(attn_buf_json_string(out, m->precision));
+    TRY(attn_buf_puts(out, ",\"weight_bytes\":"));
+    TRY(attn_buf_u64(out, m->weight_bytes));
+  }
+  if (m->description) {
+    TRY(attn_buf_puts(out, ",\"description\":"));
+    TRY(attn_buf_json_string(out, m->description));
+  }
+  if (m->fixed) { /* a JSON object made by the model layer */
+    TRY(attn_buf_puts(out, ",\"fixed\":"));
+    TRY(attn_buf_puts(out, m->fixed));
+  }
+  return attn_buf_puts(out, "}");
+fail:
+  return s;
+}
+
+attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
+                                  size_t n) {
+  return attn__json_list(out, "{\"models\":[", m, sizeof *m, n, put_model,
+                         "]}");
 }

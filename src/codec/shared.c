@@ -1,5 +1,6 @@
 /* shared.c - what the v2 and v1 codecs share: the {"error": ...} body,
- * the effective decoder limits, tensor shapes as JSON arrays.
+ * the effective decoder limits, tensor shapes and lists of items as JSON
+ * arrays, undoing a failed encoder's appends.
  *
  * Design
  *  - Limits: NULL means the defaults; a zero, or a value above its ceiling
@@ -36,6 +37,26 @@ void attn__codec_limits_eff(const attn_codec_limits *in,
   out->max_depth = clamp_limit(l.max_depth, ATTN_MAX_JSON_DEPTH);
 }
 
+void attn__buf_restore(attn_buf *b, size_t start) {
+  if (b->data) {
+    b->len = start;
+    b->data[start] = '\0';
+  }
+}
+
+attn_status attn__json_list(attn_buf *out, const char *open, const void *items,
+                            size_t size, size_t n, attn__put_item put,
+                            const char *close) {
+  size_t start = out->len;
+  attn_status s = attn_buf_puts(out, open);
+  for (size_t i = 0; !s && i < n; i++)
+    if (!i || !(s = attn_buf_append(out, ",", 1)))
+      s = put(out, (const char *)items + i * size);
+  if (!s) s = attn_buf_puts(out, close);
+  if (s) attn__buf_restore(out, start);
+  return s;
+}
+
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape) {
   attn_status s = attn_buf_append(b, "[", 1);
   for (int i = 0; s == ATTN_OK && i < rank; i++)
@@ -49,9 +70,6 @@ attn_status attn_error_json(attn_buf *out, const char *msg) {
   attn_status s = attn_buf_puts(out, "{\"error\":");
   if (s == ATTN_OK) s = attn_buf_json_string(out, msg);
   if (s == ATTN_OK) s = attn_buf_puts(out, "}");
-  if (s != ATTN_OK && out->data) {
-    out->len = start;
-    out->data[start] = '\0';
-  }
+  if (s != ATTN_OK) attn__buf_restore(out, start);
   return s;
 }

@@ -6,9 +6,10 @@
  * routes.c found (attn_infer_target); the job takes what it needs (it
  * borrows the body, kept by http.c until the completion) and is pushed
  * with a deadline: queue_timeout_ms, or a v2 request's own `timeout` when
- * that comes first (found by a scan of its JSON; see "Triton's timeout"
- * below).  A worker then either expires it
- * (503, nothing computed) or runs it in three stages:
+ * that comes first (read before the job is queued, on the HTTP thread, by
+ * attn_v2_peek_timeout in src/codec/kserve_v2.c, which scans only the
+ * JSON's ends).  A worker then either expires it (503, nothing computed)
+ * or runs it in three stages:
  *   decode   inflate a compressed body, read KServe v2 JSON/binary or
  *            /v1/attention JSON;
  *   model    find the model, honour Triton's `timeout`, run it (the
@@ -22,7 +23,6 @@
  * Threads: submit on an HTTP thread; run/expire on a worker (expire also
  * on the pool's reaper).
  */
-#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,114 +303,6 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   finish(job, &resp);
 }
 
-/* ---- Triton's `timeout`, found before the job is queued ---------------
- * A request's own `parameters.timeout` (microseconds) bounds its wait in
- * the queue, as queue_timeout_ms does: the earlier of the two is the job's
- * deadline, which the pool's reaper keeps even while every worker is busy.
- * To know it before a worker decodes the request, the JSON is scanned on
- * the HTTP thread without building anything: the top-level object's
- * members are stepped over (strings, nested brackets) up to "parameters",
- * whose "timeout" is read.  Only the JSON header of a binary request is
- * scanned, and only when its first or last 512 bytes hold the word
- * "timeout" (may_hold_timeout), so a request without one costs two short
- * memmem calls.  Anything malformed gives up (-1): the worker's decode
- * then reports it in full. */
-
-typedef struct jscan {
-  const char *p, *end;
-} jscan;
-
-static void js_ws(jscan *j) {
-  while (j->p < j->end &&
-         (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-    j->p++;
-}
-
-/* Past a string starting at j->p ('"'); *k, *kn: its raw contents. */
-static int js_string(jscan *j, const char **k, size_t *kn) {
-  if (j->p >= j->end || *j->p != '"') return 0;
-  const char *b = ++j->p;
-  while (j->p < j->end && *j->p != '"')
-    j->p += *j->p == '\\' && j->p + 1 < j->end ? 2 : 1;
-  if (j->p >= j->end) return 0;
-  *k = b;
-  *kn = (size_t)(j->p++ - b);
-  return 1;
-}
-
-/* Past one value of any kind (not checked beyond its brackets). */
-static int js_skip(jscan *j) {
-  const char *k;
-  size_t kn;
-  int depth = 0;
-  do {
-    if (j->p >= j->end) return 0;
-    char c = *j->p;
-    if (c == '"') {
-      if (!js_string(j, &k, &kn)) return 0;
-    } else if (c == '{' || c == '[') {
-      depth++, j->p++;
-    } else if (c == '}' || c == ']') {
-      if (--depth < 0) return 0;
-      j->p++;
-    } else if (depth == 0) { /* a scalar: up to its end */
-      while (j->p < j->end && !strchr(",}] \t\r\n", *j->p)) j->p++;
-    } else {
-      j->p++;
-    }
-  } while (depth > 0);
-  return 1;
-}
-
-/* Steps through the object at j->p, stopping at the member named key
- * (j->p at its value): 1, or 0 when it has none or is malformed. */
-static int js_member(jscan *j, const char *key) {
-  size_t want = strlen(key);
-  js_ws(j);
-  if (j->p >= j->end || *j->p++ != '{') return 0;
-  for (;;) {
-    const char *k;
-    size_t kn;
-    js_ws(j);
-    if (!js_string(j, &k, &kn)) return 0;
-    js_ws(j);
-    if (j->p >= j->end || *j->p++ != ':') return 0;
-    js_ws(j);
-    if (kn == want && !memcmp(k, key, want)) return 1;
-    if (!js_skip(j)) return 0;
-    js_ws(j);
-    if (j->p >= j->end || *j->p++ != ',') return 0;
-  }
-}
-
-/* Where "timeout" is looked for: the first and last TIMEOUT_WINDOW bytes
- * of the JSON (all of it when shorter), where clients put a request's
- * parameters (tritonclient: last, after inputs and outputs).  A whole-body
- * memmem cost a small v2 JSON request 42,000 instructions (+11%,
- * callgrind); the windows cost a thousandth of that.  A timeout in the
- * middle of a long JSON body is left to the worker's decode. */
-#define TIMEOUT_WINDOW 512
-
-static int may_hold_timeout(const char *json, size_t n) {
-  static const char word[] = "\"timeout\"";
-  const size_t w = sizeof word - 1;
-  if (n <= 2 * TIMEOUT_WINDOW) return memmem(json, n, word, w) != NULL;
-  return memmem(json, TIMEOUT_WINDOW, word, w) != NULL ||
-         memmem(json + n - TIMEOUT_WINDOW, TIMEOUT_WINDOW, word, w) != NULL;
-}
-
-int64_t attn__json_timeout_us(const char *json, size_t n) {
-  if (!may_hold_timeout(json, n)) return -1;
-  jscan j = {json, json + n};
-  if (!js_member(&j, "parameters") || !js_member(&j, "timeout")) return -1;
-  int64_t v = 0;
-  const char *b = j.p;
-  while (j.p < j.end && *j.p >= '0' && *j.p <= '9' && v < INT64_MAX / 10 - 9)
-    v = v * 10 + (*j.p++ - '0');
-  if (j.p == b || (j.p < j.end && !strchr(",} \t\r\n", *j.p))) return -1;
-  return v;
-}
-
 /* The job's deadline: the earlier of queue_timeout_ms and the request's
  * own timeout (v2 only; an uncompressed body), from now.  0: none. */
 static void set_deadline(attn_infer_job *job, const attn_http_req *req,
@@ -421,10 +313,8 @@ static void set_deadline(attn_infer_job *job, const attn_http_req *req,
     dl = now + (uint64_t)cfg->queue_timeout_ms * 1000000u;
   job->timeout_us = -1;
   if (t->proto == ATTN_JOB_V2 && t->encoding == ATTN_ENC_IDENTITY)
-    job->timeout_us = attn__json_timeout_us(
-        req->body, t->header_len && t->header_len < req->body_len
-                       ? t->header_len
-                       : req->body_len);
+    job->timeout_us =
+        attn_v2_peek_timeout(req->body, req->body_len, t->header_len);
   if (job->timeout_us > 0 &&
       (uint64_t)job->timeout_us < (UINT64_MAX - now) / 1000u) {
     uint64_t own = now + (uint64_t)job->timeout_us * 1000u;

@@ -49,6 +49,26 @@ static inline void attn__copy_str(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
+/* The models loaded now (only `only` when it is not NULL), at most
+ * ATTN_MAX_MODELS, each with a reference (give them back with
+ * attn_model_put) so that their names stay while an answer is written,
+ * into held[], and their slots into slot[] (may be NULL).  Returns how
+ * many.  Any thread. */
+static inline size_t attn__hold_models(attn_registry *r, const attn_model *only,
+                                       const attn_model **held, size_t *slot) {
+  size_t n = attn_registry_count(r), k = 0;
+  for (size_t i = 0; i < n && k < ATTN_MAX_MODELS; i++) {
+    const attn_model *m = attn_registry_get_at(r, i);
+    if (!m || (only && m != only)) {
+      attn_model_put(m);
+      continue;
+    }
+    if (slot) slot[k] = i;
+    held[k++] = m;
+  }
+  return k;
+}
+
 typedef struct attn_http_req {
   const char *method;
   const char *path;             /* without the query string */
@@ -222,16 +242,14 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
 void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
                     const char *body, size_t len, attn_http_resp *resp);
 
-/* infer.c: Triton's `parameters.timeout` (microseconds, a non-negative
- * integer) in the v2 JSON json[0, n), found without decoding the rest; -1
- * when it is absent, not within the first or last 512 bytes, or anything
- * on the way is malformed.  Any thread. */
-int64_t attn__json_timeout_us(const char *json, size_t n);
-
 /* respond.c: fill an attn_http_resp.  Any thread. */
 struct attn_buf;
 /* A JSON body taken from buf (buf is emptied), with status. */
 void attn__resp_json(attn_http_resp *resp, int status, struct attn_buf *buf);
+/* What a codec's encoder wrote into buf (200, buf emptied), or, when it
+ * returned st (out of memory, say), that error (buf freed). */
+void attn__resp_encoded(attn_http_resp *resp, attn_status st,
+                        struct attn_buf *buf);
 /* A JSON body copied from a static string. */
 void attn__resp_static(attn_http_resp *resp, int status, const char *json);
 /* {"error": msg} and status; a 503 also gets Retry-After: 1. */

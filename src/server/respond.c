@@ -49,6 +49,16 @@ void attn__resp_json(attn_http_resp *resp, int status, attn_buf *buf) {
   resp->body = attn_buf_steal(buf, &resp->len);
 }
 
+void attn__resp_encoded(attn_http_resp *resp, attn_status st, attn_buf *buf) {
+  attn_diag d = {{0}};
+  if (st == ATTN_OK) {
+    attn__resp_json(resp, 200, buf);
+    return;
+  }
+  attn_buf_free(buf);
+  attn__resp_status(resp, st, &d);
+}
+
 void attn__resp_static(attn_http_resp *resp, int status, const char *json) {
   attn_buf b;
   attn_buf_init(&b, 0);

@@ -186,45 +186,30 @@ static void model_ready(const attn_srv_ctx *s, const attn_model *m,
 
 static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
                                   attn_http_resp *resp, attn_infer_target *t) {
+  const attn_model *held[ATTN_MAX_MODELS];
+  attn_v1_model_entry rows[ATTN_MAX_MODELS];
+  size_t n = attn__hold_models(s->models, NULL, held, NULL);
+  for (size_t i = 0; i < n; i++) {
+    attn_model_info info;
+    attn_model_info_get(held[i], &info);
+    rows[i] = (attn_v1_model_entry){.name = info.name,
+                                    .version = info.version,
+                                    .kind = info.kind,
+                                    .embed_dim = info.embed_dim,
+                                    .num_heads = info.num_heads,
+                                    .num_kv_heads = info.num_kv_heads,
+                                    .kdim = info.kdim,
+                                    .vdim = info.vdim,
+                                    .precision = info.precision,
+                                    .weight_bytes = info.weight_bytes,
+                                    .description = info.description,
+                                    .fixed = info.fixed};
+  }
   attn_buf b;
   attn_buf_init(&b, 0);
-  attn_buf_puts(&b, "{\"models\":[");
-  size_t shown = 0;
-  for (size_t i = 0; i < attn_registry_count(s->models); i++) {
-    const attn_model *m = attn_registry_get_at(s->models, i);
-    if (!m) continue; /* unloaded */
-    attn_model_info info;
-    attn_model_info_get(m, &info);
-    if (shown++) attn_buf_puts(&b, ",");
-    attn_buf_puts(&b, "{\"name\":");
-    attn_buf_json_string(&b, info.name);
-    attn_buf_puts(&b, ",\"version\":");
-    attn_buf_json_string(&b, info.version ? info.version : "1");
-    attn_buf_puts(&b, ",\"kind\":");
-    attn_buf_json_string(&b, info.kind ? info.kind : "");
-    if (info.embed_dim > 0)
-      attn_buf_printf(&b,
-                      ",\"embed_dim\":%lld,\"num_heads\":%lld,"
-                      "\"num_kv_heads\":%lld,\"kdim\":%lld,\"vdim\":%lld",
-                      (long long)info.embed_dim, (long long)info.num_heads,
-                      (long long)info.num_kv_heads, (long long)info.kdim,
-                      (long long)info.vdim);
-    if (info.precision)
-      attn_buf_printf(&b, ",\"precision\":\"%s\",\"weight_bytes\":%zu",
-                      info.precision, info.weight_bytes);
-    if (info.description) {
-      attn_buf_puts(&b, ",\"description\":");
-      attn_buf_json_string(&b, info.description);
-    }
-    if (info.fixed) { /* a JSON object made by the model layer */
-      attn_buf_puts(&b, ",\"fixed\":");
-      attn_buf_puts(&b, info.fixed);
-    }
-    attn_buf_puts(&b, "}");
-    attn_model_put(m);
-  }
-  attn_buf_puts(&b, "]}");
-  attn__resp_json(resp, 200, &b);
+  attn_status st = attn_v1_encode_models(&b, rows, n);
+  for (size_t i = 0; i < n; i++) attn_model_put(held[i]);
+  attn__resp_encoded(resp, st, &b);
   return ATTN_ROUTE_DONE;
 }
 

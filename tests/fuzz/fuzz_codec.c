@@ -1,22 +1,33 @@
 /* fuzz_codec.c - libFuzzer target: what a worker does with a request body
  * (decode, run the model, encode the answer), for both protocols, without
- * the HTTP layer.
+ * the HTTP layer; and the bodies of the model repository's operations.
  *
  * The first input byte is the framing, the rest is the body:
+ *   bits 5-6   3: a model repository body (below); else an inference:
  *   bit 0      0: KServe v2 (POST /v2/models/{m}/infer), 1: /v1/attention
  *   bit 1      v2 model: 0 "sdpa", 1 "mha"
  *   bit 2      v2 only: bytes 1-2 (little-endian) are the
  *              Inference-Header-Content-Length, the body follows them
  *   bits 3-4   Content-Encoding: 0 or 3 identity, 1 gzip, 2 deflate; the
  *              body is inflated first (at most 64 KiB), as infer.c does
+ * A repository body (bits 5-6 both set) is read by
+ * attn_v2_decode_repository as the operation of bits 1-2 (0 or 3 index, 1
+ * load, 2 unload).
  * Limits are small (4096 elements per tensor, 64 tokens) so that every
  * input runs in microseconds.  Besides the sanitizers (ASan, UBSan), each
- * input checks what src/server/infer.c relies on:
+ * input checks what src/server/infer.c and repo.c rely on:
  *   - a failed inflate, decode, infer or encode leaves its output zeroed
  *     (nothing to free) and says why (a non-empty message), with a status
  *     that is a client error: a 500 must never come from a request body;
  *   - a successful encode is valid JSON (the v2 JSON header up to its
- *     header length), and a binary part is exactly the sizes it declares.
+ *     header length), and a binary part is exactly the sizes it declares;
+ *   - Triton's timeout peeked at (attn_v2_peek_timeout, before the queue)
+ *     is the one the v2 decode reads, whenever both find one;
+ *   - a repository body is taken or refused, with the same message, as
+ *     repo.c did with cJSON before the codec read these bodies (the
+ *     reference below), whenever attnd's JSON parser takes the body within
+ *     the repository's limits (cJSON is laxer: the bodies it alone takes
+ *     are refused, which is checked as any failure is).
  * Any violation aborts (a crash for libFuzzer).
  *
  * Build and run: tests/fuzz/run.sh codec [seconds]
@@ -31,6 +42,7 @@
 #include "attn/codec.h"
 #include "attn/engine.h"
 #include "attn/infer_request.h"
+#include "attn/json.h"
 #include "attn/model.h"
 #include "../../src/server/internal.h"
 
@@ -72,6 +84,104 @@ static void check_json(const char *p, size_t n) {
   cJSON_Delete(j);
 }
 
+/* ---- the repository's bodies ------------------------------------------- */
+
+/* The reference: repo.c's reading of a repository body with cJSON before
+ * the codec read them (d set to its message when it refuses). */
+static int ref_keys(const cJSON *o, const char *const *allowed,
+                    const char *where, attn_diag *d) {
+  for (const cJSON *k = o ? o->child : NULL; k; k = k->next) {
+    size_t i = 0;
+    while (allowed[i] && strcmp(allowed[i], k->string)) i++;
+    if (allowed[i]) continue;
+    if (strcmp(k->string, "config") == 0 || strncmp(k->string, "file:", 5) == 0)
+      attn_diag_set(d, ATTN_EINVAL,
+                    "%s: '%.64s' is not supported: attnd loads a model from "
+                    "its file in the models directory (edit the file, then "
+                    "load)",
+                    where, k->string);
+    else
+      attn_diag_set(d, ATTN_EINVAL, "%s: unknown key '%.64s'", where,
+                    k->string);
+    return 0;
+  }
+  return 1;
+}
+
+static int ref_repo(cJSON *root, attn_v2_repo_op op, bool *ready,
+                    attn_diag *d) {
+  static const char *const index_keys[] = {"ready", NULL};
+  static const char *const top[] = {"parameters", NULL};
+  static const char *const load_params[] = {NULL};
+  static const char *const unload_params[] = {"unload_dependents", NULL};
+  const char *what = op == ATTN_V2_REPO_INDEX  ? "POST /v2/repository/index"
+                     : op == ATTN_V2_REPO_LOAD ? "a load"
+                                               : "an unload";
+  *ready = false;
+  if (!cJSON_IsObject(root)) {
+    attn_diag_set(d, ATTN_EINVAL,
+                  "the body of %s must be a JSON object (or empty)", what);
+    return 0;
+  }
+  if (op == ATTN_V2_REPO_INDEX) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "ready");
+    if (!ref_keys(root, index_keys, "index", d)) return 0;
+    if (r && !cJSON_IsBool(r)) {
+      attn_diag_set(d, ATTN_EINVAL, "index: 'ready' must be true or false");
+      return 0;
+    }
+    *ready = cJSON_IsTrue(r);
+    return 1;
+  }
+  int load = op == ATTN_V2_REPO_LOAD;
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+  const char *where = load ? "load: parameters" : "unload: parameters";
+  if (!ref_keys(root, top, load ? "load" : "unload", d)) return 0;
+  if (p && !cJSON_IsObject(p)) {
+    attn_diag_set(d, ATTN_EINVAL, "%s must be a JSON object", where);
+    return 0;
+  }
+  return ref_keys(p, load ? load_params : unload_params, where, d);
+}
+
+static void check_repo(const char *body, size_t n, attn_v2_repo_op op) {
+  attn_v2_repo_request r;
+  attn_diag d = {{0}}, rd = {{0}};
+  memset(&r, 1, sizeof r);
+  attn_status s = attn_v2_decode_repository(body, n, op, &r, &d);
+  if (s) check_failure("repository", s, &d, &r, sizeof r);
+  size_t i = 0;
+  while (i < n && strchr(" \t\r\n", body[i]) && body[i]) i++;
+  cJSON *tree = NULL, *root;
+  if (i < n && attn_json_parse_capped(body, n, ATTN_MAX_REPO_JSON_DEPTH,
+                                      ATTN_MAX_REPO_JSON_NODES, "", &tree,
+                                      NULL) != ATTN_OK) {
+    if (!s) fail("repository body taken that the parser refuses", s, &d);
+    return;
+  }
+  attn_json_free(tree);
+  if (i == n) {
+    root = cJSON_CreateObject();
+  } else { /* cJSON's own tree, as repo.c had it */
+    char *z = malloc(n + 1);
+    if (!z) abort();
+    memcpy(z, body, n);
+    z[n] = '\0';
+    root = cJSON_ParseWithLengthOpts(z, n + 1, NULL, 1);
+    free(z);
+  }
+  if (!root) fail("a body attnd's parser takes and cJSON refuses", s, &d);
+  bool ready;
+  int ok = ref_repo(root, op, &ready, &rd);
+  cJSON_Delete(root);
+  if (ok != (s == ATTN_OK) || (ok && ready != r.ready) ||
+      (!ok && strcmp(rd.msg, d.msg) != 0)) {
+    fprintf(stderr, "fuzz_codec: repository: reference %s '%s', codec %s\n",
+            ok ? "takes" : "refuses", rd.msg, attn_status_name(s));
+    fail("repository body read unlike repo.c", s, &d);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!reg) {
     attn_diag d = {{0}};
@@ -81,6 +191,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size == 0) return 0;
   unsigned frame = data[0];
+  if ((frame >> 5 & 3) == 3) { /* a repository body, exactly its size */
+    static const attn_v2_repo_op ops[] = {ATTN_V2_REPO_INDEX, ATTN_V2_REPO_LOAD,
+                                          ATTN_V2_REPO_UNLOAD,
+                                          ATTN_V2_REPO_INDEX};
+    char *rb = malloc(size - 1 ? size - 1 : 1);
+    if (!rb) return 0;
+    memcpy(rb, data + 1, size - 1);
+    check_repo(rb, size - 1, ops[frame >> 1 & 3]);
+    free(rb);
+    return 0;
+  }
   int v1 = frame & 1, mha = (frame >> 1) & 1;
   size_t hl = 0, off = 1;
   if (!v1 && (frame & 4)) {
@@ -126,11 +247,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     n = len;
     if (hl > n) goto done; /* infer.c: a 400 about the header length */
   }
+  int64_t peeked = v1 ? -1 : attn_v2_peek_timeout(in, n, hl);
   s = v1 ? attn_v1_decode(in, n, &lim, &req, &info, &d)
          : attn_v2_decode(in, n, hl, &lim, &req, &d);
   if (s) {
     check_failure("decode", s, &d, &req, sizeof req);
     goto done;
+  }
+  if (peeked >= 0 && peeked != req.timeout_us) {
+    fprintf(stderr, "fuzz_codec: timeout peeked %lld, decoded %lld\n",
+            (long long)peeked, (long long)req.timeout_us);
+    fail("the peek and the decode disagree", s, &d);
   }
   const char *name =
       v1 ? (req.model ? req.model : "sdpa") : (mha ? "mha" : "sdpa");
