@@ -555,8 +555,8 @@ attn_status attn__resident_load(const char *json_path, attn__resident *out,
   char *text = NULL;
   size_t len = 0;
   memset(out, 0, sizeof *out);
-  attn_status s =
-      attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
+  attn_status s = attn__read_file(json_path, json_path,
+                                  ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
   if (s) return s;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -585,7 +585,8 @@ int attn__resident_name(const char *json_path, char *name, size_t cap) {
   char *text = NULL;
   size_t len = 0;
   attn_diag d = {{0}};
-  if (attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, &d))
+  if (attn__read_file(json_path, json_path, ATTN_MODEL_MAX_JSON_BYTES, &text,
+                      &len, &d))
     return 0;
   cJSON *root = cJSON_ParseWithLength(text, len);
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");
