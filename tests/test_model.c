@@ -1045,7 +1045,7 @@ START_TEST(registry_repository) {
   float v1 = first_output(held);
 
   write_text("a.json", HDR "\"seed\": 2}");
-  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_OK);
+  ck_assert_int_eq(attn_registry_load(r, "m", &d, NULL), ATTN_OK);
   const attn_model *now = attn_registry_get(r, "m", NULL, NULL);
   ck_assert_ptr_ne(now, held);
   ck_assert(first_output(now) != v1);
@@ -1061,12 +1061,12 @@ START_TEST(registry_repository) {
   ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
   ck_assert_int_eq(attn_registry_unload(r, "sdpa", &d), ATTN_EINVAL);
   ck_assert_int_eq(attn_registry_unload(r, "zz", &d), ATTN_ENOTFOUND);
-  ck_assert_int_eq(attn_registry_load(r, "zz", &d), ATTN_ENOTFOUND);
-  ck_assert_int_eq(attn_registry_load(r, "sdpa", &d), ATTN_OK);
+  ck_assert_int_eq(attn_registry_load(r, "zz", &d, NULL), ATTN_ENOTFOUND);
+  ck_assert_int_eq(attn_registry_load(r, "sdpa", &d, NULL), ATTN_OK);
 
   /* a failed load: the model stays as it was (unloaded here) */
   write_text("a.json", HDR "\"seed\": 1, \"colour\": 1}");
-  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_registry_load(r, "m", &d, NULL), ATTN_EINVAL);
   ck_assert_ptr_nonnull(strstr(d.msg, "unknown key 'colour'"));
   attn_registry_entry *v;
   size_t n;

@@ -12,7 +12,9 @@
  * finish on it.  The bodies are Triton's: index {"ready": bool}, load
  * and unload {"parameters": {...}}; an empty body is an empty object
  * (tritonclient sends none).  A load's "config" and "file:" overrides
- * are refused: attnd loads what the models directory holds.
+ * are refused: attnd loads what the models directory holds.  Answers
+ * name files relative to the models folder ("models/x.json") and quote
+ * none of their bytes; the log line of a failed load has the paths.
  * Threads: a worker.
  */
 #include <cjson/cJSON.h>
@@ -120,7 +122,7 @@ void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
                                                 : "an unload";
   cJSON *root;
   if (!body_object(body, len, what, &root, resp)) return;
-  attn_diag d = {{0}};
+  attn_diag d = {{0}}, detail = {{0}};
   attn_status st;
   if (op == ATTN_JOB_REPO_INDEX) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "ready");
@@ -147,8 +149,11 @@ void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
   }
   cJSON_Delete(root);
   if (op == ATTN_JOB_REPO_LOAD) {
-    if ((st = attn_registry_load(s->models, model, &d))) {
-      attn_log(ATTN_LOG_WARN, "load of model '%s' failed: %s", model, d.msg);
+    if ((st = attn_registry_load(s->models, model, &d, &detail))) {
+      /* the client's answer names files relative to the models folder;
+       * the log, with their paths */
+      attn_log(ATTN_LOG_WARN, "load of model '%s' failed: %s", model,
+               detail.msg);
       load_failed(st, &d, resp);
       return;
     }

@@ -26,6 +26,7 @@ E, H = 64, 4  # the resident model of these tests
 def model_file(d, name="rep", seed=1, fname=None, **extra):
     m = {"name": name, "embed_dim": E, "num_heads": H, "seed": seed}
     m.update(extra)
+    m = {k: v for k, v in m.items() if v is not None}
     with open(os.path.join(d, fname or name + ".json"), "w") as f:
         json.dump(m, f)
 
@@ -303,6 +304,79 @@ def repository_sighup_reloads_all():
                   line.get("level") == "error", "log line %r" % line)
             check(infer(s.port, "rep", body, hdrs, "after a broken file") ==
                   two, "a broken file changed the model")
+
+
+def _no_path(msg, what, *paths):
+    """msg names none of the server's paths."""
+    for p in paths:
+        check(p not in msg, "%s shows the server path %r: %r" % (what, p, msg))
+
+
+@test
+def repository_messages_name_no_server_path():
+    """What a client reads of a failed load or in the index names files
+    relative to the models folder ("models/x.json") and shows neither
+    the folder's path nor a file's bytes: weights that name some text file
+    outside (here a copy of the start of /etc/passwd) were answered with
+    its path and its first 8 bytes as a header length.  The log line of
+    the failed load has the file's path."""
+    text = b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/bin/sh\n"
+    with tempfile.TemporaryDirectory() as d, \
+            tempfile.TemporaryDirectory() as outside:
+        passwd = os.path.join(outside, "passwd")
+        with open(passwd, "wb") as f:
+            f.write(text)
+        model_file(d)
+        with Server("--models-dir", d, name="repo-paths") as s:
+            with open(os.path.join(d, "leak.json"), "w") as f:
+                json.dump({"name": "leak", "embed_dim": E, "num_heads": H,
+                           "weights": passwd}, f)
+            r = post(s.port, "/v2/repository/models/leak/load")
+            msg = expect_error(r, 400, "models/leak.json's weights",
+                               "not a safetensors file", what="leak")
+            _no_path(msg, "load of leak", d, outside)
+            for b in (b"root:x:0", b"root"):
+                check(b.decode() not in msg, "the file's bytes: %r" % msg)
+            n = int.from_bytes(text[:8], "little")
+            for v in (str(n), "%x" % n):
+                check(v not in msg, "the bytes as a number: %r" % msg)
+            line = wait_log(s, lambda l: "load of model 'leak' failed" in
+                            l.get("msg", ""), "for the failed load")
+            check(passwd + ": not a safetensors file" in line["msg"],
+                  "the log line has no path: %r" % line)
+            check("root" not in line["msg"] and str(n) not in line["msg"],
+                  "the log line shows the bytes: %r" % line)
+            # a loaded model's failed load is its index row's reason
+            expect_status(post(s.port, "/v2/repository/models/rep/unload"),
+                          200, "unload")
+            model_file(d, weights=passwd, seed=None)
+            msg = expect_error(post(s.port, "/v2/repository/models/rep/load"),
+                               400, "models/rep.json's weights", what="rep")
+            row = index(s.port)["rep"]
+            check(row["reason"] == msg, "index row %r, load %r" % (row, msg))
+
+            with open(os.path.join(d, "bad.json"), "w") as f:
+                f.write('{"name": "bad", "embed_dim": 64, "num_heads": 3, '
+                        '"seed": 1}')
+            msg = expect_error(post(s.port, "/v2/repository/models/bad/load"),
+                               400, "models/bad.json: embed_dim 64 is not "
+                               "divisible", what="bad")
+            _no_path(msg, "load of bad", d)
+            with open(os.path.join(d, "gone.json"), "w") as f:
+                json.dump({"name": "gone", "embed_dim": E, "num_heads": H,
+                           "weights": "gone.safetensors"}, f)
+            msg = expect_error(post(s.port,
+                                    "/v2/repository/models/gone/load"), 400,
+                               "models/gone.safetensors: cannot open",
+                               what="gone")
+            _no_path(msg, "load of gone", d)
+            msg = expect_error(post(s.port, "/v2/repository/models/nope/load"),
+                               404, "no model file", what="nope")
+            _no_path(msg, "load of nope", d)
+            rows = index(s.port)
+            for name, row in rows.items():
+                _no_path(row.get("reason", ""), "index row " + name, d,
+                         outside)
 
 
 if __name__ == "__main__":
