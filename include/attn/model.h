@@ -121,13 +121,15 @@ typedef struct attn_model_info {
 /* Build the registry: "sdpa" and "mha", then one resident model per
  * NAME.json file directly in models_dir (hidden files skipped, loaded in name
  * order; the weights of each are read and converted once, here).  models_dir
- * NULL or a directory that does not exist gives the built-ins only.  A bad
- * model file (JSON syntax, unknown key, bad value, duplicate or built-in name,
- * missing or malformed weights, weights that are no regular file) fails the
- * whole call with a diagnostic naming the file by its path (the operator's,
- * at start-up): ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG,
- * ATTN_EUNSUPPORTED, ATTN_ENONFINITE, ATTN_ESHAPE (a weights tensor of the
- * wrong shape) or ATTN_ENOMEM. On success *out owns a new
+ * NULL or a directory that does not exist gives the built-ins only.  A
+ * NAME.json that is not a regular file (a FIFO, a folder) is no model file:
+ * it is passed over, unopened, and attn_registry_index lists it with the
+ * reason.  A bad model file (JSON syntax, unknown key, bad value, duplicate
+ * or built-in name, missing or malformed weights, weights that are no
+ * regular file) fails the whole call with a diagnostic naming the file by
+ * its path (the operator's, at start-up): ATTN_EPARSE, ATTN_EINVAL,
+ * ATTN_EIO, ATTN_ETOOBIG, ATTN_EUNSUPPORTED, ATTN_ENONFINITE, ATTN_ESHAPE (a
+ * weights tensor of the wrong shape) or ATTN_ENOMEM. On success *out owns a new
  * registry (free with attn_registry_destroy); on error *out is NULL and nothing
  * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
@@ -182,11 +184,12 @@ const attn_model *attn_registry_at(const attn_registry *r, size_t i);
  * "name" it is.  A failure leaves the model that served serving (and is
  * remembered as its slot's reason, attn_registry_index): ATTN_ENOTFOUND
  * (no file names it), ATTN_EINVAL (two files name it, or any error of
- * attn_registry_create's about the file), ATTN_EIO (the file is not a
- * regular file or cannot be read), ATTN_ETOOBIG (ATTN_MAX_MODELS names
- * already), ATTN_ENOMEM.  *d says why for the client, *detail (may be
- * NULL) the same with the files' paths, for the log.  A built-in's is a
- * no-op (ATTN_OK). */
+ * attn_registry_create's about the file), ATTN_EIO (the file, or NAME.json
+ * when no file names it and its "name" cannot be read, is not a regular
+ * file or cannot be read), ATTN_ETOOBIG (ATTN_MAX_MODELS names already),
+ * ATTN_ENOMEM.  *d says why for the client, *detail (may be NULL) the
+ * same with the files' paths, for the log.  A built-in's is a no-op
+ * (ATTN_OK). */
 attn_status attn_registry_load(attn_registry *r, const char *name, attn_diag *d,
                                attn_diag *detail);
 /* Unloads model `name` (new lookups find nothing; it is freed once the
@@ -213,10 +216,13 @@ typedef struct attn_registry_entry {
   char version[32];           /* "" when never loaded */
   bool ready;                 /* loaded and serving */
   char reason[ATTN_DIAG_MAX]; /* not ready: "unloaded", "not loaded", or
-                                 the last failed load's message */
+                                 the last failed load's message, or why
+                                 the file has no "name" to read */
 } attn_registry_entry;
 /* Every slot, then every model the directory's files name that no slot
- * has yet; *out malloc'd (free it), *n rows.  Messages name no path. */
+ * has yet; a file whose "name" cannot be read (not a regular file, not
+ * JSON, no "name") is a row named after the file (x.json: "x") with the
+ * reason.  *out malloc'd (free it), *n rows.  Messages name no path. */
 attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
                                 size_t *n, attn_diag *d);
 

@@ -17,6 +17,11 @@
  * (held for a lookup, never for file I/O); `load_mu` lets one load,
  * unload or reload run at a time.  Slot names and `n` are written before
  * a slot is published (n, release) and never change after.
+ * Files: no file of the folder is opened blocking (resident.c reads them
+ * through attn__read_file): a FIFO named x.json is refused at once, never
+ * waited on; at start-up a *.json that is no regular file is passed over
+ * (stat opens nothing), and the index lists any file whose "name" cannot be
+ * read under its own name, with the reason.
  * Messages: what a client may read (a load's, the index's reasons) names
  * files by their labels, "models/x.json" (internal.h); a load's detail and
  * reload's report (the log), and attn_registry_create's (the operator's,
@@ -347,6 +352,15 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
   return ATTN_OK;
 }
 
+/* Whether the file at path is a regular one, or may be (stat fails: its
+ * load then says why).  stat opens nothing: a FIFO is not waited for.  At
+ * start-up a *.json that is no regular file (a FIFO, a folder) is not a
+ * model file and is passed over: the index lists it with the reason. */
+static bool regular(const char *path) {
+  struct stat st;
+  return stat(path, &st) != 0 || S_ISREG(st.st_mode);
+}
+
 /* At start-up: a file's model into a new slot; a name used twice or a
  * built-in's fails.  Messages name files by their paths (the operator's,
  * at start-up). */
@@ -404,7 +418,7 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
     return s;
   }
   for (size_t i = 0; i < n && s == ATTN_OK; i++)
-    s = add_resident(r, paths[i], d);
+    if (regular(paths[i])) s = add_resident(r, paths[i], d);
   free_list(paths, n);
   if (s) {
     attn_registry_destroy(r);
@@ -487,6 +501,15 @@ both(attn_diag *d, attn_diag *detail, attn_status s, const char *fmt, ...) {
   return s;
 }
 
+/* The stem of path's file name ("x" of ".../x.json") into buf[cap]: the
+ * index's name for a file whose "name" cannot be read. */
+static const char *stem_of(const char *path, char *buf, size_t cap) {
+  const char *slash = strrchr(path, '/'), *nm = slash ? slash + 1 : path;
+  size_t len = strlen(nm);
+  snprintf(buf, cap, "%.*s", (int)(len > 5 ? len - 5 : len), nm);
+  return buf;
+}
+
 /* No file names model `name`: ATTN_ENOTFOUND, the folder's path in
  * *detail only. */
 static attn_status not_found(const attn_registry *r, const char *name,
@@ -507,18 +530,26 @@ static attn_status not_found(const attn_registry *r, const char *name,
 }
 
 /* The model file of models_dir whose "name" is `name`: *path (malloc'd),
- * or ATTN_ENOTFOUND, or ATTN_EINVAL when two files name it.  *d names
- * files by their labels, *detail by their paths. */
+ * or ATTN_ENOTFOUND, or ATTN_EINVAL when two files name it.  When none
+ * does and NAME.json has no "name" to read (not a regular file, not JSON),
+ * that file's error.  *d names files by their labels, *detail by their
+ * paths. */
 static attn_status file_of(const attn_registry *r, const char *name,
                            char **path, attn_diag *d, attn_diag *detail) {
   char **paths, nm[ATTN_MODEL_MAX_NAME + 1], l1[LABEL_MAX], l2[LABEL_MAX];
   size_t n;
+  attn_status unread = ATTN_OK; /* NAME.json's, when it has no name */
   attn_status s = list_json(r->dir, &paths, &n, d, detail);
   *path = NULL;
   for (size_t i = 0; i < n && s == ATTN_OK; i++) {
     const char *label = label_of(paths[i], l1);
     attn_diag why;
     attn_status f = attn__resident_name(paths[i], label, nm, sizeof nm, &why);
+    if (f && !unread && strcmp(stem_of(paths[i], nm, sizeof nm), name) == 0) {
+      unread = f;
+      *d = why;
+      attn__diag_unlabel(detail, &why, label, paths[i]);
+    }
     if (f || strcmp(nm, name)) continue;
     if (*path) {
       attn_diag_set(detail, ATTN_EINVAL,
@@ -532,7 +563,8 @@ static attn_status file_of(const attn_registry *r, const char *name,
     }
   }
   free_list(paths, n);
-  if (s == ATTN_OK && !*path) s = not_found(r, name, d, detail);
+  if (s == ATTN_OK && !*path)
+    s = unread ? unread : not_found(r, name, d, detail);
   if (s) {
     free(*path);
     *path = NULL;
@@ -708,13 +740,16 @@ attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
   for (size_t i = 0; i < np && s == ATTN_OK; i++) {
     char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
     attn_diag why;
-    if (attn__resident_name(paths[i], label_of(paths[i], label), nm, sizeof nm,
-                            &why) ||
-        slot_of(r, nm, strlen(nm)) >= 0)
-      continue;
+    /* a file whose "name" cannot be read is listed by its own, with why */
+    attn_status f = attn__resident_name(paths[i], label_of(paths[i], label), nm,
+                                        sizeof nm, &why);
+    if (f) stem_of(paths[i], nm, sizeof nm);
+    if (slot_of(r, nm, strlen(nm)) >= 0) continue;
     bool dup = false;
     for (size_t j = ns; j < n; j++) dup |= strcmp(v[j].name, nm) == 0;
-    if (!dup) s = index_add(&v, &n, &cap, nm, NULL, false, "not loaded", d);
+    if (!dup)
+      s = index_add(&v, &n, &cap, nm, NULL, false, f ? why.msg : "not loaded",
+                    d);
   }
   free_list(paths, np);
   if (s) {

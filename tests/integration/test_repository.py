@@ -313,6 +313,101 @@ def _no_path(msg, what, *paths):
 
 
 @test
+def repository_files_not_regular_at_start():
+    """A *.json that is no regular file (a FIFO, a symlink to one, a
+    folder) in models_dir: attnd starts and serves anyway (it waited for a
+    FIFO's writer for ever); the index lists each, named after its file,
+    as UNAVAILABLE with the reason naming it relative to the models
+    folder; a load of it is a prompt 400 saying the same; the start-up log
+    warns with the folder's path."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        os.mkfifo(os.path.join(d, "pipe.json"))
+        os.symlink(os.path.join(d, "pipe.json"), os.path.join(d, "link.json"))
+        os.mkdir(os.path.join(d, "folder.json"))
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-start") as s:
+            infer(s.port, "rep", body, hdrs, "beside a FIFO")
+            rows = index(s.port)
+            want = {"pipe": "models/pipe.json: not a regular file (a FIFO)",
+                    "link": "models/link.json: not a regular file (a FIFO)",
+                    "folder": "models/folder.json: not a regular file (a "
+                              "directory)"}
+            for name, reason in want.items():
+                check(rows.get(name) == {"name": name, "state": "UNAVAILABLE",
+                                         "reason": reason},
+                      "index row %s: %r" % (name, rows.get(name)))
+            check(rows["rep"]["state"] == "READY", "index %r" % rows)
+            r = request(s.port, "POST", "/v2/repository/models/pipe/load",
+                        timeout=10)
+            msg = expect_error(r, 400, want["pipe"], what="load of the FIFO")
+            _no_path(msg, "load of the FIFO", d)
+            warn = [l["msg"] for l in s.log_json()
+                    if l.get("level") == "warn" and "skipped" in
+                    l.get("msg", "") and "pipe.json" in l["msg"]]
+            check(len(warn) == 1 and d in warn[0] and "FIFO" in warn[0],
+                  "start-up warning for the FIFO: %r" % warn)
+
+
+@test
+def repository_sighup_fifo_then_sigterm():
+    """SIGHUP with a FIFO named *.json in models_dir: the reload logs it as
+    not a regular file (with its path) and goes on; SIGTERM then ends
+    attnd (exit 0) promptly (it hung in the FIFO's open, and SIGTERM was
+    never taken)."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-hup") as s:
+            fifo = os.path.join(d, "pipe.json")
+            os.mkfifo(fifo)
+            s.signal(signal.SIGHUP)
+            line = wait_log(s, lambda l: "pipe.json" in l.get("msg", ""),
+                            "for the FIFO", 10)
+            check(fifo + ": not a regular file (a FIFO)" in line["msg"] and
+                  line.get("level") == "error", "log line %r" % line)
+            infer(s.port, "rep", body, hdrs, "after SIGHUP")
+            s.signal(signal.SIGTERM)
+            rc = s.wait(10)
+            check(rc == 0, "exit code %d after SIGTERM: %s" %
+                  (rc, s.log_tail()))
+
+
+@test
+def repository_weights_not_regular_files():
+    """A model whose "weights" is a FIFO, a symlink to one, a folder or
+    /dev/zero (unbounded reads): its load answers 400 at once naming the
+    file (relative to the models folder; /dev/zero only through the model
+    file), and the server goes on serving.  A FIFO's load never answered
+    and held a worker for good."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-weights") as s:
+            os.mkfifo(os.path.join(d, "w.fifo"))
+            os.symlink("w.fifo", os.path.join(d, "link.safetensors"))
+            os.mkdir(os.path.join(d, "sub"))
+            cases = [("wfifo", "w.fifo", "models/w.fifo: not a regular file "
+                      "(a FIFO)"),
+                     ("wlink", "link.safetensors", "models/link.safetensors: "
+                      "not a regular file (a FIFO)"),
+                     ("wdir", "sub", "models/sub: not a regular file (a "
+                      "directory)"),
+                     ("wdev", "/dev/zero", "models/wdev.json's weights: not "
+                      "a regular file (a character device)")]
+            for name, weights, reason in cases:
+                with open(os.path.join(d, name + ".json"), "w") as f:
+                    json.dump({"name": name, "embed_dim": E, "num_heads": H,
+                               "weights": weights}, f)
+                r = request(s.port, "POST",
+                            "/v2/repository/models/%s/load" % name,
+                            timeout=10)
+                msg = expect_error(r, 400, reason, what="load of " + name)
+                _no_path(msg, "load of " + name, d)
+            infer(s.port, "rep", body, hdrs, "after the refused loads")
+
+
+@test
 def repository_messages_name_no_server_path():
     """What a client reads of a failed load or in the index names files
     relative to the models folder ("models/x.json") and shows neither
@@ -373,10 +468,14 @@ def repository_messages_name_no_server_path():
             msg = expect_error(post(s.port, "/v2/repository/models/nope/load"),
                                404, "no model file", what="nope")
             _no_path(msg, "load of nope", d)
+            with open(os.path.join(d, "broken.json"), "w") as f:
+                f.write('{"name": ')
             rows = index(s.port)
             for name, row in rows.items():
                 _no_path(row.get("reason", ""), "index row " + name, d,
                          outside)
+            check(rows["broken"]["reason"] == "models/broken.json: invalid "
+                  "JSON", "index %r" % rows)
 
 
 if __name__ == "__main__":
