@@ -221,6 +221,27 @@ static void warn_log(const char *msg) {
   attn_log(ATTN_LOG_WARN, "%s", msg);
 }
 
+/* The files of models_dir that hold no model after the start: the ones
+ * attn_registry_create passed over (not regular files: a FIFO, a folder),
+ * each warned about with the index's reason. */
+static void warn_unloaded(attn_registry *models, const char *dir,
+                          void (*warn)(const char *msg)) {
+  attn_registry_entry *v;
+  size_t n;
+  attn_diag d = {{0}};
+  if (attn_registry_index(models, &v, &n, &d) != ATTN_OK) return;
+  for (size_t i = 0; i < n; i++) {
+    char msg[ATTN_DIAG_MAX + 1200];
+    if (v[i].ready) continue;
+    snprintf(msg, sizeof msg,
+             "%s: skipped (models/ is models_dir '%s'; "
+             "POST /v2/repository/index lists it as '%s')",
+             v[i].reason, dir, v[i].name);
+    warn(msg);
+  }
+  free(v);
+}
+
 /* The resident models of models_dir.  A models_dir that was configured
  * (file, environment, flag) and is not a directory stops the start: a
  * misspelt path would otherwise go unseen, attnd serving only the built-in
@@ -229,12 +250,13 @@ static void warn_log(const char *msg) {
 static attn_status load_models(const attn_config *cfg, attn_registry **out,
                                attn_diag *d, void (*warn)(const char *msg)) {
   attn_status st = attn_config_check_models_dir(cfg, d);
-  if (st == ATTN_ENOTFOUND) {
+  if (st == ATTN_ENOTFOUND)
     warn(d->msg); /* built-ins only; a load or SIGHUP may find it later */
-    return attn_registry_create(cfg->models_dir, out, d);
-  }
-  if (st != ATTN_OK) return st;
-  return attn_registry_create(cfg->models_dir, out, d);
+  else if (st != ATTN_OK)
+    return st;
+  st = attn_registry_create(cfg->models_dir, out, d);
+  if (st == ATTN_OK) warn_unloaded(*out, cfg->models_dir, warn);
+  return st;
 }
 
 /* The CPUs attnd may use (attn_cpus_allowed), what they are made of into

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attn/limits.h"
@@ -1045,7 +1046,7 @@ START_TEST(registry_repository) {
   float v1 = first_output(held);
 
   write_text("a.json", HDR "\"seed\": 2}");
-  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_OK);
+  ck_assert_int_eq(attn_registry_load(r, "m", &d, NULL), ATTN_OK);
   const attn_model *now = attn_registry_get(r, "m", NULL, NULL);
   ck_assert_ptr_ne(now, held);
   ck_assert(first_output(now) != v1);
@@ -1061,12 +1062,12 @@ START_TEST(registry_repository) {
   ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
   ck_assert_int_eq(attn_registry_unload(r, "sdpa", &d), ATTN_EINVAL);
   ck_assert_int_eq(attn_registry_unload(r, "zz", &d), ATTN_ENOTFOUND);
-  ck_assert_int_eq(attn_registry_load(r, "zz", &d), ATTN_ENOTFOUND);
-  ck_assert_int_eq(attn_registry_load(r, "sdpa", &d), ATTN_OK);
+  ck_assert_int_eq(attn_registry_load(r, "zz", &d, NULL), ATTN_ENOTFOUND);
+  ck_assert_int_eq(attn_registry_load(r, "sdpa", &d, NULL), ATTN_OK);
 
   /* a failed load: the model stays as it was (unloaded here) */
   write_text("a.json", HDR "\"seed\": 1, \"colour\": 1}");
-  ck_assert_int_eq(attn_registry_load(r, "m", &d), ATTN_EINVAL);
+  ck_assert_int_eq(attn_registry_load(r, "m", &d, NULL), ATTN_EINVAL);
   ck_assert_ptr_nonnull(strstr(d.msg, "unknown key 'colour'"));
   attn_registry_entry *v;
   size_t n;
@@ -1094,6 +1095,57 @@ START_TEST(registry_repository) {
   ck_assert_uint_eq(n, 4);
   for (size_t i = 0; i < n; i++) ck_assert(v[i].ready);
   free(v);
+  attn_registry_destroy(r);
+  rm_tmpdir();
+}
+END_TEST
+
+/* A *.json or a weights file that is a FIFO or a device: the start passes
+ * the FIFO over, the index lists it with the reason, loads are refused at
+ * once; what a client reads names files relative to the models folder,
+ * the detail for the log by their paths. */
+START_TEST(registry_not_regular) {
+  mk_tmpdir();
+  char path[512];
+  write_text("a.json", HDR "\"seed\": 1}");
+  snprintf(path, sizeof path, "%s/p.json", tmpdir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  attn_registry *r;
+  attn_diag d = {{0}}, detail = {{0}};
+  ck_assert_msg(attn_registry_create(tmpdir, &r, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_uint_eq(attn_registry_count(r), 3);
+  attn_registry_entry *v;
+  size_t n;
+  ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 4);
+  ck_assert_str_eq(v[3].name, "p");
+  ck_assert_str_eq(v[3].reason, "models/p.json: not a regular file (a FIFO)");
+  free(v);
+  ck_assert_int_eq(attn_registry_load(r, "p", &d, &detail), ATTN_EIO);
+  ck_assert_str_eq(d.msg, "models/p.json: not a regular file (a FIFO)");
+  ck_assert_ptr_nonnull(strstr(detail.msg, path));
+
+  /* weights: a FIFO beside the file, /dev/zero elsewhere */
+  snprintf(path, sizeof path, "%s/w.fifo", tmpdir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  write_text("f.json",
+             "{\"name\": \"f\", \"embed_dim\": 4, "
+             "\"num_heads\": 1, \"weights\": \"w.fifo\"}");
+  ck_assert_int_eq(attn_registry_load(r, "f", &d, &detail), ATTN_EIO);
+  ck_assert_str_eq(d.msg, "models/w.fifo: not a regular file (a FIFO)");
+  ck_assert_ptr_nonnull(strstr(detail.msg, path));
+  write_text("z.json",
+             "{\"name\": \"z\", \"embed_dim\": 4, "
+             "\"num_heads\": 1, \"weights\": \"/dev/zero\"}");
+  ck_assert_int_eq(attn_registry_load(r, "z", &d, &detail), ATTN_EIO);
+  ck_assert_str_eq(d.msg,
+                   "models/z.json's weights: not a regular file (a character "
+                   "device)");
+  ck_assert_str_eq(detail.msg,
+                   "/dev/zero: not a regular file (a character device)");
+  reports = 0;
+  ck_assert_int_eq(attn_registry_reload(r, count_report, NULL, &d), ATTN_OK);
+  ck_assert_int_eq(reports, 3); /* p.json, f.json, z.json */
   attn_registry_destroy(r);
   rm_tmpdir();
 }
@@ -1620,6 +1672,7 @@ Suite *model_suite(void) {
   tcase_add_test(tc, resident_variant_errors);
   tcase_add_test(tc, registry_dirs);
   tcase_add_test(tc, registry_repository);
+  tcase_add_test(tc, registry_not_regular);
   tcase_add_test(tc, input_errors);
   tcase_add_test(tc, shape_errors);
   tcase_add_test(tc, param_errors);

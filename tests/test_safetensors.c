@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attn/safetensors.h"
@@ -185,6 +186,30 @@ START_TEST(load_file) {
 }
 END_TEST
 
+/* A FIFO, a folder, a device: refused at once, unread (the FIFO's open
+ * waited for a writer for ever; /dev/zero's reads never end). */
+START_TEST(not_regular_files) {
+  char dir[] = "/tmp/attn_st_XXXXXX", fifo[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(fifo, sizeof fifo, "%s/w.fifo", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  const char *const paths[] = {fifo, dir, "/dev/zero"};
+  const char *const kinds[] = {"(a FIFO)", "(a directory)",
+                               "(a character device)"};
+  for (int i = 0; i < 3; i++) {
+    attn_safetensors *st = (attn_safetensors *)1;
+    attn_diag d = {{0}};
+    ck_assert_int_eq(attn_safetensors_load(paths[i], 0, &st, &d), ATTN_EIO);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(d.msg, "not a regular file") &&
+                      strstr(d.msg, kinds[i]) && strstr(d.msg, paths[i]),
+                  "%s", d.msg);
+  }
+  unlink(fifo);
+  rmdir(dir);
+}
+END_TEST
+
 /* ---- malformed files ----------------------------------------------------- */
 
 START_TEST(truncated) {
@@ -202,6 +227,9 @@ START_TEST(truncated) {
       attn_safetensors_parse(b.p, b.n, "t.safetensors", 0, &st, &d),
       ATTN_EPARSE);
   ck_assert_ptr_nonnull(strstr(d.msg, "truncated"));
+  /* the length is the file's first bytes: never in the message */
+  ck_assert_ptr_nonnull(strstr(d.msg, "not a safetensors file"));
+  ck_assert_ptr_null(strstr(d.msg, "1000"));
   free(b.p);
   /* header length absurdly large (overflow bait) */
   b = st_file("{}", NULL, 0, UINT64_MAX);
@@ -332,6 +360,7 @@ Suite *safetensors_suite(void) {
   tcase_add_test(tc, all_dtypes);
   tcase_add_test(tc, scalar_empty_and_order);
   tcase_add_test(tc, load_file);
+  tcase_add_test(tc, not_regular_files);
   tcase_add_test(tc, truncated);
   tcase_add_test(tc, bad_offsets);
   tcase_add_test(tc, overlap_and_holes);

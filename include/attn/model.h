@@ -121,12 +121,15 @@ typedef struct attn_model_info {
 /* Build the registry: "sdpa" and "mha", then one resident model per
  * NAME.json file directly in models_dir (hidden files skipped, loaded in name
  * order; the weights of each are read and converted once, here).  models_dir
- * NULL or a directory that does not exist gives the built-ins only.  A bad
- * model file (JSON syntax, unknown key, bad value, duplicate or built-in name,
- * missing or malformed weights) fails the whole call with a diagnostic naming
- * the file: ATTN_EPARSE, ATTN_EINVAL, ATTN_EIO, ATTN_ETOOBIG,
- * ATTN_EUNSUPPORTED, ATTN_ENONFINITE, ATTN_ESHAPE (a weights tensor of the
- * wrong shape) or ATTN_ENOMEM. On success *out owns a new
+ * NULL or a directory that does not exist gives the built-ins only.  A
+ * NAME.json that is not a regular file (a FIFO, a folder) is no model file:
+ * it is passed over, unopened, and attn_registry_index lists it with the
+ * reason.  A bad model file (JSON syntax, unknown key, bad value, duplicate
+ * or built-in name, missing or malformed weights, weights that are no
+ * regular file) fails the whole call with a diagnostic naming the file by
+ * its path (the operator's, at start-up): ATTN_EPARSE, ATTN_EINVAL,
+ * ATTN_EIO, ATTN_ETOOBIG, ATTN_EUNSUPPORTED, ATTN_ENONFINITE, ATTN_ESHAPE (a
+ * weights tensor of the wrong shape) or ATTN_ENOMEM. On success *out owns a new
  * registry (free with attn_registry_destroy); on error *out is NULL and nothing
  * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
@@ -168,16 +171,27 @@ const attn_model *attn_registry_at(const attn_registry *r, size_t i);
 
 /* ---- the model repository (Triton's repository extension) ----
  * One load, unload or reload runs at a time; lookups go on meanwhile.
- * Requests already holding a model finish on it. */
+ * Requests already holding a model finish on it.  Files are opened without
+ * blocking: a FIFO, a folder or a device where a model or weights file
+ * should be is refused at once, never waited on or read.
+ * What a client may read (a load's *d, the index's reasons) names files
+ * relative to the models folder, behind "models/" ("models/x.json"; a
+ * weights file outside the folder as "models/x.json's weights"), and never
+ * quotes a file's bytes; the server's paths are only in what goes to the
+ * log (a load's *detail, reload's report). */
 
 /* (Re)load model `name` from the file of the models directory whose
  * "name" it is.  A failure leaves the model that served serving (and is
  * remembered as its slot's reason, attn_registry_index): ATTN_ENOTFOUND
  * (no file names it), ATTN_EINVAL (two files name it, or any error of
- * attn_registry_create's about the file), ATTN_ETOOBIG (ATTN_MAX_MODELS
- * names already), ATTN_ENOMEM.  A built-in's is a no-op (ATTN_OK). */
-attn_status attn_registry_load(attn_registry *r, const char *name,
-                               attn_diag *d);
+ * attn_registry_create's about the file), ATTN_EIO (the file, or NAME.json
+ * when no file names it and its "name" cannot be read, is not a regular
+ * file or cannot be read), ATTN_ETOOBIG (ATTN_MAX_MODELS names already),
+ * ATTN_ENOMEM.  *d says why for the client, *detail (may be NULL) the
+ * same with the files' paths, for the log.  A built-in's is a no-op
+ * (ATTN_OK). */
+attn_status attn_registry_load(attn_registry *r, const char *name, attn_diag *d,
+                               attn_diag *detail);
 /* Unloads model `name` (new lookups find nothing; it is freed once the
  * last request on it ends).  ATTN_EINVAL for a built-in, ATTN_ENOTFOUND
  * for a name no slot has; an unloaded one again is ATTN_OK. */
@@ -186,9 +200,10 @@ attn_status attn_registry_unload(attn_registry *r, const char *name,
 /* Every file of the models directory loaded again (as attn_registry_load,
  * each failure leaving the old model serving), and every resident model
  * whose file was removed unloaded.  report (may be NULL) hears of each:
- * the model's name ("" when the file has none), the file, the status and
- * a message (on failure, why).  Returns ATTN_OK, or the error of reading
- * the directory itself (then nothing changed). */
+ * the model's name ("" when the file has none), the file's path, the
+ * status and a message (on failure, why, with the files' paths: for the
+ * log).  Returns ATTN_OK, or the error of reading the directory itself
+ * (then nothing changed; *d names the folder by its path). */
 typedef void (*attn_reload_report)(void *arg, const char *name,
                                    const char *path, attn_status s,
                                    const char *msg);
@@ -201,10 +216,13 @@ typedef struct attn_registry_entry {
   char version[32];           /* "" when never loaded */
   bool ready;                 /* loaded and serving */
   char reason[ATTN_DIAG_MAX]; /* not ready: "unloaded", "not loaded", or
-                                 the last failed load's message */
+                                 the last failed load's message, or why
+                                 the file has no "name" to read */
 } attn_registry_entry;
 /* Every slot, then every model the directory's files name that no slot
- * has yet; *out malloc'd (free it), *n rows. */
+ * has yet; a file whose "name" cannot be read (not a regular file, not
+ * JSON, no "name") is a row named after the file (x.json: "x") with the
+ * reason.  *out malloc'd (free it), *n rows.  Messages name no path. */
 attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
                                 size_t *n, attn_diag *d);
 

@@ -110,16 +110,32 @@ typedef struct attn__resident {
   char *fixed_json;     /* the same as JSON (attn__variants_json) or NULL */
 } attn__resident;
 
-/* resident.c: load one json file into *out (zeroed on entry).  On error *out
- * is left zeroed.  Errors name the file. */
-attn_status attn__resident_load(const char *json_path, attn__resident *out,
-                                attn_diag *d);
+/* Messages name a file of the models folder by its label, the path
+ * relative to the folder behind "models/" ("models/x.json"; a weights
+ * file outside the folder is "models/x.json's weights"): a client may read
+ * them (a load's answer, the index's reasons), and must see neither the
+ * server's paths nor the files' bytes.  The log gets the same message with
+ * the file's path (attn__diag_unlabel). */
+
+/* resident.c: load one json file (json_path, named `label` in messages)
+ * into *out (zeroed on entry).  On error *out is left zeroed; *d names the
+ * file that failed (the json or its weights) by its label, *detail (may
+ * be NULL) by its path. */
+attn_status attn__resident_load(const char *json_path, const char *label,
+                                attn__resident *out, attn_diag *d,
+                                attn_diag *detail);
 /* Frees everything inside r and zeroes it; NULL is allowed. */
 void attn__resident_free(attn__resident *r);
 /* resident.c: the "name" of the model file at json_path into name[cap]:
- * 1, or 0 when the file cannot be read, is not a JSON object or has no
- * string "name" shorter than cap (attn__resident_load then says why). */
-int attn__resident_name(const char *json_path, char *name, size_t cap);
+ * ATTN_OK, or why it has none (the file cannot be read or is not a regular
+ * one: ATTN_EIO; not a JSON object: ATTN_EPARSE; no string "name" shorter
+ * than cap: ATTN_EINVAL), naming the file by its label. */
+attn_status attn__resident_name(const char *json_path, const char *label,
+                                char *name, size_t cap, attn_diag *d);
+/* d's message into *log (NULL: nothing) with the label it begins with
+ * ("label: ...") replaced by path; any other message as it is. */
+void attn__diag_unlabel(attn_diag *log, const attn_diag *d, const char *label,
+                        const char *path);
 
 /* builtin.c: attn_model_infer for a kind; `fixed` is the resident model or
  * NULL. */
@@ -134,11 +150,20 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
                             attn_infer_response *resp, attn_diag *d);
 
 /* safetensors.c: read a whole regular file of at most max_bytes into a new
- * buffer (NUL-terminated: *buf has len + 1 bytes).  Errors: ATTN_EIO (cannot
- * open, not a regular file, short read), ATTN_ETOOBIG (larger than
- * max_bytes, before reading), ATTN_ENOMEM; on error *buf is NULL and nothing
- * is allocated. */
-attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
-                            size_t *len, attn_diag *d);
+ * buffer (NUL-terminated: *buf has len + 1 bytes).  The file is opened
+ * without blocking and refused unread unless it is a regular file (a FIFO
+ * would wait for a writer for ever, /dev/zero never end).  Errors, naming
+ * the file by `label`: ATTN_EIO (cannot open, not a regular file: "label:
+ * not a regular file (a FIFO)", short read), ATTN_ETOOBIG (larger than
+ * max_bytes, before reading), ATTN_ENOMEM; on error *buf is NULL and
+ * nothing is allocated. */
+attn_status attn__read_file(const char *path, const char *label,
+                            size_t max_bytes, char **buf, size_t *len,
+                            attn_diag *d);
+/* safetensors.c: attn_safetensors_load_as of the file at path, named
+ * `label` in messages. */
+attn_status attn__safetensors_read(const char *path, const char *label,
+                                   size_t max_elements, bool keep_bf16,
+                                   struct attn_safetensors **out, attn_diag *d);
 
 #endif /* ATTN_MODEL_INTERNAL_H */

@@ -17,12 +17,22 @@
  * (held for a lookup, never for file I/O); `load_mu` lets one load,
  * unload or reload run at a time.  Slot names and `n` are written before
  * a slot is published (n, release) and never change after.
+ * Files: no file of the folder is opened blocking (resident.c reads them
+ * through attn__read_file): a FIFO named x.json is refused at once, never
+ * waited on; at start-up a *.json that is no regular file is passed over
+ * (stat opens nothing), and the index lists any file whose "name" cannot be
+ * read under its own name, with the reason.
+ * Messages: what a client may read (a load's, the index's reasons) names
+ * files by their labels, "models/x.json" (internal.h); a load's detail and
+ * reload's report (the log), and attn_registry_create's (the operator's,
+ * at start-up), by their paths.
  * Threads: creation and destruction on one thread (start-up, shut-down);
  * everything else from any thread.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,13 +176,25 @@ static attn_status make_builtin(attn__model_kind kind, const char *name,
   return s;
 }
 
-/* The resident model of the file at path, or the file's error. */
+/* A file of the models folder (path: the folder's path, '/', its name) as
+ * messages a client may read name it: "models/NAME" (internal.h). */
+#define LABEL_MAX 320
+static const char *label_of(const char *path, char *buf) {
+  const char *slash = strrchr(path, '/');
+  snprintf(buf, LABEL_MAX, "models/%s", slash ? slash + 1 : path);
+  return buf;
+}
+
+/* The resident model of the file at path, or the file's error: in *d by
+ * its label, in *detail (may be NULL) by its path. */
 static attn_status make_resident(const char *path, attn_model **out,
-                                 attn_diag *d) {
+                                 attn_diag *d, attn_diag *detail) {
+  char label[LABEL_MAX];
   *out = NULL;
   attn_model *m = calloc(1, sizeof *m);
   if (!m) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
-  attn_status s = attn__resident_load(path, &m->res, d);
+  attn_status s =
+      attn__resident_load(path, label_of(path, label), &m->res, d, detail);
   if (s) {
     free(m);
     return s;
@@ -266,18 +288,27 @@ static void free_list(char **v, size_t n) {
   free(v);
 }
 
+/* The folder dir could not be read (errno err): *d says so without its
+ * path, *detail (may be NULL) with it. */
+static attn_status dir_failed(const char *dir, int err, attn_diag *d,
+                              attn_diag *detail) {
+  if (detail)
+    attn_diag_set(detail, ATTN_EIO, "models dir '%s': %s", dir, strerror(err));
+  return attn_diag_set(d, ATTN_EIO, "cannot read the models folder: %s",
+                       strerror(err));
+}
+
 /* Paths of the *.json files in dir, sorted; *paths NULL and *n 0 when the
- * directory does not exist. */
+ * directory does not exist.  Errors as dir_failed. */
 static attn_status list_json(const char *dir, char ***paths, size_t *n,
-                             attn_diag *d) {
+                             attn_diag *d, attn_diag *detail) {
   *paths = NULL;
   *n = 0;
   if (!dir) return ATTN_OK;
   DIR *dp = opendir(dir);
   if (!dp) {
     if (errno == ENOENT) return ATTN_OK;
-    return attn_diag_set(d, ATTN_EIO, "models dir '%s': %s", dir,
-                         strerror(errno));
+    return dir_failed(dir, errno, d, detail);
   }
   char **v = NULL;
   size_t cnt = 0, cap = 0;
@@ -309,8 +340,7 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
     memcpy(path + dl + 1, nm, len + 1);
     v[cnt++] = path;
   }
-  if (s == ATTN_OK && errno != 0)
-    s = attn_diag_set(d, ATTN_EIO, "models dir '%s': %s", dir, strerror(errno));
+  if (s == ATTN_OK && errno != 0) s = dir_failed(dir, errno, d, detail);
   closedir(dp);
   if (s != ATTN_OK) {
     free_list(v, cnt);
@@ -322,12 +352,23 @@ static attn_status list_json(const char *dir, char ***paths, size_t *n,
   return ATTN_OK;
 }
 
+/* Whether the file at path is a regular one, or may be (stat fails: its
+ * load then says why).  stat opens nothing: a FIFO is not waited for.  At
+ * start-up a *.json that is no regular file (a FIFO, a folder) is not a
+ * model file and is passed over: the index lists it with the reason. */
+static bool regular(const char *path) {
+  struct stat st;
+  return stat(path, &st) != 0 || S_ISREG(st.st_mode);
+}
+
 /* At start-up: a file's model into a new slot; a name used twice or a
- * built-in's fails. */
+ * built-in's fails.  Messages name files by their paths (the operator's,
+ * at start-up). */
 static attn_status add_resident(attn_registry *r, const char *path,
                                 attn_diag *d) {
   attn_model *m;
-  attn_status s = make_resident(path, &m, d);
+  attn_diag labelled;
+  attn_status s = make_resident(path, &m, &labelled, d);
   if (s) return s;
   int i = slot_of(r, m->name, strlen(m->name));
   if (i >= 0) {
@@ -371,12 +412,13 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
   }
   char **paths;
   size_t n;
-  if ((s = list_json(models_dir, &paths, &n, d))) {
+  attn_diag unnamed;
+  if ((s = list_json(models_dir, &paths, &n, &unnamed, d))) {
     attn_registry_destroy(r);
     return s;
   }
   for (size_t i = 0; i < n && s == ATTN_OK; i++)
-    s = add_resident(r, paths[i], d);
+    if (regular(paths[i])) s = add_resident(r, paths[i], d);
   free_list(paths, n);
   if (s) {
     attn_registry_destroy(r);
@@ -445,31 +487,84 @@ int attn_registry_slot(const attn_registry *r, const char *name, size_t len) {
 
 /* ---- the repository: load, unload, reload, index ------------------------ */
 
+/* The same message into *d and *detail (may be NULL): one naming no file. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static attn_status
+both(attn_diag *d, attn_diag *detail, attn_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+  va_end(ap);
+  if (detail) memcpy(detail->msg, d->msg, sizeof d->msg);
+  return s;
+}
+
+/* The stem of path's file name ("x" of ".../x.json") into buf[cap]: the
+ * index's name for a file whose "name" cannot be read. */
+static const char *stem_of(const char *path, char *buf, size_t cap) {
+  const char *slash = strrchr(path, '/'), *nm = slash ? slash + 1 : path;
+  size_t len = strlen(nm);
+  snprintf(buf, cap, "%.*s", (int)(len > 5 ? len - 5 : len), nm);
+  return buf;
+}
+
+/* No file names model `name`: ATTN_ENOTFOUND, the folder's path in
+ * *detail only. */
+static attn_status not_found(const attn_registry *r, const char *name,
+                             attn_diag *d, attn_diag *detail) {
+  if (!r->dir)
+    return both(d, detail, ATTN_ENOTFOUND,
+                "no models folder is configured: no file has \"name\": "
+                "\"%s\"",
+                name);
+  attn_diag_set(detail, ATTN_ENOTFOUND,
+                "no model file in the models directory (%s) has \"name\": "
+                "\"%s\"",
+                r->dir, name);
+  return attn_diag_set(d, ATTN_ENOTFOUND,
+                       "no model file in the models folder has \"name\": "
+                       "\"%s\"",
+                       name);
+}
+
 /* The model file of models_dir whose "name" is `name`: *path (malloc'd),
- * or ATTN_ENOTFOUND, or ATTN_EINVAL when two files name it. */
+ * or ATTN_ENOTFOUND, or ATTN_EINVAL when two files name it.  When none
+ * does and NAME.json has no "name" to read (not a regular file, not JSON),
+ * that file's error.  *d names files by their labels, *detail by their
+ * paths. */
 static attn_status file_of(const attn_registry *r, const char *name,
-                           char **path, attn_diag *d) {
-  char **paths, nm[ATTN_MODEL_MAX_NAME + 1];
+                           char **path, attn_diag *d, attn_diag *detail) {
+  char **paths, nm[ATTN_MODEL_MAX_NAME + 1], l1[LABEL_MAX], l2[LABEL_MAX];
   size_t n;
+  attn_status unread = ATTN_OK; /* NAME.json's, when it has no name */
+  attn_status s = list_json(r->dir, &paths, &n, d, detail);
   *path = NULL;
-  attn_status s = list_json(r->dir, &paths, &n, d);
-  if (s) return s;
   for (size_t i = 0; i < n && s == ATTN_OK; i++) {
-    if (!attn__resident_name(paths[i], nm, sizeof nm) || strcmp(nm, name))
-      continue;
-    if (*path)
+    const char *label = label_of(paths[i], l1);
+    attn_diag why;
+    attn_status f = attn__resident_name(paths[i], label, nm, sizeof nm, &why);
+    if (f && !unread && strcmp(stem_of(paths[i], nm, sizeof nm), name) == 0) {
+      unread = f;
+      *d = why;
+      attn__diag_unlabel(detail, &why, label, paths[i]);
+    }
+    if (f || strcmp(nm, name)) continue;
+    if (*path) {
+      attn_diag_set(detail, ATTN_EINVAL,
+                    "model '%s' is named by two files: %s and %s", name, *path,
+                    paths[i]);
       s = attn_diag_set(d, ATTN_EINVAL,
                         "model '%s' is named by two files: %s and %s", name,
-                        *path, paths[i]);
-    else if (!(*path = strdup(paths[i])))
-      s = attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+                        label_of(*path, l2), label);
+    } else if (!(*path = strdup(paths[i]))) {
+      s = both(d, detail, ATTN_ENOMEM, "out of memory");
+    }
   }
   free_list(paths, n);
   if (s == ATTN_OK && !*path)
-    s = attn_diag_set(d, ATTN_ENOTFOUND,
-                      "no model file in the models directory (%s) has "
-                      "\"name\": \"%s\"",
-                      r->dir ? r->dir : "none configured", name);
+    s = unread ? unread : not_found(r, name, d, detail);
   if (s) {
     free(*path);
     *path = NULL;
@@ -478,23 +573,31 @@ static attn_status file_of(const attn_registry *r, const char *name,
 }
 
 /* Loads the file at path over the model of its name; a failure leaves
- * what served serving and is kept as the slot's reason.  Under load_mu. */
+ * what served serving and is kept as the slot's reason.  *d names the
+ * file by its label, *detail by its path.  Under load_mu. */
 static attn_status load_file(attn_registry *r, const char *path,
-                             const char *want, attn_diag *d) {
+                             const char *want, attn_diag *d,
+                             attn_diag *detail) {
   attn_model *m;
-  attn_status s = make_resident(path, &m, d);
-  if (s == ATTN_OK && want && strcmp(m->name, want) != 0) {
-    s = attn_diag_set(d, ATTN_EINVAL,
-                      "%s: names model '%s' now, not '%s' (changed while "
-                      "loading?)",
-                      path, m->name, want);
+  attn_status s = make_resident(path, &m, d, detail);
+  if (s == ATTN_OK) {
+    char label[LABEL_MAX];
+    label_of(path, label);
+    if (want && strcmp(m->name, want) != 0)
+      s = attn_diag_set(d, ATTN_EINVAL,
+                        "%s: names model '%s' now, not '%s' (changed while "
+                        "loading?)",
+                        label, m->name, want);
+    else if (is_builtin(m->name))
+      s = attn_diag_set(d, ATTN_EINVAL,
+                        "%s: model name '%s' is a built-in model", label,
+                        m->name);
+    else if ((s = install(r, m, d)) == ATTN_OK)
+      return ATTN_OK;
+    else
+      m = NULL; /* install took it */
     attn_model_put(m);
-  } else if (s == ATTN_OK && is_builtin(m->name)) {
-    s = attn_diag_set(d, ATTN_EINVAL, "%s: model name '%s' is a built-in model",
-                      path, m->name);
-    attn_model_put(m);
-  } else if (s == ATTN_OK) {
-    return install(r, m, d);
+    attn__diag_unlabel(detail, d, label, path);
   }
   int i = want ? slot_of(r, want, strlen(want)) : -1;
   if (i >= 0) {
@@ -505,14 +608,14 @@ static attn_status load_file(attn_registry *r, const char *path,
   return s;
 }
 
-attn_status attn_registry_load(attn_registry *r, const char *name,
-                               attn_diag *d) {
+attn_status attn_registry_load(attn_registry *r, const char *name, attn_diag *d,
+                               attn_diag *detail) {
   if (is_builtin(name)) return ATTN_OK; /* always loaded */
   pthread_mutex_lock(&r->load_mu);
   char *path;
-  attn_status s = file_of(r, name, &path, d);
+  attn_status s = file_of(r, name, &path, d, detail);
   if (s == ATTN_OK) {
-    s = load_file(r, path, name, d);
+    s = load_file(r, path, name, d, detail);
     free(path);
   }
   pthread_mutex_unlock(&r->load_mu);
@@ -549,11 +652,13 @@ attn_status attn_registry_reload(attn_registry *r, attn_reload_report report,
   pthread_mutex_lock(&r->load_mu);
   char **paths;
   size_t n;
-  attn_status s = list_json(r->dir, &paths, &n, d);
+  attn_diag unnamed; /* the client's form of each message: not reported */
+  attn_status s = list_json(r->dir, &paths, &n, &unnamed, d);
   for (size_t i = 0; s == ATTN_OK && i < n; i++) {
-    char nm[ATTN_MODEL_MAX_NAME + 1];
+    char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
     attn_diag e = {{0}};
-    int named = attn__resident_name(paths[i], nm, sizeof nm);
+    bool named = attn__resident_name(paths[i], label_of(paths[i], label), nm,
+                                     sizeof nm, &unnamed) == ATTN_OK;
     size_t j = 0; /* an earlier file of this pass with the same name */
     while (named && j < i && strcmp(paths[j], nm) != 0) j++;
     attn_status f =
@@ -562,7 +667,7 @@ attn_status attn_registry_reload(attn_registry *r, attn_reload_report report,
                             "%s: model name '%s' is already used by an "
                             "earlier file; not loaded",
                             paths[i], nm)
-            : load_file(r, paths[i], named ? nm : NULL, &e);
+            : load_file(r, paths[i], named ? nm : NULL, &unnamed, &e);
     if (report) report(arg, named ? nm : "", paths[i], f, e.msg);
     /* paths[i] becomes the name it loaded, for the check above */
     if (named && f == ATTN_OK) {
@@ -631,15 +736,20 @@ attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
   /* the files' models never loaded */
   char **paths = NULL;
   size_t np = 0;
-  if (s == ATTN_OK) s = list_json(r->dir, &paths, &np, d);
+  if (s == ATTN_OK) s = list_json(r->dir, &paths, &np, d, NULL);
   for (size_t i = 0; i < np && s == ATTN_OK; i++) {
-    char nm[ATTN_MODEL_MAX_NAME + 1];
-    if (!attn__resident_name(paths[i], nm, sizeof nm) ||
-        slot_of(r, nm, strlen(nm)) >= 0)
-      continue;
+    char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
+    attn_diag why;
+    /* a file whose "name" cannot be read is listed by its own, with why */
+    attn_status f = attn__resident_name(paths[i], label_of(paths[i], label), nm,
+                                        sizeof nm, &why);
+    if (f) stem_of(paths[i], nm, sizeof nm);
+    if (slot_of(r, nm, strlen(nm)) >= 0) continue;
     bool dup = false;
     for (size_t j = ns; j < n; j++) dup |= strcmp(v[j].name, nm) == 0;
-    if (!dup) s = index_add(&v, &n, &cap, nm, NULL, false, "not loaded", d);
+    if (!dup)
+      s = index_add(&v, &n, &cap, nm, NULL, false, f ? why.msg : "not loaded",
+                    d);
   }
   free_list(paths, np);
   if (s) {

@@ -24,8 +24,14 @@
  * biases zero as PyTorch initialises them.  The bytes are the same on every
  * platform for the same seed.
  *
- * Threads: called once per file at registry creation; a loaded model is
- * read-only afterwards.
+ * Messages name the json file by the label the registry gives
+ * ("models/x.json") and the weights beside it ("models/w.safetensors"),
+ * or, outside the models folder (an absolute "weights", or one with ".."),
+ * only as "models/x.json's weights": a client reads them.  The log's copy
+ * (attn__resident_load's detail) has the paths instead.
+ *
+ * Threads: called once per file at registry creation and on every load; a
+ * loaded model is read-only afterwards.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -114,16 +120,52 @@ static attn_status json_str(const cJSON *j, const char *path, const char *key,
   return ATTN_OK;
 }
 
-/* weights path relative to the json file's directory unless absolute. */
-static char *resolve(const char *json_path, const char *rel) {
-  const char *slash = strrchr(json_path, '/');
-  size_t dl = rel[0] == '/' || !slash ? 0 : (size_t)(slash - json_path) + 1;
+/* weights path relative to the folder of `at` (the json file's path or
+ * label) unless absolute. */
+static char *resolve(const char *at, const char *rel) {
+  const char *slash = strrchr(at, '/');
+  size_t dl = rel[0] == '/' || !slash ? 0 : (size_t)(slash - at) + 1;
   size_t rl = strlen(rel);
   char *p = malloc(dl + rl + 1);
   if (!p) return NULL;
-  memcpy(p, json_path, dl);
+  memcpy(p, at, dl);
   memcpy(p + dl, rel, rl + 1);
   return p;
+}
+
+/* Whether rel, a "weights" path, stays in the json file's folder: not
+ * absolute, no ".." among its parts. */
+static bool inside(const char *rel) {
+  if (rel[0] == '/') return false;
+  for (const char *p = rel;;) {
+    if (p[0] == '.' && p[1] == '.' && (p[2] == '/' || p[2] == '\0'))
+      return false;
+    const char *slash = strchr(p, '/');
+    if (!slash) return true;
+    p = slash + 1;
+  }
+}
+
+/* The weights file as messages a client may read name it: beside the
+ * json file's label ("models/w.safetensors") when it is inside the models
+ * folder, else only through the json file ("models/x.json's weights"), so
+ * that no path of the server shows. */
+static char *weights_label(const char *label, const char *rel) {
+  if (inside(rel)) return resolve(label, rel);
+  size_t n = strlen(label) + sizeof "'s weights";
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s's weights", label);
+  return p;
+}
+
+void attn__diag_unlabel(attn_diag *log, const attn_diag *d, const char *label,
+                        const char *path) {
+  if (!log) return;
+  size_t n = strlen(label);
+  if (strncmp(d->msg, label, n) == 0 && d->msg[n] == ':')
+    snprintf(log->msg, sizeof log->msg, "%s%s", path, d->msg + n);
+  else
+    snprintf(log->msg, sizeof log->msg, "%s", d->msg);
 }
 
 /* ---- weights ------------------------------------------------------------ */
@@ -168,12 +210,13 @@ static void set_views(attn__resident *r, const dims *z, const float *q,
 
 static size_t held_bytes(const attn__resident *r, size_t mem_floats);
 
-static attn_status seed_weights(attn__resident *r, const dims *z, uint64_t seed,
-                                size_t total, attn_diag *d) {
+static attn_status seed_weights(attn__resident *r, const char *label,
+                                const dims *z, uint64_t seed, size_t total,
+                                attn_diag *d) {
   r->mem = calloc(total, sizeof *r->mem);
   if (!r->mem)
     return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory for %zu weights",
-                         r->path, total);
+                         label, total);
   uint64_t s = seed;
   float *q = r->mem, *k = q + z->E * z->E, *v = k + z->kw * z->kdim,
         *o = v + z->kw * z->vdim, *b = o + z->E * z->E;
@@ -265,11 +308,13 @@ static size_t held_bytes(const attn__resident *r, size_t mem_floats) {
   return b;
 }
 
+/* The weights of the file at path (named `file` in messages). */
 static attn_status file_weights(attn__resident *r, const dims *z,
-                                const char *file, size_t total, attn_diag *d) {
+                                const char *path, const char *file,
+                                size_t total, attn_diag *d) {
   /* a bf16 model keeps F16 and BF16 tensors in bfloat16 */
-  attn_status s = attn_safetensors_load_as(
-      file, total, r->precision == ATTN_PRECISION_BF16, &r->st, d);
+  attn_status s = attn__safetensors_read(
+      path, file, total, r->precision == ATTN_PRECISION_BF16, &r->st, d);
   if (s) return s;
   const attn_safetensors *st = r->st;
   const bool packable = z->kdim == z->E && z->vdim == z->E && z->Hkv == z->H;
@@ -497,11 +542,13 @@ static attn_status count_params(const char *path, const dims *z, bool bias,
   return ATTN_OK;
 }
 
-/* The description at `path` (root): keys, name, dimensions, the weights'
- * source, description and version, the parameter count; then r's strings
- * and its weights, seeded or read from the file. */
-static attn_status load_json(const char *path, const cJSON *root,
-                             attn__resident *r, attn_diag *d) {
+/* The description at json_path (root), named `path` in messages: keys,
+ * name, dimensions, the weights' source, description and version, the
+ * parameter count; then r's strings and its weights, seeded or read from
+ * the file (whose failure, with the file's path, goes into *detail). */
+static attn_status load_json(const char *json_path, const char *path,
+                             const cJSON *root, attn__resident *r, attn_diag *d,
+                             attn_diag *detail) {
   const cJSON *k[K_N] = {NULL};
   attn_status s;
   if ((s = read_keys(path, root, k, d))) return s;
@@ -532,67 +579,84 @@ static attn_status load_json(const char *path, const cJSON *root,
   r->name = strdup(k[K_NAME]->valuestring);
   r->version = strdup(vbuf);
   r->description = k[K_DESC] ? strdup(k[K_DESC]->valuestring) : NULL;
-  r->path = strdup(path);
+  r->path = strdup(json_path);
   if (!r->name || !r->version || !r->path || (k[K_DESC] && !r->description) ||
       attn__variants_json(&r->fixed, &r->fixed_json) != ATTN_OK)
     return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
   r->E = z.E, r->H = z.H, r->Hkv = z.Hkv, r->kdim = z.kdim, r->vdim = z.vdim;
-  if (k[K_SEED]) return seed_weights(r, &z, seed, total, d);
-  char *file = resolve(path, k[K_WEIGHTS]->valuestring);
-  if (!file) return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  if (k[K_SEED]) return seed_weights(r, path, &z, seed, total, d);
+  const char *rel = k[K_WEIGHTS]->valuestring;
+  char *file = resolve(json_path, rel), *label = weights_label(path, rel);
+  if (!file || !label) {
+    free(file);
+    free(label);
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
+  }
   /* A packed file for a model that cannot use one should fail naming
    * in_proj_weight, so the read bound also admits that layout's size. */
   size_t packed = (size_t)(4 * z.E * z.E + 4 * z.E);
   if (packed > bound)
     bound = packed < ATTN_MODEL_MAX_PARAMS ? packed : ATTN_MODEL_MAX_PARAMS;
-  s = file_weights(r, &z, file, bound, d);
+  s = file_weights(r, &z, file, label, bound, d);
+  if (s && detail) attn__diag_unlabel(detail, d, label, file);
   free(file);
+  free(label);
   return s;
 }
 
-attn_status attn__resident_load(const char *json_path, attn__resident *out,
-                                attn_diag *d) {
+attn_status attn__resident_load(const char *json_path, const char *label,
+                                attn__resident *out, attn_diag *d,
+                                attn_diag *detail) {
   char *text = NULL;
   size_t len = 0;
   memset(out, 0, sizeof *out);
-  attn_status s =
-      attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, d);
-  if (s) return s;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-  if (!root) {
-    size_t at = end && end >= text ? (size_t)(end - text) : 0;
-    free(text);
-    return attn_diag_set(d, ATTN_EPARSE, "%s: invalid JSON near byte %zu",
-                         json_path, at);
-  }
-  for (const char *p = end; p < text + len; p++)
-    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-      cJSON_Delete(root);
-      free(text);
-      return attn_diag_set(d, ATTN_EPARSE,
-                           "%s: unexpected text after the JSON object",
-                           json_path);
+  attn_diag scratch;
+  if (!detail) detail = &scratch;
+  detail->msg[0] = '\0';
+  attn_status s = attn__read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
+                                  &text, &len, d);
+  if (s == ATTN_OK) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+      size_t at = end && end >= text ? (size_t)(end - text) : 0;
+      s = attn_diag_set(d, ATTN_EPARSE, "%s: invalid JSON near byte %zu", label,
+                        at);
     }
-  s = load_json(json_path, root, out, d);
-  cJSON_Delete(root);
-  free(text);
-  if (s) attn__resident_free(out);
+    for (const char *p = end; root && s == ATTN_OK && p < text + len; p++)
+      if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+        s = attn_diag_set(d, ATTN_EPARSE,
+                          "%s: unexpected text after the JSON object", label);
+    if (s == ATTN_OK) s = load_json(json_path, label, root, out, d, detail);
+    cJSON_Delete(root);
+    free(text);
+  }
+  if (s) {
+    attn__resident_free(out);
+    /* the weights' failure set it; any other names the json file */
+    if (!detail->msg[0]) attn__diag_unlabel(detail, d, label, json_path);
+  }
   return s;
 }
 
-int attn__resident_name(const char *json_path, char *name, size_t cap) {
+attn_status attn__resident_name(const char *json_path, const char *label,
+                                char *name, size_t cap, attn_diag *d) {
   char *text = NULL;
   size_t len = 0;
-  attn_diag d = {{0}};
-  if (attn__read_file(json_path, ATTN_MODEL_MAX_JSON_BYTES, &text, &len, &d))
-    return 0;
+  attn_status s = attn__read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
+                                  &text, &len, d);
+  if (s) return s;
   cJSON *root = cJSON_ParseWithLength(text, len);
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");
-  int ok =
-      cJSON_IsObject(root) && cJSON_IsString(n) && strlen(n->valuestring) < cap;
-  if (ok) memcpy(name, n->valuestring, strlen(n->valuestring) + 1);
+  if (!cJSON_IsObject(root))
+    s = attn_diag_set(d, ATTN_EPARSE, "%s: %s", label,
+                      root ? "not a JSON object" : "invalid JSON");
+  else if (!cJSON_IsString(n) || strlen(n->valuestring) >= cap)
+    s = attn_diag_set(d, ATTN_EINVAL, "%s: no \"name\" of at most %zu bytes",
+                      label, cap - 1);
+  else
+    memcpy(name, n->valuestring, strlen(n->valuestring) + 1);
   cJSON_Delete(root);
   free(text);
-  return ok;
+  return s;
 }

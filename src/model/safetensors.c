@@ -12,16 +12,24 @@
  * are accepted as offsets or dimensions only when they are integers below
  * 2^53, where doubles are exact.
  *
+ * Files are opened without blocking and refused unread unless regular
+ * (attn__read_file): a FIFO would wait for a writer, /dev/zero never end.
+ * No message shows the file's bytes before they parse as a header (the
+ * header length field is only compared): a "weights" path naming some
+ * other file must not show it to the client who loads the model.
+ *
  * Threads: none of its own; a set is immutable after parsing.
  */
 #include "attn/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -407,15 +415,18 @@ static attn_status read_header(const unsigned char *b, size_t len,
                          LBL(label), len);
   uint64_t hn = 0;
   for (int i = 7; i >= 0; i--) hn = hn << 8 | b[i];
+  /* hn is the file's first 8 bytes: never in a message (a "weights" path
+   * naming some other file would show its bytes to the client) */
   if (hn > len - 8)
     return attn_diag_set(d, ATTN_EPARSE,
-                         "%s: header length %llu exceeds the %zu bytes after "
-                         "it (truncated file?)",
-                         LBL(label), (unsigned long long)hn, len - 8);
+                         "%s: not a safetensors file: its header length "
+                         "field is larger than the %zu bytes after it "
+                         "(truncated file?)",
+                         LBL(label), len - 8);
   if (hn > ATTN_SAFETENSORS_MAX_HEADER)
     return attn_diag_set(d, ATTN_ETOOBIG,
-                         "%s: header length %llu exceeds %zu bytes", LBL(label),
-                         (unsigned long long)hn, ATTN_SAFETENSORS_MAX_HEADER);
+                         "%s: header length over the %zu-byte limit",
+                         LBL(label), ATTN_SAFETENSORS_MAX_HEADER);
   if (hn < 2 || b[8] != '{')
     return attn_diag_set(d, ATTN_EPARSE, "%s: header is not a JSON object",
                          LBL(label));
@@ -527,38 +538,69 @@ attn_status attn_safetensors_parse(const void *buf, size_t len,
   return parse(buf, len, label, max_elements, false, out, d);
 }
 
-attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
-                            size_t *len, attn_diag *d) {
+/* What a file that is not a regular one is, for messages. */
+static const char *file_kind(mode_t m) {
+  return S_ISFIFO(m)   ? "a FIFO"
+         : S_ISDIR(m)  ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a file";
+}
+
+/* n bytes of fd into b: 0, or -1 (errno) on an error or an early end. */
+static int read_all(int fd, char *b, size_t n, size_t *got) {
+  *got = 0;
+  while (*got < n) {
+    ssize_t r = read(fd, b + *got, n - *got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    *got += (size_t)r;
+  }
+  return 0;
+}
+
+attn_status attn__read_file(const char *path, const char *label,
+                            size_t max_bytes, char **buf, size_t *len,
+                            attn_diag *d) {
   *buf = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", path,
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then
+   * refuses it); it changes nothing for a regular file's reads */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return attn_diag_set(d, ATTN_EIO, "%s: cannot open: %s", label,
                          strerror(errno));
   struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_EIO, "%s: not a regular file", path);
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return attn_diag_set(d, ATTN_EIO, "%s: cannot stat: %s", label,
+                         strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return attn_diag_set(d, ATTN_EIO, "%s: not a regular file (%s)", label,
+                         file_kind(sb.st_mode));
   }
   if (sb.st_size < 0 || (uint64_t)sb.st_size > max_bytes ||
       (uint64_t)sb.st_size >= SIZE_MAX / 2) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ETOOBIG, "%s: %lld bytes, limit %zu", path,
+    close(fd);
+    return attn_diag_set(d, ATTN_ETOOBIG, "%s: %lld bytes, limit %zu", label,
                          (long long)sb.st_size, max_bytes);
   }
-  size_t n = (size_t)sb.st_size;
+  size_t n = (size_t)sb.st_size, got;
   char *b = malloc(n + 1);
   if (!b) {
-    fclose(f);
-    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory (%zu bytes)", path,
+    close(fd);
+    return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory (%zu bytes)", label,
                          n);
   }
-  size_t got = fread(b, 1, n, f);
-  int err = ferror(f);
-  fclose(f);
-  if (got != n || err) {
+  int err = read_all(fd, b, n, &got);
+  close(fd);
+  if (err) {
     free(b);
-    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)", path,
-                         got, n);
+    return attn_diag_set(d, ATTN_EIO, "%s: short read (%zu of %zu bytes)",
+                         label, got, n);
   }
   b[n] = '\0';
   *buf = b;
@@ -568,12 +610,18 @@ attn_status attn__read_file(const char *path, size_t max_bytes, char **buf,
 
 attn_status attn_safetensors_load(const char *path, size_t max_elements,
                                   attn_safetensors **out, attn_diag *d) {
-  return attn_safetensors_load_as(path, max_elements, false, out, d);
+  return attn__safetensors_read(path, path, max_elements, false, out, d);
 }
 
 attn_status attn_safetensors_load_as(const char *path, size_t max_elements,
                                      bool keep_bf16, attn_safetensors **out,
                                      attn_diag *d) {
+  return attn__safetensors_read(path, path, max_elements, keep_bf16, out, d);
+}
+
+attn_status attn__safetensors_read(const char *path, const char *label,
+                                   size_t max_elements, bool keep_bf16,
+                                   attn_safetensors **out, attn_diag *d) {
   *out = NULL;
   /* Refuse before reading: header bound + 8 bytes (F64) per element. */
   size_t cap = SIZE_MAX;
@@ -585,12 +633,12 @@ attn_status attn_safetensors_load_as(const char *path, size_t max_elements,
   }
   char *buf;
   size_t len;
-  attn_status s = attn__read_file(path, cap, &buf, &len, d);
+  attn_status s = attn__read_file(path, label, cap, &buf, &len, d);
   if (s == ATTN_ETOOBIG)
-    return attn_diag_set(d, s, "%s: larger than %zu elements can need", path,
+    return attn_diag_set(d, s, "%s: larger than %zu elements can need", label,
                          max_elements);
   if (s) return s;
-  s = parse(buf, len, path, max_elements, keep_bf16, out, d);
+  s = parse(buf, len, label, max_elements, keep_bf16, out, d);
   free(buf);
   return s;
 }

@@ -14,7 +14,9 @@
  * (attn_v2_decode_repository and the index's encoders, src/codec/
  * kserve_v2_ext.c), which refuses a long body before parsing it and a
  * load's "config" and "file:" overrides: attnd loads what the models
- * directory holds.
+ * directory holds.  Answers name files relative to the models folder
+ * ("models/x.json") and quote none of their bytes; the log line of a
+ * failed load has the paths.
  * Threads: a worker.
  */
 #include <stdlib.h>
@@ -89,8 +91,12 @@ void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
     return;
   }
   if (op == ATTN_JOB_REPO_LOAD) {
-    if ((st = attn_registry_load(s->models, model, &d))) {
-      attn_log(ATTN_LOG_WARN, "load of model '%s' failed: %s", model, d.msg);
+    attn_diag detail = {{0}};
+    if ((st = attn_registry_load(s->models, model, &d, &detail))) {
+      /* the client's answer names files relative to the models folder;
+       * the log, with their paths */
+      attn_log(ATTN_LOG_WARN, "load of model '%s' failed: %s", model,
+               detail.msg);
       load_failed(st, &d, resp);
       return;
     }

@@ -26,6 +26,7 @@ E, H = 64, 4  # the resident model of these tests
 def model_file(d, name="rep", seed=1, fname=None, **extra):
     m = {"name": name, "embed_dim": E, "num_heads": H, "seed": seed}
     m.update(extra)
+    m = {k: v for k, v in m.items() if v is not None}
     with open(os.path.join(d, fname or name + ".json"), "w") as f:
         json.dump(m, f)
 
@@ -303,6 +304,178 @@ def repository_sighup_reloads_all():
                   line.get("level") == "error", "log line %r" % line)
             check(infer(s.port, "rep", body, hdrs, "after a broken file") ==
                   two, "a broken file changed the model")
+
+
+def _no_path(msg, what, *paths):
+    """msg names none of the server's paths."""
+    for p in paths:
+        check(p not in msg, "%s shows the server path %r: %r" % (what, p, msg))
+
+
+@test
+def repository_files_not_regular_at_start():
+    """A *.json that is no regular file (a FIFO, a symlink to one, a
+    folder) in models_dir: attnd starts and serves anyway (it waited for a
+    FIFO's writer for ever); the index lists each, named after its file,
+    as UNAVAILABLE with the reason naming it relative to the models
+    folder; a load of it is a prompt 400 saying the same; the start-up log
+    warns with the folder's path."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        os.mkfifo(os.path.join(d, "pipe.json"))
+        os.symlink(os.path.join(d, "pipe.json"), os.path.join(d, "link.json"))
+        os.mkdir(os.path.join(d, "folder.json"))
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-start") as s:
+            infer(s.port, "rep", body, hdrs, "beside a FIFO")
+            rows = index(s.port)
+            want = {"pipe": "models/pipe.json: not a regular file (a FIFO)",
+                    "link": "models/link.json: not a regular file (a FIFO)",
+                    "folder": "models/folder.json: not a regular file (a "
+                              "directory)"}
+            for name, reason in want.items():
+                check(rows.get(name) == {"name": name, "state": "UNAVAILABLE",
+                                         "reason": reason},
+                      "index row %s: %r" % (name, rows.get(name)))
+            check(rows["rep"]["state"] == "READY", "index %r" % rows)
+            r = request(s.port, "POST", "/v2/repository/models/pipe/load",
+                        timeout=10)
+            msg = expect_error(r, 400, want["pipe"], what="load of the FIFO")
+            _no_path(msg, "load of the FIFO", d)
+            warn = [l["msg"] for l in s.log_json()
+                    if l.get("level") == "warn" and "skipped" in
+                    l.get("msg", "") and "pipe.json" in l["msg"]]
+            check(len(warn) == 1 and d in warn[0] and "FIFO" in warn[0],
+                  "start-up warning for the FIFO: %r" % warn)
+
+
+@test
+def repository_sighup_fifo_then_sigterm():
+    """SIGHUP with a FIFO named *.json in models_dir: the reload logs it as
+    not a regular file (with its path) and goes on; SIGTERM then ends
+    attnd (exit 0) promptly (it hung in the FIFO's open, and SIGTERM was
+    never taken)."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-hup") as s:
+            fifo = os.path.join(d, "pipe.json")
+            os.mkfifo(fifo)
+            s.signal(signal.SIGHUP)
+            line = wait_log(s, lambda l: "pipe.json" in l.get("msg", ""),
+                            "for the FIFO", 10)
+            check(fifo + ": not a regular file (a FIFO)" in line["msg"] and
+                  line.get("level") == "error", "log line %r" % line)
+            infer(s.port, "rep", body, hdrs, "after SIGHUP")
+            s.signal(signal.SIGTERM)
+            rc = s.wait(10)
+            check(rc == 0, "exit code %d after SIGTERM: %s" %
+                  (rc, s.log_tail()))
+
+
+@test
+def repository_weights_not_regular_files():
+    """A model whose "weights" is a FIFO, a symlink to one, a folder or
+    /dev/zero (unbounded reads): its load answers 400 at once naming the
+    file (relative to the models folder; /dev/zero only through the model
+    file), and the server goes on serving.  A FIFO's load never answered
+    and held a worker for good."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-fifo-weights") as s:
+            os.mkfifo(os.path.join(d, "w.fifo"))
+            os.symlink("w.fifo", os.path.join(d, "link.safetensors"))
+            os.mkdir(os.path.join(d, "sub"))
+            cases = [("wfifo", "w.fifo", "models/w.fifo: not a regular file "
+                      "(a FIFO)"),
+                     ("wlink", "link.safetensors", "models/link.safetensors: "
+                      "not a regular file (a FIFO)"),
+                     ("wdir", "sub", "models/sub: not a regular file (a "
+                      "directory)"),
+                     ("wdev", "/dev/zero", "models/wdev.json's weights: not "
+                      "a regular file (a character device)")]
+            for name, weights, reason in cases:
+                with open(os.path.join(d, name + ".json"), "w") as f:
+                    json.dump({"name": name, "embed_dim": E, "num_heads": H,
+                               "weights": weights}, f)
+                r = request(s.port, "POST",
+                            "/v2/repository/models/%s/load" % name,
+                            timeout=10)
+                msg = expect_error(r, 400, reason, what="load of " + name)
+                _no_path(msg, "load of " + name, d)
+            infer(s.port, "rep", body, hdrs, "after the refused loads")
+
+
+@test
+def repository_messages_name_no_server_path():
+    """What a client reads of a failed load or in the index names files
+    relative to the models folder ("models/x.json") and shows neither
+    the folder's path nor a file's bytes: weights that name some text file
+    outside (here a copy of the start of /etc/passwd) were answered with
+    its path and its first 8 bytes as a header length.  The log line of
+    the failed load has the file's path."""
+    text = b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/bin/sh\n"
+    with tempfile.TemporaryDirectory() as d, \
+            tempfile.TemporaryDirectory() as outside:
+        passwd = os.path.join(outside, "passwd")
+        with open(passwd, "wb") as f:
+            f.write(text)
+        model_file(d)
+        with Server("--models-dir", d, name="repo-paths") as s:
+            with open(os.path.join(d, "leak.json"), "w") as f:
+                json.dump({"name": "leak", "embed_dim": E, "num_heads": H,
+                           "weights": passwd}, f)
+            r = post(s.port, "/v2/repository/models/leak/load")
+            msg = expect_error(r, 400, "models/leak.json's weights",
+                               "not a safetensors file", what="leak")
+            _no_path(msg, "load of leak", d, outside)
+            for b in (b"root:x:0", b"root"):
+                check(b.decode() not in msg, "the file's bytes: %r" % msg)
+            n = int.from_bytes(text[:8], "little")
+            for v in (str(n), "%x" % n):
+                check(v not in msg, "the bytes as a number: %r" % msg)
+            line = wait_log(s, lambda l: "load of model 'leak' failed" in
+                            l.get("msg", ""), "for the failed load")
+            check(passwd + ": not a safetensors file" in line["msg"],
+                  "the log line has no path: %r" % line)
+            check("root" not in line["msg"] and str(n) not in line["msg"],
+                  "the log line shows the bytes: %r" % line)
+            # a loaded model's failed load is its index row's reason
+            expect_status(post(s.port, "/v2/repository/models/rep/unload"),
+                          200, "unload")
+            model_file(d, weights=passwd, seed=None)
+            msg = expect_error(post(s.port, "/v2/repository/models/rep/load"),
+                               400, "models/rep.json's weights", what="rep")
+            row = index(s.port)["rep"]
+            check(row["reason"] == msg, "index row %r, load %r" % (row, msg))
+
+            with open(os.path.join(d, "bad.json"), "w") as f:
+                f.write('{"name": "bad", "embed_dim": 64, "num_heads": 3, '
+                        '"seed": 1}')
+            msg = expect_error(post(s.port, "/v2/repository/models/bad/load"),
+                               400, "models/bad.json: embed_dim 64 is not "
+                               "divisible", what="bad")
+            _no_path(msg, "load of bad", d)
+            with open(os.path.join(d, "gone.json"), "w") as f:
+                json.dump({"name": "gone", "embed_dim": E, "num_heads": H,
+                           "weights": "gone.safetensors"}, f)
+            msg = expect_error(post(s.port,
+                                    "/v2/repository/models/gone/load"), 400,
+                               "models/gone.safetensors: cannot open",
+                               what="gone")
+            _no_path(msg, "load of gone", d)
+            msg = expect_error(post(s.port, "/v2/repository/models/nope/load"),
+                               404, "no model file", what="nope")
+            _no_path(msg, "load of nope", d)
+            with open(os.path.join(d, "broken.json"), "w") as f:
+                f.write('{"name": ')
+            rows = index(s.port)
+            for name, row in rows.items():
+                _no_path(row.get("reason", ""), "index row " + name, d,
+                         outside)
+            check(rows["broken"]["reason"] == "models/broken.json: invalid "
+                  "JSON", "index %r" % rows)
 
 
 if __name__ == "__main__":
