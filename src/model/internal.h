@@ -149,17 +149,6 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
                             const attn_model_limits *lim, const attn_exec *x,
                             attn_infer_response *resp, attn_diag *d);
 
-/* safetensors.c: read a whole regular file of at most max_bytes into a new
- * buffer (NUL-terminated: *buf has len + 1 bytes).  The file is opened
- * without blocking and refused unread unless it is a regular file (a FIFO
- * would wait for a writer for ever, /dev/zero never end).  Errors, naming
- * the file by `label`: ATTN_EIO (cannot open, not a regular file: "label:
- * not a regular file (a FIFO)", short read), ATTN_ETOOBIG (larger than
- * max_bytes, before reading), ATTN_ENOMEM; on error *buf is NULL and
- * nothing is allocated. */
-attn_status attn__read_file(const char *path, const char *label,
-                            size_t max_bytes, char **buf, size_t *len,
-                            attn_diag *d);
 /* safetensors.c: attn_safetensors_load_as of the file at path, named
  * `label` in messages. */
 attn_status attn__safetensors_read(const char *path, const char *label,

@@ -18,7 +18,7 @@
  * unload or reload run at a time.  Slot names and `n` are written before
  * a slot is published (n, release) and never change after.
  * Files: no file of the folder is opened blocking (resident.c reads them
- * through attn__read_file): a FIFO named x.json is refused at once, never
+ * through attn_read_file): a FIFO named x.json is refused at once, never
  * waited on; at start-up a *.json that is no regular file is passed over
  * (stat opens nothing), and the index lists any file whose "name" cannot be
  * read under its own name, with the reason.

@@ -41,6 +41,7 @@
 
 #include "attn/model.h"
 #include "attn/safetensors.h"
+#include "attn/file.h"
 #include "internal.h"
 
 #define LL(x) ((long long)(x))
@@ -613,8 +614,8 @@ attn_status attn__resident_load(const char *json_path, const char *label,
   attn_diag scratch;
   if (!detail) detail = &scratch;
   detail->msg[0] = '\0';
-  attn_status s = attn__read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
-                                  &text, &len, d);
+  attn_status s = attn_read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
+                                 &text, &len, d);
   if (s == ATTN_OK) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -643,8 +644,8 @@ attn_status attn__resident_name(const char *json_path, const char *label,
                                 char *name, size_t cap, attn_diag *d) {
   char *text = NULL;
   size_t len = 0;
-  attn_status s = attn__read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
-                                  &text, &len, d);
+  attn_status s = attn_read_file(json_path, label, ATTN_MODEL_MAX_JSON_BYTES,
+                                 &text, &len, d);
   if (s) return s;
   cJSON *root = cJSON_ParseWithLength(text, len);
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");

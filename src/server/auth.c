@@ -31,6 +31,7 @@
 #include <strings.h>
 
 #include "attn/limits.h"
+#include "attn/file.h"
 #include "internal.h"
 
 struct attn__keyset {
@@ -183,30 +184,17 @@ uint64_t attn__auth_failures(attn_auth *a) {
   return a ? (uint64_t)atomic_load(&a->failures) : 0;
 }
 
-/* The file's bytes (NULL and 0 when path is ""), malloc'd. */
+/* The file's bytes (NULL and 0 when path is ""), malloc'd.  Opened
+ * without blocking and refused unless a regular file: it is re-read on
+ * SIGHUP, by the main thread, which must never wait on a FIFO. */
 static attn_status read_keys_file(const char *path, char **text, size_t *len,
                                   attn_diag *d) {
+  char label[ATTN_MAX_PATH_LEN + 32];
   *text = NULL;
   *len = 0;
   if (!*path) return ATTN_OK;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return attn_diag_set(d, ATTN_EIO, "api_keys_file '%s': cannot open: %s",
-                         path, strerror(errno));
-  char *buf = malloc(ATTN_MAX_KEYS_FILE_BYTES + 1);
-  size_t n = buf ? fread(buf, 1, ATTN_MAX_KEYS_FILE_BYTES + 1, f) : 0;
-  int err = ferror(f);
-  fclose(f);
-  if (!buf) return attn_diag_set(d, ATTN_ENOMEM, "out of memory for keys");
-  if (err || n > ATTN_MAX_KEYS_FILE_BYTES) {
-    free(buf);
-    return attn_diag_set(d, err ? ATTN_EIO : ATTN_ETOOBIG,
-                         "api_keys_file '%s': %s", path,
-                         err ? "cannot read it" : "larger than 1 MiB");
-  }
-  *text = buf;
-  *len = n;
-  return ATTN_OK;
+  snprintf(label, sizeof label, "api_keys_file '%s'", path);
+  return attn_read_file(path, label, ATTN_MAX_KEYS_FILE_BYTES, text, len, d);
 }
 
 /* A new set from a's file and variable. */

@@ -130,6 +130,26 @@ def api_keys_file_reread_on_sighup():
 
 
 @test
+def api_keys_file_fifo_on_sighup_never_blocks():
+    """An api_keys_file replaced by a FIFO is refused on SIGHUP ("not a
+    regular file"), the keys in force stay, and SIGTERM still ends attnd
+    (before, the main thread waited for a writer in open() for ever)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = keys_file(d, "old-key\n")
+        with Server("--api-keys-file", path, name="keys-fifo") as s:
+            os.unlink(path)
+            os.mkfifo(path)
+            s.signal(signal.SIGHUP)
+            line = wait_log(s, lambda l: "keys in force stay" in
+                            l.get("msg", ""), "for the FIFO", timeout=5.0)
+            check("not a regular file" in line["msg"],
+                  "message %r" % line["msg"])
+            expect_status(request(s.port, "GET", "/v2",
+                                  headers={"X-Api-Key": "old-key"}), 200,
+                          "the key in force after the refused reload")
+
+
+@test
 def api_keys_file_that_cannot_be_read_stops_the_start():
     with tempfile.TemporaryDirectory() as d:
         rc, _, err = run_attnd("--port", "0", "--api-keys-file",
