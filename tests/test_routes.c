@@ -1,7 +1,7 @@
 /* test_routes.c - routes and the infer job without sockets.
  *
  * attn__route maps a plain request to a plain response; inference comes back
- * as a target, which the test hands to attn__infer_submit (as http.c does),
+ * as a target, which the test hands to attn__job_submit (as http.c does),
  * pops the job from the queue itself and runs it on this thread, catching
  * the completion. */
 #include <stdlib.h>
@@ -268,7 +268,7 @@ static attn_http_resp run_one(const char *path, const char *body,
   set_header_len(&req, header_len);
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
   completions = 0;
-  ck_assert(attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
+  ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, &r));
   ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
   j->run(j, 0, 1000);
   ck_assert_int_eq(completions, 1);
@@ -325,10 +325,10 @@ START_TEST(test_queue_full_and_expiry) {
   attn_http_resp r = {0};
   for (int i = 0; i < 2; i++) {
     ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
-    ck_assert(attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
+    ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, &r));
   }
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
-  ck_assert(!attn__infer_submit(&srv, &req, &t, capture, NULL, &r));
+  ck_assert(!attn__job_submit(&srv, &req, &t, capture, NULL, &r));
   /* capacity 2: full */
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_eq(r.retry_after_s, 1);

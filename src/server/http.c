@@ -16,7 +16,7 @@
  * on_body (each piece), on_end (route), and the answer once a worker has
  * resumed the connection.  An immediate answer is queued at once; for an
  * inference the connection is suspended (MHD_suspend_connection) and then
- * attn__infer_submit (infer.c) makes and queues the job, so a worker can
+ * attn__job_submit (jobs.c) makes and queues the job, so a worker can
  * never resume a connection that is not yet suspended.  The worker's
  * completion stores the response in the connection's context and resumes
  * it; the access handler runs again and queues that response.  A full
@@ -794,7 +794,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
                             (unsigned)s->ctx.cfg->connection_timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
-  if (!attn__infer_submit(&s->ctx, &req, &target, complete, cx, &resp)) {
+  if (!attn__job_submit(&s->ctx, &req, &target, complete, cx, &resp)) {
     cx->resp = resp; /* a 503: answered now */
     atomic_store(&cx->done, 1);
     MHD_resume_connection(cx->conn);

@@ -1,11 +1,12 @@
 /* infer.c - an inference request's job: made, queued, run on a worker.
  *
  * DESIGN
- * The one place that makes and fills a job.  http.c suspends the
- * connection and calls attn__infer_submit with the request and what
- * routes.c found (attn_infer_target); the job takes what it needs (it
- * borrows the body, kept by http.c until the completion) and is pushed
- * with a deadline: queue_timeout_ms, or a v2 request's own `timeout` when
+ * The inference kind of job (jobs.c queues each kind; repo.c has the
+ * repository's).  http.c suspends the connection and calls
+ * attn__job_submit with the request and what routes.c found
+ * (attn_infer_target); attn__infer_job makes the job, which takes what it
+ * needs (it borrows the body, kept by http.c until the completion), with
+ * a deadline: queue_timeout_ms, or a v2 request's own `timeout` when
  * that comes first (read before the job is queued, on the HTTP thread, by
  * attn_v2_peek_timeout in src/codec/kserve_v2.c, which scans only the
  * JSON's ends).  A worker then either expires it (503, nothing computed)
@@ -20,7 +21,7 @@
  * everything it allocated.  The answer's request_id is set only when a v2
  * body names its own id (http.c then uses it for X-Request-Id and the
  * access log); otherwise http.c keeps the one it read.
- * Threads: submit on an HTTP thread; run/expire on a worker (expire also
+ * Threads: made on an HTTP thread; run/expire on a worker (expire also
  * on the pool's reaper).
  */
 #include <stdio.h>
@@ -34,8 +35,7 @@
 
 /* One inference request on its way through the queue. */
 typedef struct attn_infer_job {
-  attn_job job; /* queue link; first member */
-  attn_srv_ctx *srv;
+  attn__job_base base; /* first member: the queue's link, whom to answer */
   attn_job_proto proto;
   attn_encoding encoding; /* of body */
   const char *body;       /* borrowed from the connection */
@@ -44,10 +44,7 @@ typedef struct attn_infer_job {
   size_t pad;        /* body's offset past a 64-byte boundary (req->pad) */
   char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL */
   char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
-  uint64_t start_ns;
   int64_t timeout_us; /* Triton's, when it set the deadline; else -1 */
-  attn_infer_done done;
-  void *done_arg;
 } attn_infer_job;
 
 static double ms_since(uint64_t t0) {
@@ -55,8 +52,7 @@ static double ms_since(uint64_t t0) {
 }
 
 static void finish(attn_infer_job *job, attn_http_resp *resp) {
-  job->done(job->done_arg, resp);
-  free(job);
+  attn__job_finish(&job->base, resp);
 }
 
 static void job_expire(attn_job *j, uint64_t waited_ns) {
@@ -66,17 +62,8 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
   resp.trace.queued = true;
   resp.trace.queue_ns = waited_ns;
   resp.trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
-  if (job->timeout_us > 0)
-    attn__resp_error(&resp, 503,
-                     "request waited %.3f ms in the queue, longer than its "
-                     "timeout parameter (%lld us)",
-                     resp.queue_ms, (long long)job->timeout_us);
-  else
-    attn__resp_error(&resp, 503,
-                     "request waited %.0f ms in the queue, longer than "
-                     "queue_timeout_ms=%lld; the server is overloaded, "
-                     "retry later",
-                     resp.queue_ms, (long long)job->srv->cfg->queue_timeout_ms);
+  attn__resp_waited(&resp, resp.queue_ms, job->timeout_us,
+                    job->base.srv->cfg->queue_timeout_ms);
   finish(job, &resp);
 }
 
@@ -100,7 +87,7 @@ static int request_threads(const attn_srv_ctx *s) {
 static int decode(attn_infer_job *job, attn_infer_request *req,
                   attn_v1_info *info, char **plain, attn_diag *d,
                   attn_http_resp *resp) {
-  const attn_config *cfg = job->srv->cfg;
+  const attn_config *cfg = job->base.srv->cfg;
   const char *body = job->body;
   size_t body_len = job->body_len;
   attn_status st;
@@ -147,9 +134,10 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
 static const attn_model *find_model(const attn_infer_job *job,
                                     const attn_infer_request *req,
                                     attn_http_resp *resp) {
-  attn_registry *models = job->srv->models;
+  attn_registry *models = job->base.srv->models;
   int slot = -1;
   const attn_model *m;
+  const char *name = req->model ? req->model : "sdpa", *ver = NULL;
   if (job->proto == ATTN_JOB_V2) {
     const char *version = job->version[0] ? job->version : NULL;
     if ((req->model && strcmp(req->model, job->model) != 0) ||
@@ -162,29 +150,14 @@ static const attn_model *find_model(const attn_infer_job *job,
                        version ? version : "-");
       return NULL;
     }
-    const char *ver = version ? version : req->version;
-    m = attn_registry_get(models, job->model, ver, &slot);
-    if (!m && ver && slot >= 0 &&
-        attn_registry_find(models, job->model, NULL)) {
-      attn__resp_error(resp, 404, "model '%s' has no version '%s'", job->model,
-                       ver);
-      return NULL;
-    }
-  } else {
-    m = attn_registry_get(models, req->model ? req->model : "sdpa", NULL,
-                          &slot);
-    if (!m && slot < 0) {
-      attn__resp_error(resp, 404,
-                       "model: unknown model '%s' (GET /v1/models lists them)",
-                       req->model ? req->model : "");
-      return NULL;
-    }
+    name = job->model;
+    ver = version ? version : req->version;
   }
-  if (!m) /* unloaded since it was routed */
-    attn__resp_error(resp, 404,
-                     "model '%s' is not loaded (POST "
-                     "/v2/repository/models/{name}/load loads it)",
-                     job->proto == ATTN_JOB_V2 ? job->model : req->model);
+  m = attn_registry_get(models, name, ver, &slot);
+  /* unknown, unloaded since it was routed, or without that version */
+  if (!m)
+    attn__resp_no_model(resp, models,
+                        job->proto == ATTN_JOB_V2 ? "" : "model: ", name, ver);
   resp->trace.model = slot + 1;
   return m;
 }
@@ -196,15 +169,12 @@ static int compute(const attn_infer_job *job, const attn_model *m,
                    const attn_infer_request *req, uint64_t waited_ns,
                    attn_infer_response *out, attn_diag *d,
                    attn_http_resp *resp) {
-  const attn_config *cfg = job->srv->cfg;
+  const attn_config *cfg = job->base.srv->cfg;
   /* Triton's `timeout`: 0 means no timeout (tritonserver.h,
    * TRITONSERVER_InferenceRequestSetTimeoutMicroseconds), and tritonclient
    * sends "timeout": 0 whenever a caller passes timeout=0. */
   if (req->timeout_us > 0 && waited_ns / 1000 > (uint64_t)req->timeout_us) {
-    attn__resp_error(resp, 503,
-                     "request waited %.3f ms in the queue, longer than its "
-                     "timeout parameter (%lld us)",
-                     resp->queue_ms, (long long)req->timeout_us);
+    attn__resp_waited(resp, resp->queue_ms, req->timeout_us, 0);
     resp->trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
     return 0;
   }
@@ -213,7 +183,7 @@ static int compute(const attn_infer_job *job, const attn_model *m,
       .max_tensor_elements = (size_t)cfg->max_tensor_elements,
       .max_weights_elements = (size_t)cfg->max_weights_elements,
       .no_weights_json = cfg->max_weights_elements == 0};
-  attn_exec x = {.threads = request_threads(job->srv)};
+  attn_exec x = {.threads = request_threads(job->base.srv)};
   uint64_t c0 = attn_now_ns();
   attn_status st = attn_model_infer(m, req, &ml, &x, out, d);
   uint64_t c1 = attn_now_ns();
@@ -239,7 +209,7 @@ static void encode(const attn_infer_job *job, const attn_infer_response *out,
     st = attn_v2_encode(out, &b, &hl, d);
   } else {
     attn_v1_timing t = {resp->queue_ms, resp->compute_ms,
-                        ms_since(job->start_ns)};
+                        ms_since(job->base.start_ns)};
     st = attn_v1_encode(out, req, info, &t, &b, d);
   }
   if (st) {
@@ -283,12 +253,6 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   (void)worker;
 
   resp.queue_ms = (double)waited_ns / 1e6;
-  if (job->proto >= ATTN_JOB_REPO_INDEX) { /* not an inference */
-    attn__repo_run(job->srv, job->proto, job->model, job->body, job->body_len,
-                   &resp);
-    finish(job, &resp);
-    return;
-  }
   uint64_t t0 = attn_now_ns(), t1 = t0;
   if (decode(job, &req, &info, &plain, &d, &resp) &&
       (t1 = attn_now_ns(), m = find_model(job, &req, &resp)) != NULL &&
@@ -307,7 +271,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
  * own timeout (v2 only; an uncompressed body), from now.  0: none. */
 static void set_deadline(attn_infer_job *job, const attn_http_req *req,
                          const attn_infer_target *t) {
-  const attn_config *cfg = job->srv->cfg;
+  const attn_config *cfg = job->base.srv->cfg;
   uint64_t now = attn_now_ns(), dl = 0;
   if (cfg->queue_timeout_ms > 0)
     dl = now + (uint64_t)cfg->queue_timeout_ms * 1000000u;
@@ -325,20 +289,15 @@ static void set_deadline(attn_infer_job *job, const attn_http_req *req,
   } else {
     job->timeout_us = -1;
   }
-  job->job.deadline_ns = dl;
+  job->base.job.deadline_ns = dl;
 }
 
-bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
-                        const attn_infer_target *t, attn_infer_done done,
-                        void *arg, attn_http_resp *resp) {
+attn__job_base *attn__infer_job(attn_srv_ctx *s, const attn_http_req *req,
+                                const attn_infer_target *t) {
   attn_infer_job *job = malloc(sizeof *job);
-  if (!job) {
-    attn__resp_error(resp, 503, "out of memory");
-    resp->trace.hint = ATTN_OUTCOME_INTERNAL + 1;
-    return false;
-  }
-  job->job = (attn_job){.run = job_run, .expire = job_expire};
-  job->srv = s;
+  if (!job) return NULL;
+  job->base.job = (attn_job){.run = job_run, .expire = job_expire};
+  job->base.srv = s;
   set_deadline(job, req, t);
   job->proto = t->proto;
   job->encoding = t->encoding;
@@ -348,20 +307,5 @@ bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
   job->pad = req->pad;
   attn__copy_str(job->model, sizeof job->model, t->model);
   attn__copy_str(job->version, sizeof job->version, t->version);
-  job->start_ns = req->start_ns;
-  job->done = done;
-  job->done_arg = arg;
-  attn_status st = attn_queue_push(s->queue, &job->job);
-  if (st == ATTN_OK) return true; /* the job is the worker's now */
-  if (st == ATTN_EBUSY) {
-    attn__resp_error(resp, 503,
-                     "queue full (%d requests waiting); retry after a moment",
-                     s->cfg->queue_capacity);
-  } else {
-    attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
-    resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
-  }
-  resp->retry_after_s = 1;
-  free(job);
-  return false;
+  return &job->base;
 }

@@ -8,13 +8,13 @@
  *   routes.c  the route table: answers at once (health, metadata, the
  *             page via web.c, every refusal) or says which inference to
  *             run (ATTN_ROUTE_DEFER and an attn_infer_target).
- *   infer.c   the job: http.c suspends the connection and calls
- *             attn__infer_submit, which makes the job from the request
- *             and the target and queues it; a worker runs it (decode,
- *             model, encode) and calls the completion, which hands the
- *             answer to http.c and resumes the connection.
- *   repo.c    the model repository's operations (index, load, unload),
- *             run by a job like an inference (infer.c calls it).
+ *   jobs.c    queues a job of each kind: http.c suspends the connection
+ *             and calls attn__job_submit, which asks the kind's maker for
+ *             the job and pushes it; a worker runs it and calls the
+ *             completion, which hands the answer to http.c and resumes
+ *             the connection.
+ *   infer.c   the inference kind of job: decode, model, encode.
+ *   repo.c    the model repository's kind of job (index, load, unload).
  *   respond.c how an answer is written (JSON, errors, status mapping):
  *             used by all of the above, calls none of them.
  *   inflate.c, peers.c, web.c: Content-Encoding, idle connections whose
@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn/config.h"
@@ -227,20 +228,44 @@ void attn__route_resolve(const attn_srv_ctx *s, const char *path,
  * it expired waiting. */
 typedef void (*attn_infer_done)(void *arg, attn_http_resp *resp);
 
-/* infer.c: make the job for req (what t names; the job borrows req->body,
- * which must live until done is called) and queue it with a deadline of
- * queue_timeout_ms; done(arg, ...) gets the answer.  When it cannot be
- * queued (queue full or closed, or no memory for the job) *resp is a 503,
- * done is never called, and false is returned.  HTTP thread. */
-bool attn__infer_submit(attn_srv_ctx *s, const attn_http_req *req,
-                        const attn_infer_target *t, attn_infer_done done,
-                        void *arg, attn_http_resp *resp);
+/* What every kind of job shares: the queue's link (first member, so that
+ * the pool's attn_job is the job), the server, and whom to answer.  Each
+ * kind (an inference: infer.c; an operation of the model repository:
+ * repo.c; later a session's step) embeds it first, makes it with its own
+ * run and expire, and ends it with attn__job_finish. */
+typedef struct attn__job_base {
+  attn_job job;
+  attn_srv_ctx *srv;
+  attn_infer_done done;
+  void *done_arg;
+  uint64_t start_ns; /* when the request's headers came */
+} attn__job_base;
 
-/* repo.c: the repository operation op (ATTN_JOB_REPO_*) on model (load,
- * unload) with the request's body (Triton's JSON; empty allowed) into
- * *resp.  A worker. */
-void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
-                    const char *body, size_t len, attn_http_resp *resp);
+/* Hand the answer over (the completion takes resp's body) and free the
+ * job.  Exactly once per job, by the worker that ran or expired it, or
+ * the reaper. */
+static inline void attn__job_finish(attn__job_base *b, attn_http_resp *resp) {
+  b->done(b->done_arg, resp);
+  free(b); /* the base is first: the whole job */
+}
+
+/* The makers of each kind of job, for jobs.c: a new job for req (what t
+ * names; it borrows req->body, which must live until the answer), with
+ * its run, expire and deadline set; NULL when out of memory.  HTTP
+ * thread. */
+attn__job_base *attn__infer_job(attn_srv_ctx *s, const attn_http_req *req,
+                                const attn_infer_target *t);
+attn__job_base *attn__repo_job(attn_srv_ctx *s, const attn_http_req *req,
+                               const attn_infer_target *t);
+
+/* jobs.c: make the job of the kind t names (attn__infer_job,
+ * attn__repo_job) and queue it; done(arg, ...) gets the answer.  When it
+ * cannot be queued (queue full or closed, or no memory for the job)
+ * *resp is a 503, done is never called, and false is returned.  HTTP
+ * thread. */
+bool attn__job_submit(attn_srv_ctx *s, const attn_http_req *req,
+                      const attn_infer_target *t, attn_infer_done done,
+                      void *arg, attn_http_resp *resp);
 
 /* respond.c: fill an attn_http_resp.  Any thread. */
 struct attn_buf;
@@ -258,6 +283,18 @@ void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* The 404 of a model the registry cannot give: it has no version
+ * `version` (when given and the name has another), is not loaded (the
+ * registry has its name), or is unknown.  field: where the request named
+ * it ("model: " for /v1's field; "" for the URL). */
+void attn__resp_no_model(attn_http_resp *resp, attn_registry *models,
+                         const char *field, const char *name,
+                         const char *version);
+/* The 503 of a job that waited waited_ms in the queue: longer than its
+ * own timeout parameter (timeout_us > 0, Triton's), else than
+ * queue_timeout_ms. */
+void attn__resp_waited(attn_http_resp *resp, double waited_ms,
+                       int64_t timeout_us, int64_t queue_timeout_ms);
 /* The error s (d's message, else attn_strerror) with its HTTP status. */
 void attn__resp_status(attn_http_resp *resp, attn_status s, const attn_diag *d);
 /* HTTP status for an engine/codec/model status. */

@@ -17,7 +17,9 @@
  * directory holds.  Answers name files relative to the models folder
  * ("models/x.json") and quote none of their bytes; the log line of a
  * failed load has the paths.
- * Threads: a worker.
+ * The job (repo_job) is made on the HTTP thread by attn__repo_job, for
+ * jobs.c to queue.
+ * Threads: a worker runs it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +74,10 @@ static void load_failed(attn_status st, const attn_diag *d,
   attn__resp_error(resp, code, "%s", d->msg[0] ? d->msg : attn_strerror(st));
 }
 
-void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
-                    const char *body, size_t len, attn_http_resp *resp) {
+/* The operation op on model (load, unload) with the request's body
+ * (Triton's JSON; empty allowed) into *resp. */
+static void repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
+                     const char *body, size_t len, attn_http_resp *resp) {
   attn_v2_repo_request rq;
   attn_diag d = {{0}};
   attn_status st = attn_v2_decode_repository(
@@ -109,4 +113,49 @@ void attn__repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
     attn_log(ATTN_LOG_INFO, "model '%s' unloaded", model);
   }
   answer_index(s, false, model, resp);
+}
+
+/* ---- the job ------------------------------------------------------------ */
+
+/* One repository operation on its way through the queue. */
+typedef struct repo_job {
+  attn__job_base base; /* first member: the queue's link, whom to answer */
+  attn_job_proto op;
+  const char *body; /* borrowed from the connection */
+  size_t body_len;
+  char model[ATTN_MAX_NAME_LEN + 1]; /* load, unload: from the URL */
+} repo_job;
+
+static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
+  repo_job *job = (repo_job *)j;
+  attn_http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
+  (void)worker;
+  repo_run(job->base.srv, job->op, job->model, job->body, job->body_len, &resp);
+  attn__job_finish(&job->base, &resp);
+}
+
+static void job_expire(attn_job *j, uint64_t waited_ns) {
+  repo_job *job = (repo_job *)j;
+  attn_http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
+  attn__resp_waited(&resp, resp.queue_ms, -1,
+                    job->base.srv->cfg->queue_timeout_ms);
+  attn__job_finish(&job->base, &resp);
+}
+
+attn__job_base *attn__repo_job(attn_srv_ctx *s, const attn_http_req *req,
+                               const attn_infer_target *t) {
+  repo_job *job = malloc(sizeof *job);
+  if (!job) return NULL;
+  const attn_config *cfg = s->cfg;
+  job->base.job = (attn_job){.run = job_run, .expire = job_expire};
+  job->base.job.deadline_ns =
+      cfg->queue_timeout_ms > 0
+          ? attn_now_ns() + (uint64_t)cfg->queue_timeout_ms * 1000000u
+          : 0;
+  job->base.srv = s;
+  job->op = t->proto;
+  job->body = req->body;
+  job->body_len = req->body_len;
+  attn__copy_str(job->model, sizeof job->model, t->model);
+  return &job->base;
 }

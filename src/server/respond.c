@@ -12,6 +12,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "attn/buf.h"
 #include "attn/codec.h"
@@ -90,4 +91,39 @@ void attn__resp_status(attn_http_resp *resp, attn_status s,
                        const attn_diag *d) {
   attn__resp_error(resp, attn__http_status(s), "%s",
                    d->msg[0] ? d->msg : attn_strerror(s));
+}
+
+void attn__resp_no_model(attn_http_resp *resp, attn_registry *models,
+                         const char *field, const char *name,
+                         const char *version) {
+  const attn_model *any =
+      version ? attn_registry_get(models, name, NULL, NULL) : NULL;
+  attn_model_put(any);
+  if (any)
+    attn__resp_error(resp, 404, "%smodel '%.256s' has no version '%.256s'",
+                     field, name, version);
+  else if (attn_registry_slot(models, name, strlen(name)) >= 0)
+    attn__resp_error(resp, 404,
+                     "%smodel '%.256s' is not loaded (POST "
+                     "/v2/repository/models/%.256s/load loads it)",
+                     field, name, name);
+  else
+    attn__resp_error(resp, 404,
+                     "%sunknown model '%.256s' (GET /v1/models lists them)",
+                     field, name);
+}
+
+void attn__resp_waited(attn_http_resp *resp, double waited_ms,
+                       int64_t timeout_us, int64_t queue_timeout_ms) {
+  if (timeout_us > 0)
+    attn__resp_error(resp, 503,
+                     "request waited %.3f ms in the queue, longer than its "
+                     "timeout parameter (%lld us)",
+                     waited_ms, (long long)timeout_us);
+  else
+    attn__resp_error(resp, 503,
+                     "request waited %.0f ms in the queue, longer than "
+                     "queue_timeout_ms=%lld; the server is overloaded, "
+                     "retry later",
+                     waited_ms, (long long)queue_timeout_ms);
 }

@@ -354,28 +354,16 @@ static const attn_model *path_model(attn_srv_ctx *s, const attn_http_req *req,
                                     attn_http_resp *resp,
                                     attn_infer_target *t) {
   const char *tail;
-  int slot = -1;
   const attn_model *m = NULL;
-  if (parse_model_path(req->path, t, &tail))
-    m = attn_registry_get(s->models, t->model, t->version[0] ? t->version : 0,
-                          &slot);
-  if (m) return m;
-  const attn_model *any =
-      t->version[0] ? attn_registry_get(s->models, t->model, NULL, NULL) : 0;
-  if (any)
-    attn__resp_error(resp, 404, "model '%s' has no version '%s'", t->model,
-                     t->version);
-  else if (slot >= 0)
-    attn__resp_error(resp, 404,
-                     "model '%s' is not loaded (POST "
-                     "/v2/repository/models/%s/load loads it)",
-                     t->model, t->model);
-  else
-    attn__resp_error(resp, 404,
-                     "unknown model '%.256s' (GET /v1/models lists them)",
-                     t->model[0] ? t->model : req->path);
-  attn_model_put(any);
-  return NULL;
+  if (!parse_model_path(req->path, t, &tail)) { /* a name too long */
+    attn__resp_no_model(resp, s->models, "", req->path + strlen("/v2/models/"),
+                        NULL);
+    return NULL;
+  }
+  const char *version = t->version[0] ? t->version : NULL;
+  m = attn_registry_get(s->models, t->model, version, NULL);
+  if (!m) attn__resp_no_model(resp, s->models, "", t->model, version);
+  return m;
 }
 
 static attn_route_kind model_meta(attn_srv_ctx *s, const attn_http_req *req,

@@ -1,0 +1,55 @@
+/* jobs.c - every kind of job queued the same way.
+ *
+ * DESIGN
+ * http.c hands over what routes.c found (attn_infer_target) and the
+ * request; attn__job_submit asks the kind's maker for its job (infer.c
+ * for an inference, repo.c for an operation of the model repository; a
+ * session's step will be one more row of `makers`), fills in whom to
+ * answer, and pushes it on the queue.  Each kind runs, expires and
+ * finishes its own job (attn__job_finish); this file only queues, and the
+ * refusals of a queue that takes no more (full, closed, no memory) are
+ * written here once.  No kind calls this file, nor another kind.
+ * Threads: an HTTP thread.
+ */
+#include "internal.h"
+
+typedef attn__job_base *maker(attn_srv_ctx *s, const attn_http_req *req,
+                              const attn_infer_target *t);
+
+/* The maker of each kind of work, by attn_job_proto. */
+static maker *const makers[] = {
+    [ATTN_JOB_V2] = attn__infer_job,
+    [ATTN_JOB_V1] = attn__infer_job,
+    [ATTN_JOB_REPO_INDEX] = attn__repo_job,
+    [ATTN_JOB_REPO_LOAD] = attn__repo_job,
+    [ATTN_JOB_REPO_UNLOAD] = attn__repo_job,
+};
+
+bool attn__job_submit(attn_srv_ctx *s, const attn_http_req *req,
+                      const attn_infer_target *t, attn_infer_done done,
+                      void *arg, attn_http_resp *resp) {
+  attn__job_base *job = (size_t)t->proto < sizeof makers / sizeof makers[0]
+                            ? makers[t->proto](s, req, t)
+                            : NULL;
+  if (!job) {
+    attn__resp_error(resp, 503, "out of memory");
+    resp->trace.hint = ATTN_OUTCOME_INTERNAL + 1;
+    return false;
+  }
+  job->done = done;
+  job->done_arg = arg;
+  job->start_ns = req->start_ns;
+  attn_status st = attn_queue_push(s->queue, &job->job);
+  if (st == ATTN_OK) return true; /* the job is the worker's now */
+  if (st == ATTN_EBUSY) {
+    attn__resp_error(resp, 503,
+                     "queue full (%d requests waiting); retry after a moment",
+                     s->cfg->queue_capacity);
+  } else {
+    attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
+    resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
+  }
+  resp->retry_after_s = 1;
+  free(job);
+  return false;
+}
