@@ -680,16 +680,21 @@ static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind,
                                    const char *value, size_t vlen) {
   hdr_walk *w = cls;
   (void)kind;
-  int placed = w->at ? line_end(w, key) : key > w->start && key < w->end;
-  if (w->at && !placed) {
+  int inside = key > w->start && key < w->end;
+  int placed = w->at ? line_end(w, key) : inside;
+  if (w->name && !placed) {
     w->why = cut_short; /* w->name: the previous header */
     return MHD_NO;
   }
   w->name = key;
   w->name_len = klen;
-  if (!placed) /* the first name, moved out: a folded line glued onto it */
-    w->why = "is folded over lines (obs-fold, RFC 9112 5.2)";
-  if (!klen && !w->why) w->why = "has an empty name";
+  if (!klen) /* its colon's NUL is where its name would start */
+    w->why = "has an empty name";
+  else if (!placed) /* the first: moved out (a folded line glued onto
+                       it), or after bytes that end the request line */
+    w->why = inside ? "comes after bytes that are not a header line (a "
+                      "line that starts with a NUL)"
+                    : "is folded over lines (obs-fold, RFC 9112 5.2)";
   for (size_t i = 0; i < klen && !w->why; i++)
     if (!tchar((unsigned char)key[i]))
       w->why = key[i] == ' ' || key[i] == '\t'
@@ -707,14 +712,22 @@ static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind,
   return w->why ? MHD_NO : MHD_YES;
 }
 
-/* The header section walked (see above): NULL when sound, else why not,
- * with w->name the header it concerns. */
+/* The header section walked (see above) from the request line's end (its
+ * version's, which libmicrohttpd leaves in place): NULL when sound, else
+ * why not, with w->name the header it concerns (NULL: the request line,
+ * a section with no header).  A line that starts with a NUL right after
+ * the request line ends the section for libmicrohttpd with no header, and
+ * what follows is read as another request: the walk from the version
+ * sees it. */
 static const char *check_headers(struct MHD_Connection *conn,
-                                 const char *method, hdr_walk *w) {
+                                 const char *method, const char *version,
+                                 hdr_walk *w) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
   if (!ci) return NULL;
   *w = (hdr_walk){.start = method, .end = method + ci->header_size};
+  if (version && version > w->start && version < w->end)
+    w->at = version + strlen(version);
   MHD_get_connection_values_n(conn, MHD_HEADER_KIND, walk_header, w);
   if (!w->why && w->at && !line_end(w, NULL)) w->why = cut_short;
   return w->why;
@@ -725,7 +738,8 @@ static const char *check_headers(struct MHD_Connection *conn,
  * libmicrohttpd read leniently (check_headers).  0, or 400 with msg
  * filled in. */
 static int check_request_bytes(conn_ctx *cx, const char *method,
-                               const char *path, char *msg, size_t cap) {
+                               const char *version, const char *path, char *msg,
+                               size_t cap) {
   long at = attn__path_control(path);
   if (at >= 0) {
     snprintf(msg, cap,
@@ -735,7 +749,7 @@ static int check_request_bytes(conn_ctx *cx, const char *method,
     return 400;
   }
   hdr_walk w;
-  const char *why = check_headers(cx->conn, method, &w);
+  const char *why = check_headers(cx->conn, method, version, &w);
   if (why) {
     cx->must_close = 1; /* where this request ends is not known */
     if (cx->id_given) { /* nor is its X-Request-Id to be trusted */
@@ -747,8 +761,11 @@ static int check_request_bytes(conn_ctx *cx, const char *method,
     for (size_t i = 0; i < n; i++) /* printable, for the message */
       name[i] = w.name[i] >= 0x20 && w.name[i] < 0x7f ? w.name[i] : '?';
     name[n] = '\0';
-    snprintf(msg, cap, "the request header '%s%s' %s", name,
-             w.name_len > n ? "..." : "", why);
+    if (w.name)
+      snprintf(msg, cap, "the request header '%s%s' %s", name,
+               w.name_len > n ? "..." : "", why);
+    else
+      snprintf(msg, cap, "the request line %s", why);
     return 400;
   }
   return 0;
@@ -882,7 +899,7 @@ static int admit(conn_ctx *cx, uint64_t body) {
  * past max_body_bytes or the budget), and where its body will go. */
 static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
                                   const char *url, const char *method,
-                                  void **con_cls) {
+                                  const char *version, void **con_cls) {
   conn_ctx *cx = calloc(1, sizeof *cx);
   if (!cx) return MHD_NO;
   *con_cls = cx;
@@ -918,7 +935,8 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
     return send_error(cx, 403, cert_refusal[cert]);
   }
   char fmsg[320];
-  int fstatus = check_request_bytes(cx, method, path, fmsg, sizeof fmsg);
+  int fstatus =
+      check_request_bytes(cx, method, version, path, fmsg, sizeof fmsg);
   if (!fstatus) fstatus = check_framing(cx, fmsg, sizeof fmsg);
   if (fstatus) return send_error(cx, fstatus, fmsg);
   uint64_t cl = 0;
@@ -1051,8 +1069,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   conn_ctx *cx = *con_cls;
-  (void)version;
-  if (!cx) return on_headers(cls, conn, url, method, con_cls);
+  if (!cx) return on_headers(cls, conn, url, method, version, con_cls);
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;

@@ -65,9 +65,22 @@
  *     the framing checks above run on them, as on_headers runs them next;
  *   - malformed: check_headers must return a reason (and
  *     check_request_bytes answer 400 naming a header, and close), but
- *     for its blind spot (nul_before_lf): when the input with its NULs
- *     right before an LF removed is well formed, either answer is right,
- *     and a NULL must then come with that input's headers.
+ *     for its blind spot.  check_headers sees only the buffer, where a
+ *     bare LF is one NUL and a CR LF two, so a NUL right before a line
+ *     end looks like part of one: "A: v\0\n" leaves "A: v\r\n" byte for
+ *     byte, "A: v\0\0\n\n" and "A:\0\r\n\n" leave "...\r\n\r\n", a line
+ *     "\0" before an LF leaves an empty line; such NULs cut nothing off.
+ *     Precisely: a malformed input that libmicrohttpd leaves exactly as
+ *     a well-formed one (indistinguishable(): the same section bytes,
+ *     the same headers at the same places) and that is well formed
+ *     without its NUL bytes may go either way, and when let through its
+ *     headers must be those of the input without its NULs.  Any other
+ *     malformed input let through is a finding, reported as one that
+ *     check_headers could refuse, or as one that no check of the buffer
+ *     can (indistinguishable, with a fault other than NULs: a line ":"
+ *     ends the section there, its colon the NUL a line end leaves).
+ *     FUZZ_HTTP_EXCUSE (see excuse_indistinguishable) lets a run go on
+ *     past known findings.
  * Any violation aborts (a crash for libFuzzer), printing the input
  * escaped.
  *
@@ -75,7 +88,6 @@
  */
 #include "../../src/server/http.c"
 
-#include <stdarg.h>
 #include <stdio.h>
 
 #define MAX_HEADERS 64
@@ -541,27 +553,12 @@ static const char *section_ref(const uint8_t *r, size_t n, ref_section *s) {
   }
 }
 
-/* check_headers' blind spot: libmicrohttpd turns a bare LF into one NUL
- * and a CR LF into two, so a NUL right before a bare LF leaves in the
- * buffer what CR LF leaves (and cuts nothing off the value): "A: v\0\n"
- * is "A: v\r\n" there, byte for byte, and "A: v\0\0\n\n" is "A:
- * v\r\n\r\n".  The input with every run of NULs that ends right before
- * an LF removed: when it is well formed and the input is not, those
- * NULs are the input's only faults, and either answer is right. */
-static size_t nul_before_lf(const uint8_t *r, size_t n, uint8_t *out) {
+/* The input without its NUL bytes (into out): the blind spot's test
+ * (see the top of this file). */
+static size_t without_nuls(const uint8_t *r, size_t n, uint8_t *out) {
   size_t k = 0;
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && !r[j]) j++;
-    if (j > i && j < n && r[j] == '\n') { /* the run [i, j) is dropped */
-      i = j;
-      continue;
-    }
-    if (j == i) j++;
-    memcpy(out + k, r + i, j - i);
-    k += j - i;
-    i = j;
-  }
+  for (size_t i = 0; i < n; i++)
+    if (r[i]) out[k++] = r[i];
   return k;
 }
 
@@ -584,20 +581,130 @@ static void same_headers(const fake_conn *fc, const ref_section *s) {
 
 /* ---- the header-section target --------------------------------------- */
 
-static void section_mode(const uint8_t *data, size_t size) {
+/* The input as libmicrohttpd leaves it (mhd_parse); m freed by
+ * mhd_close whatever the outcome. */
+static mhd_outcome mhd_open(mhd_req *m, const uint8_t *raw, size_t size) {
   size_t room = size / 2 + 2; /* a header line takes 2 bytes or more */
-  mhd_req m = {.len = REQ_LINE_LEN + size};
-  m.buf = malloc(m.len);
-  m.h = malloc(room * sizeof *m.h);
-  m.moved = malloc(room * sizeof *m.moved);
+  *m = (mhd_req){.len = REQ_LINE_LEN + size};
+  m->buf = malloc(m->len);
+  m->h = malloc(room * sizeof *m->h);
+  m->moved = malloc(room * sizeof *m->moved);
+  if (!m->buf || !m->h || !m->moved) abort();
+  memcpy(m->buf, req_line, REQ_LINE_LEN);
+  memcpy(m->buf + REQ_LINE_LEN, raw, size);
+  return mhd_parse(m);
+}
+
+static void mhd_close(mhd_req *m) {
+  for (int i = 0; i < m->n_moved; i++) free(m->moved[i]);
+  free(m->moved);
+  free(m->h);
+  free(m->buf);
+}
+
+/* Does libmicrohttpd leave this input (its section sec, header_size
+ * bytes, and its headers fc) exactly as it leaves a well-formed one: the
+ * same bytes, the same headers at the same places?  Then no check of
+ * the buffer can tell them apart.  The well-formed one is rebuilt from
+ * the buffer alone: each name's NUL a colon, each other run of NULs a
+ * line end ("\n" or "\r\n"; the last run a line end and the empty line,
+ * "\n\n", "\r\n\n" or "\r\n\r\n", or the empty line alone when no
+ * header came), every other byte as it is; then read by the reference
+ * and by the model again. */
+static int indistinguishable(const char *sec, size_t size,
+                             const fake_conn *fc) {
+  uint8_t *colon = calloc(size, 1), *r = malloc(4 * size);
+  if (!colon || !r) abort();
+  for (int i = 0; i < fc->n; i++) {
+    const char *k = fc->h[i].name;
+    if (k < sec || k + fc->h[i].name_len >= sec + size)
+      goto no; /* moved: no well-formed input moves a name */
+    colon[k - sec + fc->h[i].name_len] = 1;
+  }
+  size_t n = 0;
+  for (size_t i = REQ_LINE_LEN; i < size;) {
+    if (colon[i] || sec[i]) {
+      r[n++] = colon[i] ? ':' : (uint8_t)sec[i];
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < size && !sec[j] && !colon[j]) j++;
+    /* a line end; the last run is a line end and the empty line, or the
+     * empty line alone when no header came */
+    static const char *const mid[] = {"", "\n", "\r\n", "\r\n\n", "\r\n\r\n"};
+    static const char *const last[] = {"", "", "\n\n", "\r\n\n", "\r\n\r\n"};
+    static const char *const alone[] = {"", "\n", "\r\n", "", ""};
+    const char *const *ends = j < size ? mid : i > REQ_LINE_LEN ? last : alone;
+    if (j - i > 4 || strlen(ends[j - i]) != j - i) goto no;
+    memcpy(r + n, ends[j - i], j - i);
+    n += j - i;
+    i = j;
+  }
+  ref_section s = {.name = malloc((n / 2 + 2) * sizeof(span)),
+                   .value = malloc((n / 2 + 2) * sizeof(span))};
+  if (!s.name || !s.value) abort();
+  const char *fault = section_ref(r, n, &s);
+  free(s.name);
+  free(s.value);
+  if (fault) goto no;
+  mhd_req m2;
+  int same = mhd_open(&m2, r, n) == MHD_CALLS_ATTND && m2.header_size == size &&
+             !memcmp(m2.buf, sec, size) && m2.n == fc->n;
+  for (int i = 0; same && i < fc->n; i++) {
+    const hdr *a = &fc->h[i], *b = &m2.h[i];
+    same = a->name - sec == b->name - m2.buf &&
+           a->value - sec == b->value - m2.buf && a->name_len == b->name_len &&
+           a->value_len == b->value_len;
+  }
+  mhd_close(&m2);
+  free(colon);
+  free(r);
+  return same;
+no:
+  free(colon);
+  free(r);
+  return 0;
+}
+
+/* Known findings a run may excuse, by name in the environment variable
+ * FUZZ_HTTP_EXCUSE (comma-separated), so that a long run goes on past
+ * them.  "indistinguishable" is excused unless FUZZ_HTTP_EXCUSE is set
+ * (to "none", say, for a strict run): it is a limit of libmicrohttpd
+ * 0.9.75's buffer that attnd documents (docs/security.md, "What a proxy
+ * in front may rely on"), not a fault check_headers can mend:
+ *   indistinguishable  a malformed section let through that libmicrohttpd
+ *                      leaves exactly as a well-formed one
+ *                      (indistinguishable()), which no check of its
+ *                      buffer can refuse: a line ":" ending the section
+ *                      (libmicrohttpd ends it there; its colon becomes
+ *                      the NUL a line end leaves), as "A: v\r\n:\n";
+ *   no_header          a malformed section let through with no header
+ *                      listed: a first line that starts with a NUL ends
+ *                      the section for libmicrohttpd (found by this
+ *                      target; fixed: check_headers walks from the
+ *                      request line's end; see README.md). */
+static int excuse_indistinguishable = 1, excuse_no_header;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  const char *e = getenv("FUZZ_HTTP_EXCUSE");
+  if (!e) return 0;
+  excuse_indistinguishable = strstr(e, "indistinguishable") != NULL;
+  excuse_no_header = strstr(e, "no_header") != NULL;
+  return 0;
+}
+
+static void section_mode(const uint8_t *data, size_t size) {
+  size_t room = size / 2 + 2;
   ref_section s = {.name = malloc(room * sizeof(span)),
                    .value = malloc(room * sizeof(span))};
   uint8_t *alt = malloc(size + 1);
-  if (!m.buf || !m.h || !m.moved || !s.name || !s.value || !alt) abort();
-  memcpy(m.buf, req_line, REQ_LINE_LEN);
-  memcpy(m.buf + REQ_LINE_LEN, data, size);
   char *sec = NULL;
-  if (mhd_parse(&m) != MHD_CALLS_ATTND) goto out;
+  mhd_req m;
+  if (!s.name || !s.value || !alt) abort();
+  if (mhd_open(&m, data, size) != MHD_CALLS_ATTND) goto out;
 
   /* the section alone, in a block of its size; the headers into it */
   sec = malloc(m.header_size);
@@ -614,7 +721,10 @@ static void section_mode(const uint8_t *data, size_t size) {
   fc.info.header_size = m.header_size;
 
   hdr_walk w;
-  const char *why = check_headers((struct MHD_Connection *)&fc, sec, &w);
+  /* the request line's version, in place: "GET\0/\0HTTP/1.1" */
+  const char *version = sec + 6;
+  const char *why =
+      check_headers((struct MHD_Connection *)&fc, sec, version, &w);
   const char *fault = section_ref(data, size, &s);
   if (!fault) {
     if (why) fail("a well-formed section refused", why);
@@ -622,11 +732,20 @@ static void section_mode(const uint8_t *data, size_t size) {
       fail("header_size differs from the reference's end", "");
     same_headers(&fc, &s);
   } else if (why) {
-    if (!w.name) fail("a refusal names no header", why);
-  } else { /* let through: only the blind spot may be */
-    size_t n = nul_before_lf(data, size, alt);
-    if (section_ref(alt, n, &s)) fail("a malformed section let through", fault);
-    same_headers(&fc, &s); /* those of the input without the NULs */
+    if (!w.name && m.n) fail("a refusal names no header", why);
+  } else if (indistinguishable(sec, m.header_size, &fc)) {
+    /* let through, and no check of the buffer could refuse it: the blind
+     * spot when its only faults are NULs (see above), else a finding */
+    size_t n = without_nuls(data, size, alt);
+    if (!section_ref(alt, n, &s))
+      same_headers(&fc, &s); /* those of the input without its NULs */
+    else if (!excuse_indistinguishable)
+      fail(
+          "a malformed section let through, which libmicrohttpd leaves "
+          "as a well-formed one (no check of the buffer can refuse it)",
+          fault);
+  } else if (!(excuse_no_header && !m.n)) { /* fixed: see README.md */
+    fail("a malformed section let through", fault);
   }
 
   /* the caller: the same verdict, 400 and Connection: close, and a
@@ -634,24 +753,22 @@ static void section_mode(const uint8_t *data, size_t size) {
   conn_ctx cx = {.conn = (struct MHD_Connection *)&fc, .fd = -1};
   char msg[320];
   memset(msg, 'x', sizeof msg);
-  int status = check_request_bytes(&cx, sec, "/", msg, sizeof msg);
+  int status = check_request_bytes(&cx, sec, version, "/", msg, sizeof msg);
   if (status != (why ? 400 : 0) || cx.must_close != !!why)
     fail("check_request_bytes differs from check_headers", why ? why : "");
-  if (why &&
-      (!memchr(msg, 0, sizeof msg) || strncmp(msg, "the request header '", 20)))
+  if (why && (!memchr(msg, 0, sizeof msg) ||
+              (strncmp(msg, "the request header '", 20) &&
+               (m.n || strncmp(msg, "the request line ", 17)))))
     fail("message", "not terminated, or naming no header");
 
   /* what on_headers checks next, on the headers let through */
   if (!why) check_framing_of(&fc);
 out:
-  for (int i = 0; i < m.n_moved; i++) free(m.moved[i]);
+  mhd_close(&m);
   free(sec);
   free(alt);
   free(s.name);
   free(s.value);
-  free(m.moved);
-  free(m.h);
-  free(m.buf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -146,17 +146,54 @@ def routes():
 
 
 def http():
-    put("http", "plain", "Host: a\nContent-Length: 12\n"
-        "Inference-Header-Content-Length: 8\nContent-Type: application/json")
-    put("http", "te_cl", "Content-Length: 5\nTransfer-Encoding: chunked")
-    put("http", "two_cl", "Content-Length: 5\ncontent-length: 6")
-    put("http", "te_list", "Transfer-Encoding: gzip, chunked\n"
-        "Transfer-Encoding: chunked")
-    put("http", "te_last", "Transfer-Encoding: chunked, gzip")
-    put("http", "ihcl", "Inference-Header-Content-Length: 18446744073709551616"
-        "\nInference-Header-Content-Length: 18446744073709551616")
-    put("http", "numbers", "Content-Length: \t42 \nX: -1\nY: 0x10\nZ: 1 2")
+    # mode '0': check_framing on header lines
+    def framing(name, text):
+        put("http", name, "0" + text)
+    framing("plain", "Host: a\nContent-Length: 12\n"
+            "Inference-Header-Content-Length: 8\n"
+            "Content-Type: application/json")
+    framing("te_cl", "Content-Length: 5\nTransfer-Encoding: chunked")
+    framing("two_cl", "Content-Length: 5\ncontent-length: 6")
+    framing("te_list", "Transfer-Encoding: gzip, chunked\n"
+            "Transfer-Encoding: chunked")
+    framing("te_last", "Transfer-Encoding: chunked, gzip")
+    framing("ihcl", "Inference-Header-Content-Length: 18446744073709551616"
+            "\nInference-Header-Content-Length: 18446744073709551616")
+    framing("numbers", "Content-Length: \t42 \nX: -1\nY: 0x10\nZ: 1 2")
 
+    # mode '1': check_headers on the raw header section after
+    # "GET / HTTP/1.1\r\n", as libmicrohttpd 0.9.75 leaves it
+    def section(name, raw):
+        put("http", "section_" + name, b"1" + raw)
+    # well formed
+    section("crlf", b"Host: a\r\nContent-Length: 5\r\n"
+            b"Content-Type: application/json\r\n\r\nhello")
+    section("lf", b"Host: a\nAccept: */*\nX-Request-Id: r1\n\n")
+    section("mixed", b"Host: a\nX-A: 1\r\nX-B: 2\n\r\n")
+    section("mixed_end", b"Host: a\r\n\n")
+    section("empty_values", b"A:\r\nB: \r\nC:\t\r\nD:  \t \r\n\r\n")
+    section("tabs", b"X-T:\tv\tw \t\r\nX-U: a\x7f\xff\x80 b\r\n\r\n")
+    section("none", b"\r\n")
+    section("te_cl", b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+            b"\r\n5\r\nhello\r\n0\r\n\r\n")
+    section("two_cl", b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n")
+    # the smuggling forms libmicrohttpd reads leniently
+    section("empty_name_mid", b"Host: a\r\n: x\r\nContent-Length: 5\r\n"
+            b"\r\nhello")
+    section("empty_name_first", b": x\r\nHost: a\r\n\r\n")
+    section("blank_before_colon", b"Host: a\r\nContent-Length : 5\r\n\r\n")
+    section("tab_before_colon", b"Host: a\r\nContent-Length\t: 5\r\n\r\n")
+    section("fold_mid", b"Host: a\r\nX-A: 1\r\n 2\r\nX-B: 3\r\n\r\n")
+    section("fold_last", b"Host: a\r\nX-A: 1\r\n\t2\r\n \r\n\r\n")
+    section("fold_first", b"X-A: 1\r\n 2\r\nHost: a\r\n\r\n")
+    section("blank_first_line", b" Host: a\r\nX: 1\r\n\r\n")
+    section("nul_mid_value", b"X-A: a\0b\r\nHost: a\r\n\r\n")
+    section("nul_before_crlf", b"X-A: a\0\r\nHost: a\r\n\r\n")
+    section("nul_before_lf", b"X-A: a\0\nHost: a\r\n\r\n")
+    section("nul_line_mid", b"Host: a\r\n\0X: 1\r\n\r\n")
+    section("bare_cr", b"X-A: a\rb\r\nHost: a\r\n\r\n")
+    section("bare_cr_end", b"Host: a\r\nX-A: a\r\r\n\r\n")
+    section("control", b"Host: a\x01b\r\n\r\n")
 
 if __name__ == "__main__":
     safetensors()

@@ -14,7 +14,8 @@
 #   routes       fuzz_routes.c: the URL router (routes.c, web.c) with
 #                Inference-Header-Content-Length read as http.c reads it
 #   http         fuzz_http.c: http.c's pure checks (framing headers,
-#                header numbers) against a reference model of RFC 9112
+#                header numbers, the header section as libmicrohttpd
+#                0.9.75 leaves it) against a reference model of RFC 9112
 #   all          every target in turn (CI's smoke run: all 30)
 # Usage: tests/fuzz/run.sh TARGET [SECONDS [JOBS]]
 #        tests/fuzz/run.sh build TARGET   (build only)

@@ -212,11 +212,12 @@ def _all_answers(port, data, timeout=3.0):
 
 @test
 def header_smuggling_refused():
-    """Three header sections libmicrohttpd 0.9.75 reads otherwise than
-    RFC 9112 (each let a second request hidden in the body be answered):
-    a line with an empty name (it ended the headers there), blanks before
-    a colon (Transfer-Encoding : chunked), and a folded line (glued onto
-    the header's name).  Each is one 400 that says what is wrong, and
+    """Header sections libmicrohttpd 0.9.75 reads otherwise than RFC 9112
+    (each let a second request hidden in the body be answered): a line
+    with an empty name (it ended the headers there), blanks before a colon
+    (Transfer-Encoding : chunked), a folded line (glued onto the header's
+    name), and a first line that starts with a NUL (the section ended
+    there, with no header).  Each is one 400 that says what is wrong, and
     nothing after it is answered."""
     p = shared().port
     te = b"0\r\n\r\n" + SMUGGLED
@@ -232,6 +233,10 @@ def header_smuggling_refused():
          + SMUGGLED, "folded over lines"),
         (b"GET /v2/health/ready HTTP/1.1\r\n: x\r\nHost: t\r\n\r\n" +
          SMUGGLED, "empty name"),
+        # a first line that starts with a NUL: libmicrohttpd ended the
+        # section there, with no header (found by fuzz_http)
+        (b"GET /v2/health/ready HTTP/1.1\r\n\x00X: y\r\n" + SMUGGLED,
+         "request line"),
     )
     for data, needle in cases:
         got = _all_answers(p, data)
