@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -25,6 +24,10 @@ except ImportError:  # python3-numpy: scripts/install-deps.sh --test
 
 from harness import (Server, cfg, check, expect_error, expect_status, main,
                      request, shared, test, v1, v2_binary, v2_in, v2_infer)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, os.pardir, "scripts"))
+import safetensors_write  # noqa: E402  (scripts/safetensors_write.py)
 
 FP32_KERNELS = {"avx512", "avx2", "blas"}
 
@@ -320,24 +323,14 @@ def binary_output_datatype_errors():
 
 # ---- resident models ------------------------------------------------------
 
-_ST_DTYPE = {"F32": "<f4", "F16": "<f2", "BF16": None}
-
-
 def write_safetensors(path, tensors):
     """tensors: {name: (dtype "F32"/"F16"/"BF16", float32 array)}; BF16
-    values are rounded to nearest even."""
-    header, blobs, off = {}, [], 0
-    for name, (dt, a) in tensors.items():
-        raw = (bf16_bits(a).astype("<u2").tobytes() if dt == "BF16"
-               else np.asarray(a, np.float32).astype(_ST_DTYPE[dt]).tobytes())
-        header[name] = {"dtype": dt, "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    values are rounded to nearest even (bf16_bits)."""
+    enc = {"F32": lambda a: np.asarray(a, np.float32).astype("<f4"),
+           "F16": lambda a: np.asarray(a, np.float32).astype("<f2"),
+           "BF16": lambda a: bf16_bits(a).astype("<u2")}
+    safetensors_write.write(path, [(name, dt, enc[dt](a))
+                                   for name, (dt, a) in tensors.items()])
 
 
 def state_dict(rng, E):
