@@ -29,7 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 os.pardir, os.pardir, "scripts"))
 import safetensors_write  # noqa: E402  (scripts/safetensors_write.py)
 
-FP32_KERNELS = {"avx512", "avx2", "blas"}
+# the fp32 kernel names: one kernel for every product, or the engine's own
+# with OpenBLAS for the products it fell through to (docs/api.md)
+FP32_KERNELS = {"avx512", "avx2", "blas", "avx512+blas", "avx2+blas"}
 
 
 def with_numpy(fn):
@@ -153,6 +155,36 @@ def precision_fp32_default_is_unchanged():
         check(j["timing"].get("precision") == "fp32" and
               j["timing"].get("kernel") in FP32_KERNELS,
               "timing %r" % j["timing"])
+
+
+@test
+@with_numpy
+def fp32_kernel_names_what_ran():
+    """The fp32 kernel of an answer is what that request's products ran
+    on: 4 queries over 8 keys run on the engine's own kernel (or all on
+    OpenBLAS, "blas"); 4 queries over 40 keys put their scores on
+    OpenBLAS (more than 16 keys, too few queries to pack them), which the
+    name says ("avx512+blas"), on /v1 and v2 alike."""
+    p = shared().port
+    rng = np.random.default_rng(cfg.seed + 355)
+    names = {}
+    for Lk in (8, 40):
+        q, k, v = rand(rng, 1, 4, 8), rand(rng, 1, Lk, 8), rand(rng, 1, Lk, 8)
+        r = v1(p, v1_body(q, k, v, 1))
+        expect_status(r, 200, "v1, %d keys" % Lk)
+        ins = [v2_in(n, t.shape, t.ravel().tolist())
+               for n, t in (("query", q), ("key", k), ("value", v))]
+        r2 = v2_infer(p, "sdpa", ins)
+        expect_status(r2, 200, "v2, %d keys" % Lk)
+        names[Lk] = (r.json()["timing"].get("kernel"),
+                     (r2.json().get("parameters") or {}).get("kernel"))
+        check(names[Lk][0] == names[Lk][1] and names[Lk][0] in FP32_KERNELS,
+              "%d keys: v1 and v2 kernels %r" % (Lk, names[Lk]))
+    own, mixed = names[8][0], names[40][0]
+    check("+" not in own and mixed == (own if own == "blas" else
+                                       own + "+blas"),
+          "kernels %r over 8 keys, %r over 40: expected avx512 and "
+          "avx512+blas, avx2 and avx2+blas, or blas and blas" % (own, mixed))
 
 
 @test
