@@ -690,15 +690,15 @@ static int run_variants_mixed(uint64_t seed0) {
 }
 
 /* The mixed table under each of three kernel sets chosen by set(); the
- * one in use (was) comes back at the end. */
-static int variants_per_set(const char *what, int (*set)(const char *),
+ * one in use (was) comes back at the end.  A set the CPU lacks is said
+ * skipped for the test func. */
+static int variants_per_set(const char *func, int (*set)(const char *),
                             const char *const names[3], const char *was,
                             uint64_t seed0) {
   int bad = 0;
   for (int i = 0; i < 3; i++) {
     if (!set(names[i])) {
-      fprintf(stderr, "variants: %s %s skipped (not on this CPU)\n", what,
-              names[i]);
+      unit_skipped(func, names[i]);
       continue;
     }
     bad += run_variants_mixed(seed0 + 1000 * (uint64_t)i);
@@ -710,10 +710,10 @@ static int variants_per_set(const char *what, int (*set)(const char *),
 START_TEST(test_variants_kernel_sets) {
   static const char *const rows[] = {"avx512", "avx2", "scalar"};
   static const char *const gemms[] = {"avx512", "avx2", "blas"};
-  int bad =
-      variants_per_set("row kernels", attn__set_kernel, rows,
-                       attn__kernel_name(), 30000) +
-      variants_per_set("gemm", attn__set_gemm, gemms, attn__gemm_name(), 34000);
+  int bad = variants_per_set(__func__, attn__set_kernel, rows,
+                             attn__kernel_name(), 30000) +
+            variants_per_set(__func__, attn__set_gemm, gemms, attn__gemm_name(),
+                             34000);
   ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -727,7 +727,7 @@ START_TEST(test_softcap_kernels) {
   float a[4096];
   for (int k = 0; k < 3; k++) {
     if (!attn__set_kernel(names[k])) {
-      fprintf(stderr, "softcap: %s skipped (not on this CPU)\n", names[k]);
+      UNIT_SKIPPED(names[k]);
       continue;
     }
     for (int n = 0; n <= 70; n++) {
@@ -1680,7 +1680,7 @@ START_TEST(test_gemm_kernels) {
   int tried = 0;
   for (size_t i = 0; i < sizeof kerns / sizeof *kerns; i++) {
     if (!attn__set_gemm(kerns[i])) {
-      fprintf(stderr, "gemm kernels: no %s on this CPU\n", kerns[i]);
+      UNIT_SKIPPED(kerns[i]);
       continue;
     }
     int runs = 0;
@@ -1702,8 +1702,11 @@ END_TEST
  * cross both tiles' edges. */
 START_TEST(test_gemm_avx2_equals_avx512) {
   const char *was = attn__gemm_name();
-  if (!attn__set_gemm("avx512") || !attn__set_gemm("avx2")) {
-    fprintf(stderr, "gemm avx2 = avx512: this CPU lacks one of them\n");
+  int has512 = attn__set_gemm("avx512"), has2 = attn__set_gemm("avx2");
+  if (!has512 || !has2) {
+    if (!has512) UNIT_SKIPPED("avx512");
+    if (!has2) UNIT_SKIPPED("avx2");
+    ck_assert(attn__set_gemm(was));
     return;
   }
   /* every m * n * k below ATTN__GEMM_AVX2_MAX_WORK: all AVX2 calls */
@@ -1931,7 +1934,10 @@ START_TEST(test_bf16_round) {
   static const char *const kern[] = {"portable", "avx512bf16"};
   rng_seed(77);
   for (int k = 0; k < 2; k++) {
-    if (!attn__set_bf16(kern[k])) continue;
+    if (!attn__set_bf16(kern[k])) {
+      UNIT_SKIPPED(kern[k]);
+      continue;
+    }
     for (int n = 0; n < 70; n++) {
       float x[70];
       uint16_t h[72];
@@ -1965,7 +1971,7 @@ START_TEST(test_bf16_gemm_kernels) {
   static const int ks[] = {1, 3, 16, 64, 65};
   const char *was = attn__bf16_name();
   int fast = attn__set_bf16("avx512bf16"), bad = 0, diff = 0;
-  if (!fast) fprintf(stderr, "bf16 gemm: no AVX512-BF16 here, portable only\n");
+  if (!fast) UNIT_SKIPPED("avx512bf16"); /* the portable kernel only */
   rng_seed(13);
   for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
@@ -2061,6 +2067,7 @@ END_TEST
  * the portable one gives the same bits. */
 START_TEST(test_bf16_sdpa_tables) {
   int bad = 0;
+  if (!bf16_fast_in_use()) UNIT_SKIPPED("avx512bf16"); /* no bit check */
   bf16_reset();
   bf16_run = 1;
   bad += run_sdpa_mixed(60000);
@@ -2102,6 +2109,7 @@ START_TEST(test_bf16_mha_tables) {
        K_NONE},
   };
   int bad = 0;
+  if (!bf16_fast_in_use()) UNIT_SKIPPED("avx512bf16"); /* no bit check */
   bf16_reset();
   bf16_run = 1;
   bad += run_mha_table();
@@ -2167,7 +2175,7 @@ END_TEST
  * values (inf) and signed zeros. */
 START_TEST(test_bf16_pack_vector) {
   if (!attn__set_bf16("avx512bf16")) {
-    fprintf(stderr, "bf16 packing: avx512bf16 skipped (not on this CPU)\n");
+    UNIT_SKIPPED("avx512bf16");
     return;
   }
   static const int64_t ns[] = {1, 5, 16, 17, 31, 32, 33, 64, 70};
