@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,20 +26,20 @@ import urllib.request
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "scripts"))
+import safetensors_write  # noqa: E402  (scripts/safetensors_write.py)
+
 
 def write_bf16(path, tensors):
-    header, blobs, off = {}, [], 0
+    """tensors: {name: array}, rounded to bfloat16 (nearest, ties to even,
+    by the bit trick attnd uses) and written as BF16."""
+    bits = []
     for name, a in tensors.items():
         u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-        raw = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        bits.append((name, "BF16", ((u + 0x7fff + ((u >> 16) & 1)) >> 16)
+                     .astype("<u2")))
+    safetensors_write.write(path, bits)
 
 
 def measure(attnd, models):

@@ -15,18 +15,18 @@ Writes, relative to the repository root:
                                   the float64 torch outputs
 
 Deterministic: fixed seed, fixed inputs.  The safetensors file is written by
-hand (8-byte little-endian header length, JSON header, raw little-endian data;
-the header is padded with spaces to a multiple of 8 bytes) so the script needs
-no safetensors package.  Outputs are computed with module.double() from the
+scripts/safetensors_write.py (compact header), so the script needs no
+safetensors package.  Outputs are computed with module.double() from the
 float32 parameters and inputs, so they carry no float32 rounding of torch's.
 """
 
 import json
 import os
-import struct
 
 import numpy as np
 import torch
+
+import safetensors_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "demo"
@@ -44,26 +44,6 @@ def f64_list(t):
     return [float(x) for x in a]
 
 
-def write_safetensors(path, tensors):
-    """tensors: list of (name, float32 tensor), written in that order."""
-    header = {}
-    blobs = []
-    off = 0
-    for name, t in tensors:
-        raw = t.detach().float().contiguous().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * ((8 - len(hj) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-
-
 def main():
     torch.manual_seed(SEED)
     mha = torch.nn.MultiheadAttention(E, H, bias=True, batch_first=True)
@@ -76,7 +56,9 @@ def main():
     models = os.path.join(ROOT, "config", "models")
     os.makedirs(models, exist_ok=True)
     st_path = os.path.join(models, NAME + ".safetensors")
-    write_safetensors(st_path, [(k, sd[k]) for k in ORDER])
+    weights = [(k, "F32", sd[k].detach().float().contiguous().numpy()
+                .astype("<f4")) for k in ORDER]
+    safetensors_write.write(st_path, weights, compact=True)
     cfg = {"name": NAME, "embed_dim": E, "num_heads": H, "bias": True,
            "weights": NAME + ".safetensors",
            "description": "demo nn.MultiheadAttention(embed_dim=16, "

@@ -6,9 +6,11 @@
  * with attn_ref_* at |err| <= 1e-5 * (1 + |ref|).  Weights rows must sum to
  * 1 within 1e-5, or be all zero where every key is blocked. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attn/engine.h"
 #include "unit.h"
@@ -688,15 +690,15 @@ static int run_variants_mixed(uint64_t seed0) {
 }
 
 /* The mixed table under each of three kernel sets chosen by set(); the
- * one in use (was) comes back at the end. */
-static int variants_per_set(const char *what, int (*set)(const char *),
+ * one in use (was) comes back at the end.  A set the CPU lacks is said
+ * skipped for the test func. */
+static int variants_per_set(const char *func, int (*set)(const char *),
                             const char *const names[3], const char *was,
                             uint64_t seed0) {
   int bad = 0;
   for (int i = 0; i < 3; i++) {
     if (!set(names[i])) {
-      fprintf(stderr, "variants: %s %s skipped (not on this CPU)\n", what,
-              names[i]);
+      unit_skipped(func, names[i]);
       continue;
     }
     bad += run_variants_mixed(seed0 + 1000 * (uint64_t)i);
@@ -708,10 +710,10 @@ static int variants_per_set(const char *what, int (*set)(const char *),
 START_TEST(test_variants_kernel_sets) {
   static const char *const rows[] = {"avx512", "avx2", "scalar"};
   static const char *const gemms[] = {"avx512", "avx2", "blas"};
-  int bad =
-      variants_per_set("row kernels", attn__set_kernel, rows,
-                       attn__kernel_name(), 30000) +
-      variants_per_set("gemm", attn__set_gemm, gemms, attn__gemm_name(), 34000);
+  int bad = variants_per_set(__func__, attn__set_kernel, rows,
+                             attn__kernel_name(), 30000) +
+            variants_per_set(__func__, attn__set_gemm, gemms, attn__gemm_name(),
+                             34000);
   ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -725,7 +727,7 @@ START_TEST(test_softcap_kernels) {
   float a[4096];
   for (int k = 0; k < 3; k++) {
     if (!attn__set_kernel(names[k])) {
-      fprintf(stderr, "softcap: %s skipped (not on this CPU)\n", names[k]);
+      UNIT_SKIPPED(names[k]);
       continue;
     }
     for (int n = 0; n <= 70; n++) {
@@ -1678,7 +1680,7 @@ START_TEST(test_gemm_kernels) {
   int tried = 0;
   for (size_t i = 0; i < sizeof kerns / sizeof *kerns; i++) {
     if (!attn__set_gemm(kerns[i])) {
-      fprintf(stderr, "gemm kernels: no %s on this CPU\n", kerns[i]);
+      UNIT_SKIPPED(kerns[i]);
       continue;
     }
     int runs = 0;
@@ -1700,8 +1702,11 @@ END_TEST
  * cross both tiles' edges. */
 START_TEST(test_gemm_avx2_equals_avx512) {
   const char *was = attn__gemm_name();
-  if (!attn__set_gemm("avx512") || !attn__set_gemm("avx2")) {
-    fprintf(stderr, "gemm avx2 = avx512: this CPU lacks one of them\n");
+  int has512 = attn__set_gemm("avx512"), has2 = attn__set_gemm("avx2");
+  if (!has512 || !has2) {
+    if (!has512) UNIT_SKIPPED("avx512");
+    if (!has2) UNIT_SKIPPED("avx2");
+    ck_assert(attn__set_gemm(was));
     return;
   }
   /* every m * n * k below ATTN__GEMM_AVX2_MAX_WORK: all AVX2 calls */
@@ -1755,6 +1760,131 @@ START_TEST(test_tables_blas_gemm) {
 }
 END_TEST
 
+/* attn_exec.kernel of an sdpa call, 1 batch and 2 heads of Lq queries over
+ * Lk keys, head dim D, no weights (the streaming path), in precision p. */
+static const char *sdpa_kernel_of(int64_t Lq, int64_t Lk, int64_t D,
+                                  int threads, attn_precision p) {
+  int64_t H = 2;
+  float *q = rnd_buf((size_t)(H * Lq * D)), *k = rnd_buf((size_t)(H * Lk * D));
+  float *v = rnd_buf((size_t)(H * Lk * D)), *o = rnd_buf((size_t)(H * Lq * D));
+  const char *kernel = NULL;
+  attn_exec x = {.threads = threads, .kernel = &kernel};
+  attn_sdpa_problem pr = {.B = 1,
+                          .H = H,
+                          .Hkv = H,
+                          .Lq = Lq,
+                          .Lk = Lk,
+                          .Dk = D,
+                          .Dv = D,
+                          .q = {q, H * Lq * D, Lq * D, D},
+                          .k = {k, H * Lk * D, Lk * D, D},
+                          .v = {v, H * Lk * D, Lk * D, D},
+                          .o = {.precision = p}};
+  attn_diag d = {{0}};
+  attn_mview out = {o, H * Lq * D, Lq * D, D};
+  ck_assert_int_eq(attn_sdpa(&pr, &x, out, NULL, &d), ATTN_OK);
+  free(q), free(k), free(v), free(o);
+  ck_assert_ptr_nonnull(kernel);
+  return kernel;
+}
+
+/* attn_exec.kernel of an mha self-attention call: Lq tokens of E = 32, 2
+ * heads, weights stored [out, in] (PyTorch's). */
+static const char *mha_kernel_of(int64_t Lq) {
+  const int64_t E = 32;
+  float *xq = rnd_buf((size_t)(Lq * E)), *w = rnd_buf((size_t)(E * E));
+  float *o = rnd_buf((size_t)(Lq * E));
+  attn_weight W = {w, ATTN_W_OUT_IN, 0, NULL};
+  const char *kernel = NULL;
+  attn_exec x = {.threads = 1, .kernel = &kernel};
+  attn_mha_problem p = {.B = 1,
+                        .Lq = Lq,
+                        .E = E,
+                        .H = 2,
+                        .Hkv = 2,
+                        .xq = xq,
+                        .wq = W,
+                        .wk = W,
+                        .wv = W,
+                        .wo = W};
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn_mha(&p, &x, o, NULL, &d), ATTN_OK);
+  free(xq), free(w), free(o);
+  ck_assert_ptr_nonnull(kernel);
+  return kernel;
+}
+
+/* attn_exec.kernel says what a call's products ran, not only the kernel
+ * set in use: with AVX-512, 4 queries over 40 keys compute their scores on
+ * cblas_sgemm (no packed keys below 32 rows, more than 16 keys) and P V on
+ * the kernel, "avx512+blas", as do 4 tokens through mha's [out, in]
+ * projections; 4 over 8 keys, 64 over 64 (1 or 2 threads) and 40 mha
+ * tokens run every product on it.  With AVX2, 4 over 8 keys run on it,
+ * 4 over 40 keys put their scores on cblas_sgemm.  With "blas", all of it
+ * is "blas"; bf16 names the bf16 kernel. */
+START_TEST(test_kernel_ran_named) {
+  const char *was = attn__gemm_name();
+  const attn_precision f = ATTN_PRECISION_FP32;
+  rng_seed(40);
+  if (attn__set_gemm("avx512")) {
+    ck_assert_str_eq(sdpa_kernel_of(4, 40, 8, 1, f), "avx512+blas");
+    ck_assert_str_eq(mha_kernel_of(4), "avx512+blas");
+    ck_assert_str_eq(sdpa_kernel_of(4, 8, 8, 1, f), "avx512");
+    ck_assert_str_eq(sdpa_kernel_of(64, 64, 64, 1, f), "avx512");
+    ck_assert_str_eq(sdpa_kernel_of(128, 256, 64, 2, f), "avx512");
+    ck_assert_str_eq(mha_kernel_of(40), "avx512");
+  } else {
+    UNIT_SKIPPED("avx512");
+  }
+  if (attn__set_gemm("avx2")) {
+    ck_assert_str_eq(sdpa_kernel_of(4, 8, 8, 1, f), "avx2");
+    ck_assert_str_eq(sdpa_kernel_of(4, 40, 8, 1, f), "avx2+blas");
+  } else {
+    UNIT_SKIPPED("avx2");
+  }
+  ck_assert(attn__set_gemm("blas"));
+  ck_assert_str_eq(sdpa_kernel_of(4, 40, 8, 1, f), "blas");
+  ck_assert_str_eq(sdpa_kernel_of(64, 64, 64, 2, f), "blas");
+  ck_assert_str_eq(mha_kernel_of(4), "blas");
+  ck_assert_str_eq(attn__gemm_ran_name(0), "blas"); /* no product ran */
+  ck_assert(attn__set_gemm(was));
+  ck_assert_str_eq(sdpa_kernel_of(4, 40, 8, 1, ATTN_PRECISION_BF16),
+                   attn_engine_bf16_kernel_name());
+}
+END_TEST
+
+/* A unit that waits (at most 10 s) until the other thread has run one
+ * product: tid 0 (the caller) never computes, tid 1 runs cblas_sgemm. */
+static atomic_int other_ran;
+static void product_on_other_thread(void *ctx, int64_t u, int tid) {
+  (void)ctx, (void)u;
+  if (tid == 0) {
+    for (int i = 0; i < 10000 && !atomic_load(&other_ran); i++)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return;
+  }
+  float a = 1.0f, b = 2.0f, c = 0.0f;
+  attn__gemm_nn(1, 1, 1, &a, 1, &b, 1, 0, &c, 1);
+  ck_assert_float_eq(c, 2.0f);
+  atomic_store(&other_ran, 1);
+}
+
+/* attn__parallel_for hands the kernels its threads ran to the caller. */
+START_TEST(test_kernel_ran_threads) {
+  const char *was = attn__gemm_name();
+  ck_assert(attn__set_gemm("blas"));
+  (void)attn__gemm_ran_take();
+  atomic_store(&other_ran, 0);
+  attn__parallel_for(2, 2, product_on_other_thread, NULL);
+  ck_assert(atomic_load(&other_ran));
+  unsigned bits = attn__gemm_ran_take();
+  ck_assert_uint_ne(bits, 0); /* 0 would name the kernel in use, "blas" */
+  ck_assert_str_eq(attn__gemm_ran_name(bits), "blas");
+  ck_assert_uint_eq(attn__gemm_ran_take(), 0); /* taken */
+  ck_assert(attn__set_gemm(was));
+}
+END_TEST
+
 /* ---- bf16 (attn_precision ATTN_PRECISION_BF16) -------------------------- */
 
 static void bf16_reset(void) {
@@ -1804,7 +1934,10 @@ START_TEST(test_bf16_round) {
   static const char *const kern[] = {"portable", "avx512bf16"};
   rng_seed(77);
   for (int k = 0; k < 2; k++) {
-    if (!attn__set_bf16(kern[k])) continue;
+    if (!attn__set_bf16(kern[k])) {
+      UNIT_SKIPPED(kern[k]);
+      continue;
+    }
     for (int n = 0; n < 70; n++) {
       float x[70];
       uint16_t h[72];
@@ -1838,7 +1971,7 @@ START_TEST(test_bf16_gemm_kernels) {
   static const int ks[] = {1, 3, 16, 64, 65};
   const char *was = attn__bf16_name();
   int fast = attn__set_bf16("avx512bf16"), bad = 0, diff = 0;
-  if (!fast) fprintf(stderr, "bf16 gemm: no AVX512-BF16 here, portable only\n");
+  if (!fast) UNIT_SKIPPED("avx512bf16"); /* the portable kernel only */
   rng_seed(13);
   for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
@@ -1934,6 +2067,7 @@ END_TEST
  * the portable one gives the same bits. */
 START_TEST(test_bf16_sdpa_tables) {
   int bad = 0;
+  if (!bf16_fast_in_use()) UNIT_SKIPPED("avx512bf16"); /* no bit check */
   bf16_reset();
   bf16_run = 1;
   bad += run_sdpa_mixed(60000);
@@ -1975,6 +2109,7 @@ START_TEST(test_bf16_mha_tables) {
        K_NONE},
   };
   int bad = 0;
+  if (!bf16_fast_in_use()) UNIT_SKIPPED("avx512bf16"); /* no bit check */
   bf16_reset();
   bf16_run = 1;
   bad += run_mha_table();
@@ -2040,7 +2175,7 @@ END_TEST
  * values (inf) and signed zeros. */
 START_TEST(test_bf16_pack_vector) {
   if (!attn__set_bf16("avx512bf16")) {
-    fprintf(stderr, "bf16 packing: avx512bf16 skipped (not on this CPU)\n");
+    UNIT_SKIPPED("avx512bf16");
     return;
   }
   static const int64_t ns[] = {1, 5, 16, 17, 31, 32, 33, 64, 70};
@@ -2171,6 +2306,8 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_gemm_kernels);
   tcase_add_test(tc, test_gemm_avx2_equals_avx512);
   tcase_add_test(tc, test_tables_blas_gemm);
+  tcase_add_test(tc, test_kernel_ran_named);
+  tcase_add_test(tc, test_kernel_ran_threads);
   tcase_add_test(tc, test_sdpa_variants);
   tcase_add_test(tc, test_sdpa_variants_weights);
   tcase_add_test(tc, test_variants_kernel_sets);

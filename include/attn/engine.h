@@ -136,7 +136,8 @@ typedef struct attn_rotary {
  * Kernels: vdpbf16ps where the CPU has AVX512-BF16, else a portable kernel
  * with the same rounding and summation order (the same bits, unless a
  * partial sum falls below FLT_MIN, which vdpbf16ps flushes to 0) and no
- * speed-up.  attn_engine_kernel_for() names the kernel a call uses. */
+ * speed-up.  attn_engine_kernel_for() names the kernel in use,
+ * attn_exec.kernel the kernel one call ran. */
 typedef enum {
   ATTN_PRECISION_FP32 = 0, /* fp32 throughout (the default) */
   ATTN_PRECISION_BF16 = 1  /* bf16 operands, fp32 accumulation */
@@ -208,6 +209,17 @@ typedef struct attn_exec {
   attn_path path;
   int tile_q; /* query rows per work unit; 0 = engine default */
   int tile_k; /* keys per streaming tile; 0 = engine default */
+  /* When not NULL, a successful attn_sdpa or attn_mha sets *kernel to the
+   * kernel its matrix products ran on, a static string: for bf16
+   * attn_engine_bf16_kernel_name(); for fp32 "avx512", "avx2" or "blas"
+   * when that one ran every product, "avx512+blas" or "avx2+blas" when
+   * some ran on the engine's own kernels and the rest on OpenBLAS's
+   * cblas_sgemm (shapes those kernels do not take: with AVX-512 the
+   * scores or a projection of fewer than 32 rows over more than 16 keys
+   * or outputs; with AVX2 also every product of more than 131072
+   * multiply-adds); attn_engine_kernel_for(fp32) when no product ran.
+   * For a response's timing: each product sets a bit, read per call. */
+  const char **kernel;
 } attn_exec;
 
 /* Scaled dot-product attention on views.
@@ -321,10 +333,11 @@ int attn_engine_bf16_native(void);
 /* The kernel that bf16 calls use: "avx512bf16" or "portable". */
 const char *attn_engine_bf16_kernel_name(void);
 
-/* The matrix-product kernel a call of precision p runs now: for
+/* The matrix-product kernel in use for precision p: for
  * ATTN_PRECISION_BF16 attn_engine_bf16_kernel_name(), for fp32 gemm.c's
- * "avx512", "avx2" or "blas" (OpenBLAS for every product).  For a
- * response's timing: precision and kernel actually used. */
+ * "avx512", "avx2" or "blas" (OpenBLAS for every product).  An fp32 call
+ * may still run some products on OpenBLAS (shapes its own kernels do not
+ * take): attn_exec.kernel names what one call actually ran. */
 const char *attn_engine_kernel_for(attn_precision p);
 
 /* "fp32" or "bf16", the names requests and model files use. */

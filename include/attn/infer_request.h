@@ -99,10 +99,11 @@ typedef struct attn_infer_response {
    * sequence length Lq. */
   double flops;
   int64_t query_tokens;
-  /* The arithmetic actually used ("fp32" or "bf16") and the kernel of its
-   * products (attn_engine_kernel_for: "avx512", "avx2", "blas",
-   * "avx512bf16", "portable"); static strings, NULL when not said.  v1
-   * writes them in "timing", v2 in the response's "parameters". */
+  /* The arithmetic actually used ("fp32" or "bf16") and the kernel its
+   * products ran on in this call (attn_exec.kernel: "avx512", "avx2",
+   * "blas", "avx512+blas", "avx2+blas", "avx512bf16", "portable"); static
+   * strings, NULL when not said.  v1 writes them in "timing", v2 in the
+   * response's "parameters". */
   const char *precision, *kernel;
 } attn_infer_response;
 

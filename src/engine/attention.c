@@ -9,7 +9,10 @@
  * product the keys of each (b, key head) are packed once, before the units
  * run, when the query has at least PACK_MIN_ROWS rows per head.
  * The bits a unit produces do not depend on which thread ran it, so results
- * are identical from run to run.
+ * are identical from run to run.  Which kernels a call's products ran
+ * (gemm.c's thread-local bits, handed to the calling thread by
+ * attn__parallel_for) is taken at the call's start and end and named in
+ * attn_exec.kernel (report_kernel).
  *
  * Two paths compute a unit:
  *  - materialised (weights wanted): S = scale * Q_blk K^T, written
@@ -117,6 +120,7 @@ typedef struct pf_shared {
   void *ctx;
   int64_t n;
   atomic_llong next;
+  atomic_uint ran; /* the started threads' gemm kernels (attn__gemm_ran_*) */
 } pf_shared;
 
 typedef struct pf_arg {
@@ -135,6 +139,7 @@ static void pf_loop(pf_shared *sh, int tid) {
 static void *pf_thread(void *a) {
   pf_arg *p = a;
   pf_loop(p->sh, p->tid);
+  atomic_fetch_or(&p->sh->ran, attn__gemm_ran_take());
   return NULL;
 }
 
@@ -152,6 +157,7 @@ void attn__parallel_for(int threads, int64_t n_units, attn__unit_fn fn,
   pf_arg args[MAX_THREADS];
   int started = 0;
   atomic_init(&sh.next, 0);
+  atomic_init(&sh.ran, 0);
   threads = clamp_threads(threads, n_units);
   for (int t = 1; t < threads; t++) {
     args[t] = (pf_arg){&sh, t};
@@ -160,6 +166,7 @@ void attn__parallel_for(int threads, int64_t n_units, attn__unit_fn fn,
   }
   pf_loop(&sh, 0);
   for (int t = 1; t <= started; t++) pthread_join(tids[t], NULL);
+  attn__gemm_ran_add(atomic_load(&sh.ran));
 }
 
 /* ---- validation -------------------------------------------------------- */
@@ -1300,6 +1307,15 @@ static attn_status sdpa_rotate(const attn_sdpa_problem *p, int threads,
   return ATTN_OK;
 }
 
+/* *x->kernel when asked (attn_exec): what the products of the call that
+ * took the bits at its start ran. */
+static void report_kernel(const attn_exec *x, attn_precision p) {
+  unsigned bits = attn__gemm_ran_take();
+  if (x && x->kernel)
+    *x->kernel = p == ATTN_PRECISION_BF16 ? attn__bf16_name()
+                                          : attn__gemm_ran_name(bits);
+}
+
 attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
                       attn_mview out, float *weights, attn_diag *d) {
   attn_status s = attn_sdpa_check(p, d);
@@ -1334,6 +1350,7 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
                 .scratch = scratch};
   rope_tabs rt;
   float *qr = NULL, *kr = NULL;
+  (void)attn__gemm_ran_take(); /* this call's products from here on */
   rope_plan(&p->o, p->Dk, p->Lq, p->Lk, &rt);
   if (rt.on && sdpa_rotate(p, pl.threads, &rt, &qr, &kr, &c)) {
     free(rt.mem);
@@ -1352,6 +1369,7 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, s,
                          "cannot allocate the bf16 key and value "
                          "panels");
+  report_kernel(x, p->o.precision);
   return ATTN_OK;
 }
 
@@ -1916,11 +1934,13 @@ attn_status attn_mha(const attn_mha_problem *in, const attn_exec *x, float *out,
   attn_exec dflt = {0};
   if (!x) x = &dflt;
   if ((s = mha_prepare(in, x, out, weights, &p, &pl, &z, d))) return s;
+  (void)attn__gemm_ran_take(); /* this call's products from here on */
   if (!(s = mha_alloc(&p, &pl, &z, &w, d)) &&
       !(s = mha_project_in(&p, &w, x->threads, d)) &&
       !(s = mha_attend(&p, &w, &pl, weights, d)))
     s = mha_project_out(&p, &w, out, x->threads, d);
   mha_free(&w, pl.threads);
+  if (!s) report_kernel(x, p.o.precision);
   return s;
 }
 

@@ -35,7 +35,12 @@
  * fallback: it is used on CPUs without either, when attn__set_gemm
  * chooses "blas", and for calls these kernels do not take.
  * Stateless but for the choice, written once at start-up (a constructor)
- * or by tests and benchmarks before engine calls.
+ * or by tests and benchmarks before engine calls, and for what ran: each
+ * entry point ORs the bit of the kernel it ran (1 << GEMM_*: its own or
+ * cblas_sgemm) into a thread-local word, one store per product, which the
+ * engine takes at the start and end of a call (attn__gemm_ran_take; its
+ * threads hand theirs over in attn__parallel_for) to name what a call ran
+ * (attn__gemm_ran_name: "avx512+blas" when a product fell through).
  */
 #include <cblas.h>
 #include <math.h>
@@ -501,6 +506,11 @@ static int have(int kernel) {
 
 static const char *const gemm_names[] = {"blas", "avx512", "avx2"};
 
+/* The kernels this thread's products ran since attn__gemm_ran_take: bit
+ * 1 << GEMM_* of each.  A thread's own word: no atomics, no sharing; in
+ * an executable the linker makes each access one %fs-relative store. */
+static _Thread_local unsigned ran;
+
 __attribute__((constructor)) static void pick_gemm(void) {
   use_kernel = have(GEMM_AVX512) ? GEMM_AVX512
                : have(GEMM_AVX2) ? GEMM_AVX2
@@ -524,12 +534,32 @@ int attn__gemm_packs(void) {
   return use_kernel == GEMM_AVX512;
 }
 
+unsigned attn__gemm_ran_take(void) {
+  unsigned r = ran;
+  ran = 0;
+  return r;
+}
+
+void attn__gemm_ran_add(unsigned bits) {
+  ran |= bits;
+}
+
+const char *attn__gemm_ran_name(unsigned bits) {
+  /* by bit: 1 blas, 2 avx512, 4 avx2 (1 << GEMM_*) */
+  static const char *const names[] = {
+      NULL,   "blas",      "avx512",      "avx512+blas",
+      "avx2", "avx2+blas", "avx512+avx2", "avx512+avx2+blas"};
+  bits &= 7u;
+  return bits ? names[bits] : gemm_names[use_kernel];
+}
+
 /* ---- entry points -------------------------------------------------------- */
 
 void attn__gemm_nt_packed(int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *panels,
                           float *c, int64_t ldc) {
 #ifdef ATTN_GEMM_X86
+  ran |= 1u << GEMM_AVX512;
   nt_avx512(m, n, k, alpha, a, lda, panels, c, ldc);
 #else
   (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panels;
@@ -542,6 +572,7 @@ void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t ldc) {
 #ifdef ATTN_GEMM_X86
   if (use_kernel != GEMM_BLAS && n <= 16 && k <= NT_SMALL_K) {
+    ran |= 1u << use_kernel;
     if (use_kernel == GEMM_AVX2)
       nt_small_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
     else
@@ -549,6 +580,7 @@ void attn__gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
     return;
   }
 #endif
+  ran |= 1u << GEMM_BLAS;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k,
               alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
@@ -559,14 +591,17 @@ void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 #ifdef ATTN_GEMM_X86
   if (use_kernel == GEMM_AVX2 &&
       (double)m * (double)n * (double)k <= ATTN__GEMM_AVX2_MAX_WORK) {
+    ran |= 1u << GEMM_AVX2;
     nn_avx2(m, n, k, a, lda, b, ldb, acc, c, ldc);
     return;
   }
   if (use_kernel == GEMM_AVX512) {
+    ran |= 1u << GEMM_AVX512;
     nn_avx512(m, n, k, a, lda, b, ldb, acc, c, ldc);
     return;
   }
 #endif
+  ran |= 1u << GEMM_BLAS;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
               1.0f, a, (int)lda, b, (int)ldb, acc ? 1.0f : 0.0f, c, (int)ldc);
 }

@@ -94,6 +94,16 @@ void attn__gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                    const float *b, int64_t ldb, int acc, float *c, int64_t ldc);
 /* "avx512", "avx2" or "blas". */
 const char *attn__gemm_name(void);
+/* The kernels this thread's fp32 products above ran since the last take,
+ * as bits (what attn__gemm_ran_name reads), and none from then on.  A
+ * call takes them at its start (dropping what came before) and its end;
+ * attn__parallel_for adds its threads' bits to the calling thread's. */
+unsigned attn__gemm_ran_take(void);
+void attn__gemm_ran_add(unsigned bits);
+/* The name of what ran: "avx512", "avx2" or "blas" when one kernel ran
+ * every product, "avx512+blas" or "avx2+blas" when some fell through to
+ * cblas_sgemm; attn__gemm_name() when no product ran (bits 0). */
+const char *attn__gemm_ran_name(unsigned bits);
 /* Use "avx512" (returns 0 when the CPU lacks AVX-512F), "avx2" (0 without
  * AVX2 and FMA) or "blas".  The default is the first the CPU has.  For
  * tests and benchmarks: before engine calls, never during one. */
@@ -191,7 +201,9 @@ typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);
 /* Run fn(ctx, u, tid) for every u in [0, n_units) on up to `threads`
  * threads (the caller's included); tid < threads indexes per-thread scratch.
  * Units are taken in order from a shared counter.  If threads cannot be
- * started the caller's thread does the rest: never fails. */
+ * started the caller's thread does the rest: never fails.  The kernels the
+ * started threads' products ran are added to the caller's
+ * (attn__gemm_ran_add). */
 void attn__parallel_for(int threads, int64_t n_units, attn__unit_fn fn,
                         void *ctx);
 

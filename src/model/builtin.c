@@ -28,8 +28,10 @@
  * for that call (widen_weights).
  * Precision (parameter "precision", resolve_precision): the request's,
  * else the resident model's, else fp32; bf16 of an fp32 resident model is
- * refused.  The response names the precision and the engine's kernel for
- * it; an output's binary datatype (FP32, FP16, BF16) passes through.
+ * refused.  The response names the precision and the kernel the engine's
+ * products ran on in this call (attn_exec.kernel: "avx512+blas" when some
+ * fell through to OpenBLAS); an output's binary datatype (FP32, FP16,
+ * BF16) passes through.
  */
 #include <float.h>
 #include <math.h>
@@ -974,11 +976,16 @@ static attn_status widen_weights(attn_mha_problem *p, float **buf,
 
 /* Stage 4: the engine's check and sizes for pl with the options o, then
  * the outputs allocated (zeroed) and computed into *out and *w (NULL when
- * attn_weights are not wanted).  On failure nothing stays allocated. */
+ * attn_weights are not wanted), *kernel naming the kernel the products ran
+ * on (attn_exec.kernel).  On failure nothing stays allocated. */
 static attn_status run_engine(attn__model_kind kind, const req_info *ri,
                               plan *pl, attn_attend_opts *o, const attn_exec *x,
-                              float **out, float **w, attn_diag *d) {
+                              float **out, float **w, const char **kernel,
+                              attn_diag *d) {
   attn_status s;
+  attn_exec xk = *x;
+  xk.kernel = kernel;
+  x = &xk;
   *out = *w = NULL;
   /* key_lengths widened to int64 (B values, bounded by the input); the
    * standard ALiBi slopes (H values, bounded by the inputs too). */
@@ -1065,7 +1072,6 @@ static attn_status make_response(const char *name, const char *version,
   attn_infer_response r;
   memset(&r, 0, sizeof r);
   r.precision = attn_precision_name(prec);
-  r.kernel = attn_engine_kernel_for(prec);
   bool oom = false;
   r.model_name = dup_or_null(name, &oom);
   r.model_version = dup_or_null(version, &oom);
@@ -1115,6 +1121,7 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
   attn_attend_opts o;
   attn_status s;
   float *out, *w;
+  const char *kernel = NULL;
   memset(&ri, 0, sizeof ri);
   memset(&pl, 0, sizeof pl);
   memset(&o, 0, sizeof o);
@@ -1128,12 +1135,13 @@ attn_status attn__model_run(attn__model_kind kind, const attn__resident *fixed,
   if (kind == ATTN__MODEL_RESIDENT && !fixed)
     return attn_diag_set(d, ATTN_EINTERNAL, "resident model without weights");
   if ((s = plan_request(kind, fixed, req, lim, &ri, &pl, &o, d)) ||
-      (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, d)) ||
+      (s = run_engine(kind, &ri, &pl, &o, x, &out, &w, &kernel, d)) ||
       (s = make_response(name, version, req, &ri, &pl, o.precision, out, w,
                          resp, d)))
     return s;
   resp->flops = kind == ATTN__MODEL_SDPA ? attn_sdpa_flops(&pl.sp)
                                          : attn_mha_flops(&pl.mp);
   resp->query_tokens = pl.Lq;
+  resp->kernel = kernel;
   return ATTN_OK;
 }

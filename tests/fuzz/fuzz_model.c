@@ -9,10 +9,11 @@
  *              front, so that most inputs get past it)
  *   bit 1      a second copy of m.json is written as n.json (two models:
  *              the name clash must be refused)
- * Both are written into a folder of this process's own under $TMPDIR, and
- * the folder is given to attn_registry_create.  A description that asks
- * for seeded weights with a dimension over 256 is skipped: its size is
- * legal (up to ATTN_MODEL_MAX_PARAMS, 4 GiB) and would only time out.
+ * Both are written into a folder of this process's own under $TMPDIR
+ * (run.sh sets TMPDIR=/dev/shm), removed at exit, and the folder is given
+ * to attn_registry_create.  A description that asks for seeded weights
+ * with a dimension over 256 is skipped: its size is legal (up to
+ * ATTN_MODEL_MAX_PARAMS, 4 GiB) and would only time out.
  * Every input checks, besides the sanitizers:
  *   - a failure is a start-up error (EPARSE, EINVAL, EIO, ETOOBIG,
  *     EUNSUPPORTED, ENONFINITE or ESHAPE) whose message names the file
@@ -59,6 +60,11 @@ static void clean(void) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     unlink(path);
   }
+}
+
+static void remove_dir(void) {
+  clean();
+  rmdir(dir);
 }
 
 /* The weights file from "header JSON \0 data". */
@@ -155,6 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/fuzz_model.XXXXXX", tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) fail("mkdtemp", dir);
+    atexit(remove_dir);
     attn_engine_set_blas_threads(1);
   }
   if (size == 0) return 0;

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -26,7 +25,13 @@ except ImportError:  # python3-numpy: scripts/install-deps.sh --test
 from harness import (Server, cfg, check, expect_error, expect_status, main,
                      request, shared, test, v1, v2_binary, v2_in, v2_infer)
 
-FP32_KERNELS = {"avx512", "avx2", "blas"}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, os.pardir, "scripts"))
+import safetensors_write  # noqa: E402  (scripts/safetensors_write.py)
+
+# the fp32 kernel names: one kernel for every product, or the engine's own
+# with OpenBLAS for the products it fell through to (docs/api.md)
+FP32_KERNELS = {"avx512", "avx2", "blas", "avx512+blas", "avx2+blas"}
 
 
 def with_numpy(fn):
@@ -150,6 +155,36 @@ def precision_fp32_default_is_unchanged():
         check(j["timing"].get("precision") == "fp32" and
               j["timing"].get("kernel") in FP32_KERNELS,
               "timing %r" % j["timing"])
+
+
+@test
+@with_numpy
+def fp32_kernel_names_what_ran():
+    """The fp32 kernel of an answer is what that request's products ran
+    on: 4 queries over 8 keys run on the engine's own kernel (or all on
+    OpenBLAS, "blas"); 4 queries over 40 keys put their scores on
+    OpenBLAS (more than 16 keys, too few queries to pack them), which the
+    name says ("avx512+blas"), on /v1 and v2 alike."""
+    p = shared().port
+    rng = np.random.default_rng(cfg.seed + 355)
+    names = {}
+    for Lk in (8, 40):
+        q, k, v = rand(rng, 1, 4, 8), rand(rng, 1, Lk, 8), rand(rng, 1, Lk, 8)
+        r = v1(p, v1_body(q, k, v, 1))
+        expect_status(r, 200, "v1, %d keys" % Lk)
+        ins = [v2_in(n, t.shape, t.ravel().tolist())
+               for n, t in (("query", q), ("key", k), ("value", v))]
+        r2 = v2_infer(p, "sdpa", ins)
+        expect_status(r2, 200, "v2, %d keys" % Lk)
+        names[Lk] = (r.json()["timing"].get("kernel"),
+                     (r2.json().get("parameters") or {}).get("kernel"))
+        check(names[Lk][0] == names[Lk][1] and names[Lk][0] in FP32_KERNELS,
+              "%d keys: v1 and v2 kernels %r" % (Lk, names[Lk]))
+    own, mixed = names[8][0], names[40][0]
+    check("+" not in own and mixed == (own if own == "blas" else
+                                       own + "+blas"),
+          "kernels %r over 8 keys, %r over 40: expected avx512 and "
+          "avx512+blas, avx2 and avx2+blas, or blas and blas" % (own, mixed))
 
 
 @test
@@ -320,24 +355,14 @@ def binary_output_datatype_errors():
 
 # ---- resident models ------------------------------------------------------
 
-_ST_DTYPE = {"F32": "<f4", "F16": "<f2", "BF16": None}
-
-
 def write_safetensors(path, tensors):
     """tensors: {name: (dtype "F32"/"F16"/"BF16", float32 array)}; BF16
-    values are rounded to nearest even."""
-    header, blobs, off = {}, [], 0
-    for name, (dt, a) in tensors.items():
-        raw = (bf16_bits(a).astype("<u2").tobytes() if dt == "BF16"
-               else np.asarray(a, np.float32).astype(_ST_DTYPE[dt]).tobytes())
-        header[name] = {"dtype": dt, "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    values are rounded to nearest even (bf16_bits)."""
+    enc = {"F32": lambda a: np.asarray(a, np.float32).astype("<f4"),
+           "F16": lambda a: np.asarray(a, np.float32).astype("<f2"),
+           "BF16": lambda a: bf16_bits(a).astype("<u2")}
+    safetensors_write.write(path, [(name, dt, enc[dt](a))
+                                   for name, (dt, a) in tensors.items()])
 
 
 def state_dict(rng, E):
