@@ -681,7 +681,10 @@ static void run_mha(const golden *g, const variant *v,
     free(w);
     return;
   }
-  attn_exec x = {v->threads, v->path, v->tile_q, v->tile_k};
+  attn_exec x = {.threads = v->threads,
+                 .path = v->path,
+                 .tile_q = v->tile_q,
+                 .tile_k = v->tile_k};
   float *out = alloc_filled(nout);
   float *w = nw ? alloc_filled(nw) : NULL;
   ck_assert(out && (w || !nw));
@@ -769,7 +772,10 @@ static void run_sdpa(const golden *g, const variant *v,
     free(out);
     free(w);
   } else {
-    attn_exec x = {v->threads, v->path, v->tile_q, v->tile_k};
+    attn_exec x = {.threads = v->threads,
+                   .path = v->path,
+                   .tile_q = v->tile_q,
+                   .tile_k = v->tile_k};
     float *out = alloc_filled(nout);
     float *w = nw ? alloc_filled(nw) : NULL;
     ck_assert(out && (w || !nw));

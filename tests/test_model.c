@@ -248,7 +248,7 @@ static void run_sdpa(const sdpa_case *c) {
   const attn_model *m = attn_registry_find(reg, "sdpa", NULL);
   attn_infer_response resp;
   memset(&resp, 0, sizeof resp);
-  attn_exec x = {2, ATTN_PATH_AUTO, 0, 0};
+  attn_exec x = {.threads = 2, .path = ATTN_PATH_AUTO};
   ck_assert_msg(attn_model_infer(m, &req, NULL, &x, &resp, &d) == ATTN_OK, "%s",
                 d.msg);
   ck_assert_str_eq(resp.model_name, "sdpa");
