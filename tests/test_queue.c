@@ -696,6 +696,83 @@ START_TEST(test_worker_start_hook) {
 }
 END_TEST
 
+/* ---- attn_queue_pop_timed and on_idle ----------------------------------- */
+
+START_TEST(test_pop_timed) {
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(2, &q), ATTN_OK);
+  attn_job *j = (attn_job *)&q;
+  ck_assert_int_eq(attn_queue_pop_timed(q, 0, &j), ATTN_ETIMEDOUT);
+  ck_assert_ptr_null(j);
+  ck_assert_int_eq(attn_queue_pop_timed(q, 20000000u, &j), ATTN_ETIMEDOUT);
+  tjob t;
+  tjob_init(&t, NULL, 1, false);
+  ck_assert_int_eq(attn_queue_push(q, &t.job), ATTN_OK);
+  ck_assert_int_eq(attn_queue_pop_timed(q, 0, &j), ATTN_OK);
+  ck_assert_ptr_eq(j, &t.job);
+  ck_assert_int_eq(attn_queue_push(q, &t.job), ATTN_OK);
+  attn_queue_close(q); /* a closed queue still hands out what it holds */
+  ck_assert_int_eq(attn_queue_pop_timed(q, 0, &j), ATTN_OK);
+  ck_assert_int_eq(attn_queue_pop_timed(q, 0, &j), ATTN_ESHUTDOWN);
+  ck_assert_int_eq(attn_queue_pop_timed(q, UINT64_MAX, &j), ATTN_ESHUTDOWN);
+  ck_assert_int_eq(attn_queue_pop_timed(NULL, 0, &j), ATTN_EINVAL);
+  attn_queue_destroy(q);
+}
+END_TEST
+
+typedef struct idle_rec {
+  latch calls;
+  atomic_int worker;
+} idle_rec;
+
+static void on_idle(int worker, void *user) {
+  idle_rec *r = user;
+  atomic_store(&r->worker, worker);
+  latch_add(&r->calls, 1);
+}
+
+/* on_idle runs once per idle spell, only after a job: a worker that has
+ * run nothing never calls it, and one that did calls it once, then waits
+ * for the next job without limit. */
+START_TEST(test_idle_hook) {
+  idle_rec r = {.worker = -1};
+  latch_init(&r.calls, 0);
+  attn_queue *q;
+  ck_assert_int_eq(attn_queue_create(4, &q), ATTN_OK);
+  attn_pool_opts o;
+  attn_pool_default_opts(&o);
+  o.queue = q;
+  o.workers = 1;
+  o.on_idle = on_idle;
+  o.idle_ms = 20;
+  o.user = &r;
+  attn_pool *p;
+  ck_assert_int_eq(attn_pool_create(&o, &p), ATTN_OK);
+  tctx c;
+  tctx_init(&c);
+  tjob t[2];
+  for (int round = 0; round < 2; round++) {
+    tjob_init(&t[round], &c, round, false);
+    ck_assert_int_eq(attn_queue_push(q, &t[round].job), ATTN_OK);
+    latch_wait_ge(&r.calls, round + 1); /* bounded by the unit's timeout */
+    ck_assert_int_eq(atomic_load(&t[round].runs), 1);
+  }
+  /* five more idle_ms without a job: still no further call (a bug could
+   * slip through a slow machine here, never fail a right pool) */
+  struct timespec pause = {0, 100000000};
+  nanosleep(&pause, NULL);
+  ck_assert_int_eq(attn_pool_drain(p, -1), ATTN_OK);
+  pthread_mutex_lock(&r.calls.mu);
+  ck_assert_int_eq(r.calls.n, 2); /* not once per timeout */
+  pthread_mutex_unlock(&r.calls.mu);
+  ck_assert_int_eq(atomic_load(&r.worker), 0);
+  attn_pool_destroy(p);
+  attn_queue_destroy(q);
+  tctx_fini(&c);
+  latch_fini(&r.calls);
+}
+END_TEST
+
 START_TEST(test_thread_create_failure) {
   start_rec r = {0};
   attn_queue *q;
@@ -846,6 +923,8 @@ Suite *queue_suite(void) {
   tcase_add_test(tc, test_drain_timeout);
   tcase_add_test(tc, test_drain_timeout_then_destroy);
   tcase_add_test(tc, test_worker_start_hook);
+  tcase_add_test(tc, test_pop_timed);
+  tcase_add_test(tc, test_idle_hook);
   tcase_add_test(tc, test_thread_create_failure);
   tcase_add_test(tc, test_stress);
   suite_add_tcase(s, tc);

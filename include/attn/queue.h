@@ -106,6 +106,13 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job);
  * normally the pool's workers. */
 attn_status attn_queue_pop(attn_queue *q, attn_job **out);
 
+/* attn_queue_pop, waiting at most timeout_ns (UINT64_MAX: without limit)
+ * while the queue is open and empty: ATTN_ETIMEDOUT with *out NULL when
+ * that time passes without a job.  The clock is read only when it has to
+ * wait.  Any thread; normally the pool's workers. */
+attn_status attn_queue_pop_timed(attn_queue *q, uint64_t timeout_ns,
+                                 attn_job **out);
+
 /* Blocks until a queued job has a deadline that has passed, then takes it:
  * ATTN_OK with *out set (the job is the caller's, to expire).  The earliest
  * deadline is watched, wherever its job stands (see queue.c).  It goes on after
@@ -136,10 +143,16 @@ typedef struct attn_pool_opts {
    * job (e.g. to set per-thread BLAS options).  Not called when create
    * fails. */
   void (*on_worker_start)(int worker, void *user);
-  void *user;
+  /* Optional; called on a worker thread that has run a job and then
+   * waited idle_ms (> 0) for the next one, once per such wait: its next
+   * wait is without limit until a job comes.  Never while the worker holds
+   * a job, so no request waits for it (e.g. to give memory back). */
+  void (*on_idle)(int worker, void *user);
+  int idle_ms;
+  void *user; /* of both hooks */
 } attn_pool_opts;
 
-/* workers = 1, everything else NULL. */
+/* workers = 1, everything else NULL or 0. */
 void attn_pool_default_opts(attn_pool_opts *o);
 
 /* Starts o->workers threads that pop jobs from o->queue and run or expire

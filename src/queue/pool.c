@@ -11,6 +11,11 @@
  *   job is in a worker's hands" - which is exactly what drain waits for, with
  *   no window between a pop and the running count.
  *
+ *   With on_idle, a worker that has run a job waits for the next one at
+ *   most idle_ms (attn_queue_pop_timed); when that passes it calls on_idle
+ *   and waits again without limit.  So on_idle runs once per idle spell,
+ *   never while a job waits for it (main.c gives memory back there).
+ *
  *   One more thread, the reaper, loops on attn_queue_pop_expired and calls
  *   expire for each job whose deadline passes while it waits in the queue;
  *   it leaves its loop when the queue is closed and empty.  It counts in `live`
@@ -24,7 +29,7 @@
  *
  * Threads
  *   main: create, drain, destroy (not concurrently with each other).
- *   workers: worker_main; they run job callbacks.
+ *   workers: worker_main; they run job callbacks and on_idle.
  *   reaper: reaper_main; it runs expire callbacks.
  *   any thread: attn_pool_busy, attn_pool_get_stats (atomics only).
  *
@@ -52,6 +57,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -70,6 +76,8 @@ struct worker {
 struct attn_pool {
   attn_queue *queue; /* borrowed */
   void (*on_worker_start)(int worker, void *user);
+  void (*on_idle)(int worker, void *user);
+  uint64_t idle_ns; /* 0: no on_idle */
   void *user;
   int nworkers;
   struct worker *w; /* [nworkers + 1]: the workers, then the reaper */
@@ -141,7 +149,17 @@ static void *worker_main(void *arg) {
   if (p->on_worker_start) p->on_worker_start(w->index, p->user);
 
   attn_job *job;
-  while (attn_queue_pop(p->queue, &job) == ATTN_OK) {
+  bool armed = false; /* a job ran since on_idle was last called */
+  for (;;) {
+    attn_status st = attn_queue_pop_timed(
+        p->queue, armed && p->idle_ns ? p->idle_ns : UINT64_MAX, &job);
+    if (st == ATTN_ETIMEDOUT) {
+      p->on_idle(w->index, p->user);
+      armed = false;
+      continue;
+    }
+    if (st != ATTN_OK) break;
+    armed = true;
     atomic_fetch_add(&p->running, 1);
     uint64_t now = attn_now_ns();
     uint64_t waited = now > job->enqueued_ns ? now - job->enqueued_ns : 0;
@@ -210,6 +228,9 @@ attn_status attn_pool_create(const attn_pool_opts *o, attn_pool **out) {
   }
   p->queue = o->queue;
   p->on_worker_start = o->on_worker_start;
+  p->on_idle = o->on_idle;
+  p->idle_ns =
+      o->on_idle && o->idle_ms > 0 ? (uint64_t)o->idle_ms * 1000000u : 0;
   p->user = o->user;
   p->nworkers = o->workers;
   p->state = POOL_STARTING;

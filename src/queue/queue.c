@@ -24,6 +24,9 @@
  *   close the reaper goes on until the queue is empty (a drain still times
  *   requests out on time); the pop that empties a closed queue wakes it to
  *   leave.
+ *   attn_queue_pop_timed is pop with a bound on the wait (nonempty, like
+ *   expiry, runs on CLOCK_MONOTONIC): the pool's workers use it to notice
+ *   that they have been idle for a while (pool.c, on_idle).
  *
  * Threads
  *   Producers (HTTP threads) push; pool workers pop; main closes and, once
@@ -46,6 +49,7 @@
  */
 #include "attn/queue.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -80,20 +84,17 @@ attn_status attn_queue_create(size_t capacity, attn_queue **out) {
     free(q);
     return ATTN_ENOMEM;
   }
-  if (pthread_cond_init(&q->nonempty, NULL) != 0) {
-    pthread_mutex_destroy(&q->mu);
-    free(q);
-    return ATTN_ENOMEM;
-  }
+  /* both on CLOCK_MONOTONIC, the clock of attn_now_ns */
   pthread_condattr_t ca;
   int rc = pthread_condattr_init(&ca);
   if (rc == 0) {
     rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (rc == 0) rc = pthread_cond_init(&q->expiry, &ca);
+    if (rc == 0) rc = pthread_cond_init(&q->nonempty, &ca);
+    if (rc == 0 && (rc = pthread_cond_init(&q->expiry, &ca)) != 0)
+      pthread_cond_destroy(&q->nonempty);
     pthread_condattr_destroy(&ca);
   }
   if (rc != 0) {
-    pthread_cond_destroy(&q->nonempty);
     pthread_mutex_destroy(&q->mu);
     free(q);
     return ATTN_ENOMEM;
@@ -154,13 +155,40 @@ attn_status attn_queue_push(attn_queue *q, attn_job *job) {
   return ATTN_OK;
 }
 
+/* Waits on nonempty until the queue holds a job or is closed, or (when
+ * timeout_ns is not UINT64_MAX) until timeout_ns have passed: 0 then, else
+ * 1.  The clock is read only when the queue is open and empty.  Under mu. */
+static int wait_nonempty(attn_queue *q, uint64_t timeout_ns) {
+  if (q->count || q->closed) return 1;
+  if (timeout_ns == UINT64_MAX) {
+    while (q->count == 0 && !q->closed) pthread_cond_wait(&q->nonempty, &q->mu);
+    return 1;
+  }
+  uint64_t now = attn_now_ns();
+  uint64_t at = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+  struct timespec ts = {.tv_sec = (time_t)(at / 1000000000u),
+                        .tv_nsec = (long)(at % 1000000000u)};
+  while (q->count == 0 && !q->closed)
+    if (pthread_cond_timedwait(&q->nonempty, &q->mu, &ts) == ETIMEDOUT)
+      return q->count || q->closed;
+  return 1;
+}
+
 attn_status attn_queue_pop(attn_queue *q, attn_job **out) {
+  return attn_queue_pop_timed(q, UINT64_MAX, out);
+}
+
+attn_status attn_queue_pop_timed(attn_queue *q, uint64_t timeout_ns,
+                                 attn_job **out) {
   if (!out) return ATTN_EINVAL;
   *out = NULL;
   if (!q) return ATTN_EINVAL;
 
   pthread_mutex_lock(&q->mu);
-  while (q->count == 0 && !q->closed) pthread_cond_wait(&q->nonempty, &q->mu);
+  if (!wait_nonempty(q, timeout_ns)) {
+    pthread_mutex_unlock(&q->mu);
+    return ATTN_ETIMEDOUT;
+  }
   if (q->count == 0) { /* closed and empty */
     pthread_mutex_unlock(&q->mu);
     return ATTN_ESHUTDOWN;
