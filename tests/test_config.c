@@ -183,6 +183,7 @@ START_TEST(test_key_names) {
                                      "shutdown_delay_ms",
                                      "drain_timeout_ms",
                                      "max_body_bytes",
+                                     "max_inflate_ratio",
                                      "max_total_body_bytes",
                                      "max_seq_len",
                                      "max_tensor_elements",

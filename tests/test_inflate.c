@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "../src/server/internal.h"
+#include "attn/limits.h"
 #include "unit.h"
 
 /* attn__inflate on its own: a body that needs several doublings of the
@@ -41,7 +42,7 @@ START_TEST(test_inflate) {
   attn_diag d = {{0}};
   for (size_t pad = 0; pad < 64; pad += 21) {
     ck_assert_int_eq(
-        attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N, pad, &mem, &len, &d),
+        attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N, 0, pad, &mem, &len, &d),
         ATTN_OK);
     ck_assert_uint_eq(len, N);
     ck_assert_uint_eq((uintptr_t)mem % 64, 0);
@@ -49,13 +50,13 @@ START_TEST(test_inflate) {
     free(mem);
   }
   ck_assert_int_eq(
-      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N - 1, 0, &mem, &len, &d),
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, N - 1, 0, 0, &mem, &len, &d),
       ATTN_ETOOBIG);
   ck_assert_ptr_null(mem);
   ck_assert_ptr_nonnull(strstr(d.msg, "max_body_bytes=299999"));
   /* gzip data is not deflate (zlib or raw) */
   ck_assert_int_eq(
-      attn__inflate((char *)z, zn, ATTN_ENC_DEFLATE, N, 0, &mem, &len, &d),
+      attn__inflate((char *)z, zn, ATTN_ENC_DEFLATE, N, 0, 0, &mem, &len, &d),
       ATTN_EPARSE);
   /* every cut of a short stream fails cleanly (ASan checks the frees) */
   uLongf sn = 200;
@@ -63,11 +64,11 @@ START_TEST(test_inflate) {
   ck_assert_int_eq(compress(small, &sn, plain, 100), Z_OK);
   for (size_t cut = 0; cut < sn; cut++) {
     attn_status st = attn__inflate((char *)small, cut, ATTN_ENC_DEFLATE, N, 0,
-                                   &mem, &len, &d);
+                                   0, &mem, &len, &d);
     ck_assert_int_eq(st, ATTN_EPARSE);
     ck_assert_ptr_null(mem);
   }
-  ck_assert_int_eq(attn__inflate((char *)small, sn, ATTN_ENC_DEFLATE, 100, 0,
+  ck_assert_int_eq(attn__inflate((char *)small, sn, ATTN_ENC_DEFLATE, 100, 0, 0,
                                  &mem, &len, &d),
                    ATTN_OK);
   ck_assert_uint_eq(len, 100);
@@ -93,28 +94,28 @@ START_TEST(test_inflate) {
     if (k == 0) first = tn;
   }
   ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 5, &mem, &len, &d),
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 0, 5, &mem, &len, &d),
       ATTN_OK);
   ck_assert_uint_eq(len, 200);
   ck_assert_int_eq(memcmp(mem + 5, plain, 200), 0);
   free(mem);
   /* exactly 200 bytes fit; 199 do not, the second member passing it */
   ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 200, 0, &mem, &len, &d),
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 200, 0, 0, &mem, &len, &d),
       ATTN_OK);
   ck_assert_uint_eq(len, 200);
   free(mem);
   ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 199, 0, &mem, &len, &d),
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, 199, 0, 0, &mem, &len, &d),
       ATTN_ETOOBIG);
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn - 1, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
-      ATTN_EPARSE);
+  ck_assert_int_eq(attn__inflate((char *)two, tn - 1, ATTN_ENC_GZIP, N, 0, 0,
+                                 &mem, &len, &d),
+                   ATTN_EPARSE);
   ck_assert_ptr_nonnull(strstr(d.msg, "ends inside the compressed stream"));
   memcpy(two + tn, "junk", 4);
-  ck_assert_int_eq(
-      attn__inflate((char *)two, tn + 4, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
-      ATTN_EPARSE);
+  ck_assert_int_eq(attn__inflate((char *)two, tn + 4, ATTN_ENC_GZIP, N, 0, 0,
+                                 &mem, &len, &d),
+                   ATTN_EPARSE);
   char want[96];
   snprintf(want, sizeof want,
            "4 bytes after the end of the compressed "
@@ -123,7 +124,7 @@ START_TEST(test_inflate) {
   ck_assert_str_eq(strstr(d.msg, "4 bytes"), want);
   two[first + 10] ^= 0xff; /* the second member's first deflate byte */
   ck_assert_int_eq(
-      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 0, &mem, &len, &d),
+      attn__inflate((char *)two, tn, ATTN_ENC_GZIP, N, 0, 0, &mem, &len, &d),
       ATTN_EPARSE);
   ck_assert_ptr_nonnull(strstr(d.msg, "corrupt data near byte"));
   unsigned long near = strtoul(strstr(d.msg, "near byte ") + 10, NULL, 10);
@@ -134,10 +135,88 @@ START_TEST(test_inflate) {
 }
 END_TEST
 
+/* gzip of n zero bytes into a new buffer (*zn its length). */
+static unsigned char *gzip_zeros(size_t n, size_t *zn) {
+  unsigned char *zero = calloc(n, 1), *z = malloc(n / 100 + 1024);
+  ck_assert_ptr_nonnull(zero);
+  ck_assert_ptr_nonnull(z);
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  ck_assert_int_eq(
+      deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+      Z_OK);
+  zs.next_in = zero;
+  zs.avail_in = (uInt)n;
+  zs.next_out = z;
+  zs.avail_out = (uInt)(n / 100 + 1024);
+  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  *zn = zs.total_out;
+  deflateEnd(&zs);
+  free(zero);
+  return z;
+}
+
+/* max_inflate_ratio: a body may inflate to ratio x its size, and always
+ * to ATTN_INFLATE_FLOOR_BYTES; past that a 413 naming the ratio, unless
+ * max_body_bytes is the smaller limit (its own message); 0 = no ratio. */
+START_TEST(test_inflate_ratio) {
+  size_t n = 8 * ATTN_INFLATE_FLOOR_BYTES, zn;
+  unsigned char *z = gzip_zeros(n, &zn);              /* ~1000:1 */
+  unsigned ratio = (unsigned)((n + zn - 1) / zn) - 1; /* just short of it */
+  ck_assert_uint_gt(ratio, 200);
+  char *mem;
+  size_t len;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n, ratio + 1, 0,
+                                 &mem, &len, &d),
+                   ATTN_OK);
+  ck_assert_uint_eq(len, n);
+  free(mem);
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n, ratio, 0, &mem, &len, &d),
+      ATTN_ETOOBIG);
+  ck_assert_ptr_null(mem);
+  char want[160];
+  snprintf(want, sizeof want,
+           "Content-Encoding gzip: the body inflates to more than %zu bytes, "
+           "over max_inflate_ratio=%u times its %zu bytes",
+           zn * ratio, ratio, zn);
+  ck_assert_str_eq(d.msg, want);
+  /* max_body_bytes below ratio x size: that limit speaks */
+  ck_assert_int_eq(attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n - 1, ratio + 1,
+                                 0, &mem, &len, &d),
+                   ATTN_ETOOBIG);
+  ck_assert_ptr_nonnull(strstr(d.msg, "max_body_bytes="));
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n, 0, 0, &mem, &len, &d),
+      ATTN_OK);
+  free(mem);
+  free(z);
+  /* the floor: 1 MiB of zeros inflates whatever the ratio; a byte more
+   * does not */
+  z = gzip_zeros(ATTN_INFLATE_FLOOR_BYTES, &zn);
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n, 1, 0, &mem, &len, &d),
+      ATTN_OK);
+  ck_assert_uint_eq(len, ATTN_INFLATE_FLOOR_BYTES);
+  free(mem);
+  free(z);
+  z = gzip_zeros(ATTN_INFLATE_FLOOR_BYTES + 1, &zn);
+  ck_assert_int_eq(
+      attn__inflate((char *)z, zn, ATTN_ENC_GZIP, n, 1, 0, &mem, &len, &d),
+      ATTN_ETOOBIG);
+  ck_assert_ptr_nonnull(strstr(d.msg,
+                               "more than 1048576 bytes, over "
+                               "max_inflate_ratio=1 times"));
+  free(z);
+}
+END_TEST
+
 Suite *inflate_suite(void) {
   Suite *s = suite_create("inflate");
   TCase *tc = tcase_create("inflate");
   tcase_add_test(tc, test_inflate);
+  tcase_add_test(tc, test_inflate_ratio);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -48,6 +48,7 @@ typedef struct attn_config {
   int64_t shutdown_delay_ms;        /* SIGTERM: unready, still serving */
   int64_t drain_timeout_ms;         /* grace after SIGTERM (and the delay) */
   int64_t max_body_bytes;           /* request body, bytes */
+  int max_inflate_ratio;            /* inflated / sent; 0 = no limit */
   int64_t max_total_body_bytes;     /* all bodies held at once; 0 = auto */
   int64_t max_seq_len;              /* tokens per sequence */
   int64_t max_tensor_elements;      /* elements of any one tensor */

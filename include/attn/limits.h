@@ -122,6 +122,16 @@
  * and size_t arithmetic on it must not come near overflow on 64-bit hosts. */
 #define ATTN_MAX_BODY_BYTES (8LL * 1024 * 1024 * 1024)
 
+/* `max_inflate_ratio`: 1032, deflate's own largest ratio (a 258-byte
+ * match in about two bits): no gzip or deflate body inflates further, so
+ * 1032 is as good as no limit. */
+#define ATTN_MAX_INFLATE_RATIO 1032
+
+/* What a gzip or deflate body may always inflate to, whatever its ratio
+ * (max_body_bytes permitting): a few bytes of zeros are cheap to inflate,
+ * and a small body compresses past any ratio once its headers are paid. */
+#define ATTN_INFLATE_FLOOR_BYTES ((size_t)1 << 20)
+
 /* `max_total_body_bytes`: 1 TiB.  A budget for all bodies held at once, so
  * above any machine attnd runs on, yet far from size_t overflow when
  * bodies are added to it. */

@@ -79,7 +79,8 @@ _Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
                    ATTN_MAX_BLAS_THREADS <= INT_MAX &&
                    ATTN_MAX_QUEUE_CAPACITY <= INT_MAX &&
                    ATTN_MAX_CONNECTIONS <= INT_MAX &&
-                   ATTN_MAX_CONNECTION_TIMEOUT_S <= INT_MAX,
+                   ATTN_MAX_CONNECTION_TIMEOUT_S <= INT_MAX &&
+                   ATTN_MAX_INFLATE_RATIO <= INT_MAX,
                "ceilings of int keys must fit an int");
 
 /* clang-format off */
@@ -158,6 +159,11 @@ static const cfg_key keys[] = {
           "requests may take to finish"),
     K_I64(max_body_bytes, "ATTND_MAX_BODY_BYTES", 256LL * 1024 * 1024, 1024,
           ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
+    K_INT(max_inflate_ratio, "ATTND_MAX_INFLATE_RATIO", 200, 0,
+          ATTN_MAX_INFLATE_RATIO, "",
+          "a gzip or deflate body may inflate to this many times its size "
+          "(at least 1 MiB), else 413; 0 = no ratio (max_body_bytes still "
+          "holds)"),
     K_I64(max_total_body_bytes, "ATTND_MAX_TOTAL_BODY_BYTES", 0, 0,
           ATTN_MAX_TOTAL_BODY_BYTES, "bytes",
           "request and response bodies held at once, all connections "

@@ -93,9 +93,9 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
   attn_status st;
   if (job->encoding != ATTN_ENC_IDENTITY) {
     /* laid out as http.c lays out the body: the blobs on cache lines */
-    st = attn__inflate(job->body, job->body_len, job->encoding,
-                       (size_t)cfg->max_body_bytes, job->pad, plain, &body_len,
-                       d);
+    st = attn__inflate(
+        job->body, job->body_len, job->encoding, (size_t)cfg->max_body_bytes,
+        (unsigned)cfg->max_inflate_ratio, job->pad, plain, &body_len, d);
     if (st) {
       attn__resp_status(resp, st, d);
       return 0;

@@ -11,12 +11,20 @@
  * format of RFC 1950, as HTTP defines it; a raw RFC 1951 stream (what some
  * clients send under that name) is accepted too, recognised by a zlib header
  * that does not check.
- *  - Limit: the inflated body may not exceed max_body_bytes, the same limit
- *    as an uncompressed one (413).  The size is unknown until the stream
- *    ends, so the output grows by doubling from 4x the input (64 KiB at
- *    least) and the request is refused the moment it would pass the limit:
- *    a compression bomb costs at most max_body_bytes of memory, like the
- *    largest plain body.
+ *  - Limits: the inflated body may not exceed max_body_bytes, the same
+ *    limit as an uncompressed one, nor max_inflate_ratio times the body as
+ *    sent (ATTN_INFLATE_FLOOR_BYTES at least): 413.  The size is unknown
+ *    until the stream ends, so the output grows by doubling from 4x the
+ *    input (64 KiB at least) and the request is refused the moment it
+ *    would pass the limit: a compression bomb costs at most max_body_bytes
+ *    of memory, like the largest plain body, and its work is bounded by
+ *    what was sent.  Where a body's time goes (issue 39: a 249 KB gzip of
+ *    250 MB of JSON took 1-2.5 s of a worker's CPU, 4-9 s on the busy
+ *    machine): zlib ~50% (crc32 7 of it), page faults of the output and of
+ *    the parser's nodes ~25%, the doublings' copies 5%, then the JSON
+ *    parser, up to its 2^24 values (1 GiB of nodes).  Each is linear in
+ *    the inflated size, so the ratio bounds them all; at 200 that 249 KB
+ *    body is refused after 50 MB of output.
  *  - Anything after the end of the stream, a truncated stream or corrupt
  *    data is a 400 that says which and where (input byte offset).
  *  - The output block is 64-byte aligned and the body starts `pad` bytes
@@ -34,6 +42,7 @@
 #include <strings.h>
 #include <zlib.h>
 
+#include "attn/limits.h"
 #include "internal.h"
 
 int attn__encoding_parse(const char *ce, attn_encoding *out) {
@@ -85,6 +94,7 @@ typedef struct stream {
   size_t base;   /* input bytes of the gzip members before this one */
   char *m;       /* the output block; the body from m + pad */
   size_t pad, cap, have, max;
+  unsigned ratio; /* max is ratio x n, not max_body_bytes; else 0 */
 } stream;
 
 static attn_status fail(stream *s, attn_status st) {
@@ -218,6 +228,12 @@ static attn_status inflate_all(stream *s, attn_diag *d) {
     if ((st = stream_room(s, d)) != ATTN_OK) return st;
     int over;
     int r = stream_step(s, &over);
+    if (over && s->ratio)
+      return fail(s, attn_diag_set(d, ATTN_ETOOBIG,
+                                   "Content-Encoding %s: the body inflates "
+                                   "to more than %zu bytes, over "
+                                   "max_inflate_ratio=%u times its %zu bytes",
+                                   s->name, s->max, s->ratio, s->n));
     if (over)
       return fail(s, attn_diag_set(d, ATTN_ETOOBIG,
                                    "Content-Encoding %s: the body inflates "
@@ -238,13 +254,21 @@ static attn_status inflate_all(stream *s, attn_diag *d) {
 }
 
 attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
-                          size_t pad, char **mem, size_t *len, attn_diag *d) {
+                          unsigned ratio, size_t pad, char **mem, size_t *len,
+                          attn_diag *d) {
   stream s = {.e = e,
               .name = attn__encoding_name(e),
               .in = in,
               .n = n,
               .pad = pad > 63 ? 63 : pad,
               .max = max};
+  /* n <= 8 GiB (max_body_bytes) and ratio <= 1032: no overflow */
+  size_t by_ratio = n * ratio;
+  if (by_ratio < ATTN_INFLATE_FLOOR_BYTES) by_ratio = ATTN_INFLATE_FLOOR_BYTES;
+  if (ratio && by_ratio < max) {
+    s.max = by_ratio;
+    s.ratio = ratio;
+  }
   *mem = NULL;
   *len = 0;
   attn_status st = inflate_all(&s, d);

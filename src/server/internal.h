@@ -353,11 +353,13 @@ int attn__encoding_parse(const char *ce, attn_encoding *out);
 const char *attn__encoding_name(attn_encoding e);
 /* Inflate in[0, n) (gzip, or deflate: zlib or raw) into a new 64-byte
  * aligned block *mem (free() it) holding the body from byte pad (< 64) on,
- * *len bytes.  Errors: ATTN_ETOOBIG (more than max bytes), ATTN_EPARSE
+ * *len bytes.  Errors: ATTN_ETOOBIG (more than max bytes, or, when ratio
+ * is not 0, more than ratio x n and ATTN_INFLATE_FLOOR_BYTES), ATTN_EPARSE
  * (corrupt or truncated stream, bytes after it), ATTN_ENOMEM; nothing is
  * left allocated then.  Any thread; meant for workers. */
 attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
-                          size_t pad, char **mem, size_t *len, attn_diag *d);
+                          unsigned ratio, size_t pad, char **mem, size_t *len,
+                          attn_diag *d);
 
 /* auth.c: API keys (see its DESIGN).  A key set is immutable; an
  * attn_auth holds the one in force and swaps it on reload. */
