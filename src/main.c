@@ -726,9 +726,10 @@ static void reload_models(attn_registry *models) {
 }
 
 /* Serve: the server's threads do the work; main waits for SIGTERM or
- * SIGINT, re-reading the keys and the models on each SIGHUP and giving
- * memory back once a second when idle (idle_trim), then runs the shutdown
- * delay (when there is one). */
+ * SIGINT, re-reading the keys and the models on each SIGHUP, giving
+ * memory back once a second when idle (idle_trim) and writing the counts
+ * of repeated log lines whose time has come (attn_log_flush_repeats),
+ * then runs the shutdown delay (when there is one). */
 static void serve(attn_server *server, attn_registry *models,
                   const attn_pool *pool, const attn_config *cfg,
                   const sigset_t *sigs) {
@@ -744,8 +745,10 @@ static void serve(attn_server *server, attn_registry *models,
       reload_models(models);
     } else if (sig > 0)
       break;
-    else if (errno == EAGAIN)
+    else if (errno == EAGAIN) {
       idle_trim(pool, &last_pushed);
+      attn_log_flush_repeats(0);
+    }
   }
   if (cfg->shutdown_delay_ms > 0) {
     shutdown_delay(server, sigs, sig, cfg->shutdown_delay_ms);
@@ -787,6 +790,7 @@ static void drain(const attnd *a, const attn_config *cfg) {
 /* Destroy what start() built, in reverse order; NULLs are skipped. */
 static void teardown(attnd *a) {
   attn_server_destroy(a->server);
+  attn_log_flush_repeats(1); /* what was left unsaid */
   attn_pool_destroy(a->pool);
   attn_queue_destroy(a->queue);
   attn_registry_destroy(a->models);

@@ -1,7 +1,8 @@
 /* test_log.c - the log (src/common/log.c): the names of its levels and
  * formats, its time stamps against gmtime_r + strftime, and the access line
- * in both formats, byte for byte.  Lines go to stderr, which a test points
- * at a mkstemp() file under /tmp for the call. */
+ * in both formats, byte for byte, and repeated lines counted instead of
+ * written (attn_log_repeated).  Lines go to stderr, which a test points at
+ * a mkstemp() file under /tmp for the call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,12 +131,127 @@ START_TEST(test_access_line) {
 }
 END_TEST
 
+/* ---- repeated lines ---------------------------------------------------- */
+
+/* stderr into a new temporary file for a while (text lines). */
+typedef struct capture {
+  char path[32];
+  int fd, saved;
+} capture;
+
+static void capture_begin(capture *c) {
+  snprintf(c->path, sizeof c->path, "/tmp/attn-test-log-XXXXXX");
+  c->fd = mkstemp(c->path);
+  ck_assert_int_ge(c->fd, 0);
+  c->saved = dup(STDERR_FILENO);
+  ck_assert_int_ge(c->saved, 0);
+  ck_assert_int_ge(dup2(c->fd, STDERR_FILENO), 0);
+  attn_log_init(ATTN_LOG_INFO, ATTN_LOG_TEXT);
+}
+
+/* Ends the capture; what was written, without the time stamps ("LEVEL
+ * msg" lines). */
+static void capture_end(capture *c, char *out, size_t n) {
+  dup2(c->saved, STDERR_FILENO);
+  close(c->saved);
+  attn_log_init(ATTN_LOG_INFO, ATTN_LOG_JSON);
+  char raw[8192] = {0};
+  ck_assert_int_ge(pread(c->fd, raw, sizeof raw - 1, 0), 0);
+  close(c->fd);
+  unlink(c->path);
+  size_t k = 0;
+  out[0] = '\0';
+  for (char *line = raw, *end; *line; line = end + 1) {
+    end = strchr(line, '\n');
+    ck_assert_ptr_nonnull(end);
+    const char *rest = strchr(line, ' '); /* past the time */
+    ck_assert_ptr_nonnull(rest);
+    size_t len = (size_t)(end - rest);
+    ck_assert_uint_lt(k + len + 1, n);
+    memcpy(out + k, rest + 1, len); /* with its '\n' */
+    k += len;
+  }
+  out[k] = '\0';
+}
+
+/* attn_log_repeated: the first line of a kind is written, the next ones
+ * counted until their time has passed; attn_log_flush_repeats writes the
+ * counts (each with the latest line), at once with all; kinds are apart. */
+START_TEST(test_log_repeated) {
+  static const char kind_a[] = "a", kind_b[] = "b";
+  capture c;
+  char got[4096];
+  attn__log_repeat_forget();
+  attn__log_repeat_interval(3600ull * 1000000000u); /* never passes */
+  capture_begin(&c);
+  for (int i = 0; i < 200; i++)
+    attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk %d", i);
+  attn_log_repeated(ATTN_LOG_WARN, kind_b, "other");
+  attn_log_repeated(ATTN_LOG_WARN, kind_b, "other again");
+  attn_log_flush_repeats(0); /* the time has not passed: nothing */
+  capture_end(&c, got, sizeof got);
+  ck_assert_str_eq(got, "warn  junk 0\nwarn  other\n");
+  capture_begin(&c);
+  attn_log_flush_repeats(1);
+  attn_log_flush_repeats(1); /* nothing left */
+  capture_end(&c, got, sizeof got);
+  ck_assert_str_eq(got,
+                   "warn  junk 199 (198 more like this suppressed)\n"
+                   "warn  other again\n");
+  /* once the time has passed, the next line is written with the count of
+   * the ones before it, and flush writes what is pending */
+  capture_begin(&c);
+  attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk 200");
+  attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk 201");
+  attn__log_repeat_interval(0);
+  attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk 202");
+  attn__log_repeat_interval(3600ull * 1000000000u);
+  attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk 203");
+  attn_log_repeated(ATTN_LOG_WARN, kind_a, "junk 204");
+  attn__log_repeat_interval(0);
+  attn_log_flush_repeats(0);
+  attn_log_repeated(ATTN_LOG_DEBUG, kind_a, "below the level: never");
+  attn__log_repeat_interval((uint64_t)ATTN_LOG_REPEAT_S * 1000000000u);
+  capture_end(&c, got, sizeof got);
+  ck_assert_str_eq(got,
+                   "warn  junk 202 (2 more like this suppressed)\n"
+                   "warn  junk 204 (1 more like this suppressed)\n");
+}
+END_TEST
+
+/* More kinds than the table holds: the ones past it share one count. */
+START_TEST(test_log_repeated_kinds) {
+  static char kinds[ATTN_LOG_REPEAT_KINDS + 8];
+  capture c;
+  char got[8192];
+  attn__log_repeat_forget();
+  attn__log_repeat_interval(3600ull * 1000000000u);
+  capture_begin(&c);
+  for (int round = 0; round < 3; round++)
+    for (int i = 0; i < ATTN_LOG_REPEAT_KINDS + 8; i++)
+      attn_log_repeated(ATTN_LOG_WARN, &kinds[i], "kind %d", i);
+  attn_log_flush_repeats(1);
+  capture_end(&c, got, sizeof got);
+  attn__log_repeat_interval((uint64_t)ATTN_LOG_REPEAT_S * 1000000000u);
+  size_t lines = 0;
+  for (const char *p = got; (p = strchr(p, '\n')) != NULL; p++) lines++;
+  /* the table's kinds: each its first line, then its count; the others
+   * one line, then one count of the rest */
+  ck_assert_uint_eq(lines, 2 * ATTN_LOG_REPEAT_KINDS + 2);
+  ck_assert_ptr_nonnull(strstr(got, "kind 0 (1 more like this suppressed)\n"));
+  ck_assert_ptr_nonnull(
+      strstr(got, "kind 39 (22 more like this suppressed)\n"));
+}
+END_TEST
+
 Suite *log_suite(void) {
   Suite *s = suite_create("log");
   TCase *t = tcase_create("log");
   tcase_add_test(t, test_names);
   tcase_add_test(t, test_log_time);
   tcase_add_test(t, test_access_line);
+  tcase_add_test(t, test_log_repeated);
+  tcase_add_test(t, test_log_repeated_kinds);
   suite_add_tcase(s, t);
   return s;
 }

@@ -41,6 +41,36 @@ __attribute__((format(printf, 2, 3)))
 #endif
 void attn_log(attn_log_level level, const char *fmt, ...);
 
+/* attn_log for lines that can come in floods: a client's junk, or a
+ * library's complaint about it, once per connection.  kind (any address
+ * that stays the same for lines of one kind: a format string literal)
+ * names the kind.  Its first line is written; the lines of that kind that
+ * follow within ATTN_LOG_REPEAT_S of the last one written are only
+ * counted, and the next line written for the kind (the next such line
+ * after that time, or attn_log_flush_repeats) is the latest of them
+ * followed by "(N more like this suppressed)".  So a flood of one kind
+ * writes a line per ATTN_LOG_REPEAT_S.  ATTN_LOG_REPEAT_KINDS kinds are
+ * followed at once (a kind with nothing pending makes room after
+ * ATTN_LOG_REPEAT_S); beyond that, lines share one count.  Any thread. */
+#define ATTN_LOG_REPEAT_S 10
+#define ATTN_LOG_REPEAT_KINDS 32
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void attn_log_repeated(attn_log_level level, const void *kind, const char *fmt,
+                       ...);
+
+/* Writes the pending count of every kind whose ATTN_LOG_REPEAT_S has
+ * passed since its last line, or (all) of every kind: main calls it once a
+ * second, and with all at exit.  Any thread. */
+void attn_log_flush_repeats(int all);
+
+/* Internal (tests): attn__log_repeat_interval sets ATTN_LOG_REPEAT_S, in
+ * nanoseconds, from now on; attn__log_repeat_forget empties the table of
+ * kinds and writes nothing. */
+void attn__log_repeat_interval(uint64_t ns);
+void attn__log_repeat_forget(void);
+
 /* One access-log line (always JSON fields, or key=value in text format). */
 typedef struct attn_access {
   const char *method, *path, *request_id;

@@ -2,9 +2,20 @@
  * the names of its levels and formats.
  *
  * Thread-safe: each line is formatted into a local buffer and written with
- * one write(2); the level and format are set before threads start. */
+ * one write(2); the level and format are set before threads start.
+ *
+ * Repeated lines (attn_log_repeated): a table of ATTN_LOG_REPEAT_KINDS
+ * kinds, and one more slot that counts the lines of kinds that find no
+ * room, under one mutex: per kind the time of its last written line, the
+ * lines counted since and the latest of them (its text, for the line that
+ * reports the count).  The text is formatted before the lock; the lines
+ * are written after it.  Why: libmicrohttpd reports each failed TLS
+ * handshake (src/server/http.c, mhd_log), so 200 junk handshakes wrote
+ * 200 warnings; now 2 lines, the second with "(199 more like this
+ * suppressed)" after ATTN_LOG_REPEAT_S. */
 #include "attn/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -80,14 +91,10 @@ static void emit(attn_buf *b) {
   attn_buf_free(b);
 }
 
-void attn_log(attn_log_level level, const char *fmt, ...) {
-  char msg[1024], ts[ATTN_LOG_TIME_MAX];
-  va_list ap;
+/* One line holding msg. */
+static void write_line(attn_log_level level, const char *msg) {
+  char ts[ATTN_LOG_TIME_MAX];
   attn_buf b;
-  if (level < g_level) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   timestamp(ts);
   attn_buf_init(&b, 0);
   if (g_format == ATTN_LOG_JSON) {
@@ -99,6 +106,117 @@ void attn_log(attn_log_level level, const char *fmt, ...) {
     attn_buf_printf(&b, "%s %-5s %s", ts, attn_log_level_name(level), msg);
   }
   emit(&b);
+}
+
+void attn_log(attn_log_level level, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  if (level < g_level) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  write_line(level, msg);
+}
+
+/* ---- repeated lines --------------------------------------------------- */
+
+typedef struct repeat {
+  const void *kind; /* NULL: free (the overflow slot: any kind) */
+  uint64_t last_ns; /* its last written line */
+  uint64_t counted; /* lines since, not written */
+  attn_log_level level;
+  char latest[1024]; /* the latest of them */
+} repeat;
+
+static pthread_mutex_t repeat_mu = PTHREAD_MUTEX_INITIALIZER;
+static repeat repeats[ATTN_LOG_REPEAT_KINDS + 1]; /* the last: overflow */
+static uint64_t repeat_ns = (uint64_t)ATTN_LOG_REPEAT_S * 1000000000u;
+
+void attn__log_repeat_interval(uint64_t ns) {
+  pthread_mutex_lock(&repeat_mu);
+  repeat_ns = ns;
+  pthread_mutex_unlock(&repeat_mu);
+}
+
+void attn__log_repeat_forget(void) {
+  pthread_mutex_lock(&repeat_mu);
+  memset(repeats, 0, sizeof repeats);
+  pthread_mutex_unlock(&repeat_mu);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The slot of kind: its own, a free one, one whose time has passed with
+ * nothing counted, or the overflow slot.  Under repeat_mu. */
+static repeat *repeat_slot(const void *kind, uint64_t now) {
+  repeat *room = NULL;
+  for (int i = 0; i < ATTN_LOG_REPEAT_KINDS; i++) {
+    repeat *r = &repeats[i];
+    if (r->kind == kind) return r;
+    if (!room && (!r->kind || (!r->counted && now - r->last_ns >= repeat_ns)))
+      room = r;
+  }
+  if (!room) return &repeats[ATTN_LOG_REPEAT_KINDS];
+  *room = (repeat){.kind = kind};
+  return room;
+}
+
+/* msg followed by " (N more like this suppressed)" into out (msg alone
+ * for none). */
+static void with_count(char *out, size_t n, const char *msg, uint64_t count) {
+  if (count)
+    snprintf(out, n, "%s (%llu more like this suppressed)", msg,
+             (unsigned long long)count);
+  else
+    snprintf(out, n, "%s", msg);
+}
+
+void attn_log_repeated(attn_log_level level, const void *kind, const char *fmt,
+                       ...) {
+  char msg[1024], line[1100];
+  va_list ap;
+  if (level < g_level) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  uint64_t now = now_ns();
+  pthread_mutex_lock(&repeat_mu);
+  repeat *r = repeat_slot(kind, now);
+  bool write = r->last_ns == 0 || now - r->last_ns >= repeat_ns;
+  if (write) {
+    with_count(line, sizeof line, msg, r->counted);
+    r->last_ns = now;
+    r->counted = 0;
+  } else {
+    r->counted++;
+    r->level = level;
+    snprintf(r->latest, sizeof r->latest, "%s", msg);
+  }
+  pthread_mutex_unlock(&repeat_mu);
+  if (write) write_line(level, line);
+}
+
+void attn_log_flush_repeats(int all) {
+  uint64_t now = now_ns();
+  for (int i = 0; i <= ATTN_LOG_REPEAT_KINDS; i++) {
+    char line[1100];
+    attn_log_level level = ATTN_LOG_INFO;
+    pthread_mutex_lock(&repeat_mu);
+    repeat *r = &repeats[i];
+    bool write = r->counted && (all || now - r->last_ns >= repeat_ns);
+    if (write) {
+      with_count(line, sizeof line, r->latest, r->counted - 1); /* + it */
+      level = r->level;
+      r->last_ns = now;
+      r->counted = 0;
+    }
+    pthread_mutex_unlock(&repeat_mu);
+    if (write) write_line(level, line);
+  }
 }
 
 /* ,"json_key": in JSON lines, " text_key=" in text. */

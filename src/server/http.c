@@ -1211,7 +1211,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   size_t n = strlen(msg);
   while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
-  attn_log(ATTN_LOG_WARN, "libmicrohttpd: %s", msg);
+  /* one kind per format string: a client can cause one message per
+   * connection (a junk TLS handshake each), so repeats are counted */
+  attn_log_repeated(ATTN_LOG_WARN, fmt, "libmicrohttpd: %s", msg);
 }
 
 /* The metrics, labelled with the registry's model names (room for every

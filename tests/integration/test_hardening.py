@@ -4,7 +4,7 @@ sockets for the requests no HTTP library would send: control bytes in the
 path, NULs in header values, bare-LF line endings, absolute-form targets,
 huge chunks, slow and idle connection floods, Triton's timeout parameter
 while queued, memory given back after a burst (also the workers' malloc
-arenas).
+arenas), the work of a compressed body, junk TLS handshakes in the log.
 
 Run alone: python3 tests/integration/test_hardening.py --attnd PATH
 (the options of run.py; see harness.py and README.md).
@@ -647,6 +647,52 @@ def inflate_ratio_bounds_a_compressed_body():
         r = request(srv.port, "POST", "/v1/attention", bomb, headers=gz,
                     timeout=60)
         expect_status(r, 200, "the same gzip with max_inflate_ratio 0")
+
+
+
+@test
+def junk_tls_handshakes_logged_once_per_interval():
+    """Issue 39: libmicrohttpd reports every failed TLS handshake, and each
+    report was a warning line: 200 plain-HTTP requests to the HTTPS port
+    wrote 200 lines.  Now the first is written, and the rest are counted:
+    one line ATTN_LOG_REPEAT_S (10 s) later says "(N more like this
+    suppressed)".  Waits (at most 30 s) until the lines account for all
+    200 handshakes, then there must be at most 5."""
+    import re
+    import tempfile
+    import harness
+    needle = "received handshake message out of context"
+    with tempfile.TemporaryDirectory() as d:
+        f = harness.make_pki(d)
+        with Server("--tls-cert-file", f("server.crt"), "--tls-key-file",
+                    f("server.key"), name="tls-junk") as srv:
+            for _ in range(200):
+                s = socket.create_connection((HOST, srv.port), timeout=10)
+                try:
+                    s.sendall(_get(b"/v2/health/ready"))
+                    s.recv(100)  # the server closes it
+                except OSError:
+                    pass
+                finally:
+                    s.close()
+            deadline = time.monotonic() + 30
+            while True:
+                lines = [l["msg"] for l in srv.log_json()
+                         if needle in l.get("msg", "")]
+                counted = sum(int(m.group(1)) for m in (
+                    re.search(r"\((\d+) more like this suppressed\)$", l)
+                    for l in lines) if m)
+                if (len(lines) + counted >= 200 or
+                        time.monotonic() > deadline):
+                    break
+                time.sleep(0.25)
+            print("    %d lines for 200 junk handshakes (%d counted)" %
+                  (len(lines), counted))
+            check(len(lines) + counted == 200, "the lines account for %d "
+                  "handshakes, not 200: %r" % (len(lines) + counted,
+                                               lines[:3]))
+            check(len(lines) <= 5, "%d warning lines for 200 junk "
+                  "handshakes: %r" % (len(lines), lines[:3]))
 
 
 if __name__ == "__main__":
