@@ -10,6 +10,25 @@
 #include "attn/limits.h"
 #include "unit.h"
 
+/* One gzip member of in[0, n) at level into out (room for cap bytes);
+ * returns its length. */
+static size_t gzip_into(const unsigned char *in, size_t n, int level,
+                        unsigned char *out, size_t cap) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  ck_assert_int_eq(deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                                Z_DEFAULT_STRATEGY),
+                   Z_OK);
+  zs.next_in = (Bytef *)(uintptr_t)in;
+  zs.avail_in = (uInt)n;
+  zs.next_out = out;
+  zs.avail_out = (uInt)cap;
+  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  size_t len = zs.total_out;
+  deflateEnd(&zs);
+  return len;
+}
+
 /* attn__inflate on its own: a body that needs several doublings of the
  * output, exactly at the limit and one byte over, every truncation point
  * of a small stream, two gzip members; each result is compared with the
@@ -24,18 +43,7 @@ START_TEST(test_inflate) {
     x = x * 1103515245u + 12345u;
     plain[i] = (x >> 28) == 0 ? (unsigned char)(x >> 20) : 'a';
   }
-  z_stream zs;
-  memset(&zs, 0, sizeof zs);
-  ck_assert_int_eq(
-      deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
-      Z_OK);
-  zs.next_in = plain;
-  zs.avail_in = N;
-  zs.next_out = z;
-  zs.avail_out = N + 1024;
-  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  size_t zn = zs.total_out;
-  deflateEnd(&zs);
+  size_t zn = gzip_into(plain, N, 6, z, N + 1024);
   ck_assert_uint_lt(zn, N / 4); /* so the output must grow several times */
   char *mem;
   size_t len;
@@ -80,17 +88,7 @@ START_TEST(test_inflate) {
   unsigned char two[600];
   size_t tn = 0, first = 0;
   for (int k = 0; k < 2; k++) {
-    memset(&zs, 0, sizeof zs);
-    ck_assert_int_eq(
-        deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
-        Z_OK);
-    zs.next_in = plain + 100 * k;
-    zs.avail_in = 100;
-    zs.next_out = two + tn;
-    zs.avail_out = (uInt)(sizeof two - 8 - tn);
-    ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-    tn += zs.total_out;
-    deflateEnd(&zs);
+    tn += gzip_into(plain + 100 * k, 100, 6, two + tn, sizeof two - 8 - tn);
     if (k == 0) first = tn;
   }
   ck_assert_int_eq(
@@ -140,18 +138,7 @@ static unsigned char *gzip_zeros(size_t n, size_t *zn) {
   unsigned char *zero = calloc(n, 1), *z = malloc(n / 100 + 1024);
   ck_assert_ptr_nonnull(zero);
   ck_assert_ptr_nonnull(z);
-  z_stream zs;
-  memset(&zs, 0, sizeof zs);
-  ck_assert_int_eq(
-      deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
-      Z_OK);
-  zs.next_in = zero;
-  zs.avail_in = (uInt)n;
-  zs.next_out = z;
-  zs.avail_out = (uInt)(n / 100 + 1024);
-  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  *zn = zs.total_out;
-  deflateEnd(&zs);
+  *zn = gzip_into(zero, n, 9, z, n / 100 + 1024);
   free(zero);
   return z;
 }

@@ -506,16 +506,56 @@ def _asan_build():
     return False
 
 
+def _burst(port, body, headers, rounds, at_once, timeout):
+    """rounds of at_once POST /v1/attention of body at the same time: the
+    (status, answer length) of each, and the errors."""
+    import threading
+    got, errors = [], []
+
+    def one():
+        try:
+            r = request(port, "POST", "/v1/attention", body, headers=headers,
+                        timeout=timeout)
+            got.append((r.status, len(r.body)))
+        except Exception as e:  # reported by the caller
+            errors.append(repr(e))
+
+    for _ in range(rounds):
+        ts = [threading.Thread(target=one) for _ in range(at_once)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout + 30)
+    return got, errors
+
+
+def _given_back(pid, base, secs):
+    """After a burst: the peak RSS (VmHWM) must be 100 MB over base at
+    least (or the burst showed nothing), and RSS must come back within 64
+    MB of base, waiting at most secs."""
+    peak = _rss_mb(pid, "VmHWM")
+    check(peak > base + 100, "the burst raised RSS only from %.0f to "
+          "%.0f MB: the test shows nothing" % (base, peak))
+    deadline = time.monotonic() + secs
+    after = _rss_mb(pid)
+    while after > base + 64 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        after = _rss_mb(pid)
+    print("    RSS %.0f MB before, peak %.0f, %.0f after the burst"
+          % (base, peak, after))
+    check(after <= base + 64, "RSS %.0f MB %d s after the burst, more "
+          "than 64 MB over the %.0f MB before it" % (after, secs, base))
+
+
 @test
 def memory_given_back_after_burst():
     """After a burst of large requests (four at a time, 48 MiB bodies, each
     refused by the worker's JSON parser) and a gzip bomb refused with 413,
-    RSS is back within 64 MB of its level before the burst after 5 s idle
+    RSS is back within 64 MB of its level before the burst within 5 s
     (before: it stayed at the peak, 400-630 MB in the issue, though every
     block was freed).  The burst must raise the peak RSS (VmHWM) by 100 MB
     at least, or the test proves nothing and fails."""
     import gzip
-    import threading
     if _asan_build():
         return
     with Server("--max-body-bytes", str(64 << 20), name="memory") as srv:
@@ -524,38 +564,15 @@ def memory_given_back_after_burst():
         time.sleep(2.5)
         base = _rss_mb(pid)
         junk = b" " * (48 << 20) + b"x"
-        codes, errors = [], []
-
-        def big():
-            try:
-                r = request(srv.port, "POST", "/v1/attention", junk,
-                            timeout=60)
-                codes.append(r.status)
-            except Exception as e:  # reported below
-                errors.append(repr(e))
-
-        for _ in range(2):
-            ts = [threading.Thread(target=big) for _ in range(4)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(90)
+        got, errors = _burst(srv.port, junk, {}, 2, 4, 60)
+        codes = [st for st, _ in got]
         bomb = gzip.compress(b"\0" * (80 << 20), 1)  # inflates past 64 MiB
         r = request(srv.port, "POST", "/v1/attention", bomb,
                     headers={"Content-Encoding": "gzip"}, timeout=60)
         expect_status(r, 413, "gzip bomb")
         check(not errors and codes == [400] * 8, "burst: %r %r" %
               (codes, errors))
-        peak = _rss_mb(pid, "VmHWM")
-        check(peak > base + 100, "the burst raised RSS only from %.0f to "
-              "%.0f MB: the test shows nothing" % (base, peak))
-        time.sleep(5)
-        after = _rss_mb(pid)
-        print("    RSS %.0f MB before, peak %.0f, %.0f 5 s after the burst"
-              % (base, peak, after))
-        check(after <= base + 64, "RSS %.0f MB 5 s after the burst, more "
-              "than 64 MB over the %.0f MB before it" % (after, base))
-
+        _given_back(pid, base, 5)
 
 
 @test
@@ -570,7 +587,6 @@ def worker_arenas_given_back_after_burst():
     nothing."""
     import gzip
     import random
-    import threading
     if _asan_build():
         return
     rng = random.Random(39)
@@ -582,38 +598,12 @@ def worker_arenas_given_back_after_burst():
         expect_status(request(srv.port, "GET", "/v2/health/ready"), 200)
         time.sleep(1.5)
         base = _rss_mb(pid)
-        got, errors = [], []
-
-        def one():
-            try:
-                r = request(srv.port, "POST", "/v1/attention", body,
-                            headers={"Content-Encoding": "gzip"}, timeout=120)
-                got.append((r.status, len(r.body)))
-            except Exception as e:  # reported below
-                errors.append(repr(e))
-
-        for _ in range(3):
-            ts = [threading.Thread(target=one) for _ in range(8)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(150)
+        got, errors = _burst(srv.port, body, {"Content-Encoding": "gzip"}, 3,
+                             8, 120)
         check(not errors and len(got) == 24 and
               all(st == 200 and n > 40e6 for st, n in got),
               "burst: %r %r" % (sorted(set(st for st, _ in got)), errors))
-        peak = _rss_mb(pid, "VmHWM")
-        check(peak > base + 100, "the burst raised RSS only from %.0f to "
-              "%.0f MB: the test shows nothing" % (base, peak))
-        deadline = time.monotonic() + 15
-        after = _rss_mb(pid)
-        while after > base + 64 and time.monotonic() < deadline:
-            time.sleep(0.25)
-            after = _rss_mb(pid)
-        print("    RSS %.0f MB before, peak %.0f, %.0f after the burst"
-              % (base, peak, after))
-        check(after <= base + 64, "RSS %.0f MB 15 s after the burst, more "
-              "than 64 MB over the %.0f MB before it" % (after, base))
-
+        _given_back(pid, base, 15)
 
 
 @test
@@ -647,7 +637,6 @@ def inflate_ratio_bounds_a_compressed_body():
         r = request(srv.port, "POST", "/v1/attention", bomb, headers=gz,
                     timeout=60)
         expect_status(r, 200, "the same gzip with max_inflate_ratio 0")
-
 
 
 @test
