@@ -67,9 +67,9 @@
  * .../models/{m}/load, .../unload): {"ready": true} or {"parameters":
  * {...}}, a few dozen bytes.  A longer one is refused (a 413: from its
  * Content-Length before a byte is read, http.c and routes.c; else
- * ATTN_ETOOBIG before it is parsed), and its JSON is held to a depth and a count of
- * values far below an inference body's: what a body may make the parser
- * allocate is then bounded by a few hundred KiB (cJSON, without a bound,
+ * ATTN_ETOOBIG before it is parsed), and its JSON is held to a depth and a
+ * count of values far below an inference body's: what a body may make the
+ * parser allocate is then bounded by a few hundred KiB (cJSON, without a bound,
  * took 2 GB for a 48 MiB body: issue 39).  The depth and the values leave
  * room for the unknown keys a client may send, which are refused by name. */
 #define ATTN_MAX_REPO_BODY_BYTES ((size_t)64 * 1024)
