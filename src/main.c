@@ -350,9 +350,8 @@ static const char *policy_name(int policy) {
  * for the running one's slice instead of preempting it: the HTTP thread
  * that queues a request, and the worker that resumes its connection, go on
  * with their next request instead of switching at once: fewer than half
- * the involuntary context switches, and on 2 cores 7-10% more small
- * requests per second on average (docs/performance.md, "The scheduling
- * policy").  Only the default policy is replaced: a policy the operator
+ * the involuntary context switches, and more small requests per second
+ * (docs/performance.md, "Design choices": the scheduling policy).  Only the default policy is replaced: a policy the operator
  * started attnd with (chrt, systemd's CPUSchedulingPolicy=) is kept.  Not
  * fatal when refused: attnd then runs on.  Returns the name of the policy
  * in effect, for the start-up line. */
@@ -505,11 +504,10 @@ static const char *prepare_process(const attn_config *cfg,
                                    const char *blas_before, sigset_t *sigs) {
   /* Keep multi-megabyte request buffers in the heap between requests:
    * otherwise glibc maps and unmaps each one and every large request pays
-   * thousands of page faults (measured ~6,300 per n=2048 binary request,
-   * 8% of its time).  The top pad does the same for the worker threads'
-   * own arenas, which otherwise give the top of their heap back after each
-   * request and fault it in again (n=2048 binary request: compute 65 ms
-   * without it, 60 ms with it).  The cost: memory freed after a peak stays
+   * thousands of page faults.  The top pad does the same for the worker
+   * threads' own arenas, which otherwise give the top of their heap back
+   * after each request and fault it in again (docs/performance.md,
+   * "Design choices", has both measurements).  The cost: memory freed after a peak stays
    * mapped while requests keep coming (idle_trim and trim_arena give it
    * back after an idle second), and an arena's heap grows in steps of up
    * to 64 MB of address space (pages count towards RSS only once
@@ -572,17 +570,15 @@ static void log_access_settings(const attn_config *cfg, attn_server *server) {
  * 64 MB: never (glibc 2.36, heap_trim).  So with both at 0, the worker
  * frees 128 KiB of its own arena, which shrinks that arena's last heap to
  * what is in use (and unmaps the empty heaps behind it), then sets them
- * back.  After a burst of gzip bodies and large answers on 4 workers (8)
- * RSS stayed at 139 MB (267 MB), 9 MB before, in mostly free 64 MB heaps;
- * now it is back to 11 MB within a second.  mallopt is thread-safe;
+ * back (docs/performance.md, "Design choices": RSS after a burst, before
+ * and after this).  mallopt is thread-safe;
  * trim_mu keeps two workers from restoring the settings under each other.
  * While they are lowered (microseconds), a large free on another thread
  * gives its arena's top back too: it may fault those pages in again,
  * nothing worse.  The answers a worker made were freed into its arena by
  * the HTTP threads as they were sent, before the idle second ended.  Not
- * reached: the HTTP threads' own arenas, where bodies are received (after
- * eight 23 MB plain bodies at a time one kept 45 MB; one heap, at most
- * 64 MB, per HTTP thread). */
+ * reached: the HTTP threads' own arenas, where bodies are received (one
+ * heap, at most 64 MB, per HTTP thread). */
 static void trim_arena(int worker, void *user) {
   static pthread_mutex_t trim_mu = PTHREAD_MUTEX_INITIALIZER;
   (void)worker;
@@ -670,8 +666,7 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
  * second (looked at once a second, from serve).  prepare_process keeps
  * freed memory mapped for speed (M_TRIM_THRESHOLD, M_TOP_PAD, the mmap
  * threshold), so after a burst of large requests, or a gzip bomb refused
- * with 413, RSS stayed at its peak (400-630 MB in issue 32) though every
- * block was freed.  When no job is queued or running and none was queued
+ * with 413, RSS stayed at its peak though every block was freed.  When no job is queued or running and none was queued
  * in the last second, and the arenas hold more than TRIM_ABOVE_BYTES free,
  * malloc_trim(0) returns the main arena's free top and the whole free
  * pages inside every arena (the free tops of the workers' arenas are

@@ -838,8 +838,9 @@ static const char *const cert_refusal[] = {
  * list clientAuth (GnuTLS checks the purpose along the chain); one
  * without it may serve any purpose (RFC 5280 4.2.1.12) and is accepted.
  * Asked on every request, so a connection cannot change that; the
- * verification itself (signatures: 3.3 million instructions, 8.5 times a
- * small request) is done once per connection and certificate, again after
+ * verification itself (signatures: many times a small request's work;
+ * docs/performance.md, "Design choices") is done once per connection and
+ * certificate, again after
  * ATTN_PEER_CERT_TTL_NS (peers.c remembers the certificate's bytes and
  * the verdict).  CERT_OK or why not. */
 static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
@@ -961,7 +962,7 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
    * every blob after sizes that are multiples of 64) starts on a cache
    * line.  The codec then uses FP32/INT32/INT64 blobs where they lie
    * instead of copying them, and the engine's vector loads of them never
-   * straddle two lines (5% of a large request's time when they did).  The
+   * straddle two lines (docs/performance.md, "Design choices").  The
    * header is read here, once: routes.c checks the number against the
    * body, infer.c lays an inflated body out with the same pad. */
   cx->ihcl = header(conn, "Inference-Header-Content-Length");
