@@ -351,10 +351,10 @@ static const char *policy_name(int policy) {
  * that queues a request, and the worker that resumes its connection, go on
  * with their next request instead of switching at once: fewer than half
  * the involuntary context switches, and more small requests per second
- * (docs/performance.md, "Design choices": the scheduling policy).  Only the default policy is replaced: a policy the operator
- * started attnd with (chrt, systemd's CPUSchedulingPolicy=) is kept.  Not
- * fatal when refused: attnd then runs on.  Returns the name of the policy
- * in effect, for the start-up line. */
+ * (docs/performance.md, "Design choices": the scheduling policy).  Only the
+ * default policy is replaced: a policy the operator started attnd with (chrt,
+ * systemd's CPUSchedulingPolicy=) is kept.  Not fatal when refused: attnd then
+ * runs on.  Returns the name of the policy in effect, for the start-up line. */
 static const char *set_sched_policy(attn_sched_policy p) {
 #ifdef SCHED_BATCH
   int cur = sched_getscheduler(0);
@@ -507,11 +507,10 @@ static const char *prepare_process(const attn_config *cfg,
    * thousands of page faults.  The top pad does the same for the worker
    * threads' own arenas, which otherwise give the top of their heap back
    * after each request and fault it in again (docs/performance.md,
-   * "Design choices", has both measurements).  The cost: memory freed after a peak stays
-   * mapped while requests keep coming (idle_trim and trim_arena give it
-   * back after an idle second), and an arena's heap grows in steps of up
-   * to 64 MB of address space (pages count towards RSS only once
-   * touched). */
+   * "Design choices", has both measurements).  The cost: memory freed after a
+   * peak stays mapped while requests keep coming (idle_trim and trim_arena give
+   * it back after an idle second), and an arena's heap grows in steps of up to
+   * 64 MB of address space (pages count towards RSS only once touched). */
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD);
   mallopt(M_TOP_PAD, HEAP_TOP_PAD);
@@ -666,13 +665,13 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
  * second (looked at once a second, from serve).  prepare_process keeps
  * freed memory mapped for speed (M_TRIM_THRESHOLD, M_TOP_PAD, the mmap
  * threshold), so after a burst of large requests, or a gzip bomb refused
- * with 413, RSS stayed at its peak though every block was freed.  When no job is queued or running and none was queued
- * in the last second, and the arenas hold more than TRIM_ABOVE_BYTES free,
- * malloc_trim(0) returns the main arena's free top and the whole free
- * pages inside every arena (the free tops of the workers' arenas are
- * trim_arena's).  A busy server never trims, so the hot path is as
- * before; the first large request after an idle second faults its pages
- * in again. */
+ * with 413, RSS stayed at its peak though every block was freed.  When no job
+ * is queued or running and none was queued in the last second, and the arenas
+ * hold more than TRIM_ABOVE_BYTES free, malloc_trim(0) returns the main arena's
+ * free top and the whole free pages inside every arena (the free tops of the
+ * workers' arenas are trim_arena's).  A busy server never trims, so the hot
+ * path is as before; the first large request after an idle second faults its
+ * pages in again. */
 static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
   attn_queue_stats st;
   attn_pool_get_stats(pool, &st);
