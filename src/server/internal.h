@@ -1,4 +1,5 @@
 /* internal.h - what the files of src/server/ share.  Not a public header.
+ * docs/architecture.md is the map of every file; this is the server's.
  *
  * A request's way through them, and who calls whom (no two files call
  * each other; scripts/check-calls.py checks it):
