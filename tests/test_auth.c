@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "../src/server/internal.h"
+#include "../src/server/auth.h"
+#include "../src/server/cors.h"
 #include "unit.h"
 
 static attn__keyset *parse_ok(const char *text, const char *env) {
@@ -105,7 +107,7 @@ START_TEST(test_headers_and_reload) {
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(write(fd, "k-one\n", 6), 6);
   close(fd);
-  attn_auth *a;
+  attn__auth *a;
   attn_diag d = {{0}};
   ck_assert_int_eq(attn__auth_create(path, "k-env", &a, &d), ATTN_OK);
   ck_assert_uint_eq(attn__auth_count(a), 2);
@@ -146,7 +148,7 @@ START_TEST(test_headers_and_reload) {
   attn__auth_refused(a);
   ck_assert_uint_eq(attn__auth_failures(a), 2);
   attn__auth_destroy(a);
-  /* nothing set: no attn_auth at all; a file that is not there stops it */
+  /* nothing set: no attn__auth at all; a file that is not there stops it */
   ck_assert_int_eq(attn__auth_create("", NULL, &a, &d), ATTN_OK);
   ck_assert_ptr_null(a);
   ck_assert_int_eq(attn__auth_create(path, NULL, &a, &d), ATTN_EIO);

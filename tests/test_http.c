@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "../src/server/internal.h"
+#include "../src/server/http.h"
 #include "unit.h"
 
 /* attn__header_number: what http.c reads Content-Length and

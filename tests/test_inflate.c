@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "../src/server/internal.h"
+#include "../src/server/inflate.h"
 #include "attn/limits.h"
 #include "unit.h"
 

@@ -8,12 +8,13 @@
 #include <unistd.h>
 
 #include "../src/server/internal.h"
+#include "../src/server/peers.h"
 #include "unit.h"
 
 /* peers.c without libmicrohttpd: socketpairs stand for connections; the
  * test sweeps by hand (no sweeper thread). */
 START_TEST(test_peer_sweeps) {
-  attn_peers *p = NULL;
+  attn__peers *p = NULL;
   attn_diag d;
   ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
   int gone[2], alive[2], busy[2], again[2];
@@ -21,10 +22,10 @@ START_TEST(test_peer_sweeps) {
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, alive), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, again), 0);
-  attn_peer *g = attn__peer_open(p, gone[0], NULL);
-  attn_peer *a = attn__peer_open(p, alive[0], NULL);
-  attn_peer *b = attn__peer_open(p, busy[0], NULL);
-  attn_peer *r = attn__peer_open(p, again[0], NULL);
+  attn__peer *g = attn__peer_open(p, gone[0], NULL);
+  attn__peer *a = attn__peer_open(p, alive[0], NULL);
+  attn__peer *b = attn__peer_open(p, busy[0], NULL);
+  attn__peer *r = attn__peer_open(p, again[0], NULL);
   ck_assert(g && a && b && r);
   attn__peer_begin(b);
   close(gone[1]); /* the clients of gone, busy and again leave */
@@ -76,13 +77,13 @@ static int recv_status(int fd) {
 }
 
 START_TEST(test_peer_admit) {
-  attn_peers *p = NULL;
+  attn__peers *p = NULL;
   attn_diag d;
   ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
-  attn_peer_limits lim = {.max_connections = 2, .max_per_ip = 2};
+  attn__peer_limits lim = {.max_connections = 2, .max_per_ip = 2};
   attn__peers_set_limits(p, &lim);
   int fd[5][2];
-  attn_peer *e[5];
+  attn__peer *e[5];
   struct sockaddr_in one = {.sin_family = AF_INET};
   one.sin_addr.s_addr = htonl(0x7f000001);
   for (int i = 0; i < 5; i++)
@@ -113,7 +114,7 @@ START_TEST(test_peer_admit) {
   attn__peer_close(p, e[3]);
   lim.max_connections = 100;
   attn__peers_set_limits(p, &lim);
-  attn_peer *ip[3];
+  attn__peer *ip[3];
   int ipfd[3][2];
   for (int i = 0; i < 3; i++) {
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, ipfd[i]), 0);
@@ -132,18 +133,18 @@ END_TEST
  * longer than that, get a 408; a request being handled is left alone.
  * header_timeout_s is 1: the sweep is told it is 1.1 s later. */
 START_TEST(test_peer_time_limits) {
-  attn_peers *p = NULL;
+  attn__peers *p = NULL;
   attn_diag d;
   ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
-  attn_peer_limits lim = {.header_timeout_s = 1, .body_min_rate = 1000};
+  attn__peer_limits lim = {.header_timeout_s = 1, .body_min_rate = 1000};
   attn__peers_set_limits(p, &lim);
   int hs[2], bd[2], bz[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, hs), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, bd), 0);
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, bz), 0);
-  attn_peer *h = attn__peer_open(p, hs[0], NULL);
-  attn_peer *b = attn__peer_open(p, bd[0], NULL);
-  attn_peer *z = attn__peer_open(p, bz[0], NULL);
+  attn__peer *h = attn__peer_open(p, hs[0], NULL);
+  attn__peer *b = attn__peer_open(p, bd[0], NULL);
+  attn__peer *z = attn__peer_open(p, bz[0], NULL);
   ck_assert(attn__peer_begin(b) && attn__peer_begin(z));
   attn__peer_body_begin(b);
   ck_assert(attn__peer_body_bytes(b, 10));

@@ -8,6 +8,10 @@
 #include <string.h>
 
 #include "../src/server/internal.h"
+#include "../src/server/routes.h"
+#include "../src/server/jobs.h"
+#include "../src/server/http.h"
+#include "../src/server/auth.h"
 #include "attn/config.h"
 #include "attn/model.h"
 #include "attn/queue.h"
@@ -16,13 +20,13 @@
 static attn_config cfg;
 static attn_registry *reg;
 static attn_queue *q;
-static attn_srv_ctx srv;
+static attn__srv_ctx srv;
 
 /* The completion of every job the tests queue: keeps the last answer. */
-static attn_http_resp got;
+static attn__http_resp got;
 static int completions;
 
-static void capture(void *arg, attn_http_resp *resp) {
+static void capture(void *arg, attn__http_resp *resp) {
   (void)arg;
   got = *resp;
   completions++;
@@ -53,17 +57,17 @@ static void teardown(void) {
   attn_registry_destroy(reg);
 }
 
-static attn_http_resp route(const char *method, const char *path,
-                            const char *ctype, const char *body,
-                            attn_route_kind want) {
-  attn_http_req req = {.method = method,
-                       .path = path,
-                       .content_type = ctype,
-                       .body = body ? body : "",
-                       .body_len = body ? strlen(body) : 0};
-  attn_http_resp resp = {0};
-  attn_infer_target t;
-  attn_route_kind k = attn__route(&srv, &req, &resp, &t);
+static attn__http_resp route(const char *method, const char *path,
+                             const char *ctype, const char *body,
+                             attn__route_kind want) {
+  attn__http_req req = {.method = method,
+                        .path = path,
+                        .content_type = ctype,
+                        .body = body ? body : "",
+                        .body_len = body ? strlen(body) : 0};
+  attn__http_resp resp = {0};
+  attn__infer_target t;
+  attn__route_kind k = attn__route(&srv, &req, &resp, &t);
   ck_assert_int_eq(k, want);
   return resp;
 }
@@ -77,7 +81,7 @@ static attn_http_resp route(const char *method, const char *path,
   } while (0)
 
 START_TEST(test_health_and_metadata) {
-  attn_http_resp r =
+  attn__http_resp r =
       route("GET", "/v2/health/live", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   EXPECT_BODY(r, "\"live\":true");
@@ -101,7 +105,7 @@ START_TEST(test_health_and_metadata) {
 END_TEST
 
 START_TEST(test_errors) {
-  attn_http_resp r = route("GET", "/nope", NULL, NULL, ATTN_ROUTE_DONE);
+  attn__http_resp r = route("GET", "/nope", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 404);
   EXPECT_BODY(r, "no route for GET /nope");
   r = route("GET", "/v2/models/nope", NULL, NULL, ATTN_ROUTE_DONE);
@@ -137,20 +141,20 @@ END_TEST
 
 /* Inference-Header-Content-Length as http.c hands it over: the text, read
  * once with attn__header_number. */
-static void set_header_len(attn_http_req *req, const char *text) {
+static void set_header_len(attn__http_req *req, const char *text) {
   req->header_len_text = text;
   req->header_len = 0;
   req->header_len_ok = attn__header_number(text, &req->header_len) != 0;
 }
 
 START_TEST(test_encoding_and_header_len) {
-  attn_http_req req = {.method = "POST",
-                       .path = "/v2/models/sdpa/infer",
-                       .content_encoding = "br",
-                       .body = "{}",
-                       .body_len = 2};
-  attn_http_resp r = {0};
-  attn_infer_target t;
+  attn__http_req req = {.method = "POST",
+                        .path = "/v2/models/sdpa/infer",
+                        .content_encoding = "br",
+                        .body = "{}",
+                        .body_len = 2};
+  attn__http_resp r = {0};
+  attn__infer_target t;
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 415);
   EXPECT_BODY(r, "'br'");
@@ -158,7 +162,7 @@ START_TEST(test_encoding_and_header_len) {
    * against the inflated body by the worker, here only against the limit */
   static const struct {
     const char *ce;
-    attn_encoding e;
+    attn__encoding e;
   } ok[] = {{"gzip", ATTN_ENC_GZIP},
             {" X-GZIP\t", ATTN_ENC_GZIP},
             {"deflate", ATTN_ENC_DEFLATE},
@@ -210,7 +214,7 @@ END_TEST
 
 START_TEST(test_draining) {
   atomic_store(&srv.draining, true);
-  attn_http_resp r =
+  attn__http_resp r =
       route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_gt(r.retry_after_s, 0);
@@ -229,7 +233,7 @@ END_TEST
  * and why; liveness, metadata and inference go on as before. */
 START_TEST(test_unready_still_serves) {
   atomic_store(&srv.unready, true);
-  attn_http_resp r =
+  attn__http_resp r =
       route("GET", "/v2/health/ready", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_gt(r.retry_after_s, 0);
@@ -255,15 +259,15 @@ END_TEST
 
 /* ---- the job, run on this thread ---------------------------------------- */
 
-static attn_http_resp run_one(const char *path, const char *body,
-                              size_t body_len, const char *header_len) {
-  attn_http_req req = {.method = "POST",
-                       .path = path,
-                       .content_type = "application/json",
-                       .body = body,
-                       .body_len = body_len};
-  attn_http_resp r = {0};
-  attn_infer_target t;
+static attn__http_resp run_one(const char *path, const char *body,
+                               size_t body_len, const char *header_len) {
+  attn__http_req req = {.method = "POST",
+                        .path = path,
+                        .content_type = "application/json",
+                        .body = body,
+                        .body_len = body_len};
+  attn__http_resp r = {0};
+  attn__infer_target t;
   attn_job *j;
   set_header_len(&req, header_len);
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
@@ -277,7 +281,7 @@ static attn_http_resp run_one(const char *path, const char *body,
 
 START_TEST(test_infer_v1_and_v2) {
   const char *v1 = "{\"query\": [[1, 0], [0, 1]], \"causal\": true}";
-  attn_http_resp r = run_one("/v1/attention", v1, strlen(v1), NULL);
+  attn__http_resp r = run_one("/v1/attention", v1, strlen(v1), NULL);
   ck_assert_int_eq(r.status, 200);
   ck_assert_ptr_nonnull(strstr(r.body, "\"output\":[[1,0],"));
   ck_assert_ptr_nonnull(strstr(r.body, "\"attn_weights\""));
@@ -317,12 +321,12 @@ END_TEST
 
 START_TEST(test_queue_full_and_expiry) {
   const char *v1 = "{\"query\": [[1]]}";
-  attn_http_req req = {.method = "POST",
-                       .path = "/v1/attention",
-                       .body = v1,
-                       .body_len = strlen(v1)};
-  attn_infer_target t;
-  attn_http_resp r = {0};
+  attn__http_req req = {.method = "POST",
+                        .path = "/v1/attention",
+                        .body = v1,
+                        .body_len = strlen(v1)};
+  attn__infer_target t;
+  attn__http_resp r = {0};
   for (int i = 0; i < 2; i++) {
     ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
     ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, &r));
@@ -404,7 +408,7 @@ START_TEST(test_route_rows) {
     ck_assert_msg(attn__route_template(path) == i, "%s counted as %s", path,
                   t[attn__route_template(path)]);
   }
-  attn_http_resp r = route("GET", "/", NULL, NULL, ATTN_ROUTE_DONE);
+  attn__http_resp r = route("GET", "/", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   static const char *const listed[] = {
       "\"POST /v1/attention\"",
@@ -423,7 +427,7 @@ END_TEST
 
 /* The statistics routes answer Triton's shape; an unknown model is 404. */
 START_TEST(test_stats_routes) {
-  attn_http_resp r =
+  attn__http_resp r =
       route("GET", "/v2/models/stats", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 200);
   ck_assert_ptr_nonnull(strstr(r.body, "{\"model_stats\":[{\"name\":\"sdpa\""));
@@ -444,24 +448,24 @@ START_TEST(test_stats_routes) {
 END_TEST
 
 /* req (no body) answered at once. */
-static attn_http_resp answer(attn_http_req req) {
-  attn_http_resp resp = {0};
-  attn_infer_target t;
+static attn__http_resp answer(attn__http_req req) {
+  attn__http_resp resp = {0};
+  attn__infer_target t;
   req.body = "";
   ck_assert_int_eq(attn__route(&srv, &req, &resp, &t), ATTN_ROUTE_DONE);
   return resp;
 }
 
-static attn_http_resp route_with(const char *method, const char *path,
-                                 const char *authorization,
-                                 const char *api_key) {
-  return answer((attn_http_req){.method = method,
-                                .path = path,
-                                .authorization = authorization,
-                                .api_key = api_key});
+static attn__http_resp route_with(const char *method, const char *path,
+                                  const char *authorization,
+                                  const char *api_key) {
+  return answer((attn__http_req){.method = method,
+                                 .path = path,
+                                 .authorization = authorization,
+                                 .api_key = api_key});
 }
 
-static const char *resp_header(const attn_http_resp *r, const char *name) {
+static const char *resp_header(const attn__http_resp *r, const char *name) {
   for (size_t i = 0; i + 1 < 16 && r->headers[i]; i += 2)
     if (!strcmp(r->headers[i], name)) return r->headers[i + 1];
   return NULL;
@@ -474,7 +478,7 @@ START_TEST(test_api_keys) {
   static const char *const open[] = {"/v2/health/live", "/v2/health/ready", "/",
                                      "/ui/app.js"};
   for (size_t i = 0; i < sizeof open / sizeof open[0]; i++) {
-    attn_http_resp r = route_with("GET", open[i], NULL, NULL);
+    attn__http_resp r = route_with("GET", open[i], NULL, NULL);
     ck_assert_msg(r.status == 200, "%s: %d", open[i], r.status);
     free(r.body);
   }
@@ -486,7 +490,7 @@ START_TEST(test_api_keys) {
                                        "/nowhere",
                                        "/v2/models/nosuch"};
   for (size_t i = 0; i < sizeof closed / sizeof closed[0]; i++) {
-    attn_http_resp r = route_with("GET", closed[i], NULL, NULL);
+    attn__http_resp r = route_with("GET", closed[i], NULL, NULL);
     ck_assert_msg(r.status == 401, "%s: %d", closed[i], r.status);
     ck_assert_str_eq(resp_header(&r, "WWW-Authenticate"), "Bearer");
     EXPECT_BODY(r, "needs an API key");
@@ -498,7 +502,7 @@ START_TEST(test_api_keys) {
                   r.status);
     free(r.body);
   }
-  attn_http_resp r = route_with("POST", "/v1/attention", NULL, "open");
+  attn__http_resp r = route_with("POST", "/v1/attention", NULL, "open");
   ck_assert_int_eq(r.status, 401);
   ck_assert_str_eq(resp_header(&r, "WWW-Authenticate"),
                    "Bearer error=\"invalid_token\"");
@@ -515,19 +519,19 @@ START_TEST(test_api_keys) {
 END_TEST
 
 /* attn__route_admit on the headers alone: *max_body, or the refusal. */
-static attn_route_kind admit(const char *method, const char *path,
-                             const char *key, uint64_t body, size_t *max,
-                             attn_http_resp *r) {
-  attn_http_req req = {.method = method, .path = path, .api_key = key};
-  attn_admission a;
+static attn__route_kind admit(const char *method, const char *path,
+                              const char *key, uint64_t body, size_t *max,
+                              attn__http_resp *r) {
+  attn__http_req req = {.method = method, .path = path, .api_key = key};
+  attn__admission a;
   memset(r, 0, sizeof *r);
-  attn_route_kind k = attn__route_admit(&srv, &req, body, r, &a);
+  attn__route_kind k = attn__route_admit(&srv, &req, body, r, &a);
   *max = a.max_body;
   return k;
 }
 
 START_TEST(test_admit_before_body) {
-  attn_http_resp r;
+  attn__http_resp r;
   size_t max = 1;
   cfg.max_body_bytes = 1 << 20;
   /* what each route takes */
@@ -603,17 +607,17 @@ START_TEST(test_admit_before_body) {
 }
 END_TEST
 
-static attn_http_resp preflight(const char *origin, const char *method) {
-  return answer((attn_http_req){.method = "OPTIONS",
-                                .path = "/v1/attention",
-                                .origin = origin,
-                                .cors_method = method});
+static attn__http_resp preflight(const char *origin, const char *method) {
+  return answer((attn__http_req){.method = "OPTIONS",
+                                 .path = "/v1/attention",
+                                 .origin = origin,
+                                 .cors_method = method});
 }
 
 START_TEST(test_cors_preflight) {
   attn_diag d = {{0}};
   /* CORS off: OPTIONS is a method like another (405) */
-  attn_http_resp r = preflight("https://app.example", "POST");
+  attn__http_resp r = preflight("https://app.example", "POST");
   ck_assert_int_eq(r.status, 405);
   free(r.body);
   snprintf(cfg.cors_allow_origins, sizeof cfg.cors_allow_origins,

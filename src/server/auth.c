@@ -3,7 +3,7 @@
  *
  * DESIGN
  * A key set (attn__keyset) is immutable once parsed: one block with every
- * key's bytes and lengths.  An attn_auth holds the set in force behind a
+ * key's bytes and lengths.  An attn__auth holds the set in force behind a
  * read-write lock: the HTTP threads take it for reading to check a
  * request (no allocation, no syscall), attn__auth_reload parses the file
  * into a new set first and swaps it in under the write lock, so a reload
@@ -33,6 +33,7 @@
 #include "attn/limits.h"
 #include "attn/file.h"
 #include "internal.h"
+#include "auth.h"
 
 struct attn__keyset {
   size_t n;
@@ -40,7 +41,7 @@ struct attn__keyset {
   char key[ATTN_MAX_API_KEYS][ATTN_MAX_API_KEY_LEN];
 };
 
-struct attn_auth {
+struct attn__auth {
   pthread_rwlock_t lock;
   attn__keyset *set;                /* under lock; never NULL */
   char path[ATTN_MAX_PATH_LEN + 1]; /* api_keys_file; "" for none */
@@ -157,8 +158,8 @@ static size_t trimmed(const char **v) {
   return n;
 }
 
-attn_auth_result attn__auth_check(attn_auth *a, const char *authorization,
-                                  const char *api_key) {
+attn__auth_result attn__auth_check(attn__auth *a, const char *authorization,
+                                   const char *api_key) {
   const char *tok = NULL;
   size_t n = 0;
   int has_bearer = authorization && bearer(authorization, &tok, &n);
@@ -176,11 +177,11 @@ attn_auth_result attn__auth_check(attn_auth *a, const char *authorization,
   return ok ? ATTN_AUTH_OK : ATTN_AUTH_WRONG;
 }
 
-void attn__auth_refused(attn_auth *a) {
+void attn__auth_refused(attn__auth *a) {
   if (a) atomic_fetch_add(&a->failures, 1);
 }
 
-uint64_t attn__auth_failures(attn_auth *a) {
+uint64_t attn__auth_failures(attn__auth *a) {
   return a ? (uint64_t)atomic_load(&a->failures) : 0;
 }
 
@@ -198,7 +199,7 @@ static attn_status read_keys_file(const char *path, char **text, size_t *len,
 }
 
 /* A new set from a's file and variable. */
-static attn_status load(const attn_auth *a, attn__keyset **out, attn_diag *d) {
+static attn_status load(const attn__auth *a, attn__keyset **out, attn_diag *d) {
   char *text;
   size_t len;
   char where[ATTN_MAX_PATH_LEN + 32];
@@ -212,14 +213,14 @@ static attn_status load(const attn_auth *a, attn__keyset **out, attn_diag *d) {
 }
 
 attn_status attn__auth_create(const char *path, const char *env_key,
-                              attn_auth **out, attn_diag *d) {
+                              attn__auth **out, attn_diag *d) {
   *out = NULL;
   if ((!path || !*path) && (!env_key || !*env_key)) return ATTN_OK;
   if (env_key && strlen(env_key) > ATTN_MAX_API_KEY_LEN)
     return attn_diag_set(d, ATTN_EINVAL,
                          "ATTND_API_KEY: the key is %zu bytes, more than %d",
                          strlen(env_key), ATTN_MAX_API_KEY_LEN);
-  attn_auth *a = calloc(1, sizeof *a);
+  attn__auth *a = calloc(1, sizeof *a);
   if (!a) return attn_diag_set(d, ATTN_ENOMEM, "out of memory for keys");
   attn__copy_str(a->path, sizeof a->path, path ? path : "");
   attn__copy_str(a->env_key, sizeof a->env_key, env_key ? env_key : "");
@@ -234,7 +235,7 @@ attn_status attn__auth_create(const char *path, const char *env_key,
   return ATTN_OK;
 }
 
-attn_status attn__auth_reload(attn_auth *a, size_t *count, attn_diag *d) {
+attn_status attn__auth_reload(attn__auth *a, size_t *count, attn_diag *d) {
   attn__keyset *set;
   attn_status st = load(a, &set, d);
   if (st != ATTN_OK) return st;
@@ -247,7 +248,7 @@ attn_status attn__auth_reload(attn_auth *a, size_t *count, attn_diag *d) {
   return ATTN_OK;
 }
 
-size_t attn__auth_count(attn_auth *a) {
+size_t attn__auth_count(attn__auth *a) {
   if (!a) return 0;
   pthread_rwlock_rdlock(&a->lock);
   size_t n = a->set->n;
@@ -255,7 +256,7 @@ size_t attn__auth_count(attn_auth *a) {
   return n;
 }
 
-void attn__auth_destroy(attn_auth *a) {
+void attn__auth_destroy(attn__auth *a) {
   if (!a) return;
   attn__keys_free(a->set);
   pthread_rwlock_destroy(&a->lock);

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "cors.h"
 
 int attn__cors_allowed(const char *list, const char *origin) {
   if (!origin || !*origin || !list) return 0;

@@ -5,7 +5,7 @@
  * On those threads we only gather the body (refusing more than
  * max_body_bytes with 413, and a body that would take all bodies held past
  * the budget, max_total_body_bytes, with 503; from Content-Length before
- * reading it when the client sends one), build a plain attn_http_req and
+ * reading it when the client sends one), build a plain attn__http_req and
  * ask routes.c.  The access handler, on_request, is its stages:
  * on_headers (the context, the request id, the checks that need no body:
  * the header section read strictly, the framing, then what the route
@@ -68,6 +68,14 @@
 #include "attn/log.h"
 #include "attn/server.h"
 #include "internal.h"
+#include "routes.h"
+#include "jobs.h"
+#include "respond.h"
+#include "http.h"
+#include "observe.h"
+#include "auth.h"
+#include "cors.h"
+#include "peers.h"
 
 #define BODY_INITIAL (64 * 1024)
 /* How often peers.c looks at connections between requests (a client that
@@ -75,7 +83,7 @@
 #define PEER_SWEEP_MS 500
 
 struct attn_server {
-  attn_srv_ctx ctx;
+  attn__srv_ctx ctx;
   struct MHD_Daemon *daemon;
   struct MHD_Daemon *metrics_daemon; /* metrics_port's; NULL: none */
   int metrics_port;
@@ -89,11 +97,11 @@ struct attn_server {
   pthread_mutex_t mu;      /* live, abandoned; request_id after answering */
   struct conn_ctx *live;   /* the contexts counted in inflight */
   int abandoned;           /* attn_server_abandon() has logged them */
-  attn_peers *peers;       /* every open connection (peers.c) */
+  attn__peers *peers;      /* every open connection (peers.c) */
   char id_prefix[9];       /* of the request ids made up: 8 random hex */
   char *tls_cert, *tls_key, *tls_ca; /* PEM, for the daemon's life */
   /* metrics_port's open connections, as peers; NULL: no metrics_port */
-  attn_peers *metrics_peers;
+  attn__peers *metrics_peers;
 };
 
 /* Why a body is being discarded instead of kept. */
@@ -111,24 +119,24 @@ typedef struct conn_ctx {
   int ihcl_ok;       /* ihcl is a number (attn__header_number), ... */
   uint64_t ihcl_val; /* ... this one */
   size_t len, cap;
-  size_t reserved;    /* bytes of body_held that are this request's */
-  body_fate fate;     /* KEEP, or why the rest of the body is discarded */
-  size_t drained;     /* bytes discarded since fate != KEEP */
-  size_t received;    /* body bytes read, kept or not (the access log's) */
-  size_t expect;      /* the Content-Length; SIZE_MAX when chunked (or none) */
-  attn_admission adm; /* what routes.c said of it (attn__route_admit) */
-  int admitted;       /* adm is filled */
-  int fd;             /* the client's socket, for peer_gone(); -1 unknown */
-  int peer_closed;    /* peer_gone() saw the client leave */
-  int peer_eof;       /* a chunked body's socket is at its end (see below) */
+  size_t reserved;     /* bytes of body_held that are this request's */
+  body_fate fate;      /* KEEP, or why the rest of the body is discarded */
+  size_t drained;      /* bytes discarded since fate != KEEP */
+  size_t received;     /* body bytes read, kept or not (the access log's) */
+  size_t expect;       /* the Content-Length; SIZE_MAX when chunked (or none) */
+  attn__admission adm; /* what routes.c said of it (attn__route_admit) */
+  int admitted;        /* adm is filled */
+  int fd;              /* the client's socket, for peer_gone(); -1 unknown */
+  int peer_closed;     /* peer_gone() saw the client leave */
+  int peer_eof;        /* a chunked body's socket is at its end (see below) */
   int suspended;
   int answering;      /* counted in inflight (see answering()) */
   int must_close;     /* answer with Connection: close (see check_framing()) */
   const char *closed; /* the access log's "closed" when attnd cut it */
   atomic_int done;    /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
-  attn_peer *peer;              /* the connection's, in srv->peers */
-  attn_http_resp resp;
+  attn__peer *peer;             /* the connection's, in srv->peers */
+  attn__http_resp resp;
   uint64_t start_ns;
   int status;
   size_t bytes_out;
@@ -229,7 +237,7 @@ static void cors_headers(conn_ctx *cx, struct MHD_Response *r) {
 /* The headers resp asks for on r: Content-Type (none for a 204),
  * Inference-Header-Content-Length, Allow, Retry-After and resp->headers.
  * Both listeners' answers. */
-static void resp_headers(struct MHD_Response *r, const attn_http_resp *resp) {
+static void resp_headers(struct MHD_Response *r, const attn__http_resp *resp) {
   char num[32];
   if (resp->status != 204)
     MHD_add_response_header(
@@ -252,7 +260,7 @@ static void resp_headers(struct MHD_Response *r, const attn_http_resp *resp) {
 }
 
 /* Queue resp on the connection; takes resp->body.  MHD thread. */
-static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
+static enum MHD_Result send_resp(conn_ctx *cx, attn__http_resp *resp) {
   struct MHD_Response *r;
   answering(cx);
   if (!resp->body) { /* encoding failed for lack of memory */
@@ -287,7 +295,7 @@ static enum MHD_Result send_resp(conn_ctx *cx, attn_http_resp *resp) {
 }
 
 static enum MHD_Result send_error(conn_ctx *cx, int status, const char *msg) {
-  attn_http_resp resp = {0};
+  attn__http_resp resp = {0};
   attn__resp_error(&resp, status, "%s", msg);
   return send_resp(cx, &resp);
 }
@@ -404,15 +412,15 @@ static void request_ids(conn_ctx *cx) {
  * body is no longer needed: its memory goes back and its share becomes the
  * answer's.  An answer that does not fit is dropped for a small error (not
  * counted), 400 when it would never fit, 503 when it does not fit now. */
-static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
+static void hold_answer(conn_ctx *cx, attn__http_resp *resp) {
   attn_server *s = cx->srv;
   free_body(cx);
   /* one exchange: the body's share becomes the answer's */
   if (reserve(cx, resp->body ? resp->len : 0)) return;
   reserve(cx, 0);
-  attn_http_resp e = {.queue_ms = resp->queue_ms,
-                      .compute_ms = resp->compute_ms,
-                      .trace = resp->trace};
+  attn__http_resp e = {.queue_ms = resp->queue_ms,
+                       .compute_ms = resp->compute_ms,
+                       .trace = resp->trace};
   e.trace.hint = 0; /* the new status says what it was */
   memcpy(e.request_id, resp->request_id, sizeof e.request_id);
   if (resp->len > s->body_budget)
@@ -433,7 +441,7 @@ static void hold_answer(conn_ctx *cx, attn_http_resp *resp) {
 }
 
 /* Worker thread: hand the response over and wake the connection. */
-static void complete(void *arg, attn_http_resp *resp) {
+static void complete(void *arg, attn__http_resp *resp) {
   conn_ctx *cx = arg;
   hold_answer(cx, resp);
   pthread_mutex_lock(&cx->srv->mu); /* attn_server_abandon reads these */
@@ -773,7 +781,7 @@ static int check_request_bytes(conn_ctx *cx, const char *method,
 
 static enum MHD_Result dispatch(conn_ctx *cx) {
   attn_server *s = cx->srv;
-  attn_http_req req = {
+  attn__http_req req = {
       .method = cx->method,
       .path = cx->path,
       .content_type = header(cx->conn, MHD_HTTP_HEADER_CONTENT_TYPE),
@@ -795,8 +803,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .start_ns = cx->start_ns,
       .admitted = true,
       .route = cx->adm.route};
-  attn_http_resp resp = {0};
-  attn_infer_target target;
+  attn__http_resp resp = {0};
+  attn__infer_target target;
   answering(cx);
   if (attn__route(&s->ctx, &req, &resp, &target) == ATTN_ROUTE_DONE)
     return send_resp(cx, &resp);
@@ -843,7 +851,7 @@ static const char *const cert_refusal[] = {
  * certificate, again after
  * ATTN_PEER_CERT_TTL_NS (peers.c remembers the certificate's bytes and
  * the verdict).  CERT_OK or why not. */
-static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
+static int client_cert_ok(struct MHD_Connection *conn, attn__peer *peer) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   unsigned status = 0, n = 0;
@@ -877,7 +885,7 @@ static int client_cert_ok(struct MHD_Connection *conn, attn_peer *peer) {
  * clients cannot hold the budget (issue 39). */
 static int admit(conn_ctx *cx, uint64_t body) {
   attn_server *s = cx->srv;
-  attn_http_req req = {
+  attn__http_req req = {
       .method = cx->method,
       .path = cx->path,
       .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
@@ -887,7 +895,7 @@ static int admit(conn_ctx *cx, uint64_t body) {
           cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
       .request_id = cx->request_id,
       .start_ns = cx->start_ns};
-  attn_route_kind k =
+  attn__route_kind k =
       attn__route_admit(&s->ctx, &req, body, &cx->resp, &cx->adm);
   cx->admitted = 1;
   if (k == ATTN_ROUTE_DEFER) return 0;
@@ -1129,16 +1137,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   }
   uint64_t end_ns = attn_now_ns();
   int status = ended_status(cx, toe);
-  attn_ended e = {.method = cx->method,
-                  .path = cx->path,
-                  .status = status,
-                  .answered = cx->status != 0,
-                  .bytes_in = cx->received,
-                  .bytes_out = cx->bytes_out,
-                  .total_ns = end_ns - cx->start_ns,
-                  .end_ns = end_ns,
-                  .trace = &cx->resp.trace,
-                  .route = cx->admitted ? &cx->adm : NULL};
+  attn__ended e = {.method = cx->method,
+                   .path = cx->path,
+                   .status = status,
+                   .answered = cx->status != 0,
+                   .bytes_in = cx->received,
+                   .bytes_out = cx->bytes_out,
+                   .total_ns = end_ns - cx->start_ns,
+                   .end_ns = end_ns,
+                   .trace = &cx->resp.trace,
+                   .route = cx->admitted ? &cx->adm : NULL};
   if (log) attn__observe(&s->ctx, &e);
   if (log && s->ctx.cfg->access_log) {
     attn_access a = {
@@ -1169,14 +1177,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
-/* A connection of the listener whose attn_peers is cls opens or closes
+/* A connection of the listener whose attn__peers is cls opens or closes
  * (before its socket is closed): register it with peers.c and admit it,
  * or not any more.  metrics_port's callback; port's through
  * on_connection.  MHD thread. */
 static void on_peer_connection(void *cls, struct MHD_Connection *conn,
                                void **socket_context,
                                enum MHD_ConnectionNotificationCode code) {
-  attn_peers *peers = cls;
+  attn__peers *peers = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1244,8 +1252,8 @@ static attn_status make_metrics(attn_server *s, const attn_server_deps *deps,
 static const char *const metrics_port_paths[] = {"/metrics", "/v2/health/live",
                                                  "/v2/health/ready"};
 
-/* The connection's attn_peer (on_peer_connection's); NULL: untracked. */
-static attn_peer *conn_peer(struct MHD_Connection *conn) {
+/* The connection's attn__peer (on_peer_connection's); NULL: untracked. */
+static attn__peer *conn_peer(struct MHD_Connection *conn) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   return ci ? ci->socket_context : NULL;
@@ -1255,12 +1263,12 @@ static attn_peer *conn_peer(struct MHD_Connection *conn) {
  * a JSON 404).  HTTP thread. */
 static void metrics_port_answer(attn_server *s, struct MHD_Connection *conn,
                                 const char *method, const char *url,
-                                attn_http_resp *resp) {
+                                attn__http_resp *resp) {
   const char *path = attn__target_path(url);
   for (size_t i = 0; i < sizeof metrics_port_paths / sizeof *metrics_port_paths;
        i++) {
     if (strcmp(path, metrics_port_paths[i]) != 0) continue;
-    attn_http_req req = {
+    attn__http_req req = {
         .method = method,
         .path = path,
         .request_id = "",
@@ -1268,7 +1276,7 @@ static void metrics_port_answer(attn_server *s, struct MHD_Connection *conn,
         .api_key = s->ctx.auth ? header(conn, "X-Api-Key") : NULL,
         .body = "",
         .start_ns = attn_now_ns()};
-    attn_infer_target t; /* never: these routes answer at once */
+    attn__infer_target t; /* never: these routes answer at once */
     attn__route(&s->ctx, &req, resp, &t);
     return;
   }
@@ -1316,7 +1324,7 @@ static enum MHD_Result on_metrics_port(void *cls, struct MHD_Connection *conn,
     }
   }
   *con_cls = &answered;
-  attn_http_resp resp = {0};
+  attn__http_resp resp = {0};
   metrics_port_answer(s, conn, method, url, &resp);
   struct MHD_Response *r = MHD_create_response_from_buffer(
       resp.body ? resp.len : 0, resp.body, MHD_RESPMEM_MUST_FREE);
@@ -1345,16 +1353,16 @@ static void on_metrics_completed(void *cls, struct MHD_Connection *conn,
 
 /* The limits (peers.c) that port and metrics_port share: how long headers
  * and bodies may take, the connections open at once and per address. */
-static attn_peer_limits peer_limits(const attn_config *cfg) {
-  return (attn_peer_limits){.header_timeout_s = cfg->header_timeout_s,
-                            .body_min_rate = cfg->body_min_rate_bytes_s,
-                            .max_connections = cfg->max_connections,
-                            .max_per_ip = cfg->max_connections_per_ip};
+static attn__peer_limits peer_limits(const attn_config *cfg) {
+  return (attn__peer_limits){.header_timeout_s = cfg->header_timeout_s,
+                             .body_min_rate = cfg->body_min_rate_bytes_s,
+                             .max_connections = cfg->max_connections,
+                             .max_per_ip = cfg->max_connections_per_ip};
 }
 
 /* A listener's registry of connections (peers.c), with its sweeper, under
  * lim.  On error *out is NULL. */
-static attn_status start_peers(const attn_peer_limits *lim, attn_peers **out,
+static attn_status start_peers(const attn__peer_limits *lim, attn__peers **out,
                                attn_diag *d) {
   attn_status st = attn__peers_create(PEER_SWEEP_MS, out, d);
   if (st == ATTN_OK) attn__peers_set_limits(*out, lim);
@@ -1379,7 +1387,7 @@ static attn_status start_metrics_port(attn_server *s, attn_diag *d) {
                          "port anyway; set metrics_port to another port, or "
                          "to 0 for none",
                          cfg->metrics_port);
-  attn_peer_limits lim = peer_limits(cfg);
+  attn__peer_limits lim = peer_limits(cfg);
   if (lim.max_connections > ATTN_METRICS_PORT_CONNECTIONS)
     lim.max_connections = ATTN_METRICS_PORT_CONNECTIONS;
   lim.name = "metrics_port";
@@ -1573,7 +1581,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->inflight, 0);
   atomic_init(&s->drain_begun_ns, 0);
   attn_status st = make_metrics(s, deps, d);
-  attn_peer_limits lim = peer_limits(cfg);
+  attn__peer_limits lim = peer_limits(cfg);
   lim.access_log = cfg->access_log;
   lim.tls = *cfg->tls_cert_file != '\0';
   lim.metrics = s->ctx.metrics;

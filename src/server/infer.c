@@ -4,7 +4,7 @@
  * The inference kind of job (jobs.c queues each kind; repo.c has the
  * repository's).  http.c suspends the connection and calls
  * attn__job_submit with the request and what routes.c found
- * (attn_infer_target); attn__infer_job makes the job, which takes what it
+ * (attn__infer_target); attn__infer_job makes the job, which takes what it
  * needs (it borrows the body, kept by http.c until the completion), with
  * a deadline: queue_timeout_ms, or a v2 request's own `timeout` when
  * that comes first (read before the job is queued, on the HTTP thread, by
@@ -32,13 +32,16 @@
 #include "attn/codec.h"
 #include "attn/limits.h"
 #include "internal.h"
+#include "jobs.h"
+#include "respond.h"
+#include "inflate.h"
 
 /* One inference request on its way through the queue. */
 typedef struct attn_infer_job {
   attn__job_base base; /* first member: the queue's link, whom to answer */
-  attn_job_proto proto;
-  attn_encoding encoding; /* of body */
-  const char *body;       /* borrowed from the connection */
+  attn__job_proto proto;
+  attn__encoding encoding; /* of body */
+  const char *body;        /* borrowed from the connection */
   size_t body_len;
   size_t header_len; /* v2 binary: of the body once inflated */
   size_t pad;        /* body's offset past a 64-byte boundary (req->pad) */
@@ -51,13 +54,13 @@ static double ms_since(uint64_t t0) {
   return (double)(attn_now_ns() - t0) / 1e6;
 }
 
-static void finish(attn_infer_job *job, attn_http_resp *resp) {
+static void finish(attn_infer_job *job, attn__http_resp *resp) {
   attn__job_finish(&job->base, resp);
 }
 
 static void job_expire(attn_job *j, uint64_t waited_ns) {
   attn_infer_job *job = (attn_infer_job *)j;
-  attn_http_resp resp = {0};
+  attn__http_resp resp = {0};
   resp.queue_ms = (double)waited_ns / 1e6;
   resp.trace.queued = true;
   resp.trace.queue_ns = waited_ns;
@@ -72,7 +75,7 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
  * other workers are not busy with right now, so a lone large request gets
  * the machine and concurrent ones a core each.  (The engine itself keeps
  * small calls on one thread.) */
-static int request_threads(const attn_srv_ctx *s) {
+static int request_threads(const attn__srv_ctx *s) {
   if (s->cfg->blas_threads_per_worker > 0)
     return s->cfg->blas_threads_per_worker;
   long others = s->pool ? (long)attn_pool_busy(s->pool) - 1 : 0;
@@ -83,10 +86,12 @@ static int request_threads(const attn_srv_ctx *s) {
 
 /* Decode: inflate a compressed body, then read it as the job's protocol
  * into *req (and *info, /v1's options).  *plain is the inflated body (req
- * may point into it: free it after req).  0 when *resp holds the error. */
-static int decode(attn_infer_job *job, attn_infer_request *req,
-                  attn_v1_info *info, char **plain, attn_diag *d,
-                  attn_http_resp *resp) {
+ * may point into it: free it after req).  True when it failed: *resp
+ * holds the error (every helper here that may fill an answer returns
+ * true when it did). */
+static bool decode_fails(attn_infer_job *job, attn_infer_request *req,
+                         attn_v1_info *info, char **plain, attn_diag *d,
+                         attn__http_resp *resp) {
   const attn_config *cfg = job->base.srv->cfg;
   const char *body = job->body;
   size_t body_len = job->body_len;
@@ -98,7 +103,7 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
         (unsigned)cfg->max_inflate_ratio, job->pad, plain, &body_len, d);
     if (st) {
       attn__resp_status(resp, st, d);
-      return 0;
+      return true;
     }
     body = *plain + job->pad;
     if (job->header_len > body_len) {
@@ -107,7 +112,7 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
                        "%zu] (the body length after Content-Encoding %s)",
                        job->header_len, body_len,
                        attn__encoding_name(job->encoding));
-      return 0;
+      return true;
     }
   }
   attn_codec_limits lim = {
@@ -120,12 +125,12 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
     st = attn_v1_decode(body, body_len, &lim, req, info, d);
   if (st) {
     attn__resp_status(resp, st, d);
-    return 0;
+    return true;
   }
   /* a v2 body's own id names the request from here on */
   if (req->id && job->proto == ATTN_JOB_V2)
     attn__copy_str(resp->request_id, sizeof resp->request_id, req->id);
-  return 1;
+  return false;
 }
 
 /* The model the request asks for: the URL's (v2; a Triton client may
@@ -133,7 +138,7 @@ static int decode(attn_infer_job *job, attn_infer_request *req,
  * it names none).  NULL when *resp holds the error. */
 static const attn_model *find_model(const attn_infer_job *job,
                                     const attn_infer_request *req,
-                                    attn_http_resp *resp) {
+                                    attn__http_resp *resp) {
   attn_registry *models = job->base.srv->models;
   int slot = -1;
   const attn_model *m;
@@ -163,12 +168,12 @@ static const attn_model *find_model(const attn_infer_job *job,
 }
 
 /* Model: run m on req into *out within the configured limits, unless the
- * request waited longer than its own timeout.  Sets resp->compute_ms; 0
- * when *resp holds the error. */
-static int compute(const attn_infer_job *job, const attn_model *m,
-                   const attn_infer_request *req, uint64_t waited_ns,
-                   attn_infer_response *out, attn_diag *d,
-                   attn_http_resp *resp) {
+ * request waited longer than its own timeout.  Sets resp->compute_ms;
+ * true when it failed (*resp holds the error). */
+static bool compute_fails(const attn_infer_job *job, const attn_model *m,
+                          const attn_infer_request *req, uint64_t waited_ns,
+                          attn_infer_response *out, attn_diag *d,
+                          attn__http_resp *resp) {
   const attn_config *cfg = job->base.srv->cfg;
   /* Triton's `timeout`: 0 means no timeout (tritonserver.h,
    * TRITONSERVER_InferenceRequestSetTimeoutMicroseconds), and tritonclient
@@ -176,7 +181,7 @@ static int compute(const attn_infer_job *job, const attn_model *m,
   if (req->timeout_us > 0 && waited_ns / 1000 > (uint64_t)req->timeout_us) {
     attn__resp_waited(resp, resp->queue_ms, req->timeout_us, 0);
     resp->trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
-    return 0;
+    return true;
   }
   attn_model_limits ml = {
       .max_seq_len = cfg->max_seq_len,
@@ -192,15 +197,15 @@ static int compute(const attn_infer_job *job, const attn_model *m,
   resp->trace.compute_ns = c1 - c0;
   if (st) {
     attn__resp_status(resp, st, d);
-    return 0;
+    return true;
   }
-  return 1;
+  return false;
 }
 
 /* Encode: out as the job's protocol into *resp (200), or the error. */
 static void encode(const attn_infer_job *job, const attn_infer_response *out,
                    const attn_infer_request *req, const attn_v1_info *info,
-                   attn_diag *d, attn_http_resp *resp) {
+                   attn_diag *d, attn__http_resp *resp) {
   attn_buf b;
   attn_status st;
   size_t hl = 0;
@@ -225,10 +230,10 @@ static void encode(const attn_infer_job *job, const attn_infer_response *out,
 }
 
 /* The answer's share of the metrics that only the worker knows. */
-static void trace_run(attn_http_resp *resp, uint64_t waited_ns, uint64_t t0,
+static void trace_run(attn__http_resp *resp, uint64_t waited_ns, uint64_t t0,
                       uint64_t t1, uint64_t t2,
                       const attn_infer_response *out) {
-  attn_resp_trace *t = &resp->trace;
+  attn__resp_trace *t = &resp->trace;
   t->queued = true;
   t->queue_ns = waited_ns;
   t->input_ns = t1 - t0;
@@ -243,7 +248,7 @@ static void trace_run(attn_http_resp *resp, uint64_t waited_ns, uint64_t t0,
 
 static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn_infer_job *job = (attn_infer_job *)j;
-  attn_http_resp resp = {0};
+  attn__http_resp resp = {0};
   attn_infer_request req = {0};
   attn_infer_response out = {0};
   attn_v1_info info = {0};
@@ -254,9 +259,9 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
 
   resp.queue_ms = (double)waited_ns / 1e6;
   uint64_t t0 = attn_now_ns(), t1 = t0;
-  if (decode(job, &req, &info, &plain, &d, &resp) &&
+  if (!decode_fails(job, &req, &info, &plain, &d, &resp) &&
       (t1 = attn_now_ns(), m = find_model(job, &req, &resp)) != NULL &&
-      compute(job, m, &req, waited_ns, &out, &d, &resp))
+      !compute_fails(job, m, &req, waited_ns, &out, &d, &resp))
     encode(job, &out, &req, &info, &d, &resp);
   attn_model_put(m); /* the answer owns copies of what it needs */
   if (t1 == t0) t1 = attn_now_ns(); /* decode failed */
@@ -269,8 +274,8 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
 
 /* The job's deadline: the earlier of queue_timeout_ms and the request's
  * own timeout (v2 only; an uncompressed body), from now.  0: none. */
-static void set_deadline(attn_infer_job *job, const attn_http_req *req,
-                         const attn_infer_target *t) {
+static void set_deadline(attn_infer_job *job, const attn__http_req *req,
+                         const attn__infer_target *t) {
   const attn_config *cfg = job->base.srv->cfg;
   uint64_t now = attn_now_ns(), dl = 0;
   if (cfg->queue_timeout_ms > 0)
@@ -292,8 +297,8 @@ static void set_deadline(attn_infer_job *job, const attn_http_req *req,
   job->base.job.deadline_ns = dl;
 }
 
-attn__job_base *attn__infer_job(attn_srv_ctx *s, const attn_http_req *req,
-                                const attn_infer_target *t) {
+attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
+                                const attn__infer_target *t) {
   attn_infer_job *job = malloc(sizeof *job);
   if (!job) return NULL;
   job->base.job = (attn_job){.run = job_run, .expire = job_expire};

@@ -44,8 +44,9 @@
 
 #include "attn/limits.h"
 #include "internal.h"
+#include "inflate.h"
 
-int attn__encoding_parse(const char *ce, attn_encoding *out) {
+int attn__encoding_parse(const char *ce, attn__encoding *out) {
   size_t n;
   if (!ce) {
     *out = ATTN_ENC_IDENTITY;
@@ -67,7 +68,7 @@ int attn__encoding_parse(const char *ce, attn_encoding *out) {
   return 1;
 }
 
-const char *attn__encoding_name(attn_encoding e) {
+const char *attn__encoding_name(attn__encoding e) {
   return e == ATTN_ENC_GZIP      ? "gzip"
          : e == ATTN_ENC_DEFLATE ? "deflate"
                                  : "identity";
@@ -85,7 +86,7 @@ static char *grow(const char *old_body, size_t keep, size_t pad, size_t cap) {
  * stream_step, next_member, stream_error, stream_finish) share it. */
 typedef struct stream {
   z_stream z;
-  attn_encoding e;
+  attn__encoding e;
   const char *name; /* of e, for messages */
   int raw;          /* deflate read as a raw RFC 1951 stream */
   int retry_raw;    /* set: no zlib header, read it again as raw */
@@ -253,9 +254,9 @@ static attn_status inflate_all(stream *s, attn_diag *d) {
   return stream_finish(s, d);
 }
 
-attn_status attn__inflate(const char *in, size_t n, attn_encoding e, size_t max,
-                          unsigned ratio, size_t pad, char **mem, size_t *len,
-                          attn_diag *d) {
+attn_status attn__inflate(const char *in, size_t n, attn__encoding e,
+                          size_t max, unsigned ratio, size_t pad, char **mem,
+                          size_t *len, attn_diag *d) {
   stream s = {.e = e,
               .name = attn__encoding_name(e),
               .in = in,

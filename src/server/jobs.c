@@ -1,7 +1,7 @@
 /* jobs.c - every kind of job queued the same way.
  *
  * DESIGN
- * http.c hands over what routes.c found (attn_infer_target) and the
+ * http.c hands over what routes.c found (attn__infer_target) and the
  * request; attn__job_submit asks the kind's maker for its job (infer.c
  * for an inference, repo.c for an operation of the model repository; a
  * session's step will be one more row of `makers`), fills in whom to
@@ -12,11 +12,13 @@
  * Threads: an HTTP thread.
  */
 #include "internal.h"
+#include "jobs.h"
+#include "respond.h"
 
-typedef attn__job_base *maker(attn_srv_ctx *s, const attn_http_req *req,
-                              const attn_infer_target *t);
+typedef attn__job_base *maker(attn__srv_ctx *s, const attn__http_req *req,
+                              const attn__infer_target *t);
 
-/* The maker of each kind of work, by attn_job_proto. */
+/* The maker of each kind of work, by attn__job_proto. */
 static maker *const makers[] = {
     [ATTN_JOB_V2] = attn__infer_job,
     [ATTN_JOB_V1] = attn__infer_job,
@@ -25,9 +27,9 @@ static maker *const makers[] = {
     [ATTN_JOB_REPO_UNLOAD] = attn__repo_job,
 };
 
-bool attn__job_submit(attn_srv_ctx *s, const attn_http_req *req,
-                      const attn_infer_target *t, attn_infer_done done,
-                      void *arg, attn_http_resp *resp) {
+bool attn__job_submit(attn__srv_ctx *s, const attn__http_req *req,
+                      const attn__infer_target *t, attn__infer_done done,
+                      void *arg, attn__http_resp *resp) {
   attn__job_base *job = (size_t)t->proto < sizeof makers / sizeof makers[0]
                             ? makers[t->proto](s, req, t)
                             : NULL;

@@ -18,8 +18,10 @@
  * the metrics module writes only that thread's shard.
  */
 #include "internal.h"
+#include "routes.h"
+#include "observe.h"
 
-static attn_outcome outcome_of(int status, const attn_resp_trace *t) {
+static attn_outcome outcome_of(int status, const attn__resp_trace *t) {
   if (t->hint) return (attn_outcome)(t->hint - 1);
   if (status >= 200 && status < 300) return ATTN_OUTCOME_SUCCESS;
   if (status == 413) return ATTN_OUTCOME_TOO_LARGE;
@@ -28,19 +30,19 @@ static attn_outcome outcome_of(int status, const attn_resp_trace *t) {
   return ATTN_OUTCOME_INTERNAL;
 }
 
-void attn__observe(attn_srv_ctx *s, const attn_ended *e) {
+void attn__observe(attn__srv_ctx *s, const attn__ended *e) {
   if (!s->metrics) return;
-  attn_admission a; /* a request refused before routing: routed now */
+  attn__admission a; /* a request refused before routing: routed now */
   if (!e->route) attn__route_resolve(s, e->path, &a);
-  const attn_admission *r = e->route ? e->route : &a;
+  const attn__admission *r = e->route ? e->route : &a;
   attn_metrics_http(s->metrics, r->route, attn_metrics_method(e->method),
                     e->status, e->bytes_in, e->bytes_out);
-  attn_route_role role = attn__route_role(r->route);
+  attn__route_role role = attn__route_role_of(r->route);
   int v1 = role == ATTN_ROLE_INFER_V1;
   if (!e->answered || strcmp(e->method, "POST") != 0 ||
       (!v1 && role != ATTN_ROLE_INFER_V2))
     return;
-  const attn_resp_trace *t = e->trace;
+  const attn__resp_trace *t = e->trace;
   int model = t->model ? t->model : r->model;
   attn_infer_obs o = {.model = model - 1,
                       .proto = v1 ? ATTN_PROTO_V1 : ATTN_PROTO_V2,

@@ -13,13 +13,13 @@
  *   (peer_gone(), chunked_peer_check()); this file covers the time between
  *   requests, which is where libmicrohttpd reads headers.
  *
- *   Each listener has its own registry (an attn_peers, its limits and its
+ *   Each listener has its own registry (an attn__peers, its limits and its
  *   sweeper): port, and metrics_port when set, whose scrapes and health
  *   probes thus keep their own room (http.c gives it at most
- *   ATTN_METRICS_PORT_CONNECTIONS; attn_peer_limits.name names it in the
+ *   ATTN_METRICS_PORT_CONNECTIONS; attn__peer_limits.name names it in the
  *   warning).
  *
- *   Every connection is registered here when it opens (an attn_peer with
+ *   Every connection is registered here when it opens (an attn__peer with
  *   its fd) and unregistered before its socket is closed.  A sweeper thread
  *   looks at each connection that is not handling a request every
  *   interval_ms: recv(MSG_PEEK | MSG_DONTWAIT) tells whether the socket is
@@ -90,10 +90,11 @@
 #include "attn/log.h"
 #include "attn/metrics.h"
 #include "internal.h"
+#include "peers.h"
 
 enum { PEER_IDLE, PEER_BUSY, PEER_BODY, PEER_CUT };
 
-struct attn_peer {
+struct attn__peer {
   int fd;
   atomic_int stage;  /* PEER_*; see Invariants */
   atomic_int cut;    /* why it was cut: ATTN_PEER_CUT_* */
@@ -117,19 +118,19 @@ struct attn_peer {
   int cert_ok;         /* the verdict (>= 0; http.c's meaning) */
   uint64_t cert_ns;    /* when it was verified */
   uint64_t idle_since; /* when the last request ended (or it opened) */
-  attn_peer *prev, *next;
+  attn__peer *prev, *next;
 };
 
-struct attn_peers {
+struct attn__peers {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* stop */
-  attn_peer *head;
+  attn__peer *head;
   int open; /* peers not shut down, under mu */
   int interval_ms;
   int stop;
   int have_thread;
   pthread_t thread;
-  attn_peer_limits lim;
+  attn__peer_limits lim;
   atomic_ullong closed; /* connections shut down by a sweep, ever */
   /* the limit's warning: counts since the last one, when it was written */
   atomic_ullong evicted, refused;
@@ -147,7 +148,7 @@ static int socket_ended(int fd) {
 }
 
 /* e is shut down (by this file): it no longer counts as open.  Under mu. */
-static void mark_shut(attn_peers *p, attn_peer *e) {
+static void mark_shut(attn__peers *p, attn__peer *e) {
   if (e->shut) return;
   e->shut = 1;
   p->open--;
@@ -194,7 +195,7 @@ static int rx_bytes(int fd, uint64_t *out) {
 }
 
 /* Cut e (IDLE or BODY) with a 408: 1 when this call did.  Under mu. */
-static int cut_slow(attn_peers *p, attn_peer *e, int from, int why,
+static int cut_slow(attn__peers *p, attn__peer *e, int from, int why,
                     uint64_t now) {
   int expect = from;
   if (!atomic_compare_exchange_strong(&e->stage, &expect, PEER_CUT)) return 0;
@@ -231,7 +232,7 @@ static int cut_slow(attn_peers *p, attn_peer *e, int from, int why,
 
 /* The time limits, for one peer: headers (IDLE) and body rate (BODY).
  * 1 when it was cut.  Under mu. */
-static int sweep_limits(attn_peers *p, attn_peer *e, uint64_t now) {
+static int sweep_limits(attn__peers *p, attn__peer *e, uint64_t now) {
   uint64_t limit = (uint64_t)p->lim.header_timeout_s * 1000000000u;
   if (!limit) return 0;
   int stage = atomic_load(&e->stage);
@@ -260,10 +261,10 @@ static int sweep_limits(attn_peers *p, attn_peer *e, uint64_t now) {
   return 0;
 }
 
-int attn__peers_sweep(attn_peers *p, uint64_t now) {
+int attn__peers_sweep(attn__peers *p, uint64_t now) {
   int n = 0, slow = 0;
   pthread_mutex_lock(&p->mu);
-  for (attn_peer *e = p->head; e; e = e->next) {
+  for (attn__peer *e = p->head; e; e = e->next) {
     unsigned begun = atomic_load(&e->begun);
     if (!e->shut && sweep_limits(p, e, now)) {
       slow++;
@@ -289,7 +290,7 @@ int attn__peers_sweep(attn_peers *p, uint64_t now) {
 }
 
 static void *sweeper_main(void *arg) {
-  attn_peers *p = arg;
+  attn__peers *p = arg;
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
     struct timespec ts;
@@ -316,10 +317,10 @@ static void *sweeper_main(void *arg) {
   return NULL;
 }
 
-attn_status attn__peers_create(int interval_ms, attn_peers **out,
+attn_status attn__peers_create(int interval_ms, attn__peers **out,
                                attn_diag *d) {
   *out = NULL;
-  attn_peers *p = calloc(1, sizeof *p);
+  attn__peers *p = calloc(1, sizeof *p);
   if (!p) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -344,7 +345,7 @@ attn_status attn__peers_create(int interval_ms, attn_peers **out,
   return ATTN_OK;
 }
 
-void attn__peers_destroy(attn_peers *p) {
+void attn__peers_destroy(attn__peers *p) {
   if (!p) return;
   if (p->have_thread) {
     pthread_mutex_lock(&p->mu);
@@ -354,7 +355,7 @@ void attn__peers_destroy(attn_peers *p) {
     pthread_join(p->thread, NULL);
   }
   while (p->head) { /* none when libmicrohttpd closed every connection */
-    attn_peer *e = p->head;
+    attn__peer *e = p->head;
     p->head = e->next;
     free(e->cert);
     free(e);
@@ -364,7 +365,7 @@ void attn__peers_destroy(attn_peers *p) {
   free(p);
 }
 
-unsigned long long attn__peers_closed(attn_peers *p) {
+unsigned long long attn__peers_closed(attn__peers *p) {
   return atomic_load(&p->closed);
 }
 
@@ -372,10 +373,10 @@ unsigned long long attn__peers_closed(attn_peers *p) {
  * kept alive with nothing sent first, else the one that has waited
  * longest without a complete request.  NULL when every other connection
  * is handling a request.  Under mu. */
-static attn_peer *eviction_victim(attn_peers *p, const attn_peer *e) {
-  attn_peer *best = NULL;
+static attn__peer *eviction_victim(attn__peers *p, const attn__peer *e) {
+  attn__peer *best = NULL;
   int best_ka = 0;
-  for (attn_peer *v = p->head; v; v = v->next) {
+  for (attn__peer *v = p->head; v; v = v->next) {
     if (v == e || v->shut || atomic_load(&v->stage) != PEER_IDLE) continue;
     /* kept alive and quiet: requests before, no header clock running */
     int ka = atomic_load(&v->begun) > 0 && !v->hdr_since;
@@ -389,16 +390,16 @@ static attn_peer *eviction_victim(attn_peers *p, const attn_peer *e) {
 }
 
 /* Connections from e's address, e included.  Under mu. */
-static int same_address(attn_peers *p, const attn_peer *e) {
+static int same_address(attn__peers *p, const attn__peer *e) {
   int n = 0;
-  for (attn_peer *v = p->head; v; v = v->next)
+  for (attn__peer *v = p->head; v; v = v->next)
     n += !v->shut && v->ip_len == e->ip_len &&
          !memcmp(v->ip, e->ip, (size_t)e->ip_len);
   return n;
 }
 
 /* The limit's warning, at most once a second.  Any thread, no lock. */
-static void limit_warning(attn_peers *p) {
+static void limit_warning(attn__peers *p) {
   uint64_t now = attn_now_ns(), last = atomic_load(&p->warned_ns);
   if (last && now - last < 1000000000u) return;
   if (!atomic_compare_exchange_strong(&p->warned_ns, &last, now)) return;
@@ -413,7 +414,7 @@ static void limit_warning(attn_peers *p) {
            rf);
 }
 
-int attn__peers_admit(attn_peers *p, attn_peer *e) {
+int attn__peers_admit(attn__peers *p, attn__peer *e) {
   if (!e) return 0;
   int status = 0;
   pthread_mutex_lock(&p->mu);
@@ -422,7 +423,7 @@ int attn__peers_admit(attn_peers *p, attn_peer *e) {
     status = 429;
   } else if (p->lim.max_connections > 0) {
     while (p->open > p->lim.max_connections) {
-      attn_peer *v = eviction_victim(p, e);
+      attn__peer *v = eviction_victim(p, e);
       int idle = PEER_IDLE;
       if (!v) {
         status = 503;
@@ -463,14 +464,14 @@ int attn__peers_admit(attn_peers *p, attn_peer *e) {
   return status;
 }
 
-void attn__peers_set_limits(attn_peers *p, const attn_peer_limits *lim) {
+void attn__peers_set_limits(attn__peers *p, const attn__peer_limits *lim) {
   pthread_mutex_lock(&p->mu);
   p->lim = *lim;
   pthread_mutex_unlock(&p->mu);
 }
 
-attn_peer *attn__peer_open(attn_peers *p, int fd, const struct sockaddr *sa) {
-  attn_peer *e = calloc(1, sizeof *e);
+attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa) {
+  attn__peer *e = calloc(1, sizeof *e);
   if (!e) return NULL; /* untracked: libmicrohttpd's timeout still holds */
   e->fd = fd;
   atomic_init(&e->stage, PEER_IDLE);
@@ -495,7 +496,7 @@ attn_peer *attn__peer_open(attn_peers *p, int fd, const struct sockaddr *sa) {
   return e;
 }
 
-void attn__peer_close(attn_peers *p, attn_peer *e) {
+void attn__peer_close(attn__peers *p, attn__peer *e) {
   if (!e) return;
   pthread_mutex_lock(&p->mu);
   if (e->prev)
@@ -509,7 +510,7 @@ void attn__peer_close(attn_peers *p, attn_peer *e) {
   free(e);
 }
 
-int attn__peer_cert_known(const attn_peer *e, const void *der, size_t n,
+int attn__peer_cert_known(const attn__peer *e, const void *der, size_t n,
                           uint64_t now_ns) {
   if (!e || !e->cert || e->cert_len != n ||
       now_ns - e->cert_ns > ATTN_PEER_CERT_TTL_NS ||
@@ -518,7 +519,7 @@ int attn__peer_cert_known(const attn_peer *e, const void *der, size_t n,
   return e->cert_ok;
 }
 
-void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
+void attn__peer_cert_remember(attn__peer *e, const void *der, size_t n, int ok,
                               uint64_t now_ns) {
   if (!e || n == 0 || n > ATTN_PEER_CERT_MAX) return;
   unsigned char *c = malloc(n);
@@ -531,7 +532,7 @@ void attn__peer_cert_remember(attn_peer *e, const void *der, size_t n, int ok,
   e->cert_ns = now_ns;
 }
 
-int attn__peer_begin(attn_peer *e) {
+int attn__peer_begin(attn__peer *e) {
   if (!e) return 1;
   int idle = PEER_IDLE;
   if (!atomic_compare_exchange_strong(&e->stage, &idle, PEER_BUSY)) return 0;
@@ -539,12 +540,12 @@ int attn__peer_begin(attn_peer *e) {
   return 1;
 }
 
-void attn__peer_end(attn_peer *e) {
+void attn__peer_end(attn__peer *e) {
   int busy = PEER_BUSY;
   if (e) atomic_compare_exchange_strong(&e->stage, &busy, PEER_IDLE);
 }
 
-void attn__peer_body_begin(attn_peer *e) {
+void attn__peer_body_begin(attn__peer *e) {
   if (!e) return;
   atomic_store(&e->body_bytes, 0);
   atomic_store(&e->body_start_ns, attn_now_ns());
@@ -552,19 +553,19 @@ void attn__peer_body_begin(attn_peer *e) {
   atomic_compare_exchange_strong(&e->stage, &busy, PEER_BODY);
 }
 
-int attn__peer_body_bytes(attn_peer *e, uint64_t received) {
+int attn__peer_body_bytes(attn__peer *e, uint64_t received) {
   if (!e) return 1;
   atomic_store_explicit(&e->body_bytes, received, memory_order_relaxed);
   return atomic_load(&e->stage) != PEER_CUT;
 }
 
-int attn__peer_body_end(attn_peer *e) {
+int attn__peer_body_end(attn__peer *e) {
   if (!e) return 1;
   int body = PEER_BODY;
   if (atomic_compare_exchange_strong(&e->stage, &body, PEER_BUSY)) return 1;
   return body != PEER_CUT;
 }
 
-int attn__peer_cut(const attn_peer *e) {
+int attn__peer_cut(const attn__peer *e) {
   return e ? atomic_load(&e->cut) : 0;
 }

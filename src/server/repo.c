@@ -28,11 +28,13 @@
 #include "attn/codec.h"
 #include "attn/log.h"
 #include "internal.h"
+#include "jobs.h"
+#include "respond.h"
 
 /* The index, all of it or (ready) the READY rows; `only`: one model's
  * row (the answer to its load or unload).  The codec writes it. */
-static void answer_index(attn_srv_ctx *s, bool ready, const char *only,
-                         attn_http_resp *resp) {
+static void answer_index(attn__srv_ctx *s, bool ready, const char *only,
+                         attn__http_resp *resp) {
   attn_registry_entry *v;
   size_t n, shown = 0;
   attn_diag d = {{0}};
@@ -69,15 +71,15 @@ static void answer_index(attn_srv_ctx *s, bool ready, const char *only,
 /* A load's failure: 404 when no file names the model, 503 out of
  * memory, else 400 (the model file is wrong: the message says how). */
 static void load_failed(attn_status st, const attn_diag *d,
-                        attn_http_resp *resp) {
+                        attn__http_resp *resp) {
   int code = st == ATTN_ENOTFOUND ? 404 : st == ATTN_ENOMEM ? 503 : 400;
   attn__resp_error(resp, code, "%s", d->msg[0] ? d->msg : attn_strerror(st));
 }
 
 /* The operation op on model (load, unload) with the request's body
  * (Triton's JSON; empty allowed) into *resp. */
-static void repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
-                     const char *body, size_t len, attn_http_resp *resp) {
+static void repo_run(attn__srv_ctx *s, attn__job_proto op, const char *model,
+                     const char *body, size_t len, attn__http_resp *resp) {
   attn_v2_repo_request rq;
   attn_diag d = {{0}};
   attn_status st = attn_v2_decode_repository(
@@ -120,7 +122,7 @@ static void repo_run(attn_srv_ctx *s, attn_job_proto op, const char *model,
 /* One repository operation on its way through the queue. */
 typedef struct repo_job {
   attn__job_base base; /* first member: the queue's link, whom to answer */
-  attn_job_proto op;
+  attn__job_proto op;
   const char *body; /* borrowed from the connection */
   size_t body_len;
   char model[ATTN_MAX_NAME_LEN + 1]; /* load, unload: from the URL */
@@ -128,7 +130,7 @@ typedef struct repo_job {
 
 static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   repo_job *job = (repo_job *)j;
-  attn_http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
+  attn__http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
   (void)worker;
   repo_run(job->base.srv, job->op, job->model, job->body, job->body_len, &resp);
   attn__job_finish(&job->base, &resp);
@@ -136,14 +138,14 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
 
 static void job_expire(attn_job *j, uint64_t waited_ns) {
   repo_job *job = (repo_job *)j;
-  attn_http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
+  attn__http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
   attn__resp_waited(&resp, resp.queue_ms, -1,
                     job->base.srv->cfg->queue_timeout_ms);
   attn__job_finish(&job->base, &resp);
 }
 
-attn__job_base *attn__repo_job(attn_srv_ctx *s, const attn_http_req *req,
-                               const attn_infer_target *t) {
+attn__job_base *attn__repo_job(attn__srv_ctx *s, const attn__http_req *req,
+                               const attn__infer_target *t) {
   repo_job *job = malloc(sizeof *job);
   if (!job) return NULL;
   const attn_config *cfg = s->cfg;

@@ -1,4 +1,4 @@
-/* respond.c - filling an attn_http_resp: JSON bodies, {"error": ...}
+/* respond.c - filling an attn__http_resp: JSON bodies, {"error": ...}
  * answers, and the HTTP status of every attn_status.
  *
  * DESIGN
@@ -6,7 +6,7 @@
  * (answers on the HTTP thread), infer.c (answers on a worker) and http.c
  * (refusals before routing) write them alike and call no one but this
  * file for it.  It calls nothing of the server's: any file may use it and
- * no loop can go through it.  Every function only fills the attn_http_resp
+ * no loop can go through it.  Every function only fills the attn__http_resp
  * it is given (its body malloc'd, for http.c to send and free); any
  * thread.
  */
@@ -17,6 +17,7 @@
 #include "attn/buf.h"
 #include "attn/codec.h"
 #include "internal.h"
+#include "respond.h"
 
 int attn__http_status(attn_status s) {
   switch (s) {
@@ -44,13 +45,13 @@ int attn__http_status(attn_status s) {
   return 500;
 }
 
-void attn__resp_json(attn_http_resp *resp, int status, attn_buf *buf) {
+void attn__resp_json(attn__http_resp *resp, int status, attn_buf *buf) {
   resp->status = status;
   resp->content_type = "application/json";
   resp->body = attn_buf_steal(buf, &resp->len);
 }
 
-void attn__resp_encoded(attn_http_resp *resp, attn_status st, attn_buf *buf) {
+void attn__resp_encoded(attn__http_resp *resp, attn_status st, attn_buf *buf) {
   attn_diag d = {{0}};
   if (st == ATTN_OK) {
     attn__resp_json(resp, 200, buf);
@@ -60,14 +61,14 @@ void attn__resp_encoded(attn_http_resp *resp, attn_status st, attn_buf *buf) {
   attn__resp_status(resp, st, &d);
 }
 
-void attn__resp_static(attn_http_resp *resp, int status, const char *json) {
+void attn__resp_static(attn__http_resp *resp, int status, const char *json) {
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_buf_puts(&b, json);
   attn__resp_json(resp, status, &b);
 }
 
-void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...) {
+void attn__resp_error(attn__http_resp *resp, int status, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   attn_buf b;
@@ -87,13 +88,13 @@ void attn__resp_error(attn_http_resp *resp, int status, const char *fmt, ...) {
   if (status == 503 && resp->retry_after_s == 0) resp->retry_after_s = 1;
 }
 
-void attn__resp_status(attn_http_resp *resp, attn_status s,
+void attn__resp_status(attn__http_resp *resp, attn_status s,
                        const attn_diag *d) {
   attn__resp_error(resp, attn__http_status(s), "%s",
                    d->msg[0] ? d->msg : attn_strerror(s));
 }
 
-void attn__resp_no_model(attn_http_resp *resp, attn_registry *models,
+void attn__resp_no_model(attn__http_resp *resp, attn_registry *models,
                          const char *field, const char *name,
                          const char *version) {
   const attn_model *any =
@@ -113,7 +114,7 @@ void attn__resp_no_model(attn_http_resp *resp, attn_registry *models,
                      field, name);
 }
 
-void attn__resp_waited(attn_http_resp *resp, double waited_ms,
+void attn__resp_waited(attn__http_resp *resp, double waited_ms,
                        int64_t timeout_us, int64_t queue_timeout_ms) {
   if (timeout_us > 0)
     attn__resp_error(resp, 503,

@@ -1,10 +1,10 @@
 /* routes.c - which handler answers which request, without sockets.
  *
  * DESIGN
- * attn__route maps a plain attn_http_req to a plain attn_http_resp.  Health,
+ * attn__route maps a plain attn__http_req to a plain attn__http_resp.  Health,
  * metadata and every refusal (404, 405, 413, 415, 503 while draining) are
  * answered here, on the HTTP thread, from read-only state; an inference
- * comes back as an attn_infer_target (ATTN_ROUTE_DEFER) for http.c to hand
+ * comes back as an attn__infer_target (ATTN_ROUTE_DEFER) for http.c to hand
  * to infer.c, which makes the job.  Nothing here blocks, allocates a job
  * or touches the engine.  The routes are one table (`routes` below), tried
  * in order, and a row is the only place an endpoint is declared: its
@@ -34,26 +34,32 @@
 #include "attn/codec.h"
 #include "attn_version.h"
 #include "internal.h"
+#include "routes.h"
+#include "respond.h"
+#include "stats.h"
+#include "inflate.h"
+#include "auth.h"
+#include "cors.h"
 #include "web.h"
 
 /* Every handler in the table (`routes` below) answers (fills *resp,
  * returns ATTN_ROUTE_DONE) or names an inference (fills *t, returns
  * ATTN_ROUTE_DEFER). */
-typedef attn_route_kind handler(attn_srv_ctx *s, const attn_http_req *req,
-                                attn_http_resp *resp, attn_infer_target *t);
+typedef attn__route_kind handler(attn__srv_ctx *s, const attn__http_req *req,
+                                 attn__http_resp *resp, attn__infer_target *t);
 
-static int method_is(const attn_http_req *r, const char *m) {
+static int method_is(const attn__http_req *r, const char *m) {
   return strcmp(r->method, m) == 0;
 }
 
 /* GET, or HEAD (answered like GET; libmicrohttpd leaves the body out). */
-static int is_get(const attn_http_req *r) {
+static int is_get(const attn__http_req *r) {
   return method_is(r, "GET") || method_is(r, "HEAD");
 }
 
-static attn_route_kind wrong_method(attn_http_resp *resp,
-                                    const attn_http_req *req,
-                                    const char *allow) {
+static attn__route_kind wrong_method(attn__http_resp *resp,
+                                     const attn__http_req *req,
+                                     const char *allow) {
   attn__resp_error(resp, 405, "method %s is not allowed on %s (allowed: %s)",
                    req->method, req->path, allow);
   resp->allow = allow;
@@ -62,7 +68,7 @@ static attn_route_kind wrong_method(attn_http_resp *resp,
 
 /* Accept JSON (or no content type: curl -d sends form-urlencoded, which we
  * read as JSON too) and, for v2 binary requests, octet-stream. */
-static int content_type_ok(const attn_http_req *req, int binary) {
+static int content_type_ok(const attn__http_req *req, int binary) {
   const char *ct = req->content_type;
   if (!ct || !*ct) return 1;
   size_t n = strcspn(ct, ";");
@@ -81,15 +87,15 @@ static int content_type_ok(const attn_http_req *req, int binary) {
 
 /* ---- health, metadata, lists -------------------------------------------- */
 
-static attn_route_kind live(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind live(attn__srv_ctx *s, const attn__http_req *req,
+                             attn__http_resp *resp, attn__infer_target *t) {
   attn__resp_static(resp, 200, "{\"live\":true}");
   return ATTN_ROUTE_DONE;
 }
 
 /* Why readiness is 503, or NULL when ready.  Unready alone is the
  * shutdown delay: requests are still served, but no more should come. */
-static const char *not_ready(const attn_srv_ctx *s) {
+static const char *not_ready(const attn__srv_ctx *s) {
   if (atomic_load(&s->draining)) return "server is draining";
   if (atomic_load(&s->unready))
     return "server is shutting down (still serving during "
@@ -97,8 +103,8 @@ static const char *not_ready(const attn_srv_ctx *s) {
   return NULL;
 }
 
-static attn_route_kind ready(attn_srv_ctx *s, const attn_http_req *req,
-                             attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind ready(attn__srv_ctx *s, const attn__http_req *req,
+                              attn__http_resp *resp, attn__infer_target *t) {
   const char *why = not_ready(s);
   if (why) {
     attn_buf b;
@@ -114,10 +120,10 @@ static attn_route_kind ready(attn_srv_ctx *s, const attn_http_req *req,
   return ATTN_ROUTE_DONE;
 }
 
-static attn_route_kind server_metadata(attn_srv_ctx *s,
-                                       const attn_http_req *req,
-                                       attn_http_resp *resp,
-                                       attn_infer_target *t) {
+static attn__route_kind server_metadata(attn__srv_ctx *s,
+                                        const attn__http_req *req,
+                                        attn__http_resp *resp,
+                                        attn__infer_target *t) {
   static const char *const ext[] = {"binary_tensor_data"};
   attn_buf b;
   attn_buf_init(&b, 0);
@@ -127,7 +133,7 @@ static attn_route_kind server_metadata(attn_srv_ctx *s,
 }
 
 /* Model metadata in KServe form, from the registry's io tables. */
-static void model_metadata(const attn_model *m, attn_http_resp *resp) {
+static void model_metadata(const attn_model *m, attn__http_resp *resp) {
   size_t ni, no;
   const attn_model_io *in = attn_model_inputs(m, &ni);
   const attn_model_io *out = attn_model_outputs(m, &no);
@@ -167,8 +173,8 @@ static void model_metadata(const attn_model *m, attn_http_resp *resp) {
 }
 
 /* A model's readiness: the server's, under the model's name. */
-static void model_ready(const attn_srv_ctx *s, const attn_model *m,
-                        attn_http_resp *resp) {
+static void model_ready(const attn__srv_ctx *s, const attn_model *m,
+                        attn__http_resp *resp) {
   attn_buf b;
   attn_buf_init(&b, 0);
   attn_buf_puts(&b, "{\"name\":");
@@ -184,8 +190,9 @@ static void model_ready(const attn_srv_ctx *s, const attn_model *m,
   if (why) resp->retry_after_s = 1; /* as every 503 */
 }
 
-static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
-                                  attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind model_list(attn__srv_ctx *s, const attn__http_req *req,
+                                   attn__http_resp *resp,
+                                   attn__infer_target *t) {
   const attn_model *held[ATTN_MAX_MODELS];
   attn_v1_model_entry rows[ATTN_MAX_MODELS];
   size_t n = attn__hold_models(s->models, NULL, held, NULL);
@@ -217,8 +224,8 @@ static attn_route_kind model_list(attn_srv_ctx *s, const attn_http_req *req,
 static handler root;
 
 /* GET /ui, /ui/{file}: the page's files (web.c). */
-static attn_route_kind web_file(attn_srv_ctx *s, const attn_http_req *req,
-                                attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind web_file(attn__srv_ctx *s, const attn__http_req *req,
+                                 attn__http_resp *resp, attn__infer_target *t) {
   if (!attn__web_file(req, resp))
     attn__resp_error(resp, 404, "no file %s (the page is at / and /ui/)",
                      req->path);
@@ -226,25 +233,26 @@ static attn_route_kind web_file(attn_srv_ctx *s, const attn_http_req *req,
 }
 
 /* GET /openapi.json: the API description (web.c). */
-static attn_route_kind openapi(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind openapi(attn__srv_ctx *s, const attn__http_req *req,
+                                attn__http_resp *resp, attn__infer_target *t) {
   attn__web_openapi(req, resp);
   return ATTN_ROUTE_DONE;
 }
 
 /* ---- inference ---------------------------------------------------------- */
 
-/* Checks shared by both infer endpoints; 0 when resp was filled, else 1
- * with *enc the body's Content-Encoding. */
-static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_http_resp *resp, int binary_ok,
-                               attn_encoding *enc) {
+/* Checks shared by both infer endpoints: true when it answered (*resp
+ * the refusal), else false with *enc the body's Content-Encoding.  Every
+ * helper here that may fill an answer says so by returning true. */
+static bool refuse_infer(attn__srv_ctx *s, const attn__http_req *req,
+                         attn__http_resp *resp, int binary_ok,
+                         attn__encoding *enc) {
   if (!attn__encoding_parse(req->content_encoding, enc)) {
     attn__resp_error(resp, 415,
                      "Content-Encoding '%s' is not supported (use gzip, "
                      "deflate or none)",
                      req->content_encoding);
-    return 0;
+    return true;
   }
   if (!content_type_ok(req, binary_ok)) {
     attn__resp_error(resp, 415,
@@ -254,49 +262,48 @@ static int infer_preconditions(attn_srv_ctx *s, const attn_http_req *req,
                      binary_ok ? ", or application/octet-stream with "
                                  "Inference-Header-Content-Length"
                                : "");
-    return 0;
+    return true;
   }
   if (atomic_load(&s->draining)) {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
     resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
-    return 0;
+    return true;
   }
   if (req->body_len == 0) {
     attn__resp_error(resp, 400, "request body is empty");
-    return 0;
+    return true;
   }
-  return 1;
+  return false;
 }
 
-/* Inference-Header-Content-Length (read by http.c) against the body: 1
- * and *out (0 when absent), or 0 when resp was filled.  A compressed
- * body's header length counts inflated bytes: only the limit is known
- * here (max); the worker checks it against the body. */
-static int check_header_len(const attn_http_req *req, size_t max, size_t *out,
-                            attn_http_resp *resp) {
+/* Inference-Header-Content-Length (read by http.c) against the body:
+ * false and *out (0 when absent), or true when it answered (*resp).  A
+ * compressed body's header length counts inflated bytes: only the limit is
+ * known here (max); the worker checks it against the body. */
+static bool refuse_header_len(const attn__http_req *req, size_t max,
+                              size_t *out, attn__http_resp *resp) {
   *out = 0;
-  if (!req->header_len_text) return 1;
+  if (!req->header_len_text) return false;
   if (!req->header_len_ok) {
     attn__resp_error(resp, 400,
                      "Inference-Header-Content-Length '%s' is not a number",
                      req->header_len_text);
-    return 0;
+    return true;
   }
   if (req->header_len == 0 || req->header_len > max) {
     attn__resp_error(resp, 400,
                      "Inference-Header-Content-Length %s is outside (0, %zu] "
                      "(the body length)",
                      req->header_len_text, max);
-    return 0;
+    return true;
   }
   *out = (size_t)req->header_len;
-  return 1;
+  return false;
 }
 
-static attn_route_kind infer_v1(attn_srv_ctx *s, const attn_http_req *req,
-                                attn_http_resp *resp, attn_infer_target *t) {
-  if (!infer_preconditions(s, req, resp, 0, &t->encoding))
-    return ATTN_ROUTE_DONE;
+static attn__route_kind infer_v1(attn__srv_ctx *s, const attn__http_req *req,
+                                 attn__http_resp *resp, attn__infer_target *t) {
+  if (refuse_infer(s, req, resp, 0, &t->encoding)) return ATTN_ROUTE_DONE;
   t->proto = ATTN_JOB_V1;
   t->header_len = 0;
   t->model[0] = t->version[0] = '\0';
@@ -305,10 +312,10 @@ static attn_route_kind infer_v1(attn_srv_ctx *s, const attn_http_req *req,
 
 /* POST /v2/models/{m}[/versions/{v}]/infer, t->model and t->version
  * filled in. */
-static attn_route_kind infer_v2(attn_srv_ctx *s, const attn_http_req *req,
-                                attn_http_resp *resp, attn_infer_target *t) {
-  if (!infer_preconditions(s, req, resp, 1, &t->encoding) ||
-      !check_header_len(req,
+static attn__route_kind infer_v2(attn__srv_ctx *s, const attn__http_req *req,
+                                 attn__http_resp *resp, attn__infer_target *t) {
+  if (refuse_infer(s, req, resp, 1, &t->encoding) ||
+      refuse_header_len(req,
                         t->encoding == ATTN_ENC_IDENTITY
                             ? req->body_len
                             : (size_t)s->cfg->max_body_bytes,
@@ -330,7 +337,7 @@ static int copy_segment(const char *p, size_t n, char *out, size_t cap) {
 /* Split "/v2/models/{m}[/versions/{v}][/tail]" into t->model, t->version
  * ("" when absent) and *tail ("", "/ready", "/infer" or anything else).
  * Returns 0 when the path does not have that form. */
-static int parse_model_path(const char *path, attn_infer_target *t,
+static int parse_model_path(const char *path, attn__infer_target *t,
                             const char **tail) {
   const char *p = path + strlen("/v2/models/");
   size_t n = strcspn(p, "/");
@@ -350,9 +357,9 @@ static int parse_model_path(const char *path, attn_infer_target *t,
 /* The model a /v2/models/{m}[/versions/{v}]/... path names, taken
  * (attn_model_put when done), with t->model and t->version filled; NULL
  * with *resp its 404 (a name too long for one is no model either). */
-static const attn_model *path_model(attn_srv_ctx *s, const attn_http_req *req,
-                                    attn_http_resp *resp,
-                                    attn_infer_target *t) {
+static const attn_model *path_model(attn__srv_ctx *s, const attn__http_req *req,
+                                    attn__http_resp *resp,
+                                    attn__infer_target *t) {
   const char *tail;
   const attn_model *m = NULL;
   if (!parse_model_path(req->path, t, &tail)) { /* a name too long */
@@ -366,26 +373,28 @@ static const attn_model *path_model(attn_srv_ctx *s, const attn_http_req *req,
   return m;
 }
 
-static attn_route_kind model_meta(attn_srv_ctx *s, const attn_http_req *req,
-                                  attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind model_meta(attn__srv_ctx *s, const attn__http_req *req,
+                                   attn__http_resp *resp,
+                                   attn__infer_target *t) {
   const attn_model *m = path_model(s, req, resp, t);
   if (m) model_metadata(m, resp);
   attn_model_put(m);
   return ATTN_ROUTE_DONE;
 }
 
-static attn_route_kind model_readiness(attn_srv_ctx *s,
-                                       const attn_http_req *req,
-                                       attn_http_resp *resp,
-                                       attn_infer_target *t) {
+static attn__route_kind model_readiness(attn__srv_ctx *s,
+                                        const attn__http_req *req,
+                                        attn__http_resp *resp,
+                                        attn__infer_target *t) {
   const attn_model *m = path_model(s, req, resp, t);
   if (m) model_ready(s, m, resp);
   attn_model_put(m);
   return ATTN_ROUTE_DONE;
 }
 
-static attn_route_kind model_stats(attn_srv_ctx *s, const attn_http_req *req,
-                                   attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind model_stats(attn__srv_ctx *s, const attn__http_req *req,
+                                    attn__http_resp *resp,
+                                    attn__infer_target *t) {
   const attn_model *m = path_model(s, req, resp, t);
   if (m) attn__stats_answer(s, m, resp);
   attn_model_put(m);
@@ -394,85 +403,90 @@ static attn_route_kind model_stats(attn_srv_ctx *s, const attn_http_req *req,
 
 /* POST /v2/models/{m}[/versions/{v}]/infer: the model is checked here, so
  * that an unknown one is a 404 before its body is queued. */
-static attn_route_kind model_infer(attn_srv_ctx *s, const attn_http_req *req,
-                                   attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind model_infer(attn__srv_ctx *s, const attn__http_req *req,
+                                    attn__http_resp *resp,
+                                    attn__infer_target *t) {
   const attn_model *m = path_model(s, req, resp, t);
-  attn_route_kind k = m ? infer_v2(s, req, resp, t) : ATTN_ROUTE_DONE;
+  attn__route_kind k = m ? infer_v2(s, req, resp, t) : ATTN_ROUTE_DONE;
   attn_model_put(m);
   return k;
 }
 
 /* ---- the model repository (repo.c runs it on a worker) ------------------ */
 
-/* Checks shared by the repository's routes: 0 when resp was filled. */
-static int repo_preconditions(attn_srv_ctx *s, const attn_http_req *req,
-                              attn_http_resp *resp) {
+/* Checks shared by the repository's routes: true when it answered. */
+static bool refuse_repo(attn__srv_ctx *s, const attn__http_req *req,
+                        attn__http_resp *resp) {
   if (req->content_encoding && *req->content_encoding &&
       strcasecmp(req->content_encoding, "identity") != 0) {
     attn__resp_error(resp, 415,
                      "Content-Encoding '%s' is not supported on %s (send "
                      "the JSON as it is)",
                      req->content_encoding, req->path);
-    return 0;
+    return true;
   }
   if (!content_type_ok(req, 0)) {
     attn__resp_error(resp, 415,
                      "Content-Type '%s' is not supported (use "
                      "application/json)",
                      req->content_type);
-    return 0;
+    return true;
   }
   if (atomic_load(&s->draining)) {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
-    return 0;
+    return true;
   }
-  return 1;
+  return false;
 }
 
 /* POST /v2/repository/index */
-static attn_route_kind repo_index(attn_srv_ctx *s, const attn_http_req *req,
-                                  attn_http_resp *resp, attn_infer_target *t) {
-  if (!repo_preconditions(s, req, resp)) return ATTN_ROUTE_DONE;
+static attn__route_kind repo_index(attn__srv_ctx *s, const attn__http_req *req,
+                                   attn__http_resp *resp,
+                                   attn__infer_target *t) {
+  if (refuse_repo(s, req, resp)) return ATTN_ROUTE_DONE;
   memset(t, 0, sizeof *t);
   t->proto = ATTN_JOB_REPO_INDEX;
   return ATTN_ROUTE_DEFER;
 }
 
 /* POST /v2/repository/models/{m}/load and .../unload */
-static attn_route_kind repo_model(attn_srv_ctx *s, const attn_http_req *req,
-                                  attn_http_resp *resp, attn_infer_target *t,
-                                  attn_job_proto op) {
+static attn__route_kind repo_model(attn__srv_ctx *s, const attn__http_req *req,
+                                   attn__http_resp *resp, attn__infer_target *t,
+                                   attn__job_proto op) {
   const char *p = req->path + strlen("/v2/repository/models/");
   memset(t, 0, sizeof *t);
   if (!copy_segment(p, strcspn(p, "/"), t->model, sizeof t->model)) {
     attn__resp_error(resp, 404, "unknown model '%.256s'", p);
     return ATTN_ROUTE_DONE;
   }
-  if (!repo_preconditions(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_repo(s, req, resp)) return ATTN_ROUTE_DONE;
   t->proto = op;
   return ATTN_ROUTE_DEFER;
 }
 
-static attn_route_kind repo_load(attn_srv_ctx *s, const attn_http_req *req,
-                                 attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind repo_load(attn__srv_ctx *s, const attn__http_req *req,
+                                  attn__http_resp *resp,
+                                  attn__infer_target *t) {
   return repo_model(s, req, resp, t, ATTN_JOB_REPO_LOAD);
 }
 
-static attn_route_kind repo_unload(attn_srv_ctx *s, const attn_http_req *req,
-                                   attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind repo_unload(attn__srv_ctx *s, const attn__http_req *req,
+                                    attn__http_resp *resp,
+                                    attn__infer_target *t) {
   return repo_model(s, req, resp, t, ATTN_JOB_REPO_UNLOAD);
 }
 
 /* ---- metrics and statistics (stats.c) ---------------------------------- */
 
-static attn_route_kind metrics(attn_srv_ctx *s, const attn_http_req *req,
-                               attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind metrics(attn__srv_ctx *s, const attn__http_req *req,
+                                attn__http_resp *resp, attn__infer_target *t) {
   attn__metrics_answer(s, resp);
   return ATTN_ROUTE_DONE;
 }
 
-static attn_route_kind all_stats(attn_srv_ctx *s, const attn_http_req *req,
-                                 attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind all_stats(attn__srv_ctx *s, const attn__http_req *req,
+                                  attn__http_resp *resp,
+                                  attn__infer_target *t) {
   attn__stats_answer(s, NULL, resp);
   return ATTN_ROUTE_DONE;
 }
@@ -516,7 +530,7 @@ typedef struct route {
   handler *handle;
   route_access access;
   route_body body;
-  attn_route_role role;
+  attn__route_role role;
   bool listed;
   const char *label; /* the template when not path; NULL: path */
 } route;
@@ -573,8 +587,8 @@ enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
 /* GET /: the page (web.c) for a browser, else a short JSON index: every
  * listed row of the table (below), as "METHOD PATH". */
-static attn_route_kind root(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_target *t) {
+static attn__route_kind root(attn__srv_ctx *s, const attn__http_req *req,
+                             attn__http_resp *resp, attn__infer_target *t) {
   if (attn__web_root(req, resp)) return ATTN_ROUTE_DONE;
   attn_buf b;
   attn_buf_init(&b, 0);
@@ -648,7 +662,7 @@ int attn__route_template(const char *path) {
   return route_of(path);
 }
 
-attn_route_role attn__route_role(int row) {
+attn__route_role attn__route_role_of(int row) {
   return row >= 0 && row < N_ROUTES ? routes[row].role : ATTN_ROLE_ANSWER;
 }
 
@@ -684,12 +698,12 @@ int attn__route_count(void) {
 
 /* Does a request to a route of this access need a key it did not bring?
  * Then *resp is the 401 (counted: attn__auth_refused). */
-static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
-                        route_access access, attn_http_resp *resp) {
+static bool unauthorized(attn__srv_ctx *s, const attn__http_req *req,
+                         route_access access, attn__http_resp *resp) {
   if (!s->auth || access == PUBLIC ||
       (access == METRICS && !s->cfg->metrics_require_key))
     return 0;
-  attn_auth_result r =
+  attn__auth_result r =
       attn__auth_check(s->auth, req->authorization, req->api_key);
   if (r == ATTN_AUTH_OK) return 0;
   attn__auth_refused(s->auth);
@@ -719,13 +733,13 @@ static int unauthorized(attn_srv_ctx *s, const attn_http_req *req,
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
  * when CORS is on: 204 for an allowed origin (http.c adds the origin's
  * headers), 403 for another.  0 when the request is not one. */
-static int is_preflight(const attn_srv_ctx *s, const attn_http_req *req) {
+static int is_preflight(const attn__srv_ctx *s, const attn__http_req *req) {
   return req->origin && req->cors_method && method_is(req, "OPTIONS") &&
          *s->cfg->cors_allow_origins;
 }
 
-static int preflight(attn_srv_ctx *s, const attn_http_req *req,
-                     attn_http_resp *resp) {
+static bool preflight(attn__srv_ctx *s, const attn__http_req *req,
+                      attn__http_resp *resp) {
   if (!is_preflight(s, req)) return 0;
   if (!attn__cors_allowed(s->cfg->cors_allow_origins, req->origin)) {
     attn__resp_error(resp, 403,
@@ -749,8 +763,8 @@ static int preflight(attn_srv_ctx *s, const attn_http_req *req,
 /* The key, then the route's methods: 0, or 1 with *resp the 401 or 405.
  * The 404 of a path that no row matches (r NULL) is the caller's; such a
  * path needs a key as the keyed routes do. */
-static int refused(attn_srv_ctx *s, const attn_http_req *req, const route *r,
-                   attn_http_resp *resp) {
+static bool refused(attn__srv_ctx *s, const attn__http_req *req, const route *r,
+                    attn__http_resp *resp) {
   if (unauthorized(s, req, r ? r->access : KEYED, resp)) return 1;
   if (!r || (r->methods == GET ? is_get(req) : method_is(req, "POST")))
     return 0;
@@ -758,13 +772,13 @@ static int refused(attn_srv_ctx *s, const attn_http_req *req, const route *r,
   return 1;
 }
 
-static void no_route(const attn_http_req *req, attn_http_resp *resp) {
+static void no_route(const attn__http_req *req, attn__http_resp *resp) {
   attn__resp_error(resp, 404, "no route for %s %s (GET / lists the endpoints)",
                    req->method, req->path);
 }
 
 /* The most body bytes a route takes. */
-static size_t body_limit(const attn_srv_ctx *s, route_body b) {
+static size_t body_limit(const attn__srv_ctx *s, route_body b) {
   size_t most = (size_t)s->cfg->max_body_bytes;
   return b == BODY ? most
          : b == SMALL_BODY
@@ -773,8 +787,8 @@ static size_t body_limit(const attn_srv_ctx *s, route_body b) {
              : 0;
 }
 
-void attn__route_resolve(const attn_srv_ctx *s, const char *path,
-                         attn_admission *a) {
+void attn__route_resolve(const attn__srv_ctx *s, const char *path,
+                         attn__admission *a) {
   a->route = route_of(path);
   a->model = 0;
   a->max_body = 0;
@@ -784,9 +798,9 @@ void attn__route_resolve(const attn_srv_ctx *s, const char *path,
   }
 }
 
-attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
-                                  uint64_t body, attn_http_resp *resp,
-                                  attn_admission *a) {
+attn__route_kind attn__route_admit(attn__srv_ctx *s, const attn__http_req *req,
+                                   uint64_t body, attn__http_resp *resp,
+                                   attn__admission *a) {
   attn__route_resolve(s, req->path, a);
   const route *r = a->route < N_ROUTES ? &routes[a->route] : NULL;
   route_body kind = r ? r->body : NO_BODY;
@@ -818,8 +832,8 @@ attn_route_kind attn__route_admit(attn_srv_ctx *s, const attn_http_req *req,
   return ATTN_ROUTE_DEFER;
 }
 
-attn_route_kind attn__route(attn_srv_ctx *s, const attn_http_req *req,
-                            attn_http_resp *resp, attn_infer_target *t) {
+attn__route_kind attn__route(attn__srv_ctx *s, const attn__http_req *req,
+                             attn__http_resp *resp, attn__infer_target *t) {
   if (preflight(s, req, resp)) return ATTN_ROUTE_DONE;
   int i = req->admitted ? req->route : route_of(req->path);
   const route *r = i >= 0 && i < N_ROUTES ? &routes[i] : NULL;

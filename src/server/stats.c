@@ -22,16 +22,18 @@
 #include "attn/engine.h"
 #include "attn_version.h"
 #include "internal.h"
+#include "respond.h"
+#include "stats.h"
 
 /* The metrics learn the names of slots that loads added since. */
-static void name_models(attn_srv_ctx *s) {
+static void name_models(attn__srv_ctx *s) {
   size_t n = attn_registry_count(s->models);
   for (size_t i = 0; i < n; i++)
     attn_metrics_name_model(s->metrics, i,
                             attn_registry_slot_name(s->models, i));
 }
 
-void attn__metrics_answer(attn_srv_ctx *s, attn_http_resp *resp) {
+void attn__metrics_answer(attn__srv_ctx *s, attn__http_resp *resp) {
   name_models(s);
   attn_queue_stats qs = {0};
   if (s->pool)
@@ -63,8 +65,8 @@ void attn__metrics_answer(attn_srv_ctx *s, attn_http_resp *resp) {
   resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
-void attn__stats_answer(attn_srv_ctx *s, const attn_model *m,
-                        attn_http_resp *resp) {
+void attn__stats_answer(attn__srv_ctx *s, const attn_model *m,
+                        attn__http_resp *resp) {
   const attn_model *held[ATTN_MAX_MODELS];
   size_t slot[ATTN_MAX_MODELS];
   attn_v2_model_stats rows[ATTN_MAX_MODELS];

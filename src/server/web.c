@@ -32,7 +32,7 @@
   "img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; " \
   "form-action 'none'; frame-ancestors 'none'"
 
-static void add_header(attn_http_resp *resp, const char *name,
+static void add_header(attn__http_resp *resp, const char *name,
                        const char *value) {
   size_t n = sizeof resp->headers / sizeof resp->headers[0];
   for (size_t i = 0; i + 1 < n; i += 2)
@@ -114,8 +114,8 @@ int attn__web_etag_match(const char *inm, const char *etag) {
   return 0;
 }
 
-static void serve(const attn_http_req *req, const attn_web_asset *a,
-                  attn_http_resp *resp) {
+static void serve(const attn__http_req *req, const attn_web_asset *a,
+                  attn__http_resp *resp) {
   int fresh = attn__web_etag_match(req->if_none_match, a->etag);
   size_t n = fresh ? 0 : a->len;
   resp->status = fresh ? 304 : 200;
@@ -130,7 +130,7 @@ static void serve(const attn_http_req *req, const attn_web_asset *a,
   add_header(resp, "Referrer-Policy", "no-referrer");
 }
 
-int attn__web_root(const attn_http_req *req, attn_http_resp *resp) {
+int attn__web_root(const attn__http_req *req, attn__http_resp *resp) {
   add_header(resp, "Vary", "Accept");
   const attn_web_asset *a = attn__web_find("index.html");
   if (!a || !attn__web_wants_html(req->accept)) return 0;
@@ -138,7 +138,7 @@ int attn__web_root(const attn_http_req *req, attn_http_resp *resp) {
   return 1;
 }
 
-int attn__web_file(const attn_http_req *req, attn_http_resp *resp) {
+int attn__web_file(const attn__http_req *req, attn__http_resp *resp) {
   const char *p = req->path;
   if (strncmp(p, "/ui", 3) != 0 || (p[3] != '\0' && p[3] != '/')) return 0;
   p += p[3] ? 4 : 3;
@@ -148,6 +148,6 @@ int attn__web_file(const attn_http_req *req, attn_http_resp *resp) {
   return 1;
 }
 
-void attn__web_openapi(const attn_http_req *req, attn_http_resp *resp) {
+void attn__web_openapi(const attn__http_req *req, attn__http_resp *resp) {
   serve(req, &attn__openapi_doc, resp);
 }

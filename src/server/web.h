@@ -45,15 +45,15 @@ int attn__web_etag_match(const char *if_none_match, const char *etag);
 /* GET / : the page (index.html) when the client asks for HTML, and 1;
  * else 0 and the caller answers (routes.c: the JSON index).  Either way
  * resp carries Vary: Accept. */
-int attn__web_root(const attn_http_req *req, attn_http_resp *resp);
+int attn__web_root(const attn__http_req *req, attn__http_resp *resp);
 
 /* GET /ui, /ui/ (the page) and /ui/{name} (a file of web/): 200 with the
  * file, or 304 when If-None-Match matches its ETag; 0 when there is no
  * such file (resp untouched). */
-int attn__web_file(const attn_http_req *req, attn_http_resp *resp);
+int attn__web_file(const attn__http_req *req, attn__http_resp *resp);
 
 /* GET /openapi.json: the API description, 200 (or 304 when If-None-Match
  * matches its ETag), with the page's headers. */
-void attn__web_openapi(const attn_http_req *req, attn_http_resp *resp);
+void attn__web_openapi(const attn__http_req *req, attn__http_resp *resp);
 
 #endif

@@ -45,6 +45,7 @@
 #include "attn/json.h"
 #include "attn/model.h"
 #include "../../src/server/internal.h"
+#include "../../src/server/inflate.h"
 
 static attn_registry *reg;
 
@@ -232,9 +233,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   attn_buf_init(&b, 0);
   attn_status s;
 
-  attn_encoding enc = (frame >> 3 & 3) == 1   ? ATTN_ENC_GZIP
-                      : (frame >> 3 & 3) == 2 ? ATTN_ENC_DEFLATE
-                                              : ATTN_ENC_IDENTITY;
+  attn__encoding enc = (frame >> 3 & 3) == 1   ? ATTN_ENC_GZIP
+                       : (frame >> 3 & 3) == 2 ? ATTN_ENC_DEFLATE
+                                               : ATTN_ENC_IDENTITY;
   if (enc != ATTN_ENC_IDENTITY) {
     size_t pad = (64 - hl % 64) % 64, len = 0;
     /* the ratio of the default config: a small body reaches it past 1 MiB

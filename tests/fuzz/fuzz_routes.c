@@ -1,7 +1,7 @@
 /* fuzz_routes.c - libFuzzer target: the URL router (src/server/routes.c,
  * and web.c behind GET / and /ui/), with Inference-Header-Content-Length
  * read as http.c reads it (attn__header_number), on the HTTP thread's
- * plain attn_http_req: no sockets, no libmicrohttpd.
+ * plain attn__http_req: no sockets, no libmicrohttpd.
  *
  * The first input byte is the framing, the rest NUL-separated pieces:
  *   bits 0-2   the method: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH,
@@ -39,7 +39,9 @@
 #include "attn/config.h"
 #include "attn/metrics.h"
 #include "attn/model.h"
+#include "server/http.h"
 #include "server/internal.h"
+#include "server/routes.h"
 
 #define N_PIECES 7
 
@@ -59,7 +61,7 @@ static int known_status(int s) {
   return 0;
 }
 
-static void check_answer(const attn_http_resp *r, const char *path) {
+static void check_answer(const attn__http_resp *r, const char *path) {
   if (!known_status(r->status)) {
     fprintf(stderr, "status %d\n", r->status);
     fail("status", path);
@@ -80,7 +82,7 @@ static void check_answer(const attn_http_resp *r, const char *path) {
 }
 
 /* A repository operation deferred (repo.c runs it). */
-static void check_repo(const attn_http_req *q, const attn_infer_target *t,
+static void check_repo(const attn__http_req *q, const attn__infer_target *t,
                        int draining) {
   char want[ATTN_MAX_NAME_LEN + 64];
   if (strcmp(q->method, "POST") || draining)
@@ -98,7 +100,7 @@ static void check_repo(const attn_http_req *q, const attn_infer_target *t,
   if (strcmp(q->path, want)) fail("repository path", q->path);
 }
 
-static void check_deferred(const attn_http_req *q, const attn_infer_target *t,
+static void check_deferred(const attn__http_req *q, const attn__infer_target *t,
                            int draining) {
   if (t->proto != ATTN_JOB_V1 && t->proto != ATTN_JOB_V2) {
     check_repo(q, t, draining);
@@ -136,24 +138,24 @@ static void route(const uint8_t *data, size_t size) {
   if (!method) method = p, p += strlen(p) + 1;
   for (int i = 0; i < N_PIECES - 1 && p <= end; i++, p += strlen(p) + 1)
     piece[i] = p;
-  attn_http_req q = {.method = method,
-                     .path = piece[0] ? piece[0] : "/",
-                     .content_type = piece[1],
-                     .content_encoding = piece[2],
-                     .header_len_text = piece[3],
-                     .accept = piece[4],
-                     .if_none_match = piece[5],
-                     .request_id = "fuzz",
-                     .body = p <= end ? p : "",
-                     .body_len = p <= end ? (size_t)(end - p) : 0};
+  attn__http_req q = {.method = method,
+                      .path = piece[0] ? piece[0] : "/",
+                      .content_type = piece[1],
+                      .content_encoding = piece[2],
+                      .header_len_text = piece[3],
+                      .accept = piece[4],
+                      .if_none_match = piece[5],
+                      .request_id = "fuzz",
+                      .body = p <= end ? p : "",
+                      .body_len = p <= end ? (size_t)(end - p) : 0};
   q.header_len_ok = attn__header_number(q.header_len_text, &q.header_len) != 0;
-  attn_srv_ctx s = {
+  attn__srv_ctx s = {
       .cfg = &cfg, .models = reg, .ncpu = 1, .metrics = metrics, .workers = 1};
   int draining = data[0] >> 3 & 1;
   atomic_init(&s.draining, draining);
   atomic_init(&s.unready, data[0] >> 4 & 1);
-  attn_http_resp r = {0};
-  attn_infer_target t;
+  attn__http_resp r = {0};
+  attn__infer_target t;
   memset(&t, 0x5A, sizeof t);
   if (attn__route(&s, &q, &r, &t) == ATTN_ROUTE_DONE)
     check_answer(&r, q.path);

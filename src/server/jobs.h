@@ -1,0 +1,26 @@
+/* jobs.h - jobs.c's interface, and the makers of each kind of job it queues.
+ * Private to src/server/ (docs/architecture.md). */
+#ifndef ATTN_SERVER_JOBS_H
+#define ATTN_SERVER_JOBS_H
+
+#include "internal.h"
+
+/* The makers of each kind of job, for jobs.c: a new job for req (what t
+ * names; it borrows req->body, which must live until the answer), with
+ * its run, expire and deadline set; NULL when out of memory.  HTTP
+ * thread. */
+attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
+                                const attn__infer_target *t);
+attn__job_base *attn__repo_job(attn__srv_ctx *s, const attn__http_req *req,
+                               const attn__infer_target *t);
+
+/* jobs.c: make the job of the kind t names (attn__infer_job,
+ * attn__repo_job) and queue it; done(arg, ...) gets the answer.  When it
+ * cannot be queued (queue full or closed, or no memory for the job)
+ * *resp is a 503, done is never called, and false is returned.  HTTP
+ * thread. */
+bool attn__job_submit(attn__srv_ctx *s, const attn__http_req *req,
+                      const attn__infer_target *t, attn__infer_done done,
+                      void *arg, attn__http_resp *resp);
+
+#endif
