@@ -29,8 +29,9 @@
  * anything of its own past (a truncation does not clear them): readers go
  * by the length.
  *
- * Memory.  The pool maps chunks of about 8 MiB (mmap) per block size and
- * hands out blocks from them; a chunk whose blocks are all free is
+ * Memory.  The pool maps chunks of about 8 MiB (mmap, on 2 MiB boundaries,
+ * asking for transparent huge pages) per block size and hands out blocks
+ * from them; a chunk whose blocks are all free is
  * unmapped at once, so when every sequence is freed the pool holds no
  * memory.  The byte limit bounds the bytes mapped: used <= mapped <=
  * limit, always.  A free block of one block size does not serve another

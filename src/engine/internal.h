@@ -209,25 +209,29 @@ static inline float attn__kv_elem(const void *p, attn_kv_dtype dt, size_t i) {
   return dt == ATTN_KV_BF16 ? attn_bf16_to_f32(h) : attn_f16_to_f32(h);
 }
 
-/* One chunk of query rows of one (sequence, kv head) against blocks
- * [blk0, blk1) of the sequence, continuing an online softmax whose state
- * the rows carry: m (running max), l (16 lane sums each) and o (the
- * unnormalised output).  Row r sees keys [lo[r], hi[r]] (absolute
- * positions) and stands at pos[r] (ALiBi's distance).  Rows are taken 4
- * at a time (a tile: one load of a key or value row serves the tile);
- * for a block, each row's arithmetic is the same whatever tile it is in. */
+/* One chunk of query rows of one sequence and nheads consecutive kv heads
+ * against blocks [blk0, blk1) of the sequence, continuing an online
+ * softmax whose state the rows carry: m (running max), l (16 lane sums
+ * each) and o (the unnormalised output).  Each head has `rows` rows, head
+ * h's at [h * rows, h * rows + rows) of every array; row r sees keys
+ * [lo[r], hi[r]] (absolute positions) and stands at pos[r] (ALiBi's
+ * distance).  For each block the heads are taken in order (their panels
+ * are consecutive in the block), and a head's rows 4 at a time (a tile:
+ * one load of a key or value row serves the tile).  A row's arithmetic
+ * depends only on its head's rows and the blocks, never on nheads. */
 typedef struct attn__kv_job {
   const void *const *blocks;
-  size_t head_off; /* bytes from a block to this kv head's panel */
-  int64_t D;
+  size_t head_off; /* bytes from a block to the first head's panel */
+  size_t panel;    /* bytes of one head's panel, 2 * 16 * D * element */
+  int64_t D, nheads;
   attn_kv_dtype dtype;
   int64_t blk0, blk1, rows;
-  const float *q; /* [rows][D], rotated */
-  float *o;       /* [rows][D] */
-  float *m;       /* [rows] */
-  float *l;       /* [rows][16] */
+  const float *q; /* [nheads * rows][D], rotated */
+  float *o;       /* [nheads * rows][D] */
+  float *m;       /* [nheads * rows] */
+  float *l;       /* [nheads * rows][16] */
   const int64_t *lo, *hi, *pos;
-  const float *slope; /* [rows] ALiBi slopes, or NULL */
+  const float *slope; /* [nheads * rows] ALiBi slopes, or NULL */
   float scale, softcap;
   float *pbuf; /* scratch: [4][16] probabilities, [16] scores */
 } attn__kv_job;

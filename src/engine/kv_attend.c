@@ -3,19 +3,24 @@
  * driver (attn_kv_attend).  The kernels are in kv_kernels.c.
  *
  * DESIGN
- * A call is cut into units of (sequence b, kv head hk); a unit runs in one
- * thread from start to end, so nothing of its arithmetic depends on the
- * batch, the other units or the thread count (engine.h: the same bits
- * alone or in any batch).  Within a unit the step's t query tokens are
- * taken CHUNK_ROWS rows at a time (the G = H / Hkv heads of a token are
- * consecutive rows): the chunk's queries are copied and turned (rotary,
- * in double) into the thread's scratch, then the kernel walks the blocks
- * the chunk can see, in order, keeping each row's online softmax (max m,
- * 16 lane sums l, unnormalised output o); at the end each row is divided
- * by its sum.  A chunk reads each key and value row once for all its rows
- * (a decode step's chunk is one token: every block is read once per GQA
- * group).  Rows of a token see the same keys; the chunk's key range is
- * the union of its rows' ranges, and a row skips the blocks it cannot see.
+ * A call is cut into units of (sequence b, some of its kv heads); a unit
+ * runs in one thread from start to end.  A decode step's unit takes all
+ * kv heads of its sequence, whose panels are one contiguous read per
+ * block, halved until there are two units a thread (heads_per_unit); a
+ * prefill's unit takes one kv head.  Within a unit the step's t query
+ * tokens are taken CHUNK_ROWS rows a head at a time (the G = H / Hkv
+ * heads of a token are consecutive rows): the chunk's queries are copied
+ * and turned (rotary, in double) into the thread's scratch, head by head,
+ * then the kernel walks the blocks the chunk can see, in order, keeping
+ * each row's online softmax (max m, 16 lane sums l, unnormalised output
+ * o); at the end each row is divided by its sum.  A chunk reads each key
+ * and value row once for all its rows (a decode step's chunk is one
+ * token: every block is read once per GQA group).  Rows of a token see
+ * the same keys; the chunk's key range is the union of its rows' ranges,
+ * and a row skips the blocks it cannot see.  A head's arithmetic depends
+ * on its own rows and the blocks only: not on the other heads of its
+ * unit, the batch or the thread count (engine.h: the same bits alone or
+ * in any batch).
  *
  * Rotary angles are computed exactly for every position (cos and sin of
  * the double product, as ref.c), not by recurrence: a key's stored bytes
@@ -41,6 +46,9 @@
  * scratch (queries and outputs, 64 KiB at D = 128) stays in L2 while the
  * blocks stream by. */
 #define CHUNK_ROWS 64
+/* A step with this many query rows per kv head or more is a prefill: its
+ * units take one kv head each (heads_per_unit). */
+#define GROUP_ROWS 16
 #define MAX_THREADS 64
 #define ROPE_BASE 10000.0
 
@@ -144,16 +152,20 @@ static int64_t rope_freqs(const attn_rotary *r, int64_t D, double *th) {
   return half;
 }
 
-/* Turn n heads of D values (x[h * D + c]) at position pos, in double with
- * the exact cos and sin of pos * th[f] (cs: 2 * half doubles of scratch). */
-static void rope_turn(float *x, int64_t n, int64_t D, int64_t pos,
-                      const double *th, int64_t half, int interleaved,
-                      double *cs) {
+/* cos (cs[f]) and sin (cs[half + f]) of the angles of position pos,
+ * exactly (cos and sin of the double product). */
+static void rope_angles(int64_t pos, const double *th, int64_t half,
+                        double *cs) {
   for (int64_t f = 0; f < half; f++) {
     double a = (double)pos * th[f];
     cs[f] = cos(a);
     cs[half + f] = sin(a);
   }
+}
+
+/* Turn n heads of D values (x[h * D + c]) by the angles cs, in double. */
+static void rope_apply(float *x, int64_t n, int64_t D, int64_t half,
+                       int interleaved, const double *cs) {
   for (int64_t h = 0; h < n; h++) {
     float *v = x + h * D;
     for (int64_t f = 0; f < half; f++) {
@@ -241,9 +253,10 @@ attn_status attn_kv_encode(const attn_kv_rows *r, const attn_attend_opts *o,
   int64_t half = rope_freqs(&o->rotary, r->D, th);
   for (int64_t i = 0; i < r->t && s == ATTN_OK; i++) {
     memcpy(x, r->k + (size_t)i * row, row * sizeof *x);
-    if (half)
-      rope_turn(x, r->Hkv, r->D, r->pos0 + i, th, half, o->rotary.interleaved,
-                th + half_max);
+    if (half) {
+      rope_angles(r->pos0 + i, th, half, th + half_max);
+      rope_apply(x, r->Hkv, r->D, half, o->rotary.interleaved, th + half_max);
+    }
     s = store_row(x, (int64_t)row, r->dtype,
                   (unsigned char *)k_out + (size_t)i * row * e, "key", i, r->D,
                   d);
@@ -268,6 +281,7 @@ typedef struct kv_scratch {
 
 typedef struct kv_plan {
   int64_t G, chunk_tokens, rows_max, half;
+  int64_t hpu, ups;  /* kv heads per unit, units per sequence */
   size_t per_thread; /* bytes, a multiple of 64 */
   int threads;
 } kv_plan;
@@ -316,17 +330,33 @@ static void scratch_carve(unsigned char *m, int64_t rows, int64_t D,
   (void)half;
 }
 
+/* Kv heads per unit: a decode step's unit takes every kv head of its
+ * sequence (the heads' panels are one contiguous read per block: 2-3
+ * times the single thread's read speed of 8 KiB panels here), halved
+ * until the units are enough for the threads; a prefill's unit takes one
+ * kv head and more query rows.  Per head, the arithmetic is the same
+ * whatever the grouping: only the order of reads changes. */
+static int64_t heads_per_unit(const attn_kv_problem *p, int64_t G, int th) {
+  if (p->t * G >= GROUP_ROWS) return 1;
+  int64_t hpu = p->Hkv, want = th == 1 ? 1 : 2 * (int64_t)th;
+  while (hpu > 1 && p->B * ((p->Hkv + hpu - 1) / hpu) < want)
+    hpu = (hpu + 1) / 2;
+  return hpu;
+}
+
 static attn_status plan(const attn_kv_problem *p, const attn_exec *x,
                         kv_plan *pl, attn_diag *d) {
+  int th = x && x->threads > 1 ? x->threads : 1;
+  if (th > MAX_THREADS) th = MAX_THREADS;
   pl->G = p->H / p->Hkv;
   pl->chunk_tokens = CHUNK_ROWS / pl->G < 1 ? 1 : CHUNK_ROWS / pl->G;
   if (pl->chunk_tokens > p->t) pl->chunk_tokens = p->t;
-  pl->rows_max = pl->chunk_tokens * pl->G;
+  pl->hpu = heads_per_unit(p, pl->G, th);
+  pl->ups = (p->Hkv + pl->hpu - 1) / pl->hpu;
+  pl->rows_max = pl->chunk_tokens * pl->G * pl->hpu;
   pl->half =
       p->o.rotary.on ? (p->o.rotary.dims ? p->o.rotary.dims : p->D) / 2 : 0;
-  int64_t units = p->B * p->Hkv;
-  int th = x && x->threads > 1 ? x->threads : 1;
-  if (th > MAX_THREADS) th = MAX_THREADS;
+  int64_t units = p->B * pl->ups;
   if (units < th) th = units < 1 ? 1 : (int)units;
   pl->threads = th;
   pl->per_thread = scratch_bytes(pl->rows_max, p->D, pl->half);
@@ -358,65 +388,78 @@ typedef struct kv_ctx {
   float *out, *lse;
 } kv_ctx;
 
-/* Rows of tokens [i0, i0 + n) of unit (b, hk): turned queries, the keys
- * each row sees, fresh softmax state. */
-static void chunk_rows(const kv_ctx *c, int64_t b, int64_t hk, int64_t i0,
+/* The heads [hk0, hk0 + nh) of sequence b: one unit's work. */
+typedef struct kv_unit_at {
+  int64_t b, hk0, nh;
+} kv_unit_at;
+
+/* Rows of tokens [i0, i0 + n) of a unit, head by head: turned queries,
+ * the keys each row sees, fresh softmax state. */
+static void chunk_rows(const kv_ctx *c, const kv_unit_at *u, int64_t i0,
                        int64_t n, const kv_scratch *s) {
   const attn_kv_problem *p = c->p;
-  int64_t G = c->pl->G, D = p->D, len = p->kv[b].len;
+  int64_t G = c->pl->G, D = p->D, len = p->kv[u->b].len, rows = n * G;
   int64_t left = p->o.has_window ? p->o.window_left : -1;
   for (int64_t i = i0; i < i0 + n; i++) {
     int64_t pos = p->queries_only ? len : len - p->t + i;
-    int64_t r0 = (i - i0) * G;
-    const float *q = p->q + ((b * p->t + i) * p->H + hk * G) * D;
-    memcpy(s->q + r0 * D, q, (size_t)(G * D) * sizeof(float));
-    if (c->pl->half)
-      rope_turn(s->q + r0 * D, G, D, pos, c->th, c->pl->half,
-                p->o.rotary.interleaved, s->cs);
-    for (int64_t g = 0; g < G; g++) {
-      s->pos[r0 + g] = pos;
-      s->hi[r0 + g] = pos < len - 1 ? pos : len - 1;
-      s->lo[r0 + g] = left >= 0 && pos - left > 0 ? pos - left : 0;
-      s->slope[r0 + g] = p->o.alibi_slopes ? p->o.alibi_slopes[hk * G + g] : 0;
-      s->m[r0 + g] = -INFINITY;
+    if (c->pl->half) rope_angles(pos, c->th, c->pl->half, s->cs);
+    for (int64_t hl = 0; hl < u->nh; hl++) {
+      int64_t r0 = hl * rows + (i - i0) * G, h0 = (u->hk0 + hl) * G;
+      memcpy(s->q + r0 * D, p->q + ((u->b * p->t + i) * p->H + h0) * D,
+             (size_t)(G * D) * sizeof(float));
+      if (c->pl->half)
+        rope_apply(s->q + r0 * D, G, D, c->pl->half, p->o.rotary.interleaved,
+                   s->cs);
+      for (int64_t g = 0; g < G; g++) {
+        s->pos[r0 + g] = pos;
+        s->hi[r0 + g] = pos < len - 1 ? pos : len - 1;
+        s->lo[r0 + g] = left >= 0 && pos - left > 0 ? pos - left : 0;
+        s->slope[r0 + g] = p->o.alibi_slopes ? p->o.alibi_slopes[h0 + g] : 0;
+        s->m[r0 + g] = -INFINITY;
+      }
     }
   }
-  memset(s->o, 0, (size_t)(n * G * D) * sizeof(float));
-  memset(s->l, 0, (size_t)(n * G * 16) * sizeof(float));
+  memset(s->o, 0, (size_t)(u->nh * rows * D) * sizeof(float));
+  memset(s->l, 0, (size_t)(u->nh * rows * 16) * sizeof(float));
 }
 
 /* Each row divided by its sum into out and lse. */
-static void chunk_finish(const kv_ctx *c, int64_t b, int64_t hk, int64_t i0,
+static void chunk_finish(const kv_ctx *c, const kv_unit_at *u, int64_t i0,
                          int64_t n, const kv_scratch *s) {
   const attn_kv_problem *p = c->p;
-  int64_t G = c->pl->G, D = p->D;
-  for (int64_t r = 0; r < n * G; r++) {
-    int64_t i = i0 + r / G, h = hk * G + r % G;
-    float *out = c->out + ((b * p->t + i) * p->H + h) * D;
+  int64_t G = c->pl->G, D = p->D, rows = n * G;
+  for (int64_t r = 0; r < u->nh * rows; r++) {
+    int64_t i = i0 + r % rows / G;
+    int64_t at = (u->b * p->t + i) * p->H + (u->hk0 + r / rows) * G + r % G;
+    float *out = c->out + at * D;
     double sum = 0.0;
     for (int k = 0; k < 16; k++) sum += (double)s->l[r * 16 + k];
     if (s->m[r] == -INFINITY || !(sum > 0.0)) {
       memset(out, 0, (size_t)D * sizeof *out);
-      c->lse[(b * p->t + i) * p->H + h] = -INFINITY;
+      c->lse[at] = -INFINITY;
       continue;
     }
     for (int64_t k = 0; k < D; k++)
       out[k] = (float)((double)s->o[r * D + k] / sum);
-    c->lse[(b * p->t + i) * p->H + h] = (float)((double)s->m[r] + log(sum));
+    c->lse[at] = (float)((double)s->m[r] + log(sum));
   }
 }
 
-static void kv_unit(void *vctx, int64_t u, int tid) {
+static void kv_unit(void *vctx, int64_t unit, int tid) {
   const kv_ctx *c = vctx;
   const attn_kv_problem *p = c->p;
-  int64_t b = u / p->Hkv, hk = u % p->Hkv, G = c->pl->G;
+  int64_t ups = c->pl->ups, G = c->pl->G;
+  kv_unit_at u = {unit / ups, unit % ups * c->pl->hpu, c->pl->hpu};
+  if (u.nh > p->Hkv - u.hk0) u.nh = p->Hkv - u.hk0;
   kv_scratch s;
   scratch_carve(c->mem + (size_t)tid * c->pl->per_thread, c->pl->rows_max, p->D,
                 c->pl->half, &s);
-  size_t e = attn_kv_dtype_size(p->dtype);
-  attn__kv_job j = {p->kv[b].blocks,
-                    (size_t)hk * 2 * BT * (size_t)p->D * e,
+  size_t panel = 2 * BT * (size_t)p->D * attn_kv_dtype_size(p->dtype);
+  attn__kv_job j = {p->kv[u.b].blocks,
+                    (size_t)u.hk0 * panel,
+                    panel,
                     p->D,
+                    u.nh,
                     p->dtype,
                     0,
                     0,
@@ -435,13 +478,13 @@ static void kv_unit(void *vctx, int64_t u, int tid) {
   for (int64_t i0 = 0; i0 < p->t; i0 += c->pl->chunk_tokens) {
     int64_t n =
         p->t - i0 < c->pl->chunk_tokens ? p->t - i0 : c->pl->chunk_tokens;
-    chunk_rows(c, b, hk, i0, n, &s);
+    chunk_rows(c, &u, i0, n, &s);
     int64_t klo = s.lo[0], khi = s.hi[n * G - 1];
     j.rows = n * G;
     j.blk0 = klo / BT;
     j.blk1 = khi >= klo ? khi / BT + 1 : j.blk0;
     attn__kv_run(&j);
-    chunk_finish(c, b, hk, i0, n, &s);
+    chunk_finish(c, &u, i0, n, &s);
   }
 }
 
@@ -481,7 +524,7 @@ attn_status attn_kv_attend(const attn_kv_problem *p, const attn_exec *x,
       th,  p->o.has_scale ? p->o.scale : (float)(1.0 / sqrt((double)p->D)),
       mem, out,
       lse};
-  attn__parallel_for(pl.threads, p->B * p->Hkv, kv_unit, &c);
+  attn__parallel_for(pl.threads, p->B * pl.ups, kv_unit, &c);
   free(mem);
   free(th);
   return ATTN_OK;
