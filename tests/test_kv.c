@@ -80,6 +80,11 @@ START_TEST(kv_names) {
   ck_assert(!attn_kv_dtype_parse(NULL, &t));
   attn_kv_shape sh = {8, 128, ATTN_KV_BF16};
   ck_assert_uint_eq(attn_kv_block_bytes(&sh), 2 * 16 * 8 * 128 * 2);
+  sh = (attn_kv_shape){3, 5, ATTN_KV_BF16}; /* keys padded to 6 dims */
+  ck_assert_uint_eq(attn_kv_block_bytes(&sh), 3 * (16 * 6 + 16 * 5) * 2);
+  ck_assert_uint_eq(attn_kv_values_offset(&sh), 16 * 6 * 2);
+  sh.dtype = ATTN_KV_FP16;
+  ck_assert_uint_eq(attn_kv_block_bytes(&sh), 3 * 2 * 16 * 5 * 2);
   sh.head_dim = 0;
   ck_assert_uint_eq(attn_kv_block_bytes(&sh), 0);
 }
@@ -141,16 +146,25 @@ START_TEST(kv_append_read_layout) {
     ck_assert(memcmp(gk, k, (size_t)(total * H * D * e)) == 0);
     ck_assert(memcmp(gv, v, (size_t)(total * H * D * e)) == 0);
     ck_assert_int_eq(attn_kv_seq_read(s, 3, total, gk, gv, &d), ATTN_EINVAL);
-    /* the layout: token 37 (block 2, slot 5), head 1, dim 3 */
+    /* the layout: token 37 (block 2, slot 5), head 1, dims 3 and 4 */
     attn_kv_view vw = attn_kv_seq_view(s);
     ck_assert_int_eq(vw.len, total);
-    const unsigned char *blk = vw.blocks[37 / BT];
-    size_t panel = (size_t)(2 * BT * D * e);
-    int64_t slot = 37 % BT, h = 1, c = 3;
-    ck_assert(memcmp(blk + panel + (size_t)((c * BT + slot) * e),
-                     k + ((37 * H + h) * D + c) * e, (size_t)e) == 0);
-    ck_assert(memcmp(blk + panel + (size_t)((BT * D + slot * D + c) * e),
-                     v + ((37 * H + h) * D + c) * e, (size_t)e) == 0);
+    const attn_kv_shape *sh = attn_kv_seq_shape(s);
+    const unsigned char *pan =
+        (const unsigned char *)vw.blocks[37 / BT] + attn_kv_panel_bytes(sh);
+    for (int64_t c = 3; c <= 4; c++) {
+      size_t ki = dts[di] == ATTN_KV_BF16
+                      ? (size_t)(((c / 2) * BT + 5) * 2 + c % 2)
+                      : (size_t)(c * BT + 5);
+      size_t vi = dts[di] == ATTN_KV_BF16 ? (size_t)(((5 / 2) * D + c) * 2 + 1)
+                                          : (size_t)(5 * D + c);
+      ck_assert_uint_eq(attn_kv_key_index(dts[di], c, 5), ki);
+      ck_assert_uint_eq(attn_kv_value_index(dts[di], D, 5, c), vi);
+      ck_assert(memcmp(pan + ki * (size_t)e, k + ((37 * H + 1) * D + c) * e,
+                       (size_t)e) == 0);
+      ck_assert(memcmp(pan + attn_kv_values_offset(sh) + vi * (size_t)e,
+                       v + ((37 * H + 1) * D + c) * e, (size_t)e) == 0);
+    }
     free(gk);
     free(gv);
     free(k);

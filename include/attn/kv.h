@@ -10,15 +10,24 @@
  *
  * Blocks.  A sequence of num_kv_heads Hkv, head_dim D and element size e
  * (attn_kv_dtype_size) holds token p in block p / 16, slot s = p % 16.  A
- * block is Hkv panels, one per key/value head, each 2 * 16 * D * e bytes:
- *   keys   of head h at h * panel,               stored [D][16]:
- *          the key of slot s, value d, at element d * 16 + s;
- *   values of head h at h * panel + 16 * D * e,  stored [16][D]:
- *          slot s's value d at element s * D + d.
- * Keys are transposed so that one vector load reads one dim of 16 keys
- * (the decode kernel's scores); a head's keys and values are one
- * contiguous run per block, read front to back.
- *
+ * block is Hkv panels, one per key/value head (attn_kv_panel_bytes); a
+ * panel holds the head's 16 keys, then (at attn_kv_values_offset) its 16
+ * values.  fp32 and fp16:
+ *   keys   stored [D][16]: slot s's value d at element d * 16 + s;
+ *   values stored [16][D]: slot s's value d at element s * D + d.
+ * bf16 stores pairs, as vdpbf16ps reads them: two bf16 side by side are
+ * one 32-bit word whose high half is an fp32 when the low half is
+ * shifted out, and whose low half is one when shifted up:
+ *   keys   stored [D2 / 2][16][2] (D2 = D rounded up to even, the last
+ *          dim's partner a zero when D is odd): slot s's value d at
+ *          element ((d / 2) * 16 + s) * 2 + d % 2;
+ *   values stored [8][D][2]: slot s's value d at element
+ *          ((s / 2) * D + d) * 2 + s % 2.
+ * attn_kv_key_index and attn_kv_value_index give these.  Keys are
+ * transposed so that one vector load reads one dim (bf16: two dims) of 16
+ * keys (the decode kernel's scores); a block's panels are one contiguous
+ * run, read front to back.
+
  * Sharing.  Blocks are reference-counted: attn_kv_seq_fork gives the copy
  * the same blocks; whichever side appends to a shared partly filled last
  * block first copies it (copy on write), so neither ever sees the other's
@@ -82,9 +91,40 @@ typedef struct attn_kv_shape {
   attn_kv_dtype dtype;
 } attn_kv_shape;
 
-/* Bytes of a block of this shape (2 * 16 * Hkv * D * e), 0 when the shape
- * is invalid or the size overflows. */
+/* Bytes of a block of this shape (Hkv panels), 0 when the shape is
+ * invalid or the size overflows. */
 size_t attn_kv_block_bytes(const attn_kv_shape *s);
+
+/* Dims of a panel's keys: D, for bf16 D rounded up to even. */
+static inline int64_t attn_kv_key_dims(const attn_kv_shape *s) {
+  return s->dtype == ATTN_KV_BF16 ? s->head_dim + (s->head_dim & 1)
+                                  : s->head_dim;
+}
+/* Bytes from a panel to its values: 16 x attn_kv_key_dims x e. */
+static inline size_t attn_kv_values_offset(const attn_kv_shape *s) {
+  return (size_t)ATTN_KV_BLOCK_TOKENS * (size_t)attn_kv_key_dims(s) *
+         attn_kv_dtype_size(s->dtype);
+}
+/* Bytes of one head's panel: its keys, then 16 x D values. */
+static inline size_t attn_kv_panel_bytes(const attn_kv_shape *s) {
+  return attn_kv_values_offset(s) + (size_t)ATTN_KV_BLOCK_TOKENS *
+                                        (size_t)s->head_dim *
+                                        attn_kv_dtype_size(s->dtype);
+}
+/* Element of key dim d of slot s within a panel (layout above). */
+static inline size_t attn_kv_key_index(attn_kv_dtype t, int64_t d, int64_t s) {
+  if (t == ATTN_KV_BF16)
+    return ((size_t)(d / 2) * ATTN_KV_BLOCK_TOKENS + (size_t)s) * 2 +
+           (size_t)(d & 1);
+  return (size_t)d * ATTN_KV_BLOCK_TOKENS + (size_t)s;
+}
+/* Element of value dim d of slot s from the panel's values. */
+static inline size_t attn_kv_value_index(attn_kv_dtype t, int64_t D, int64_t s,
+                                         int64_t d) {
+  if (t == ATTN_KV_BF16)
+    return ((size_t)(s / 2) * (size_t)D + (size_t)d) * 2 + (size_t)(s & 1);
+  return (size_t)s * (size_t)D + (size_t)d;
+}
 
 /* What a reader needs: the blocks of a sequence, in token order, and its
  * length.  blocks[b] holds tokens [16 b, 16 b + 16) as laid out above. */

@@ -222,7 +222,8 @@ static inline float attn__kv_elem(const void *p, attn_kv_dtype dt, size_t i) {
 typedef struct attn__kv_job {
   const void *const *blocks;
   size_t head_off; /* bytes from a block to the first head's panel */
-  size_t panel;    /* bytes of one head's panel, 2 * 16 * D * element */
+  size_t panel;    /* bytes of one head's panel (attn_kv_panel_bytes) */
+  size_t voff;     /* bytes from a panel to its values */
   int64_t D, nheads;
   attn_kv_dtype dtype;
   int64_t blk0, blk1, rows;

@@ -454,10 +454,12 @@ static void kv_unit(void *vctx, int64_t unit, int tid) {
   kv_scratch s;
   scratch_carve(c->mem + (size_t)tid * c->pl->per_thread, c->pl->rows_max, p->D,
                 c->pl->half, &s);
-  size_t panel = 2 * BT * (size_t)p->D * attn_kv_dtype_size(p->dtype);
+  const attn_kv_shape *sh = &p->kv[u.b].shape;
+  size_t panel = attn_kv_panel_bytes(sh);
   attn__kv_job j = {p->kv[u.b].blocks,
                     (size_t)u.hk0 * panel,
                     panel,
+                    attn_kv_values_offset(sh),
                     p->D,
                     u.nh,
                     p->dtype,

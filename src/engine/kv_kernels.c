@@ -24,12 +24,17 @@
  *    block's tokens the tile sees, in registers, then o = o alpha + that
  *    sum (one rounding per block, not per token).
  * The panel two ahead is prefetched into L2 along the way (PF_DIST).
- * bf16 and fp16 values are widened exactly on load (a shift; vcvtph2ps),
- * so the arithmetic is fp32 for every dtype.  At 4 heads a group that is
- * 2 x 4 multiply-adds per value read: one core's FMA pipes (one 512-bit
- * FMA a cycle on Zen 4) then consume bf16 and fp16 values at about 20
- * GB/s, below one core's streaming read, while fp32 values arrive at half
- * the rate per byte and are bound by memory.
+ * Values are widened exactly on load: fp16 by vcvtph2ps; bf16, which kv.h
+ * stores in pairs (two dims of a key, two tokens of a value in one 32-bit
+ * word), by a shift (the low one) and a mask (the high one): two integer
+ * operations for 32 values instead of a widening and a shift for 16,
+ * which took bf16 from 21 to 23 GB/s (B 8, T 4096, 1 thread, alternating
+ * runs).  So the arithmetic is fp32 for every dtype.  At 4 heads a group
+ * that is 2 x 4 multiply-adds per value read: one core's FMA pipes (one
+ * 512-bit FMA a cycle on Zen 4, 3.65 G a second here) then consume bf16
+ * and fp16 values at about 22 GB/s, below one core's streaming read (~30
+ * GB/s), while fp32 values are bound by memory and how well the reads
+ * overlap the work.
  * A row's operations and their order depend only on its head's rows, the
  * blocks and the kernel set, never on other heads or units, so results
  * repeat bit for bit.  The portable kernel is the straightforward one:
@@ -80,7 +85,8 @@ static void row_scalar(const attn__kv_job *j, int64_t r, int64_t kb,
   for (int k = 0; k < BT; k++) {
     float acc = 0.0f;
     for (int64_t c = 0; c < D; c++)
-      acc += q[c] * attn__kv_elem(kp, j->dtype, (size_t)(c * BT + k));
+      acc +=
+          q[c] * attn__kv_elem(kp, j->dtype, attn_kv_key_index(j->dtype, c, k));
     s[k] = acc * j->scale;
   }
   score_variants(j, r, kb, s);
@@ -98,19 +104,19 @@ static void row_scalar(const attn__kv_job *j, int64_t r, int64_t kb,
     float acc = 0.0f;
     for (int k = 0; k < BT; k++)
       if (mask >> k & 1u)
-        acc += s[k] * attn__kv_elem(vp, j->dtype, (size_t)(k * D + c));
+        acc += s[k] * attn__kv_elem(vp, j->dtype,
+                                    attn_kv_value_index(j->dtype, D, k, c));
     j->o[r * D + c] = j->o[r * D + c] * alpha + acc;
   }
   j->m[r] = mn;
 }
 
 static void run_scalar(const attn__kv_job *j) {
-  size_t e = esize(j->dtype);
   for (int64_t blk = j->blk0; blk < j->blk1; blk++)
     for (int64_t h = 0; h < j->nheads; h++) {
       const unsigned char *kp = (const unsigned char *)j->blocks[blk] +
                                 j->head_off + (size_t)h * j->panel;
-      const unsigned char *vp = kp + (size_t)(BT * j->D) * e;
+      const unsigned char *vp = kp + j->voff;
       for (int64_t r = h * j->rows; r < (h + 1) * j->rows; r++) {
         unsigned mask = lane_mask(j, r, blk * BT);
         if (mask) row_scalar(j, r, blk * BT, kp, vp, mask);
@@ -121,6 +127,7 @@ static void run_scalar(const attn__kv_job *j) {
 #ifdef ATTN_X86
 
 #define INLINE __attribute__((always_inline)) static inline
+#define HI16 ((int)0xFFFF0000u) /* the high bf16 of a pair, as an fp32 */
 
 /* ---- AVX-512 ------------------------------------------------------------- */
 
@@ -171,8 +178,15 @@ AVX512 INLINE void scores16(const unsigned char *kp, const float *q, int64_t D,
   for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
   int64_t d = 0;
   for (; d + 2 <= D; d += 2) {
-    __m512 k0 = ld16(kp + (size_t)d * step, dt);
-    __m512 k1 = ld16(kp + (size_t)(d + 1) * step, dt);
+    __m512 k0, k1;
+    if (dt == ATTN_KV_BF16) { /* dims d and d + 1 side by side (kv.h) */
+      __m512i x = _mm512_loadu_si512(kp + (size_t)d * step);
+      k0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+      k1 = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(HI16)));
+    } else {
+      k0 = ld16(kp + (size_t)d * step, dt);
+      k1 = ld16(kp + (size_t)(d + 1) * step, dt);
+    }
     if (pf)
       for (size_t k = 0; k < e / 2; k++)
         _mm_prefetch((const char *)pf + ((size_t)d / 2 * (e / 2) + k) * 64,
@@ -183,7 +197,10 @@ AVX512 INLINE void scores16(const unsigned char *kp, const float *q, int64_t D,
     }
   }
   if (d < D) {
-    __m512 k0 = ld16(kp + (size_t)d * step, dt);
+    __m512 k0 = dt == ATTN_KV_BF16
+                    ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                          _mm512_loadu_si512(kp + (size_t)d * step), 16))
+                    : ld16(kp + (size_t)d * step, dt);
     for (int r = 0; r < R; r++)
       a[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * D + d]), k0, a[r]);
   }
@@ -245,6 +262,42 @@ AVX512 INLINE void vals16(const unsigned char *vp, int64_t D, int R,
   }
 }
 
+/* vals16 for bf16 values, stored in token pairs (kv.h): one load is 16
+ * columns of tokens 2 jp and 2 jp + 1; a token outside jlo..jhi that
+ * shares a pair has p = 0 (its lane was masked) and a finite value. */
+AVX512 INLINE void vals16_pairs(const unsigned char *vp, int64_t D, int R,
+                                const float *pb, const float *alpha, float *o,
+                                int jlo, int jhi, int64_t c, __mmask16 k,
+                                const unsigned char *pf) {
+  int full = k == 0xFFFF;
+  __m512 a[TILE], b[TILE];
+  for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
+  for (int jp = jlo / 2; jp <= jhi / 2; jp++) {
+    const unsigned char *row = vp + ((size_t)jp * (size_t)D + (size_t)c) * 4;
+    __m512i x =
+        full ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi32(k, row);
+    __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    __m512 v1 =
+        _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(HI16)));
+    if (pf)
+      _mm_prefetch((const char *)pf + ((size_t)c / 16 * 8 + (size_t)jp) * 64,
+                   PF_HINT);
+    for (int r = 0; r < R; r++) {
+      a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * BT + 2 * jp]), v0, a[r]);
+      b[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * BT + 2 * jp + 1]), v1, b[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float *orow = o + r * D + c;
+    __m512 sum = _mm512_add_ps(a[r], b[r]), al = _mm512_set1_ps(alpha[r]);
+    if (full)
+      _mm512_storeu_ps(orow, _mm512_fmadd_ps(_mm512_loadu_ps(orow), al, sum));
+    else
+      _mm512_mask_storeu_ps(
+          orow, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, orow), al, sum));
+  }
+}
+
 /* Rows [r0, r0 + R) against one block. */
 AVX512 INLINE void tile16(const attn__kv_job *j, const unsigned char *kp,
                           int64_t kb, int64_t r0, int R, attn_kv_dtype dt,
@@ -264,15 +317,19 @@ AVX512 INLINE void tile16(const attn__kv_job *j, const unsigned char *kp,
       _mm512_storeu_ps(j->pbuf + r * BT, _mm512_setzero_ps());
   }
   int jlo = __builtin_ctz(any), jhi = 31 - __builtin_clz(any);
-  const unsigned char *vp = kp + (size_t)(BT * D) * esize(dt);
+  const unsigned char *vp = kp + j->voff, *vpf = pf ? pf + j->voff : NULL;
   float *o = j->o + r0 * D;
   int64_t c = 0;
-  const unsigned char *vpf = pf ? pf + (size_t)(BT * D) * esize(dt) : NULL;
   for (; c + 16 <= D; c += 16)
-    vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 0xFFFF, vpf);
-  if (c < D)
-    vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c,
-           (__mmask16)((1u << (D - c)) - 1u), NULL);
+    if (dt == ATTN_KV_BF16)
+      vals16_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 0xFFFF, vpf);
+    else
+      vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 0xFFFF, vpf);
+  __mmask16 k = (__mmask16)((1u << (D - c)) - 1u);
+  if (c < D && dt == ATTN_KV_BF16)
+    vals16_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, k, NULL);
+  else if (c < D)
+    vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, k, NULL);
 }
 
 /* The blocks in order, in each the heads in order (one contiguous read),
@@ -320,12 +377,43 @@ AVX2 INLINE __m256 ld8(const unsigned char *p, attn_kv_dtype dt) {
   return _mm256_cvtph_ps(h);
 }
 
+/* scores8's loop for bf16 keys, stored in dim pairs (kv.h): one load is
+ * dims d and d + 1 of 8 keys, added in that order. */
+AVX2 INLINE void scores8_pairs(const unsigned char *kp, const float *q,
+                               int64_t D, int R, __m256 *s,
+                               const unsigned char *pf) {
+  const __m256i hi = _mm256_set1_epi32(HI16);
+  for (int64_t d = 0; d < D; d += 2) {
+    const unsigned char *p = kp + (size_t)d * BT * 2;
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)p);
+    __m256i x1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+    __m256 a0 = _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16));
+    __m256 a1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
+    __m256 b0 = _mm256_castsi256_ps(_mm256_and_si256(x0, hi));
+    __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(x1, hi));
+    if (pf) _mm_prefetch((const char *)pf + (size_t)d / 2 * 64, PF_HINT);
+    for (int r = 0; r < R; r++) {
+      __m256 qa = _mm256_set1_ps(q[r * D + d]);
+      s[2 * r] = _mm256_fmadd_ps(qa, a0, s[2 * r]);
+      s[2 * r + 1] = _mm256_fmadd_ps(qa, a1, s[2 * r + 1]);
+      if (d + 1 == D) continue; /* odd D: the partner is padding */
+      __m256 qb = _mm256_set1_ps(q[r * D + d + 1]);
+      s[2 * r] = _mm256_fmadd_ps(qb, b0, s[2 * r]);
+      s[2 * r + 1] = _mm256_fmadd_ps(qb, b1, s[2 * r + 1]);
+    }
+  }
+}
+
 /* s[2r], s[2r + 1] = lanes 0-7 and 8-15 of row r's scores (unscaled). */
 AVX2 INLINE void scores8(const unsigned char *kp, const float *q, int64_t D,
                          int R, attn_kv_dtype dt, __m256 *s,
                          const unsigned char *pf) {
   size_t step = BT * esize(dt), e = esize(dt);
   for (int r = 0; r < 2 * R; r++) s[r] = _mm256_setzero_ps();
+  if (dt == ATTN_KV_BF16) {
+    scores8_pairs(kp, q, D, R, s, pf);
+    return;
+  }
   for (int64_t d = 0; d < D; d++) {
     __m256 k0 = ld8(kp + (size_t)d * step, dt);
     __m256 k1 = ld8(kp + (size_t)d * step + step / 2, dt);
@@ -413,6 +501,44 @@ AVX2 INLINE void vals8(const unsigned char *vp, int64_t D, int R,
   }
 }
 
+/* vals8 for bf16 values, stored in token pairs (kv.h), as vals16_pairs:
+ * tokens 2 jp and 2 jp + 1 added in that order. */
+AVX2 INLINE void vals8_pairs(const unsigned char *vp, int64_t D, int R,
+                             const float *pb, const float *alpha, float *o,
+                             int jlo, int jhi, int64_t c, int w,
+                             const unsigned char *pf) {
+  const __m256i hi = _mm256_set1_epi32(HI16);
+  __m256 a0[TILE], a1[TILE];
+  for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int jp = jlo / 2; jp <= jhi / 2; jp++) {
+    const unsigned char *row = vp + ((size_t)jp * (size_t)D + (size_t)c) * 4;
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)row);
+    __m256i x1 = w == 2 ? _mm256_loadu_si256((const __m256i *)(row + 32)) : x0;
+    __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16));
+    __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(x0, hi));
+    __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
+    __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(x1, hi));
+    if (pf)
+      _mm_prefetch((const char *)pf + ((size_t)c / 16 * 8 + (size_t)jp) * 64,
+                   PF_HINT);
+    for (int r = 0; r < R; r++) {
+      __m256 pe = _mm256_set1_ps(pb[r * BT + 2 * jp]);
+      __m256 po = _mm256_set1_ps(pb[r * BT + 2 * jp + 1]);
+      a0[r] = _mm256_fmadd_ps(po, o0, _mm256_fmadd_ps(pe, e0, a0[r]));
+      if (w == 2)
+        a1[r] = _mm256_fmadd_ps(po, o1, _mm256_fmadd_ps(pe, e1, a1[r]));
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float *orow = o + r * D + c;
+    __m256 al = _mm256_set1_ps(alpha[r]);
+    _mm256_storeu_ps(orow, _mm256_fmadd_ps(_mm256_loadu_ps(orow), al, a0[r]));
+    if (w == 2)
+      _mm256_storeu_ps(orow + 8,
+                       _mm256_fmadd_ps(_mm256_loadu_ps(orow + 8), al, a1[r]));
+  }
+}
+
 /* The last D % 8 columns, one at a time. */
 static void values_tail(const unsigned char *vp, int64_t D, int R,
                         attn_kv_dtype dt, const float *pb, const float *alpha,
@@ -422,7 +548,7 @@ static void values_tail(const unsigned char *vp, int64_t D, int R,
       float acc = 0.0f;
       for (int jj = jlo; jj <= jhi; jj++)
         acc += pb[r * BT + jj] *
-               attn__kv_elem(vp, dt, (size_t)jj * (size_t)D + (size_t)c);
+               attn__kv_elem(vp, dt, attn_kv_value_index(dt, D, jj, c));
       o[r * D + c] = o[r * D + c] * alpha[r] + acc;
     }
 }
@@ -446,14 +572,19 @@ AVX2 INLINE void tile8(const attn__kv_job *j, const unsigned char *kp,
       memset(j->pbuf + r * BT, 0, BT * sizeof(float));
   }
   int jlo = __builtin_ctz(any), jhi = 31 - __builtin_clz(any);
-  const unsigned char *vp = kp + (size_t)(BT * D) * esize(dt);
+  const unsigned char *vp = kp + j->voff, *vpf = pf ? pf + j->voff : NULL;
   float *o = j->o + r0 * D;
   int64_t c = 0;
-  const unsigned char *vpf = pf ? pf + (size_t)(BT * D) * esize(dt) : NULL;
   for (; c + 16 <= D; c += 16)
-    vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 2, vpf);
+    if (dt == ATTN_KV_BF16)
+      vals8_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 2, vpf);
+    else
+      vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 2, vpf);
   if (c + 8 <= D) {
-    vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 1, NULL);
+    if (dt == ATTN_KV_BF16)
+      vals8_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 1, NULL);
+    else
+      vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 1, NULL);
     c += 8;
   }
   if (c < D) values_tail(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c);

@@ -305,14 +305,15 @@ done:
 /* Key (value when v) c of token j, kv head hk, of a view, as stored. */
 static double kv_at(const attn_kv_view *w, int64_t j, int64_t hk, int64_t c,
                     int v) {
-  int64_t D = w->shape.head_dim, s = j % ATTN_KV_BLOCK_TOKENS;
-  size_t e = attn_kv_dtype_size(w->shape.dtype);
+  const attn_kv_shape *sh = &w->shape;
+  int64_t s = j % ATTN_KV_BLOCK_TOKENS;
   const unsigned char *panel =
       (const unsigned char *)w->blocks[j / ATTN_KV_BLOCK_TOKENS] +
-      (size_t)hk * 2 * ATTN_KV_BLOCK_TOKENS * (size_t)D * e;
-  size_t i = v ? (size_t)(ATTN_KV_BLOCK_TOKENS * D + s * D + c)
-               : (size_t)(c * ATTN_KV_BLOCK_TOKENS + s);
-  return attn__kv_elem(panel, w->shape.dtype, i);
+      (size_t)hk * attn_kv_panel_bytes(sh);
+  if (v)
+    return attn__kv_elem(panel + attn_kv_values_offset(sh), sh->dtype,
+                         attn_kv_value_index(sh->dtype, sh->head_dim, s, c));
+  return attn__kv_elem(panel, sh->dtype, attn_kv_key_index(sh->dtype, c, s));
 }
 
 /* One query row q (D doubles, turned) at position pos of view w, kv head

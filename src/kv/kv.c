@@ -84,7 +84,7 @@ struct attn_kv_seq {
   attn_kv_pool *pool;
   kv_class *cls;
   attn_kv_shape shape;
-  size_t esize, block_bytes, panel_bytes;
+  size_t esize, block_bytes, panel_bytes, voff;
   int64_t len, nblk, cap;
   void **ptr;     /* [cap] block pointers, the first nblk used */
   kv_chunk **chk; /* [cap] each block's chunk */
@@ -126,10 +126,10 @@ int attn_kv_dtype_parse(const char *s, attn_kv_dtype *t) {
 }
 
 size_t attn_kv_block_bytes(const attn_kv_shape *s) {
-  size_t e = attn_kv_dtype_size(s->dtype), n;
-  if (!e || s->num_kv_heads < 1 || s->head_dim < 1) return 0;
-  if (!attn_size_mul((size_t)s->num_kv_heads, (size_t)s->head_dim, &n) ||
-      !attn_size_mul(n, 2 * BT * e, &n))
+  size_t n;
+  if (!attn_kv_dtype_size(s->dtype) || s->num_kv_heads < 1 || s->head_dim < 1 ||
+      s->head_dim > INT32_MAX ||
+      !attn_size_mul((size_t)s->num_kv_heads, attn_kv_panel_bytes(s), &n))
     return 0;
   return n;
 }
@@ -402,7 +402,8 @@ attn_status attn_kv_seq_create(attn_kv_pool *p, const attn_kv_shape *shape,
   s->shape = *shape;
   s->esize = attn_kv_dtype_size(shape->dtype);
   s->block_bytes = bb;
-  s->panel_bytes = bb / (size_t)shape->num_kv_heads;
+  s->panel_bytes = attn_kv_panel_bytes(shape);
+  s->voff = attn_kv_values_offset(shape);
   s->cap = MIN_TABLE;
   s->ptr = ptr;
   s->chk = chk;
@@ -461,30 +462,40 @@ static attn_status table_reserve(attn_kv_seq *s, int64_t n, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* Copy one element of e bytes (or zero it when src is NULL). */
+static inline void put_elem(unsigned char *dst, const unsigned char *src,
+                            size_t e) {
+  if (e == 4) {
+    uint32_t x = 0;
+    if (src) memcpy(&x, src, 4);
+    memcpy(dst, &x, 4);
+  } else {
+    uint16_t x = 0;
+    if (src) memcpy(&x, src, 2);
+    memcpy(dst, &x, 2);
+  }
+}
+
 /* Tokens [pos, pos + t) into the blocks (k, v: [t][Hkv][D], NULL for
- * zeros), keys transposed (kv.h). */
+ * zeros), laid out as kv.h says. */
 static void scatter(const attn_kv_seq *s, int64_t pos, int64_t t,
                     const unsigned char *k, const unsigned char *v) {
   size_t e = s->esize, D = (size_t)s->shape.head_dim;
   size_t H = (size_t)s->shape.num_kv_heads, row = H * D * e;
-  static const unsigned char zero[4];
+  attn_kv_dtype dt = s->shape.dtype;
   for (int64_t i = 0; i < t; i++) {
     unsigned char *blk = s->ptr[(pos + i) / BT];
-    size_t slot = (size_t)((pos + i) % BT);
+    int64_t slot = (pos + i) % BT;
     for (size_t h = 0; h < H; h++) {
-      unsigned char *kp = blk + h * s->panel_bytes + slot * e;
-      unsigned char *vp = blk + h * s->panel_bytes + (BT + slot) * D * e;
+      unsigned char *kp = blk + h * s->panel_bytes, *vp = kp + s->voff;
       const unsigned char *ks = k ? k + (size_t)i * row + h * D * e : NULL;
-      if (e == 4)
-        for (size_t c = 0; c < D; c++)
-          memcpy(kp + c * BT * 4, ks ? ks + c * 4 : zero, 4);
-      else
-        for (size_t c = 0; c < D; c++)
-          memcpy(kp + c * BT * 2, ks ? ks + c * 2 : zero, 2);
-      if (v)
-        memcpy(vp, v + (size_t)i * row + h * D * e, D * e);
-      else
-        memset(vp, 0, D * e);
+      const unsigned char *vs = v ? v + (size_t)i * row + h * D * e : NULL;
+      for (size_t c = 0; c < D; c++) {
+        put_elem(kp + attn_kv_key_index(dt, (int64_t)c, slot) * e,
+                 ks ? ks + c * e : NULL, e);
+        put_elem(vp + attn_kv_value_index(dt, (int64_t)D, slot, (int64_t)c) * e,
+                 vs ? vs + c * e : NULL, e);
+      }
     }
   }
 }
@@ -605,17 +616,22 @@ attn_status attn_kv_seq_read(const attn_kv_seq *s, int64_t pos, int64_t n,
         (long long)pos, (long long)(pos + n), (long long)s->len);
   size_t e = s->esize, D = (size_t)s->shape.head_dim;
   size_t H = (size_t)s->shape.num_kv_heads, row = H * D * e;
+  attn_kv_dtype dt = s->shape.dtype;
   unsigned char *ko = k, *vo = v;
   for (int64_t i = 0; i < n; i++) {
     const unsigned char *blk = s->ptr[(pos + i) / BT];
-    size_t slot = (size_t)((pos + i) % BT);
+    int64_t slot = (pos + i) % BT;
     for (size_t h = 0; h < H; h++) {
-      const unsigned char *kp = blk + h * s->panel_bytes + slot * e;
-      const unsigned char *vp = blk + h * s->panel_bytes + (BT + slot) * D * e;
-      if (ko)
-        for (size_t c = 0; c < D; c++)
-          memcpy(ko + (size_t)i * row + (h * D + c) * e, kp + c * BT * e, e);
-      if (vo) memcpy(vo + (size_t)i * row + h * D * e, vp, D * e);
+      const unsigned char *kp = blk + h * s->panel_bytes, *vp = kp + s->voff;
+      for (size_t c = 0; c < D; c++) {
+        size_t at = (size_t)i * row + (h * D + c) * e;
+        if (ko)
+          memcpy(ko + at, kp + attn_kv_key_index(dt, (int64_t)c, slot) * e, e);
+        if (vo)
+          memcpy(vo + at,
+                 vp + attn_kv_value_index(dt, (int64_t)D, slot, (int64_t)c) * e,
+                 e);
+      }
     }
   }
   return ATTN_OK;
