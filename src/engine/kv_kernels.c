@@ -30,11 +30,11 @@
  * operations for 32 values instead of a widening and a shift for 16,
  * which took bf16 from 21 to 23 GB/s (B 8, T 4096, 1 thread, alternating
  * runs).  So the arithmetic is fp32 for every dtype.  At 4 heads a group
- * that is 2 x 4 multiply-adds per value read: one core's FMA pipes (one
- * 512-bit FMA a cycle on Zen 4, 3.65 G a second here) then consume bf16
- * and fp16 values at about 22 GB/s, below one core's streaming read (~30
- * GB/s), while fp32 values are bound by memory and how well the reads
- * overlap the work.
+ * that is 4 multiply-adds per key or value read: one core's FMA pipes
+ * (one 512-bit FMA a cycle on Zen 4, 3.65 G a second here) cap bf16 and
+ * fp16 at ~29 GB/s, and the kernel reaches about 22, below one core's
+ * streaming read (~30 GB/s), while fp32 is bound by memory and how well
+ * the reads overlap the work.
  * A row's operations and their order depend only on its head's rows, the
  * blocks and the kernel set, never on other heads or units, so results
  * repeat bit for bit.  The portable kernel is the straightforward one:
