@@ -152,6 +152,30 @@ static const unsigned char *prefetch_panel(const attn__kv_job *j, int64_t blk,
          (size_t)(ph % j->nheads) * j->panel;
 }
 
+/* A job's walk, for a kernel set's tile function: the blocks in order,
+ * in each the heads in order (their panels are one contiguous read), each
+ * head's rows a tile at a time (4 rows, then what is left); the first tile
+ * of a head prefetches the panel PF_DIST ahead.  A macro so that each set
+ * inlines its own tiles under its own target. */
+#define KV_WALK(j, dt, tile)                                              \
+  for (int64_t blk = (j)->blk0; blk < (j)->blk1; blk++)                   \
+    for (int64_t h = 0; h < (j)->nheads; h++) {                           \
+      const unsigned char *kp = (const unsigned char *)(j)->blocks[blk] + \
+                                (j)->head_off + (size_t)h * (j)->panel;   \
+      const unsigned char *pf = prefetch_panel((j), blk, h);              \
+      int64_t end = (h + 1) * (j)->rows;                                  \
+      for (int64_t r0 = h * (j)->rows; r0 < end; r0 += TILE, pf = NULL) { \
+        if (end - r0 >= 4)                                                \
+          tile((j), kp, blk *BT, r0, 4, dt, pf);                          \
+        else if (end - r0 == 3)                                           \
+          tile((j), kp, blk *BT, r0, 3, dt, pf);                          \
+        else if (end - r0 == 2)                                           \
+          tile((j), kp, blk *BT, r0, 2, dt, pf);                          \
+        else                                                              \
+          tile((j), kp, blk *BT, r0, 1, dt, pf);                          \
+      }                                                                   \
+    }
+
 AVX512 INLINE __m512 ld16(const unsigned char *p, attn_kv_dtype dt) {
   if (dt == ATTN_KV_FP32) return _mm512_loadu_ps(p);
   __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -231,9 +255,10 @@ AVX512 INLINE float update16(const attn__kv_job *j, int64_t r, int64_t kb,
 }
 
 /* Columns [c, c + 16) of the tile's outputs (lanes in k): o = o alpha +
- * sum over tokens jlo..jhi of p_j v_j.  16 columns a pass, not 32: a
- * pass reads one line of each value row, and the reads of fp32 values
- * ran at 21 GB/s against 20 with two lines (B 8, T 4096, alternating). */
+ * sum over tokens jlo..jhi of p_j v_j.  16 columns a pass, not 32 (a
+ * pass then reads one line of each fp32 value row: 21 GB/s against 20
+ * with two lines, B 8, T 4096, measured before fp32 moved to the 256-bit
+ * code; kept for fp16). */
 AVX512 INLINE void vals16(const unsigned char *vp, int64_t D, int R,
                           attn_kv_dtype dt, const float *pb, const float *alpha,
                           float *o, int jlo, int jhi, int64_t c, __mmask16 k,
@@ -332,30 +357,8 @@ AVX512 INLINE void tile16(const attn__kv_job *j, const unsigned char *kp,
     vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, k, NULL);
 }
 
-/* The blocks in order, in each the heads in order (one contiguous read),
- * each head's rows a tile at a time; the first tile of a head prefetches
- * the panel that comes next (the next head's, or the next block's first
- * head's). */
 AVX512 INLINE void run512_dt(const attn__kv_job *j, attn_kv_dtype dt) {
-  for (int64_t blk = j->blk0; blk < j->blk1; blk++) {
-    const unsigned char *base =
-        (const unsigned char *)j->blocks[blk] + j->head_off;
-    for (int64_t h = 0; h < j->nheads; h++) {
-      const unsigned char *kp = base + (size_t)h * j->panel;
-      const unsigned char *pf = prefetch_panel(j, blk, h);
-      int64_t end = (h + 1) * j->rows;
-      for (int64_t r0 = h * j->rows; r0 < end; r0 += TILE, pf = NULL) {
-        if (end - r0 >= 4)
-          tile16(j, kp, blk * BT, r0, 4, dt, pf);
-        else if (end - r0 == 3)
-          tile16(j, kp, blk * BT, r0, 3, dt, pf);
-        else if (end - r0 == 2)
-          tile16(j, kp, blk * BT, r0, 2, dt, pf);
-        else
-          tile16(j, kp, blk * BT, r0, 1, dt, pf);
-      }
-    }
-  }
+  KV_WALK(j, dt, tile16);
 }
 
 AVX512 static void run512(const attn__kv_job *j) {
@@ -590,25 +593,8 @@ AVX2 INLINE void tile8(const attn__kv_job *j, const unsigned char *kp,
   if (c < D) values_tail(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c);
 }
 
-/* As run512_dt. */
 AVX2 INLINE void run256_dt(const attn__kv_job *j, attn_kv_dtype dt) {
-  for (int64_t blk = j->blk0; blk < j->blk1; blk++)
-    for (int64_t h = 0; h < j->nheads; h++) {
-      const unsigned char *kp = (const unsigned char *)j->blocks[blk] +
-                                j->head_off + (size_t)h * j->panel;
-      const unsigned char *pf = prefetch_panel(j, blk, h);
-      int64_t end = (h + 1) * j->rows;
-      for (int64_t r0 = h * j->rows; r0 < end; r0 += TILE, pf = NULL) {
-        if (end - r0 >= 4)
-          tile8(j, kp, blk * BT, r0, 4, dt, pf);
-        else if (end - r0 == 3)
-          tile8(j, kp, blk * BT, r0, 3, dt, pf);
-        else if (end - r0 == 2)
-          tile8(j, kp, blk * BT, r0, 2, dt, pf);
-        else
-          tile8(j, kp, blk * BT, r0, 1, dt, pf);
-      }
-    }
+  KV_WALK(j, dt, tile8);
 }
 
 AVX2 static void run_avx2(const attn__kv_job *j) {
