@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/kv.h"
 #include "attn/status.h"
 
 /* Read-only 4-d view [B][H][L][D]: element (b,h,i,d) is at
@@ -345,6 +346,83 @@ const char *attn_precision_name(attn_precision p);
 /* *p from "fp32" or "bf16" (exactly); 0 for anything else (NULL too). */
 int attn_precision_parse(const char *s, attn_precision *p);
 
+/* ---- Sessions: attention over a sequence's KV blocks ----------------------
+ * A decode or prefill step of B sequences (include/attn/kv.h: one layer of
+ * a session each) that share H query heads, Hkv key/value heads (H % Hkv
+ * == 0: query head h reads kv head h / (H / Hkv)), head dim D and the
+ * storage dtype.  The step's keys and values are appended to each
+ * sequence first (attn_kv_encode, then attn_kv_seq_append); then query row
+ * i (0..t-1) of sequence b stands at absolute position
+ *   pos = len_b - t + i       (len_b = kv[b].len, the step included)
+ * and sees the keys at positions j <= pos (causal, bottom-right), and j >=
+ * pos - window_left with a window.  With queries_only, nothing was
+ * appended: every row stands at pos = len_b (where the next token would)
+ * and sees every cached token (within the window).
+ * Options (attn_attend_opts, as for sdpa): causal must be
+ * ATTN_CAUSAL_BOTTOM_RIGHT; scale, window (right bound 0 or -1),
+ * alibi_slopes (H), softcap and rotary as engine.h defines them, with the
+ * positions above: rotary turns each query at its pos and each key at its
+ * own position when it is encoded (keys are stored turned;
+ * rotary.has_query_offset must be 0); ALiBi's distance is |j - pos|.  No
+ * mask, key padding or weights; precision FP32: the storage dtype is the
+ * view's, and arithmetic is fp32 throughout (bf16 and fp16 values are
+ * widened exactly).
+ * Outputs: out [B][t][H][D] and lse [B][t][H], fp32.  lse is the natural
+ * log of the sum of exp over the row's final logits (after scale, softcap,
+ * ALiBi and masking), as FlashAttention's softmax_lse: answers over
+ * disjoint keys merge by it.  A row that sees no key (queries_only with
+ * an empty sequence or a window of 0) gives output 0 and lse -inf
+ * (log 0; FlashAttention 2 writes +inf there).
+ * Work: one unit per (sequence, kv head), each read once for all H / Hkv
+ * heads of its group, keys in block order, in one thread (any); so a
+ * sequence's answer is bitwise the same alone or in any batch, at any
+ * batch position, on any thread count, on every repeat, for a given
+ * kernel set (attn_engine_kv_kernel_name).  Blocks are read in order;
+ * softmax is online (FlashAttention 2), per block of 16 keys. */
+typedef struct attn_kv_problem {
+  int64_t B, t, H, Hkv, D;
+  attn_kv_dtype dtype;
+  const attn_kv_view *kv; /* [B], each of shape {Hkv, D, dtype} */
+  const float *q;         /* [B][t][H][D], not rotated */
+  int queries_only;
+  attn_attend_opts o;
+} attn_kv_problem;
+
+/* Shapes, views and options, no data read.  ATTN_EINVAL, ATTN_ESHAPE
+ * (naming the sequence and the dimension). */
+attn_status attn_kv_check(const attn_kv_problem *p, attn_diag *d);
+/* The workspace a call allocates for `threads` threads; out and weights:
+ * the caller's out (floats x 4) and lse bytes. */
+attn_status attn_kv_bytes(const attn_kv_problem *p, const attn_exec *x,
+                          attn_bytes *b, attn_diag *d);
+/* out [B][t][H][D], lse [B][t][H].  Non-finite queries: ATTN_ENONFINITE,
+ * nothing written.  x->threads threads at most (path, tiles ignored). */
+attn_status attn_kv_attend(const attn_kv_problem *p, const attn_exec *x,
+                           float *out, float *lse, attn_diag *d);
+
+/* The new rows of a step, fp32, [t][Hkv][D] each, the first at absolute
+ * position pos0. */
+typedef struct attn_kv_rows {
+  int64_t t, Hkv, D;
+  attn_kv_dtype dtype;
+  int64_t pos0;
+  const float *k, *v;
+} attn_kv_rows;
+
+/* The rows as a sequence stores them: keys turned by o->rotary (only that
+ * option is read) at their positions, then both rounded to the dtype
+ * (nearest even, as attn_f32_to_f16 / attn_f32_to_bf16); k_out, v_out
+ * [t][Hkv][D] elements, ready for attn_kv_seq_append.  The same rows and
+ * position always give the same bytes (a retried step can be compared
+ * with what is stored).  ATTN_ENONFINITE for NaN or Inf, ATTN_EINVAL for
+ * a value beyond fp16's range (|x| >= 65520) when the dtype is fp16, each
+ * naming the tensor and the index; nothing is written then. */
+attn_status attn_kv_encode(const attn_kv_rows *r, const attn_attend_opts *o,
+                           void *k_out, void *v_out, attn_diag *d);
+
+/* The kernel set attn_kv_attend uses: "avx512", "avx2" or "scalar". */
+const char *attn_engine_kv_kernel_name(void);
+
 /* ---- Reference kernels (src/engine/ref.c) --------------------------------
  * Plain, unblocked, double-precision implementations of the same contracts,
  * used by tests and benchmarks to check the fast paths.  With
@@ -357,5 +435,9 @@ attn_status attn_ref_sdpa(const attn_sdpa_problem *p, double *out,
                           double *weights, attn_diag *d);
 attn_status attn_ref_mha(const attn_mha_problem *p, double *out,
                          double *weights, attn_diag *d);
+/* attn_kv_attend in double, from the values the blocks hold (widened
+ * exactly), queries turned in double: out [B][t][H][D], lse [B][t][H]. */
+attn_status attn_ref_kv_attend(const attn_kv_problem *p, double *out,
+                               double *lse, attn_diag *d);
 
 #endif /* ATTN_ENGINE_H */

@@ -224,8 +224,8 @@ static int fits_int(int64_t v) {
 /* The variants of attn_attend_opts (engine.h): causal alignment, window,
  * softcap, ALiBi slopes (H values, read here: they are options) and rotary
  * positions on heads of Dh values. */
-static attn_status check_variants(const attn_attend_opts *o, int64_t H,
-                                  int64_t Dh, attn_diag *d) {
+attn_status attn__check_variants(const attn_attend_opts *o, int64_t H,
+                                 int64_t Dh, attn_diag *d) {
   if (o->causal != ATTN_CAUSAL_NONE && o->causal != ATTN_CAUSAL_BOTTOM_RIGHT &&
       o->causal != ATTN_CAUSAL_TOP_LEFT)
     return attn_diag_set(d, ATTN_EINVAL,
@@ -291,7 +291,7 @@ static attn_status check_opts(const attn_attend_opts *o, int64_t B, int64_t H,
   attn_status s;
   if (o->has_scale && !isfinite(o->scale))
     return attn_diag_set(d, ATTN_EINVAL, "scale must be a finite number");
-  if ((s = check_variants(o, H, Dh, d))) return s;
+  if ((s = attn__check_variants(o, H, Dh, d))) return s;
   switch (o->mask.kind) {
     case ATTN_MASK_NONE:
       break;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attn/engine.h"
+#include "attn/tensor.h"
 
 /* ---- softmax.c: row primitives, vectorised by the compiler, one clone per
  * instruction set chosen at run time.  All take n >= 0. ------------------ */
@@ -195,6 +196,64 @@ void attn__mha_normalise(const attn_mha_problem *in, attn_mha_problem *p);
 
 /* Stored row stride of a projection weight with in -> out features. */
 int64_t attn__weight_ld(const attn_weight *w, int64_t in, int64_t out);
+
+/* ---- attention.c: checks shared with kv_attend.c ------------------------ */
+
+/* The variants of o (engine.h): causal alignment, window, softcap, ALiBi
+ * slopes (H values) and rotary positions on heads of Dh values. */
+attn_status attn__check_variants(const attn_attend_opts *o, int64_t H,
+                                 int64_t Dh, attn_diag *d);
+
+/* ---- kv_kernels.c: attention over a sequence's KV blocks --------------- */
+
+/* Element i of a block's keys or values stored as dt, as fp32. */
+static inline float attn__kv_elem(const void *p, attn_kv_dtype dt, size_t i) {
+  const unsigned char *b = (const unsigned char *)p;
+  if (dt == ATTN_KV_FP32) {
+    float f;
+    memcpy(&f, b + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, b + 2 * i, 2);
+  return dt == ATTN_KV_BF16 ? attn_bf16_to_f32(h) : attn_f16_to_f32(h);
+}
+
+/* One chunk of query rows of one sequence and nheads consecutive kv heads
+ * against blocks [blk0, blk1) of the sequence, continuing an online
+ * softmax whose state the rows carry: m (running max), l (16 lane sums
+ * each) and o (the unnormalised output).  Each head has `rows` rows, head
+ * h's at [h * rows, h * rows + rows) of every array; row r sees keys
+ * [lo[r], hi[r]] (absolute positions) and stands at pos[r] (ALiBi's
+ * distance).  For each block the heads are taken in order (their panels
+ * are consecutive in the block), and a head's rows 4 at a time (a tile:
+ * one load of a key or value row serves the tile).  A row's arithmetic
+ * depends only on its head's rows and the blocks, never on nheads. */
+typedef struct attn__kv_job {
+  const void *const *blocks;
+  size_t head_off; /* bytes from a block to the first head's panel */
+  size_t panel;    /* bytes of one head's panel (attn_kv_panel_bytes) */
+  size_t voff;     /* bytes from a panel to its values */
+  int64_t D, nheads;
+  attn_kv_dtype dtype;
+  int64_t blk0, blk1, rows;
+  const float *q; /* [nheads * rows][D], rotated */
+  float *o;       /* [nheads * rows][D] */
+  float *m;       /* [nheads * rows] */
+  float *l;       /* [nheads * rows][16] */
+  const int64_t *lo, *hi, *pos;
+  const float *slope; /* [nheads * rows] ALiBi slopes, or NULL */
+  float scale, softcap;
+  float *pbuf; /* scratch: [4][16] probabilities, [16] scores */
+} attn__kv_job;
+
+void attn__kv_run(const attn__kv_job *j);
+/* "avx512", "avx2" or "scalar" (the portable kernel, plain C: the
+ * straightforward path the tests hold the vector ones against). */
+const char *attn__kv_kernel_name(void);
+/* Use the named kernel set; 0 (nothing changed) when unknown or the CPU
+ * lacks it.  For tests and benchmarks: before engine calls. */
+int attn__kv_set_kernel(const char *name);
 
 /* ---- parallel.c-like helper in attention.c --------------------------- */
 typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);

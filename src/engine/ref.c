@@ -299,3 +299,81 @@ done:
   free(o4);
   return s;
 }
+
+/* ---- sessions: attn_kv_attend's reference -------------------------------- */
+
+/* Key (value when v) c of token j, kv head hk, of a view, as stored. */
+static double kv_at(const attn_kv_view *w, int64_t j, int64_t hk, int64_t c,
+                    int v) {
+  const attn_kv_shape *sh = &w->shape;
+  int64_t s = j % ATTN_KV_BLOCK_TOKENS;
+  const unsigned char *panel =
+      (const unsigned char *)w->blocks[j / ATTN_KV_BLOCK_TOKENS] +
+      (size_t)hk * attn_kv_panel_bytes(sh);
+  if (v)
+    return attn__kv_elem(panel + attn_kv_values_offset(sh), sh->dtype,
+                         attn_kv_value_index(sh->dtype, sh->head_dim, s, c));
+  return attn__kv_elem(panel, sh->dtype, attn_kv_key_index(sh->dtype, c, s));
+}
+
+/* One query row q (D doubles, turned) at position pos of view w, kv head
+ * hk, query head h: out (D) and the lse. */
+static void ref_kv_row(const attn_kv_problem *p, const attn_kv_view *w,
+                       int64_t hk, int64_t h, int64_t pos, const double *q,
+                       double *sc, double *out, double *lse) {
+  int64_t D = p->D, len = w->len;
+  int64_t lo =
+      p->o.has_window && p->o.window_left >= 0 ? pos - p->o.window_left : 0;
+  int64_t hi = pos < len - 1 ? pos : len - 1;
+  double scale = p->o.has_scale ? (double)p->o.scale : 1.0 / sqrt((double)D);
+  double mx = -INFINITY, sum = 0.0;
+  if (lo < 0) lo = 0;
+  for (int64_t j = lo; j <= hi; j++) {
+    double s = 0.0;
+    for (int64_t c = 0; c < D; c++) s += q[c] * kv_at(w, j, hk, c, 0);
+    s *= scale;
+    if (p->o.softcap > 0.0f)
+      s = (double)p->o.softcap * tanh(s / (double)p->o.softcap);
+    if (p->o.alibi_slopes)
+      s -= (double)p->o.alibi_slopes[h] * fabs((double)(j - pos));
+    sc[j - lo] = s;
+    mx = s > mx ? s : mx;
+  }
+  for (int64_t c = 0; c < D; c++) out[c] = 0.0;
+  for (int64_t j = lo; j <= hi; j++) {
+    double e = exp(sc[j - lo] - mx);
+    sum += e;
+    for (int64_t c = 0; c < D; c++) out[c] += e * kv_at(w, j, hk, c, 1);
+  }
+  for (int64_t c = 0; c < D && sum > 0.0; c++) out[c] /= sum;
+  *lse = sum > 0.0 ? mx + log(sum) : -INFINITY;
+}
+
+attn_status attn_ref_kv_attend(const attn_kv_problem *p, double *out,
+                               double *lse, attn_diag *d) {
+  attn_status s = attn_kv_check(p, d);
+  if (s) return s;
+  int64_t D = p->D, G = p->H / p->Hkv, most = 1;
+  for (int64_t b = 0; b < p->B; b++)
+    most = p->kv[b].len > most ? p->kv[b].len : most;
+  double *q = malloc((size_t)D * sizeof *q);
+  double *sc = malloc((size_t)most * sizeof *sc);
+  if (!q || !sc) {
+    free(q);
+    free(sc);
+    return ATTN_ENOMEM;
+  }
+  for (int64_t b = 0; b < p->B; b++)
+    for (int64_t i = 0; i < p->t; i++)
+      for (int64_t h = 0; h < p->H; h++) {
+        const attn_kv_view *w = &p->kv[b];
+        int64_t pos = p->queries_only ? w->len : w->len - p->t + i;
+        int64_t at = (b * p->t + i) * p->H + h;
+        for (int64_t c = 0; c < D; c++) q[c] = p->q[at * D + c];
+        if (p->o.rotary.on) rotate(q, 1, 1, D, pos, &p->o.rotary);
+        ref_kv_row(p, w, h / G, h, pos, q, sc, out + at * D, lse + at);
+      }
+  free(q);
+  free(sc);
+  return ATTN_OK;
+}

@@ -27,6 +27,7 @@
 #endif
 
 #include "internal.h"
+#include "vexp.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(ATTN_NO_CLONES)
@@ -36,8 +37,7 @@
 #define ATTN_CLONES
 #endif
 
-#define LANES 16            /* one AVX-512 register of floats */
-#define EXP_LO (-87.33654f) /* below this, exp underflows float: return 0 */
+#define LANES 16 /* one AVX-512 register of floats */
 
 static inline float expf_poly(float x) {
   const float log2e = 1.44269504088896341f;
@@ -144,26 +144,6 @@ __attribute__((target("avx512f"))) static float max_avx512(const float *s,
   return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
 }
 
-/* 16 lanes of expf_poly: the same reduction and polynomial, 2^n by scalef. */
-__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(EXP_LO);
-  __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 xc = _mm512_max_ps(lo, x); /* NaN stays NaN (max takes its 2nd) */
-  __m512 n = _mm512_roundscale_ps(
-      _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
-  __m512 p = _mm512_set1_ps(1.3888889e-3f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333333e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1666667e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666667e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
-}
-
 __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
                                                                 int64_t n,
                                                                 float m) {
@@ -177,7 +157,7 @@ __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
   while (j + 16 <= n) {
     __m512 f = _mm512_setzero_ps();
     for (int k = 0; k < 8 && j + 16 <= n; k++, j += 16) {
-      __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+      __m512 e = attn__exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
       _mm512_storeu_ps(s + j, e);
       f = _mm512_add_ps(f, e);
     }
@@ -189,7 +169,7 @@ __attribute__((target("avx512f"))) static double exp_sum_avx512(float *s,
   double sum = 0.0;
   if (j < n) {
     __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
-    __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+    __m512 e = attn__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
     _mm512_mask_storeu_ps(s + j, k, e);
     for (int64_t i = j; i < n; i++) sum += (double)s[i];
   }
@@ -241,28 +221,6 @@ __attribute__((target("avx2,fma"))) static float max_avx2(const float *s,
   return m;
 }
 
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(EXP_LO);
-  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 xc = _mm256_max_ps(lo, x); /* NaN stays NaN (max takes its 2nd) */
-  __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
-  __m256 p = _mm256_set1_ps(1.3888889e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333333e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1666667e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  return _mm256_andnot_ps(under, e);
-}
-
 __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
                                                                int64_t n,
                                                                float m) {
@@ -271,7 +229,7 @@ __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *s,
   int64_t j = 0;
   double sum = 0.0, t[4];
   for (; j + 8 <= n; j += 8) {
-    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+    __m256 e = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
     _mm256_storeu_ps(s + j, e);
     a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
