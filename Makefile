@@ -1,6 +1,6 @@
 # Thin wrapper over meson.  `make run` and `make test` work on a fresh
 # Debian 12 machine: they install what is missing, configure build/, build,
-# then run or test.
+# then run, or run meson test.
 BUILD ?= build
 PORT ?= 8080
 
@@ -22,26 +22,28 @@ $(BUILD)/build.ninja:
 run: all
 	exec $(BUILD)/src/attnd
 
-# Integration tests (real server over HTTP) first, then the Check unit
-# tests, whose closing line gives the counts.
+# Every suite of meson test (tests/meson.build: lint, unit, integration,
+# readme), then their counts, whose closing line is `N passed, M failed`
+# (scripts/test-summary.py).  One suite: meson test -C build --suite NAME.
 test: test-deps $(BUILD)/build.ninja
-	scripts/lint.sh
 	ninja -C $(BUILD)
-	python3 tests/integration/run.py --attnd $(BUILD)/src/attnd --source-dir .
-	python3 tests/readme_examples.py --attnd $(BUILD)/src/attnd --source-dir .
-	$(BUILD)/tests/unit
+	@rm -f $(BUILD)/meson-logs/testlog.json; \
+	meson test -C $(BUILD) --print-errorlogs; rc=$$?; \
+	python3 scripts/test-summary.py $(BUILD) || rc=1; exit $$rc
 
 bench: all
 	$(BUILD)/bench/bench_attention
 
-# The same tests built with AddressSanitizer + UndefinedBehaviorSanitizer
-# (any report is fatal; leaks fail the run at exit).
+# The unit and integration suites built with AddressSanitizer +
+# UndefinedBehaviorSanitizer (any report is fatal; leaks fail the run at
+# exit).
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 asan: test-deps
 	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dwerror=true
 	ninja -C build-asan
-	$(ASAN_ENV) python3 tests/integration/run.py --attnd build-asan/src/attnd --source-dir .
-	$(ASAN_ENV) CK_FORK=no build-asan/tests/unit
+	@rm -f build-asan/meson-logs/testlog.json; \
+	$(ASAN_ENV) CK_FORK=no meson test -C build-asan --suite unit --suite integration --print-errorlogs --timeout-multiplier 3; rc=$$?; \
+	python3 scripts/test-summary.py build-asan || rc=1; exit $$rc
 
 clean:
 	rm -rf $(BUILD) build-asan

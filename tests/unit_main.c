@@ -4,7 +4,9 @@
  * The suites are those of ATTN_UNIT_SUITES (unit.h, from the lists of
  * tests/meson.build), in that order.  CK_RUN_SUITE=name (Check's own
  * variable) runs a single suite, CK_RUN_CASE=name a single test case, while
- * developing.  Exit status is 0 only when every check passed. */
+ * developing; meson test runs each suite so (the unit suite of
+ * tests/meson.build).  Exit status is 0 only when every check passed and
+ * at least one ran (a name that matches nothing is a failure). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +44,13 @@ int main(void) {
   ATTN_UNIT_SUITES(ATTN_UNIT_ADD)
 #undef ATTN_UNIT_ADD
   srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
+  int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
   srunner_free(sr);
+  if (ran == 0) { /* a suite or case name that matches none passes Check */
+    const char *suite = getenv("CK_RUN_SUITE"), *tcase = getenv("CK_RUN_CASE");
+    fprintf(stderr, "unit: no test ran (CK_RUN_SUITE=%s, CK_RUN_CASE=%s)\n",
+            suite ? suite : "", tcase ? tcase : "");
+    return EXIT_FAILURE;
+  }
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
