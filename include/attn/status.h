@@ -24,7 +24,9 @@
   X(ETIMEDOUT, -10, "timed out")                              \
   X(ESHUTDOWN, -11, "shutting down")                          \
   X(EIO, -12, "input/output error")                           \
-  X(EINTERNAL, -13, "internal error")
+  X(EINTERNAL, -13, "internal error")                         \
+  X(ECONFLICT, -14, "conflicts with the current state")       \
+  X(ENOSPACE, -15, "no space left")
 
 typedef enum {
 #define ATTN__STATUS_ENUM(name, code, text) ATTN_##name = code,

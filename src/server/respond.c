@@ -33,6 +33,10 @@ int attn__http_status(attn_status s) {
       return 404;
     case ATTN_ETOOBIG:
       return 413;
+    case ATTN_ECONFLICT:
+      return 409;
+    case ATTN_ENOSPACE:
+      return 507;
     case ATTN_EBUSY:
     case ATTN_ESHUTDOWN:
     case ATTN_ETIMEDOUT:
