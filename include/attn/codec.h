@@ -27,6 +27,7 @@
 #include "attn/buf.h"
 #include "attn/infer_request.h"
 #include "attn/limits.h"
+#include "attn/session.h"
 #include "attn/status.h"
 #include "attn/tensor.h"
 
@@ -340,6 +341,82 @@ typedef struct attn_v1_model_entry {
  * ATTN_ETOOBIG. */
 attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
                                   size_t n);
+
+/* ---- /v1/sessions (docs/api.md "Sessions") ------------------------------
+ * The JSON of the session routes.  The plain types are session.h's (the
+ * codec calls nothing of the store).  Unknown fields are ATTN_EINVAL with
+ * a "did you mean" as on /v1/attention; every message speaks the user's
+ * field names. */
+
+/* PUT /v1/sessions/{id}: {"layers", "num_heads", "num_kv_heads",
+ * "head_dim", "max_tokens", "kv_dtype" ("fp32", "bf16", "fp16"), "scale",
+ * "window" ([left, 0], left >= -1), "alibi" (true, false or num_heads
+ * numbers), "softcap" (> 0), "rotary" (true, false, or {"base", "dims",
+ * "interleaved"})}; num_heads and head_dim required, integers >= 1.
+ * Syntax and types only: the store checks what fields mean together
+ * (num_kv_heads divides num_heads, the slopes' count, limits).  *out
+ * owns its slopes (attn_session_spec_clear) on success, and is zeroed
+ * with nothing allocated on failure.  Errors: ATTN_EPARSE, ATTN_EINVAL,
+ * ATTN_ENONFINITE, ATTN_ENOMEM. */
+attn_status attn_v1_decode_session_spec(const char *body, size_t len,
+                                        const attn_codec_limits *lim,
+                                        attn_session_spec *out, attn_diag *d);
+
+/* The shape a step of a session takes (from its spec). */
+typedef struct attn_v1_step_shape {
+  int64_t H, Hkv, D;
+} attn_v1_step_shape;
+
+/* POST /v1/sessions/{id}/attend, decoded. */
+typedef struct attn_v1_step {
+  int64_t layer;    /* "layer", default 0 */
+  bool has_position;
+  int64_t position; /* "position" (required with key and value) */
+  int64_t t;        /* rows of "query" (>= 1) */
+  float *q;         /* [t][H][D], owned */
+  float *k, *v;     /* [t][Hkv][D], owned; both NULL when not sent */
+  bool need_weights;
+} attn_v1_step;
+
+/* {"layer", "position", "query" [t][H][D] or [t][H*D], "key" and "value"
+ * [t][Hkv][D] or [t][Hkv*D] (both or neither; same t as the query),
+ * "need_weights"}: numbers within fp32's range; the messages name the
+ * field, the row and what the session takes ("query[3] has 256 numbers;
+ * this session takes num_heads x head_dim = 8 x 64 = 512").  *out owns q,
+ * k, v on success (attn_v1_step_clear), zeroed on failure.  Errors:
+ * ATTN_EPARSE, ATTN_EINVAL, ATTN_ESHAPE, ATTN_ENONFINITE, ATTN_ETOOBIG
+ * (lim->max_tensor_elements), ATTN_ENOMEM. */
+attn_status attn_v1_decode_session_step(const char *body, size_t len,
+                                        const attn_codec_limits *lim,
+                                        const attn_v1_step_shape *shape,
+                                        attn_v1_step *out, attn_diag *d);
+void attn_v1_step_clear(attn_v1_step *s);
+
+/* POST /v1/sessions/{id}/truncate: {"length": n >= 0}. */
+attn_status attn_v1_decode_session_truncate(const char *body, size_t len,
+                                            int64_t *length, attn_diag *d);
+/* POST /v1/sessions/{id}/fork: {"id": "new-id"} (an id as session.h
+ * says), copied into id[ATTN_SESSION_ID_MAX + 1]. */
+attn_status attn_v1_decode_session_fork(const char *body, size_t len,
+                                        char *id, attn_diag *d);
+
+/* The session object: {"id", "layers", "num_heads", "num_kv_heads",
+ * "head_dim", "max_tokens", "kv_dtype", then the fixed variants as given
+ * ("scale", "window": [left, 0], "alibi": true or [slopes], "softcap",
+ * "rotary": {"base", "dims", "interleaved"}), "length": [per layer],
+ * "bytes", "idle_s"}, appended to *out. */
+attn_status attn_v1_encode_session(attn_buf *out, const attn_session_info *s);
+/* {"sessions": [objects]}. */
+attn_status attn_v1_encode_sessions(attn_buf *out, const attn_session_info *s,
+                                    size_t n);
+/* A step's answer: {"output": [t][H][D], "lse": [t][H], "length": n,
+ * "attn_weights": [H][t][length] when weights is not NULL}.  Non-finite
+ * numbers (a row that saw no key has lse -inf) are written as null. */
+attn_status attn_v1_encode_session_step(attn_buf *out,
+                                        const attn_v1_step_shape *shape,
+                                        int64_t t, const float *output,
+                                        const float *lse, int64_t length,
+                                        const float *weights);
 
 /* ---- Errors ------------------------------------------------------------- */
 
