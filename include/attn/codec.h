@@ -77,12 +77,36 @@ void attn_codec_limits_default(attn_codec_limits *l);
  *
  * Filled fields: id; inputs (FP32/FP64/FP16/BF16 become FP32 tensors with
  * wire_dtype recording the sent type; BOOL is one byte 0/1; INT32/INT64
- * unchanged); outputs_given/outputs (an empty "outputs" array counts as not
- * given); binary_data_output (-1 when not said); priority (0 when absent);
- * timeout_us (Triton "timeout" in microseconds, -1 when absent; 0 means no
- * limit, as in Triton); params (all other request-level parameters:
- * booleans -> BOOL, strings -> STRING, integral numbers -> INT with .d also
- * set, other numbers -> DOUBLE).
+ * unchanged; BYTES a tensor of byte strings, always a copy, read element i
+ * with attn_tensor_bytes_at, tensor.h); outputs_given/outputs (an empty
+ * "outputs" array counts as not given); binary_data_output (-1 when not
+ * said); priority (0 when absent); timeout_us (Triton "timeout" in
+ * microseconds, -1 when absent; 0 means no limit, as in Triton); params (all
+ * other request-level parameters: booleans -> BOOL, strings -> STRING,
+ * integral numbers -> INT with .d also set, other numbers -> DOUBLE).
+ *
+ * BYTES: JSON "data" is an array of strings (flat, or nested by the shape
+ * as numbers are); binary data is Triton's serialization, each element a
+ * 4-byte little-endian length then its bytes, the elements filling
+ * binary_data_size exactly.  Element counts are checked against the shape
+ * and max_tensor_elements; an element whose length runs past the blob,
+ * missing elements or bytes after the last are ATTN_EINVAL naming the input
+ * and the element.  No model takes BYTES yet: they refuse it by name.
+ *
+ * Triton's sequence parameters are kept in params, checked:
+ *   sequence_start, sequence_end  BOOL (anything else is ATTN_EINVAL);
+ *   sequence_id  a JSON string -> STRING (s as sent); a JSON unsigned
+ *                integer up to 2^64 - 1 (Triton's uint64) -> INT, exactly:
+ *                (uint64_t)p->i is the value (above INT64_MAX p->i reads
+ *                negative), p->s its decimal digits ("18446744073709551615")
+ *                and p->d the nearest double.  So p->s names the sequence
+ *                either way, and p->type says which form came.  Above
+ *                2^53 - 1 the digits are read from the JSON text, so such a
+ *                value must be written in plain digits.  Negative (-0 too),
+ *                fractional, larger or other values are ATTN_EINVAL
+ *                ("sequence_id must be a string or an unsigned integer").
+ * Everything else a sequence takes (layers, max_tokens, kv_dtype, layer,
+ * ...) passes as any parameter does.
  * model and version are set only when the body carries "model_name" /
  * "model_version" (Triton's examples do); the caller must check them against
  * the URL, or replace them (free first).
@@ -90,7 +114,7 @@ void attn_codec_limits_default(attn_codec_limits *l);
  * Errors: ATTN_EPARSE malformed JSON (with byte offset); ATTN_EINVAL any
  * schema violation (unknown key, wrong type, size mismatch, trailing or
  * missing binary bytes); ATTN_ETOOBIG a limit; ATTN_EUNSUPPORTED a datatype
- * attnd cannot take in that form (FP16/BF16 as JSON, UINT8, BYTES...);
+ * attnd cannot take in that form (FP16/BF16 as JSON, UINT8, INT16...);
  * ATTN_ENONFINITE a JSON number outside the FP32 range; ATTN_ENOMEM. */
 attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                            const attn_codec_limits *lim,
