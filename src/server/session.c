@@ -637,7 +637,7 @@ bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
   const attn_param *seq = attn_infer_find_param(req, "sequence_id");
   bool start = false, end = false;
   int lead = seq ? 0 : 1;
-  v2_tensors x;
+  v2_tensors x = {0};
   int64_t layer = 0;
   memset(r, 0, sizeof *r);
   if (!s->sessions) {
