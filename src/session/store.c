@@ -430,7 +430,7 @@ static void map_grow(attn_session_store *st) {
 
 static void expired_forget(attn_session_store *st, uint64_t owner,
                            const char *id, uint64_t h) {
-  for (size_t i = 0; i < EXPIRED_RING; i++) {
+  for (size_t i = 0; st->expired_total && i < EXPIRED_RING; i++) {
     expired_entry *e = &st->expired[i];
     if (e->used && e->hash == h && e->owner == owner && !strcmp(e->id, id))
       e->used = 0;
@@ -465,7 +465,7 @@ static int map_remove(attn_session_store *st, attn_session *s) {
 
 static attn_status not_found(attn_session_store *st, uint64_t owner,
                              const char *id, uint64_t h, attn_diag *d) {
-  for (size_t i = 0; i < EXPIRED_RING; i++) {
+  for (size_t i = 0; st->expired_total && i < EXPIRED_RING; i++) {
     expired_entry *e = &st->expired[i];
     if (e->used && e->hash == h && e->owner == owner && !strcmp(e->id, id))
       return attn_diag_set(d, ATTN_ENOTFOUND,
@@ -597,8 +597,11 @@ attn_status attn_session_create(attn_session_store *st, uint64_t owner,
       atomic_fetch_add(&old->refs, 1);
     else if (st->count >= (size_t)st->lim.max_sessions)
       s = too_many(st, d);
-    else
+    else {
       map_insert(st, x, now_ns);
+      /* Held for the info below, before a delete can see it. */
+      atomic_fetch_add(&x->refs, 1);
+    }
     pthread_mutex_unlock(&st->mu);
     if (old || s) {
       if (old) f = x->spec, memset(&x->spec, 0, sizeof x->spec);
@@ -615,9 +618,8 @@ attn_status attn_session_create(attn_session_store *st, uint64_t owner,
       return ATTN_ECONFLICT;
     }
     x = old;
-  } else {
-    atomic_fetch_add(&x->refs, 1); /* held for the info below */
-    if (created) *created = 1;
+  } else if (created) {
+    *created = 1;
   }
   if (info) {
     pthread_mutex_lock(&x->lock);
@@ -797,7 +799,8 @@ attn_status attn_session_fork(attn_session_store *st, attn_session *s,
   else {
     map_insert(st, x, now_ns);
     lru_touch(st, s, now_ns);
-    atomic_fetch_add(&x->refs, 1); /* held for the info below */
+    atomic_fetch_add(&x->refs, 1); /* held for the info below, before a
+                                      delete can see it */
   }
   pthread_mutex_unlock(&st->mu);
   if (r) {
