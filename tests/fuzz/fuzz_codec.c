@@ -225,9 +225,19 @@ static int same_spec(const attn_session_spec *a, const attn_session_spec *b) {
   return memcmp(&x, &y, sizeof x) == 0;
 }
 
+/* The defaults the store fills in a session's object (session.h). */
+static void fill_spec(attn_session_spec *s) {
+  if (!s->layers) s->layers = 1;
+  if (!s->num_kv_heads) s->num_kv_heads = s->num_heads;
+  if (!s->max_tokens) s->max_tokens = 8192;
+  if (s->has_rotary && !s->rotary_base) s->rotary_base = 10000;
+  if (s->has_rotary && !s->rotary_dims) s->rotary_dims = s->head_dim;
+}
+
 /* A spec that decodes is encoded as a session object (when its slopes are
- * num_heads, as the store makes sure), which is JSON, and which without
- * its id and lengths decodes to the same spec. */
+ * num_heads, as the store makes sure) with the store's defaults filled,
+ * which is JSON, and which without its id and lengths decodes to that
+ * filled spec. */
 static void check_spec(const char *body, size_t n,
                        const attn_codec_limits *lim) {
   attn_session_spec sp, back;
@@ -249,6 +259,7 @@ static void check_spec(const char *body, size_t n,
   attn_buf b;
   memset(&info, 0, sizeof info);
   memcpy(info.id, "f", 2);
+  fill_spec(&sp);
   info.spec = sp;
   attn_buf_init(&b, 0);
   if (attn_v1_encode_session(&b, &info)) fail("session encode", s, &d);
