@@ -569,8 +569,7 @@ static attn_status v2_outputs(const attn_infer_request *req,
   r->model_version = strdup("1");
   r->id = req->id ? strdup(req->id) : NULL;
   r->outputs = calloc(2, sizeof *r->outputs);
-  if (!r->outputs || !r->model_name || !r->model_version ||
-      (req->id && !r->id))
+  if (!r->outputs || !r->model_name || !r->model_version || (req->id && !r->id))
     return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
   for (int i = 0; i < 2; i++) {
     if (!want[i]) continue;
