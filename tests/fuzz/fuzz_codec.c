@@ -51,10 +51,10 @@
 #include <cjson/cJSON.h>
 <<<<<<< HEAD
 #include <inttypes.h>
-=======
+    =======
 #include <float.h>
 #include <math.h>
->>>>>>> h-v1codec
+    >>>>>>> h-v1codec
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +70,7 @@
 #include "../../src/server/internal.h"
 #include "../../src/server/inflate.h"
 
-static attn_registry *reg;
+    static attn_registry *reg;
 
 static void fail(const char *what, attn_status s, const attn_diag *d) {
   fprintf(stderr, "fuzz_codec: %s: %s: %s\n", what, attn_status_name(s),
