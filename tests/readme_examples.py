@@ -2,8 +2,9 @@
 """Run the README's curl examples verbatim against a real attnd.
 
 Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
-"Try it with curl" of README.md, and the ones under "Attention variants"
-and "Model repository" of docs/api.md, points `localhost:8080` at that port and runs every
+"Try it with curl" and "Sessions" of README.md, and the ones under
+"Attention variants", "Sessions" and "Model repository" of docs/api.md
+(each section against an attnd of its own, its commands in order), points `localhost:8080` at that port and runs every
 command with bash; then the same for the block under "Calling with a key"
 of README.md, against an attnd started with ATTND_API_KEY=change-me as
 that section says.  Each must print JSON (a command that reads /metrics:
@@ -24,7 +25,9 @@ import time
 # environment of the attnd it runs against.
 # (file, heading, environment, fewest examples expected)
 SECTIONS = (("README.md", "## Try it with curl", {}, 5),
+            ("README.md", "## Sessions", {}, 6),
             ("docs/api.md", "## Attention variants", {}, 10),
+            ("docs/api.md", "## Sessions", {}, 25),
             ("docs/api.md", "### Model repository", {}, 5),
             ("README.md", "## Calling with a key",
              {"ATTND_API_KEY": "change-me"}, 2))
