@@ -72,7 +72,8 @@ def repository_index_load_unload():
         body, hdrs = query_body(8)
         with Server("--models-dir", d, name="repo") as s:
             rows = index(s.port)
-            check(sorted(rows) == ["mha", "rep", "sdpa"], "index %r" % rows)
+            check(sorted(rows) == ["kv_attention", "mha", "rep", "sdpa"],
+                  "index %r" % rows)
             check(all(r["state"] == "READY" and r["version"] == "1"
                       for r in rows.values()), "index %r" % rows)
             before = infer(s.port, "rep", body, hdrs, "before the unload")
@@ -96,7 +97,8 @@ def repository_index_load_unload():
             rows = index(s.port)
             check(rows["rep"] == {"name": "rep", "state": "UNAVAILABLE",
                                   "reason": "unloaded"}, "index %r" % rows)
-            check(sorted(index(s.port, b'{"ready": true}')) == ["mha", "sdpa"],
+            check(sorted(index(s.port, b'{"ready": true}')) ==
+                  ["kv_attention", "mha", "sdpa"],
                   "ready index")
             expect_status(post(s.port, "/v2/repository/models/rep/unload"),
                           200, "unload again")

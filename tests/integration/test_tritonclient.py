@@ -340,7 +340,7 @@ def tritonclient_model_repository():
                 TcClient(s.port) as c:
             idx = c.get_model_repository_index()
             check({"name": "tc", "version": "1", "state": "READY"} in idx and
-                  len(idx) == 3, "get_model_repository_index: %r" % idx)
+                  len(idx) == 4, "get_model_repository_index: %r" % idx)
             c.unload_model("tc")
             check(c.is_model_ready("tc") is False, "ready after unload")
             check({"name": "tc", "state": "UNAVAILABLE", "reason": "unloaded"}
