@@ -19,6 +19,9 @@
 #include "attn/model.h"
 #include "unit.h"
 
+/* The built-in models every registry has: sdpa, mha, kv_attention. */
+#define N_BUILTIN 3
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static uint64_t rng_state;
@@ -677,10 +680,11 @@ START_TEST(resident_packed) {
   attn_registry *reg = NULL;
   attn_diag d = {{0}};
   ck_assert_msg(attn_registry_create(tmpdir, &reg, &d) == ATTN_OK, "%s", d.msg);
-  ck_assert_uint_eq(attn_registry_count(reg), 3);
+  ck_assert_uint_eq(attn_registry_count(reg), N_BUILTIN + 1);
   ck_assert_str_eq(attn_model_name(attn_registry_at(reg, 0)), "sdpa");
   ck_assert_str_eq(attn_model_name(attn_registry_at(reg, 1)), "mha");
-  const attn_model *m = attn_registry_at(reg, 2);
+  ck_assert_str_eq(attn_model_name(attn_registry_at(reg, 2)), "kv_attention");
+  const attn_model *m = attn_registry_at(reg, N_BUILTIN);
   ck_assert_str_eq(attn_model_name(m), "tiny");
   ck_assert_str_eq(attn_model_version(m), "3");
   ck_assert_ptr_eq(attn_registry_find(reg, "tiny", "3"), m);
@@ -843,7 +847,7 @@ START_TEST(resident_seeded) {
   attn_diag d = {{0}};
   ck_assert_msg(attn_registry_create(tmpdir, &r1, &d) == ATTN_OK, "%s", d.msg);
   ck_assert_msg(attn_registry_create(tmpdir, &r2, &d) == ATTN_OK, "%s", d.msg);
-  ck_assert_uint_eq(attn_registry_count(r1), 4);
+  ck_assert_uint_eq(attn_registry_count(r1), N_BUILTIN + 2);
   attn_model_info info;
   attn_model_info_get(attn_registry_find(r1, "demo", NULL), &info);
   ck_assert(info.seeded);
@@ -1036,13 +1040,13 @@ START_TEST(registry_repository) {
   attn_registry *r;
   attn_diag d = {{0}};
   ck_assert_int_eq(attn_registry_create(tmpdir, &r, &d), ATTN_OK);
-  ck_assert_uint_eq(attn_registry_count(r), 3);
-  ck_assert_str_eq(attn_registry_slot_name(r, 2), "m");
-  ck_assert_int_eq(attn_registry_slot(r, "m/ready", 1), 2);
+  ck_assert_uint_eq(attn_registry_count(r), N_BUILTIN + 1);
+  ck_assert_str_eq(attn_registry_slot_name(r, N_BUILTIN), "m");
+  ck_assert_int_eq(attn_registry_slot(r, "m/ready", 1), N_BUILTIN);
   int slot;
   const attn_model *held = attn_registry_get(r, "m", NULL, &slot);
   ck_assert_ptr_nonnull(held);
-  ck_assert_int_eq(slot, 2);
+  ck_assert_int_eq(slot, N_BUILTIN);
   float v1 = first_output(held);
 
   write_text("a.json", HDR "\"seed\": 2}");
@@ -1055,8 +1059,8 @@ START_TEST(registry_repository) {
 
   ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
   ck_assert_ptr_null(attn_registry_get(r, "m", NULL, &slot));
-  ck_assert_int_eq(slot, 2); /* the name keeps its slot */
-  ck_assert_ptr_null(attn_registry_get_at(r, 2));
+  ck_assert_int_eq(slot, N_BUILTIN); /* the name keeps its slot */
+  ck_assert_ptr_null(attn_registry_get_at(r, N_BUILTIN));
   (void)first_output(now); /* held across the unload */
   attn_model_put(now);
   ck_assert_int_eq(attn_registry_unload(r, "m", &d), ATTN_OK);
@@ -1072,9 +1076,9 @@ START_TEST(registry_repository) {
   attn_registry_entry *v;
   size_t n;
   ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
-  ck_assert_uint_eq(n, 3);
-  ck_assert(!v[2].ready);
-  ck_assert_ptr_nonnull(strstr(v[2].reason, "colour"));
+  ck_assert_uint_eq(n, N_BUILTIN + 1);
+  ck_assert(!v[N_BUILTIN].ready);
+  ck_assert_ptr_nonnull(strstr(v[N_BUILTIN].reason, "colour"));
   free(v);
 
   /* reload: the fixed file, a new one; a second file naming m fails */
@@ -1089,10 +1093,10 @@ START_TEST(registry_repository) {
   const attn_model *m = attn_registry_get(r, "m", NULL, NULL);
   ck_assert(first_output(m) == v1);
   attn_model_put(m);
-  ck_assert_uint_eq(attn_registry_count(r), 4);
-  ck_assert_str_eq(attn_registry_slot_name(r, 3), "n");
+  ck_assert_uint_eq(attn_registry_count(r), N_BUILTIN + 2);
+  ck_assert_str_eq(attn_registry_slot_name(r, N_BUILTIN + 1), "n");
   ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
-  ck_assert_uint_eq(n, 4);
+  ck_assert_uint_eq(n, N_BUILTIN + 2);
   for (size_t i = 0; i < n; i++) ck_assert(v[i].ready);
   free(v);
   attn_registry_destroy(r);
@@ -1113,13 +1117,14 @@ START_TEST(registry_not_regular) {
   attn_registry *r;
   attn_diag d = {{0}}, detail = {{0}};
   ck_assert_msg(attn_registry_create(tmpdir, &r, &d) == ATTN_OK, "%s", d.msg);
-  ck_assert_uint_eq(attn_registry_count(r), 3);
+  ck_assert_uint_eq(attn_registry_count(r), N_BUILTIN + 1);
   attn_registry_entry *v;
   size_t n;
   ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
-  ck_assert_uint_eq(n, 4);
-  ck_assert_str_eq(v[3].name, "p");
-  ck_assert_str_eq(v[3].reason, "models/p.json: not a regular file (a FIFO)");
+  ck_assert_uint_eq(n, N_BUILTIN + 2);
+  ck_assert_str_eq(v[N_BUILTIN + 1].name, "p");
+  ck_assert_str_eq(v[N_BUILTIN + 1].reason,
+                   "models/p.json: not a regular file (a FIFO)");
   free(v);
   ck_assert_int_eq(attn_registry_load(r, "p", &d, &detail), ATTN_EIO);
   ck_assert_str_eq(d.msg, "models/p.json: not a regular file (a FIFO)");
@@ -1156,8 +1161,8 @@ START_TEST(registry_dirs) {
   attn_diag d = {{0}};
   ck_assert_int_eq(attn_registry_create("/nonexistent/models", &reg, &d),
                    ATTN_OK);
-  ck_assert_uint_eq(attn_registry_count(reg), 2);
-  ck_assert_ptr_null(attn_registry_at(reg, 2));
+  ck_assert_uint_eq(attn_registry_count(reg), N_BUILTIN);
+  ck_assert_ptr_null(attn_registry_at(reg, N_BUILTIN));
   size_t n;
   const attn_model *sdpa = attn_registry_find(reg, "sdpa", "1");
   ck_assert_uint_eq((attn_model_inputs(sdpa, &n), n), 7);

@@ -369,7 +369,7 @@ typedef struct attn_v1_step_shape {
 
 /* POST /v1/sessions/{id}/attend, decoded. */
 typedef struct attn_v1_step {
-  int64_t layer;    /* "layer", default 0 */
+  int64_t layer; /* "layer", default 0 */
   bool has_position;
   int64_t position; /* "position" (required with key and value) */
   int64_t t;        /* rows of "query" (>= 1) */
@@ -397,8 +397,8 @@ attn_status attn_v1_decode_session_truncate(const char *body, size_t len,
                                             int64_t *length, attn_diag *d);
 /* POST /v1/sessions/{id}/fork: {"id": "new-id"} (an id as session.h
  * says), copied into id[ATTN_SESSION_ID_MAX + 1]. */
-attn_status attn_v1_decode_session_fork(const char *body, size_t len,
-                                        char *id, attn_diag *d);
+attn_status attn_v1_decode_session_fork(const char *body, size_t len, char *id,
+                                        attn_diag *d);
 
 /* The session object: {"id", "layers", "num_heads", "num_kv_heads",
  * "head_dim", "max_tokens", "kv_dtype", then the fixed variants as given

@@ -53,6 +53,9 @@ typedef struct attn_config {
   int64_t max_seq_len;              /* tokens per sequence */
   int64_t max_tensor_elements;      /* elements of any one tensor */
   int64_t max_weights_elements;     /* attention weights returned in JSON */
+  int64_t kv_cache_bytes;           /* sessions' KV blocks; 0 = auto */
+  int64_t max_sessions;             /* sessions open at once */
+  int64_t session_idle_timeout_s;   /* idle session freed; 0 = never */
   int max_connections;              /* open client connections */
   int connection_timeout_s;         /* idle connection timeout; 0 = none */
   int header_timeout_s;             /* request line + headers; 0 = none */

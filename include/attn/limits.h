@@ -141,6 +141,11 @@
  * per head; at 2^20 one row block is already 4 MiB, and beyond that an exact
  * (non-flash) kernel is not the right tool. */
 #define ATTN_MAX_SEQ_LEN 1048576
+/* kv_cache_bytes, max_sessions, session_idle_timeout_s at most (a
+ * configuration beyond is refused at start-up). */
+#define ATTN_MAX_KV_CACHE_BYTES (1LL << 42)
+#define ATTN_MAX_SESSIONS 10000000
+#define ATTN_MAX_SESSION_IDLE_TIMEOUT_S (366LL * 24 * 3600)
 
 /* `max_tensor_elements` and `max_weights_elements`: 2^40 elements (4 TiB of
  * fp32).  Keeps element counts far inside int64 so byte sizes (times 8 for

@@ -71,6 +71,11 @@
 #include "attn/status.h"
 #include "attn/tensor.h"
 
+/* The built-in model of sessions' steps (docs/api.md "Sessions"): the
+ * registry describes it (metadata, statistics, the per-model metrics);
+ * the server runs it on the session store, never attn_model_infer. */
+#define ATTN_KV_MODEL_NAME "kv_attention"
+
 typedef struct attn_registry attn_registry;
 typedef struct attn_model attn_model;
 

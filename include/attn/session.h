@@ -128,12 +128,12 @@ static inline void attn_session_info_clear(attn_session_info *i) {
 /* ---- the store (library attn_session) ---------------------------------- */
 
 typedef struct attn_session_limits {
-  size_t cache_bytes;      /* the KV pool's limit, > 0 (kv_cache_bytes,
-                              resolved by the caller when 0 = auto) */
-  int64_t max_sessions;    /* >= 1 */
-  uint64_t idle_timeout_ns; /* 0: never expire */
-  int64_t max_tokens;      /* default and upper bound of a session's
-                              max_tokens (max_seq_len) */
+  size_t cache_bytes;           /* the KV pool's limit, > 0 (kv_cache_bytes,
+                                   resolved by the caller when 0 = auto) */
+  int64_t max_sessions;         /* >= 1 */
+  uint64_t idle_timeout_ns;     /* 0: never expire */
+  int64_t max_tokens;           /* default and upper bound of a session's
+                                   max_tokens (max_seq_len) */
   int64_t max_weights_elements; /* need_weights: H x t x length at most */
 } attn_session_limits;
 
@@ -189,8 +189,8 @@ attn_status attn_session_info_get(attn_session *s, uint64_t now_ns,
 /* The owner's sessions, in id order: *v (free each with
  * attn_session_info_clear, then free(*v)), *n. */
 attn_status attn_session_list(attn_session_store *st, uint64_t owner,
-                              uint64_t now_ns, attn_session_info **v,
-                              size_t *n, attn_diag *d);
+                              uint64_t now_ns, attn_session_info **v, size_t *n,
+                              attn_diag *d);
 
 /* Unlink it (ENOTFOUND as attn_session_get); its blocks are freed when
  * the last holder puts it. */

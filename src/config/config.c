@@ -177,6 +177,16 @@ static const cfg_key keys[] = {
     K_I64(max_weights_elements, "ATTND_MAX_WEIGHTS_ELEMENTS",
           16LL * 1024 * 1024, 0, ATTN_MAX_ELEMENTS, "elements",
           "largest attention-weights output returned as JSON; 0 = never"),
+    K_I64(kv_cache_bytes, "ATTND_KV_CACHE_BYTES", 0, 0, ATTN_MAX_KV_CACHE_BYTES,
+          "bytes",
+          "the sessions' KV cache: keys and values kept between requests, "
+          "all sessions together; a step that needs more: 507; 0 = auto (a "
+          "quarter of the memory attnd may use)"),
+    K_I64(max_sessions, "ATTND_MAX_SESSIONS", 10000, 1, ATTN_MAX_SESSIONS,
+          "sessions", "sessions open at once; beyond: 507"),
+    K_I64(session_idle_timeout_s, "ATTND_SESSION_IDLE_TIMEOUT_S", 600, 0,
+          ATTN_MAX_SESSION_IDLE_TIMEOUT_S, "s",
+          "a session unused this long is freed; 0 = never"),
     K_INT(max_connections, "ATTND_MAX_CONNECTIONS", 1024, 1,
           ATTN_MAX_CONNECTIONS, "connections", "open client connections"),
     K_INT(connection_timeout_s, "ATTND_CONNECTION_TIMEOUT_S", 60, 0,

@@ -89,7 +89,8 @@ bool attn__variants_standard_alibi(const attn__variants *v,
 typedef enum {
   ATTN__MODEL_SDPA,
   ATTN__MODEL_MHA,
-  ATTN__MODEL_RESIDENT
+  ATTN__MODEL_RESIDENT,
+  ATTN__MODEL_KV /* kv_attention: described here, run by the sessions */
 } attn__model_kind;
 
 /* A resident model as loaded from its json file.  Weight views point into

@@ -126,6 +126,16 @@ static void describe(attn_model *m) {
       io(out, no, "attn_output", ATTN_DT_FP32, false, 3, V, V, r->E, 0);
       io(out, no, "attn_weights", ATTN_DT_FP32, true, 4, V, r->H, V, V);
     } break;
+    case ATTN__MODEL_KV: /* the batched form; a sequence drops the B dim */
+      io(in, ni, "session_id", ATTN_DT_INVALID /*TODO-BYTES*/, true, 1, V, 0, 0,
+         0);
+      io(in, ni, "position", ATTN_DT_INT64, true, 1, V, 0, 0, 0);
+      io(in, ni, "query", ATTN_DT_FP32, false, 4, V, V, V, V);
+      io(in, ni, "key", ATTN_DT_FP32, true, 4, V, V, V, V);
+      io(in, ni, "value", ATTN_DT_FP32, true, 4, V, V, V, V);
+      io(out, no, "output", ATTN_DT_FP32, false, 4, V, V, V, V);
+      io(out, no, "lse", ATTN_DT_FP32, false, 3, V, V, V, 0);
+      break;
   }
 }
 
@@ -208,7 +218,8 @@ static attn_status make_resident(const char *path, attn_model **out,
 }
 
 static int is_builtin(const char *name) {
-  return strcmp(name, "sdpa") == 0 || strcmp(name, "mha") == 0;
+  return strcmp(name, "sdpa") == 0 || strcmp(name, "mha") == 0 ||
+         strcmp(name, ATTN_KV_MODEL_NAME) == 0;
 }
 
 /* ---- slots -------------------------------------------------------------- */
@@ -403,6 +414,14 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
       (s = make_builtin(ATTN__MODEL_MHA, "mha",
                         "multi-head attention with client-supplied "
                         "projection weights",
+                        &b, d)) ||
+      (s = install(r, b, d)) ||
+      (s = make_builtin(ATTN__MODEL_KV, ATTN_KV_MODEL_NAME,
+                        "attention over the KV cache of sessions kept in "
+                        "attnd: a batched decode step (session_id, "
+                        "position, query, key, value -> output, lse) or "
+                        "Triton's sequence extension (sequence_id, "
+                        "sequence_start, sequence_end; no batch dim)",
                         &b, d)) ||
       (s = install(r, b, d)) ||
       (models_dir && !(r->dir = strdup(models_dir)) &&
@@ -781,6 +800,9 @@ void attn_model_info_get(const attn_model *m, attn_model_info *info) {
     case ATTN__MODEL_MHA:
       info->kind = "mha";
       break;
+    case ATTN__MODEL_KV:
+      info->kind = "kv_attention";
+      break;
     case ATTN__MODEL_RESIDENT: {
       const attn__resident *r = &m->res;
       info->kind = "resident";
@@ -815,6 +837,12 @@ attn_status attn_model_infer(const attn_model *m, const attn_infer_request *req,
   if (!m || !resp) {
     if (resp) memset(resp, 0, sizeof *resp);
     return attn_diag_set(d, ATTN_EINVAL, "model or response is NULL");
+  }
+  if (m->kind == ATTN__MODEL_KV) {
+    memset(resp, 0, sizeof *resp);
+    return attn_diag_set(d, ATTN_EUNSUPPORTED,
+                         "model '%s' runs on sessions, not on one request",
+                         m->name);
   }
   return attn__model_run(m->kind,
                          m->kind == ATTN__MODEL_RESIDENT ? &m->res : NULL,
