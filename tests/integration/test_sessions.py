@@ -754,7 +754,7 @@ def session_bad_ids_fields_and_shapes():
     and of a step: 400s in the user's terms; nothing is created or
     appended."""
     p = shared().port
-    for bad in ("bad!id", "a" * 129, "sp%20ace", "sl%2Fash", "%C3%A9t%C3%A9"):
+    for bad in ("bad!id", "a" * 129, "sp%20ace", "%C3%A9t%C3%A9", "a%00b"):
         expect_error(s_put(p, bad, {"num_heads": 1, "head_dim": 2}), 400,
                      what="PUT id %r" % bad[:20])
         expect_status(s_get(p, bad), 400, "GET id %r" % bad[:20])
