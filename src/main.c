@@ -51,6 +51,7 @@
 #include "attn/model.h"
 #include "attn/queue.h"
 #include "attn/server.h"
+#include "attn/session.h"
 #include "attn_version.h"
 
 extern char **environ;
@@ -428,6 +429,7 @@ typedef struct attnd {
   attn_registry *models;
   attn_queue *queue;
   attn_pool *pool;
+  attn_session_store *sessions;
   attn_server *server;
 } attnd;
 
@@ -595,6 +597,33 @@ static void trim_arena(int worker, void *user) {
 /* Set-up: the models, the queue, the workers and the server, into *a;
  * logs the start-up line.  On error logs why and returns 0 (what was
  * built is in *a, for teardown). */
+/* The sessions' store (session.h): kv_cache_bytes, or when that is 0 a
+ * quarter of memory (the memory attnd may use), at least 64 MiB. */
+static int make_sessions(const attn_config *cfg, uint64_t memory,
+                         attn_session_store **out) {
+  attn_diag d = {{0}};
+  uint64_t bytes = cfg->kv_cache_bytes > 0 ? (uint64_t)cfg->kv_cache_bytes
+                                           : memory / 4;
+  if (!cfg->kv_cache_bytes && bytes < (64u << 20)) bytes = 64u << 20;
+  attn_session_limits lim = {
+      .cache_bytes = (size_t)bytes,
+      .max_sessions = cfg->max_sessions,
+      .idle_timeout_ns = (uint64_t)cfg->session_idle_timeout_s * 1000000000u,
+      .max_tokens = cfg->max_seq_len,
+      .max_weights_elements = cfg->max_weights_elements};
+  if (attn_session_store_create(&lim, out, &d) != ATTN_OK) {
+    attn_log(ATTN_LOG_ERROR, "sessions: %s", d.msg);
+    return 0;
+  }
+  attn_log(ATTN_LOG_INFO,
+           "sessions: kv_cache_bytes=%llu%s, max_sessions=%lld, "
+           "session_idle_timeout_s=%lld",
+           (unsigned long long)bytes, cfg->kv_cache_bytes ? "" : " (auto)",
+           (long long)cfg->max_sessions,
+           (long long)cfg->session_idle_timeout_s);
+  return 1;
+}
+
 static int start(const attn_config *cfg, const char *policy, attnd *a) {
   attn_diag d = {{0}};
   if (load_models(cfg, &a->models, &d, warn_log) != ATTN_OK) {
@@ -623,17 +652,18 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
     return 0;
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  /* only the auto budget needs the memory limit (cgroup files are read) */
+  /* only the auto budgets need the memory limit (cgroup files are read) */
   uint64_t memory =
-      cfg->max_total_body_bytes
+      cfg->max_total_body_bytes && cfg->kv_cache_bytes
           ? 0
           : attn_memory_limit("", pages > 0 && page > 0
                                       ? (uint64_t)pages * (uint64_t)page
                                       : 0);
   int64_t budget = attn_config_body_budget(cfg, memory);
+  if (!make_sessions(cfg, memory, &a->sessions)) return 0;
   attn_server_deps deps = {
       cfg,    a->models, a->queue, a->pool,
-      budget, cpus,      workers,  getenv("ATTND_API_KEY")};
+      budget, cpus,      workers,  getenv("ATTND_API_KEY"), a->sessions};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
@@ -656,6 +686,15 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
            attn_engine_kernel_name(), attn_engine_blas_core());
   log_access_settings(cfg, a->server);
   return 1;
+}
+
+/* Sessions unused for session_idle_timeout_s are freed (looked at once a
+ * second, from serve; the store's sweep costs the sessions that expire). */
+static void expire_sessions(attn_session_store *sessions) {
+  size_t n = sessions ? attn_session_sweep(sessions, attn_now_ns()) : 0;
+  if (n)
+    attn_log(ATTN_LOG_INFO, "%zu session%s expired (session_idle_timeout_s)",
+             n, n == 1 ? "" : "s");
 }
 
 /* Free heap memory held past this, once idle, is given back. */
@@ -725,8 +764,8 @@ static void reload_models(attn_registry *models) {
  * of repeated log lines whose time has come (attn_log_flush_repeats),
  * then runs the shutdown delay (when there is one). */
 static void serve(attn_server *server, attn_registry *models,
-                  const attn_pool *pool, const attn_config *cfg,
-                  const sigset_t *sigs) {
+                  const attn_pool *pool, attn_session_store *sessions,
+                  const attn_config *cfg, const sigset_t *sigs) {
   int sig = 0;
   uint64_t last_pushed = UINT64_MAX;
   sigset_t with_hup = *sigs;
@@ -740,6 +779,7 @@ static void serve(attn_server *server, attn_registry *models,
     } else if (sig > 0)
       break;
     else if (errno == EAGAIN) {
+      expire_sessions(sessions);
       idle_trim(pool, &last_pushed);
       attn_log_flush_repeats(0);
     }
@@ -787,6 +827,7 @@ static void teardown(attnd *a) {
   attn_log_flush_repeats(1); /* what was left unsaid */
   attn_pool_destroy(a->pool);
   attn_queue_destroy(a->queue);
+  attn_session_store_destroy(a->sessions);
   attn_registry_destroy(a->models);
 }
 
@@ -808,7 +849,7 @@ int main(int argc, char **argv) {
   attnd a = {0};
   rc = 1;
   if (start(&cfg, policy, &a)) {
-    serve(a.server, a.models, a.pool, &cfg, &sigs);
+    serve(a.server, a.models, a.pool, a.sessions, &cfg, &sigs);
     drain(&a, &cfg);
     rc = 0;
   }

@@ -407,6 +407,105 @@ static const v2_case v2_cases[] = {
     {"{'inputs':[],'parameters':{'x':[1]}}", NULL, 0, 0, -1, ATTN_EINVAL,
      "parameters: 'x' must be a string, number or boolean, got an array", NULL,
      0, 0},
+
+    /* 70-81: BYTES, JSON and binary (the values: v2_bytes_decode) */
+    {IN1("BYTES", "[3]", "['a','b']"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "inputs[0] 'x': data has 2 elements, shape [3] needs 3", NULL, 0, 0},
+    {IN1("BYTES", "[2,2]", "[['a','b'],['c']]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "inputs[0] 'x': data[1] has 1 elements, shape [2,2] needs 2 at dim 1",
+     NULL, 0, 0},
+    {IN1("BYTES", "[2]", "['a',1]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "inputs[0] 'x': data[1] is a number, expected a string (BYTES)", NULL, 0,
+     0},
+    {IN1("BYTES", "[2]", "[1,2]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "inputs[0] 'x': data[0] is a number, expected a string (BYTES)", NULL, 0,
+     0},
+    {IN1("BYTES", "[2]", "['a',null]"), NULL, 0, 0, -1, ATTN_EINVAL,
+     "data[1] is null, expected a string (BYTES)", NULL, 0, 0},
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[2],"
+     "'parameters':{'binary_data_size':9}}]}",
+     BIN("\x01\x00\x00\x00"
+         "a"
+         "\x09\x00\x00\x00"),
+     0, -1, ATTN_EINVAL,
+     "inputs[0] 's': element 1's length 9 runs past the end of the binary "
+     "data (0 bytes left at offset 9 of 9)",
+     NULL, 0, 0},
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[2],"
+     "'parameters':{'binary_data_size':10}}]}",
+     BIN("\x01\x00\x00\x00"
+         "a"
+         "\xff\xff\xff\xff"
+         "b"),
+     0, -1, ATTN_EINVAL,
+     "inputs[0] 's': element 1's length 4294967295 runs past the end", NULL, 0,
+     0},
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[1],"
+     "'parameters':{'binary_data_size':7}}]}",
+     BIN("\x01\x00\x00\x00"
+         "abc"),
+     0, -1, ATTN_EINVAL,
+     "inputs[0] 's': 2 bytes follow the 1 elements of shape [1] in the binary "
+     "data (binary_data_size 7)",
+     NULL, 0, 0},
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[3],"
+     "'parameters':{'binary_data_size':10}}]}",
+     BIN("\x01\x00\x00\x00"
+         "a"
+         "\x01\x00\x00\x00"
+         "b"),
+     0, -1, ATTN_EINVAL,
+     "inputs[0] 's': binary data holds 2 elements, shape [3] needs 3", NULL, 0,
+     0},
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[2],"
+     "'parameters':{'binary_data_size':6}}]}",
+     BIN("\x00\x00\x00\x00"
+         "\x01\x00"),
+     0, -1, ATTN_EINVAL,
+     "inputs[0] 's': binary data ends inside element 1's 4-byte length (2 "
+     "bytes left at offset 4)",
+     NULL, 0, 0},
+    /* the blob is laid out by binary_data_size: past the body's end */
+    {"{'inputs':[{'name':'s','datatype':'BYTES','shape':[1],"
+     "'parameters':{'binary_data_size':8}}]}",
+     BIN("\x01\x00\x00\x00"
+         "a"),
+     0, -1, ATTN_EINVAL, "inputs[0] 's': binary data of 8 bytes at offset",
+     NULL, 0, 0},
+    {IN1("BYTES", "[4097]", "[]"), NULL, 0, 0, -1, ATTN_ETOOBIG,
+     "shape [4097] has 4097 elements, above the limit of 4096", NULL, 4096, 0},
+
+    /* 82-89: Triton's sequence parameters (the values: v2_sequence_params) */
+    {"{'inputs':[],'parameters':{'sequence_id':-1}}", NULL, 0, 0, -1,
+     ATTN_EINVAL,
+     "parameters: sequence_id must be a string or an unsigned integer, got -1 "
+     "(negative)",
+     NULL, 0, 0},
+    {"{'inputs':[],'parameters':{'sequence_id':1.5}}", NULL, 0, 0, -1,
+     ATTN_EINVAL,
+     "sequence_id must be a string or an unsigned integer, got 1.5 (not an "
+     "integer)",
+     NULL, 0, 0},
+    {"{'inputs':[],'parameters':{'sequence_id':true}}", NULL, 0, 0, -1,
+     ATTN_EINVAL,
+     "sequence_id must be a string or an unsigned integer, got a boolean", NULL,
+     0, 0},
+    {"{'inputs':[],'parameters':{'sequence_id':18446744073709551616}}", NULL, 0,
+     0, -1, ATTN_EINVAL,
+     "sequence_id must be a string or an unsigned integer, got a number "
+     "above 2^64 - 1",
+     NULL, 0, 0},
+    {"{'inputs':[],'parameters':{'sequence_id':1e19}}", NULL, 0, 0, -1,
+     ATTN_EINVAL, "above 2^53 - 1: write it in plain digits", NULL, 0, 0},
+    {"{'inputs':[],'parameters':{'sequence_id':-0.0}}", NULL, 0, 0, -1,
+     ATTN_EINVAL, "got -0 (negative)", NULL, 0, 0},
+    {"{'inputs':[],'parameters':{'sequence_start':1}}", NULL, 0, 0, -1,
+     ATTN_EINVAL,
+     "parameters: 'sequence_start' must be a boolean, got a number", NULL, 0,
+     0},
+    {"{'inputs':[],'parameters':{'sequence_end':'true'}}", NULL, 0, 0, -1,
+     ATTN_EINVAL, "parameters: 'sequence_end' must be a boolean, got a string",
+     NULL, 0, 0},
 };
 
 static void run_v2_case(const v2_case *c, size_t idx) {
@@ -902,6 +1001,183 @@ START_TEST(v2_binary_equals_json) {
   attn_infer_request_free(&a);
   attn_buf_free(&js);
   attn_buf_free(&bj);
+}
+END_TEST
+
+/* t is a BYTES tensor of the n elements want[k] (lengths len[k]). */
+static void check_bytes(const attn_tensor *t, const char *const *want,
+                        const size_t *len, size_t n, const char *ctx) {
+  const char *e;
+  size_t el;
+  ck_assert_msg(t->dtype == ATTN_DT_BYTES, "%s: dtype %s", ctx,
+                attn_dtype_name(t->dtype));
+  for (size_t k = 0; k < n; k++) {
+    ck_assert_msg(attn_tensor_bytes_at(t, (int64_t)k, &e, &el) == ATTN_OK,
+                  "%s: no element %zu", ctx, k);
+    ck_assert_msg(el == len[k] && memcmp(e, want[k], el) == 0 && e[el] == 0,
+                  "%s: element %zu is '%.*s' (%zu bytes), expected '%s'", ctx,
+                  k, (int)el, e, el, want[k]);
+  }
+  ck_assert_int_eq(attn_tensor_bytes_at(t, (int64_t)n, &e, &el), ATTN_EINVAL);
+}
+
+/* BYTES as tritonclient sends it: JSON strings (flat or nested), and
+ * binary (a 4-byte little-endian length, then the bytes, per element),
+ * next to other inputs; empty strings, UTF-8, NULs in binary elements. */
+START_TEST(v2_bytes_decode) {
+  static const char *const want[] = {"sess-1", "", "h\xc3\xa9llo \xe6\x97\xa5",
+                                     "\"q\"\n"};
+  static const size_t len[] = {6, 0, 10, 4};
+  attn_infer_request r;
+  attn_diag d = {{0}};
+  char *json = unquote(
+      "{'inputs':[{'name':'session_id','datatype':'BYTES','shape':[4],"
+      "'data':['sess-1','','h\\u00e9llo \xe6\x97\xa5','\\'q\\'\\n']},"
+      "{'name':'position','datatype':'INT64','shape':[4],'data':[0,1,2,3]}]}");
+  ck_assert_msg(attn_v2_decode(json, strlen(json), 0, NULL, &r, &d) == ATTN_OK,
+                "%s", d.msg);
+  ck_assert_int_eq(r.n_inputs, 2);
+  ck_assert_int_eq(r.inputs[0].wire_dtype, ATTN_DT_BYTES);
+  ck_assert_int_eq(r.inputs[0].tensor.rank, 1);
+  ck_assert_int_eq(r.inputs[0].tensor.shape[0], 4);
+  check_bytes(&r.inputs[0].tensor, want, len, 4, "BYTES JSON");
+  attn_infer_request_free(&r);
+  free(json);
+
+  /* nested by the shape, and rank 0 */
+  json = unquote(
+      "{'inputs':[{'name':'s','datatype':'BYTES','shape':[2,2],"
+      "'data':[['sess-1',''],['h\xc3\xa9llo \xe6\x97\xa5','\\'q\\'\\n']]},"
+      "{'name':'one','datatype':'BYTES','shape':[],'data':['sess-1']}]}");
+  ck_assert_msg(attn_v2_decode(json, strlen(json), 0, NULL, &r, &d) == ATTN_OK,
+                "%s", d.msg);
+  check_bytes(&r.inputs[0].tensor, want, len, 4, "BYTES nested");
+  check_bytes(&r.inputs[1].tensor, want, len, 1, "BYTES rank 0");
+  attn_infer_request_free(&r);
+  free(json);
+
+  /* binary: the same strings, then one with NULs, then an FP32 blob after
+   * it at every alignment the BYTES blob's length gives */
+  static const char *const bwant[] = {"sess-1", "", "h\xc3\xa9llo \xe6\x97\xa5",
+                                      "\"q\"\n", "a\0b\0"};
+  static const size_t blen[] = {6, 0, 10, 4, 4};
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  attn_buf_puts(&b,
+                "{\"inputs\": [{\"name\": \"session_id\", \"shape\": [5], "
+                "\"datatype\": \"BYTES\", \"parameters\": "
+                "{\"binary_data_size\": 44}}, {\"name\": \"q\", "
+                "\"shape\": [2], \"datatype\": \"FP32\", \"parameters\": "
+                "{\"binary_data_size\": 8}}]}");
+  size_t hl = b.len;
+  for (size_t k = 0; k < 5; k++) {
+    unsigned char le[4] = {(unsigned char)blen[k], 0, 0, 0};
+    attn_buf_append(&b, le, 4);
+    attn_buf_append(&b, bwant[k], blen[k]);
+  }
+  ck_assert_int_eq(b.len - hl, 44);
+  float q[2] = {1.5f, -2.0f};
+  attn_buf_append(&b, q, sizeof q);
+  ck_assert_msg(attn_v2_decode(b.data, b.len, hl, NULL, &r, &d) == ATTN_OK,
+                "%s", d.msg);
+  check_bytes(&r.inputs[0].tensor, bwant, blen, 5, "BYTES binary");
+  ck_assert(r.inputs[0].tensor.owns);
+  ck_assert(((float *)r.inputs[1].tensor.data)[1] == -2.0f);
+  attn_infer_request_free(&r);
+
+  /* no elements: shape [0] with an empty blob, and with [] */
+  attn_buf_free(&b);
+  attn_buf_init(&b, 0);
+  attn_buf_puts(&b,
+                "{\"inputs\":[{\"name\":\"s\",\"shape\":[0],"
+                "\"datatype\":\"BYTES\",\"parameters\":"
+                "{\"binary_data_size\":0}},{\"name\":\"t\",\"shape\":[2,0],"
+                "\"datatype\":\"BYTES\",\"data\":[]}]}");
+  ck_assert_msg(attn_v2_decode(b.data, b.len, b.len, NULL, &r, &d) == ATTN_OK,
+                "%s", d.msg);
+  check_bytes(&r.inputs[0].tensor, NULL, NULL, 0, "BYTES empty binary");
+  check_bytes(&r.inputs[1].tensor, NULL, NULL, 0, "BYTES empty JSON");
+  attn_infer_request_free(&r);
+  attn_buf_free(&b);
+}
+END_TEST
+
+/* Triton's sequence parameters as tritonclient.http writes them (json.dumps:
+ * ", " and ": ", the parameters after the inputs): sequence_id as a uint64
+ * kept exactly, or a string; sequence_start and sequence_end booleans; the
+ * session's own parameters passed on. */
+START_TEST(v2_sequence_params) {
+  static const struct {
+    const char *id; /* the JSON text of sequence_id */
+    int type;       /* ATTN_PARAM_INT or _STRING */
+    const char *s;  /* p->s */
+    uint64_t u;     /* (uint64_t)p->i for INT */
+  } cases[] = {
+      {"18446744073709551615", ATTN_PARAM_INT, "18446744073709551615",
+       UINT64_MAX},
+      {"9223372036854775808", ATTN_PARAM_INT, "9223372036854775808",
+       (uint64_t)1 << 63},
+      {"9223372036854775807", ATTN_PARAM_INT, "9223372036854775807", INT64_MAX},
+      /* 2^53 + 1 parses as the double 2^53: the digits are read instead */
+      {"9007199254740993", ATTN_PARAM_INT, "9007199254740993",
+       9007199254740993u},
+      {"9007199254740991", ATTN_PARAM_INT, "9007199254740991",
+       9007199254740991u},
+      {"42", ATTN_PARAM_INT, "42", 42},
+      {"0", ATTN_PARAM_INT, "0", 0},
+      {"\"chat-7\"", ATTN_PARAM_STRING, "chat-7", 0},
+      {"\"18446744073709551616\"", ATTN_PARAM_STRING, "18446744073709551616",
+       0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (int form = 0; form < 3; form++) {
+      attn_buf b;
+      attn_infer_request r;
+      attn_diag d = {{0}};
+      char ctx[64];
+      snprintf(ctx, sizeof ctx, "sequence case %zu form %d", c, form);
+      attn_buf_init(&b, 0);
+      if (form == 2) attn_buf_puts(&b, "\xef\xbb\xbf"); /* a BOM */
+      if (form == 1) /* parameters first, and the key not first in them */
+        attn_buf_printf(&b,
+                        "{\"parameters\":{\"layer\":1,\"sequence_id\":%s},"
+                        "\"inputs\":[]}",
+                        cases[c].id);
+      else
+        attn_buf_printf(
+            &b,
+            "{\"inputs\": [{\"name\": \"session_id\", \"shape\": [1], "
+            "\"datatype\": \"BYTES\", \"data\": [\"x\"]}, {\"name\": "
+            "\"query\", \"shape\": [1, 1, 2, 2], \"datatype\": \"FP32\", "
+            "\"data\": [1.0, 2.0, 3.0, 4.0]}], \"outputs\": [{\"name\": "
+            "\"attn_output\", \"parameters\": {\"binary_data\": true}}], "
+            "\"parameters\": {\"sequence_id\": %s, \"sequence_start\": true, "
+            "\"sequence_end\": false, \"layers\": 2, \"max_tokens\": 64, "
+            "\"kv_dtype\": \"bf16\", \"layer\": 1}}",
+            cases[c].id);
+      ck_assert_msg(attn_v2_decode(b.data, b.len, 0, NULL, &r, &d) == ATTN_OK,
+                    "%s: %s", ctx, d.msg);
+      const attn_param *p = attn_infer_find_param(&r, "sequence_id");
+      ck_assert_msg(p != NULL, "%s: no sequence_id", ctx);
+      ck_assert_int_eq(p->type, cases[c].type);
+      ck_assert_str_eq(p->s, cases[c].s);
+      if (p->type == ATTN_PARAM_INT)
+        ck_assert_msg((uint64_t)p->i == cases[c].u, "%s: i is %llu", ctx,
+                      (unsigned long long)(uint64_t)p->i);
+      ck_assert_uint_eq(r.n_params, form == 1 ? 2 : 7);
+      if (form != 1) {
+        ck_assert(attn_infer_find_param(&r, "sequence_start")->b);
+        ck_assert(!attn_infer_find_param(&r, "sequence_end")->b);
+        ck_assert_int_eq(attn_infer_find_param(&r, "layers")->i, 2);
+        ck_assert_int_eq(attn_infer_find_param(&r, "max_tokens")->i, 64);
+        ck_assert_str_eq(attn_infer_find_param(&r, "kv_dtype")->s, "bf16");
+        check_bytes(&r.inputs[0].tensor, (const char *const[]){"x"},
+                    (const size_t[]){1}, 1, ctx);
+      }
+      attn_infer_request_free(&r);
+      attn_buf_free(&b);
+    }
+  }
 }
 END_TEST
 
@@ -1792,6 +2068,8 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v2_request_fields);
   tcase_add_test(tc, v1_self_attention_views);
   tcase_add_test(tc, v2_binary_equals_json);
+  tcase_add_test(tc, v2_bytes_decode);
+  tcase_add_test(tc, v2_sequence_params);
   tcase_add_test(tc, depth_limit);
   tcase_add_test(tc, v2_peek_timeout);
   tcase_add_test(tc, v2_peek_agrees_with_decode);

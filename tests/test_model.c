@@ -1259,6 +1259,31 @@ START_TEST(input_errors) {
              "input 'query': datatype INT32");
   attn_infer_request_free(&r);
 
+  /* BYTES (a v2 client may send one): refused by name and type */
+  sdpa_req(&r);
+  attn_tensor_free(&r.inputs[0].tensor);
+  ck_assert_int_eq(
+      attn_tensor_bytes_alloc(&r.inputs[0].tensor, 1, (int64_t[]){1}, 1),
+      ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&r.inputs[0].tensor, 0, "x", 1),
+                   ATTN_OK);
+  expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
+             "input 'query': datatype BYTES, expected a float type");
+  attn_infer_request_free(&r);
+  for (int k = 0; k < 2; k++) {
+    sdpa_req(&r);
+    add_in(&r, k ? "key_lengths" : "attn_mask", ATTN_DT_INT32, 1,
+           (int64_t[]){1}, qkv);
+    attn_tensor *t = &r.inputs[3].tensor;
+    attn_tensor_free(t);
+    ck_assert_int_eq(attn_tensor_bytes_alloc(t, 1, (int64_t[]){1}, 0), ATTN_OK);
+    ck_assert_int_eq(attn_tensor_bytes_put(t, 0, "", 0), ATTN_OK);
+    expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,
+               k ? "input 'key_lengths': datatype BYTES, expected INT32"
+                 : "input 'attn_mask': datatype BYTES, expected BOOL");
+    attn_infer_request_free(&r);
+  }
+
   sdpa_req(&r);
   add_in(&r, "attn_mask", ATTN_DT_INT32, 2, (int64_t[]){3, 3}, qkv);
   expect_err(reg, "sdpa", &r, NULL, ATTN_EINVAL,

@@ -416,7 +416,11 @@ START_TEST(test_route_rows) {
       "\"GET /v2\"",
       "\"POST /v2/models/{model}/infer\"",
       "\"GET /v2/models/stats\"",
-      "\"POST /v2/repository/models/{model}/unload\""};
+      "\"POST /v2/repository/models/{model}/unload\"",
+      "\"GET /v1/sessions/{id}\"",
+      "\"PUT /v1/sessions/{id}\"",
+      "\"DELETE /v1/sessions/{id}\"",
+      "\"POST /v1/sessions/{id}/attend\""};
   for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
     ck_assert_msg(strstr(r.body, listed[i]), "GET / lacks %s: %s", listed[i],
                   r.body);
@@ -530,6 +534,58 @@ static attn__route_kind admit(const char *method, const char *path,
   return k;
 }
 
+/* The session routes: the id checked, the operation named (routes.c
+ * never touches the store: a stand-in pointer is enough). */
+START_TEST(test_session_routes) {
+  static const struct {
+    const char *method, *path;
+    attn__session_op op;
+  } ops[] = {{"GET", "/v1/sessions", ATTN_SESSION_LIST},
+             {"GET", "/v1/sessions/a.b_c:d-9", ATTN_SESSION_GET},
+             {"PUT", "/v1/sessions/a.b_c:d-9", ATTN_SESSION_CREATE},
+             {"DELETE", "/v1/sessions/a.b_c:d-9", ATTN_SESSION_DELETE},
+             {"POST", "/v1/sessions/x/attend", ATTN_SESSION_ATTEND},
+             {"POST", "/v1/sessions/x/truncate", ATTN_SESSION_TRUNCATE},
+             {"POST", "/v1/sessions/x/fork", ATTN_SESSION_FORK}};
+  attn__http_resp r = route("GET", "/v1/sessions/x", NULL, NULL,
+                            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 503); /* no store */
+  EXPECT_BODY(r, "sessions are not available");
+  srv.sessions = (struct attn_session_store *)&srv;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    attn__http_req req = {.method = ops[i].method,
+                          .path = ops[i].path,
+                          .body = "{}",
+                          .body_len = 2};
+    attn__http_resp resp = {0};
+    attn__infer_target t;
+    ck_assert_int_eq(attn__route(&srv, &req, &resp, &t), ATTN_ROUTE_DEFER);
+    ck_assert_int_eq(t.proto, ATTN_JOB_SESSION);
+    ck_assert_int_eq(t.session_op, ops[i].op);
+    const char *id = strchr(ops[i].path + 4, '/');
+    ck_assert(id == NULL || strncmp(t.session, id + 1, strlen(t.session)) == 0);
+  }
+  char longid[200];
+  memset(longid, 'a', sizeof longid);
+  memcpy(longid, "/v1/sessions/", 13);
+  longid[13 + ATTN_SESSION_ID_MAX + 1] = '\0'; /* 129 bytes of id */
+  r = route("GET", longid, NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 400);
+  EXPECT_BODY(r, "is not a session id: 1 to 128 bytes");
+  r = route("GET", "/v1/sessions/a%20b", NULL, NULL, ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 400);
+  EXPECT_BODY(r, "'a%20b' in /v1/sessions/a%20b is not a session id");
+  r = route("PUT", "/v1/sessions", NULL, "{}", ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405); /* the list takes GET only */
+  free(r.body);
+  r = route("POST", "/v1/sessions/ok/attend", "text/html", "{}",
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 415);
+  free(r.body);
+  srv.sessions = NULL;
+}
+END_TEST
+
 START_TEST(test_admit_before_body) {
   attn__http_resp r;
   size_t max = 1;
@@ -546,7 +602,14 @@ START_TEST(test_admit_before_body) {
       {"POST", "/v2/repository/models/x/load", ATTN_MAX_REPO_BODY_BYTES},
       {"GET", "/v2/health/live", 0},
       {"GET", "/v2/models/sdpa/ready", 0},
-      {"HEAD", "/metrics", 0}};
+      {"HEAD", "/metrics", 0},
+      {"POST", "/v1/sessions/s-1/attend", 1 << 20},
+      {"PUT", "/v1/sessions/s-1", ATTN_MAX_REPO_BODY_BYTES},
+      {"POST", "/v1/sessions/s-1/fork", ATTN_MAX_REPO_BODY_BYTES},
+      {"POST", "/v1/sessions/s-1/truncate", ATTN_MAX_REPO_BODY_BYTES},
+      {"GET", "/v1/sessions/s-1", 0},
+      {"DELETE", "/v1/sessions/s-1", 0},
+      {"GET", "/v1/sessions", 0}};
   for (size_t i = 0; i < sizeof takes / sizeof takes[0]; i++) {
     ck_assert_int_eq(admit(takes[i].method, takes[i].path, NULL, 0, &max, &r),
                      ATTN_ROUTE_DEFER);
@@ -579,6 +642,26 @@ START_TEST(test_admit_before_body) {
   ck_assert_int_eq(admit("POST", "/v2/models/sdpa", NULL, 5, &max, &r),
                    ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 405);
+  free(r.body);
+  /* one row, three methods: each its own body rule, the rest 405 */
+  ck_assert_int_eq(admit("DELETE", "/v1/sessions/a", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 413);
+  free(r.body);
+  ck_assert_int_eq(admit("PUT", "/v1/sessions/a", NULL,
+                         ATTN_MAX_REPO_BODY_BYTES + 1, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 413);
+  free(r.body);
+  ck_assert_int_eq(admit("POST", "/v1/sessions/a", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  ck_assert_str_eq(r.allow, "GET, HEAD, PUT, DELETE");
+  free(r.body);
+  ck_assert_int_eq(admit("PUT", "/v1/sessions", NULL, 5, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
+  ck_assert_str_eq(r.allow, "GET, HEAD");
   free(r.body);
   /* without a body, 404 waits for attn__route as before */
   ck_assert_int_eq(admit("POST", "/nowhere", NULL, 0, &max, &r),
@@ -663,6 +746,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_stats_routes);
   tcase_add_test(tc, test_api_keys);
   tcase_add_test(tc, test_admit_before_body);
+  tcase_add_test(tc, test_session_routes);
   tcase_add_test(tc, test_cors_preflight);
   suite_add_tcase(s, tc);
   return s;

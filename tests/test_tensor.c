@@ -17,6 +17,63 @@ START_TEST(test_dtype_table) {
   ck_assert_uint_eq(attn_dtype_size(ATTN_DT_BOOL), 1);
   ck_assert_str_eq(attn_dtype_name(ATTN_DT_FP16), "FP16");
   ck_assert_ptr_null(attn_dtype_name(ATTN_DT_INVALID));
+  ck_assert_int_eq(attn_dtype_parse("BYTES"), ATTN_DT_BYTES);
+  ck_assert_uint_eq(attn_dtype_size(ATTN_DT_BYTES), 0);
+}
+END_TEST
+
+/* A BYTES tensor built in order and read back in any order; what put and
+ * at refuse. */
+START_TEST(test_bytes_tensor) {
+  int64_t shape[2] = {2, 2};
+  attn_tensor t, f;
+  const char *s;
+  size_t n;
+  ck_assert_int_eq(attn_tensor_bytes_alloc(&t, 2, shape, 9), ATTN_OK);
+  ck_assert_int_eq(t.dtype, ATTN_DT_BYTES);
+  ck_assert(t.owns);
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 0, &s, &n), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 1, "x", 1), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 0, "abc", 3), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 1, NULL, 0), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 2, "a\0b", 3), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 3, "xyz!", 4), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 3, "xyz", 3), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 4, "", 0), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 3, &s, &n), ATTN_OK);
+  ck_assert_uint_eq(n, 3);
+  ck_assert_str_eq(s, "xyz");
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 1, &s, &n), ATTN_OK);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_str_eq(s, "");
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 2, &s, &n), ATTN_OK);
+  ck_assert_uint_eq(n, 3);
+  ck_assert(memcmp(s, "a\0b", 4) == 0);
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 0, &s, &n), ATTN_OK);
+  ck_assert_str_eq(s, "abc");
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 4, &s, &n), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, -1, &s, &n), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_to_f32(&t, &f), ATTN_EINVAL);
+  attn_tensor_free(&t);
+  ck_assert_ptr_null(t.data);
+  /* rank 0: one element; an empty shape: none */
+  ck_assert_int_eq(attn_tensor_bytes_alloc(&t, 0, NULL, 2), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 0, "hi", 2), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_at(&t, 0, &s, &n), ATTN_OK);
+  ck_assert_str_eq(s, "hi");
+  attn_tensor_free(&t);
+  shape[0] = 0;
+  ck_assert_int_eq(attn_tensor_bytes_alloc(&t, 2, shape, 0), ATTN_OK);
+  ck_assert_int_eq(attn_tensor_bytes_put(&t, 0, "", 0), ATTN_EINVAL);
+  attn_tensor_free(&t);
+  shape[0] = -1;
+  ck_assert_int_eq(attn_tensor_bytes_alloc(&t, 2, shape, 0), ATTN_EINVAL);
+  ck_assert_ptr_null(t.data);
+  /* not a BYTES tensor */
+  float v = 1;
+  attn_tensor ft = {.dtype = ATTN_DT_FP32, .rank = 0, .data = &v};
+  ck_assert_int_eq(attn_tensor_bytes_at(&ft, 0, &s, &n), ATTN_EINVAL);
+  ck_assert_int_eq(attn_tensor_bytes_put(&ft, 0, "a", 1), ATTN_EINVAL);
 }
 END_TEST
 
@@ -174,6 +231,7 @@ Suite *tensor_suite(void) {
   TCase *tc = tcase_create("tensor");
   tcase_add_test(tc, test_dtype_table);
   tcase_add_test(tc, test_numel_overflow);
+  tcase_add_test(tc, test_bytes_tensor);
   tcase_add_test(tc, test_half_conversions);
   tcase_add_test(tc, test_f32_to_half);
   tcase_add_test(tc, test_to_f32);

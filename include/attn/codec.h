@@ -77,12 +77,36 @@ void attn_codec_limits_default(attn_codec_limits *l);
  *
  * Filled fields: id; inputs (FP32/FP64/FP16/BF16 become FP32 tensors with
  * wire_dtype recording the sent type; BOOL is one byte 0/1; INT32/INT64
- * unchanged); outputs_given/outputs (an empty "outputs" array counts as not
- * given); binary_data_output (-1 when not said); priority (0 when absent);
- * timeout_us (Triton "timeout" in microseconds, -1 when absent; 0 means no
- * limit, as in Triton); params (all other request-level parameters:
- * booleans -> BOOL, strings -> STRING, integral numbers -> INT with .d also
- * set, other numbers -> DOUBLE).
+ * unchanged; BYTES a tensor of byte strings, always a copy, read element i
+ * with attn_tensor_bytes_at, tensor.h); outputs_given/outputs (an empty
+ * "outputs" array counts as not given); binary_data_output (-1 when not
+ * said); priority (0 when absent); timeout_us (Triton "timeout" in
+ * microseconds, -1 when absent; 0 means no limit, as in Triton); params (all
+ * other request-level parameters: booleans -> BOOL, strings -> STRING,
+ * integral numbers -> INT with .d also set, other numbers -> DOUBLE).
+ *
+ * BYTES: JSON "data" is an array of strings (flat, or nested by the shape
+ * as numbers are); binary data is Triton's serialization, each element a
+ * 4-byte little-endian length then its bytes, the elements filling
+ * binary_data_size exactly.  Element counts are checked against the shape
+ * and max_tensor_elements; an element whose length runs past the blob,
+ * missing elements or bytes after the last are ATTN_EINVAL naming the input
+ * and the element.  No model takes BYTES yet: they refuse it by name.
+ *
+ * Triton's sequence parameters are kept in params, checked:
+ *   sequence_start, sequence_end  BOOL (anything else is ATTN_EINVAL);
+ *   sequence_id  a JSON string -> STRING (s as sent); a JSON unsigned
+ *                integer up to 2^64 - 1 (Triton's uint64) -> INT, exactly:
+ *                (uint64_t)p->i is the value (above INT64_MAX p->i reads
+ *                negative), p->s its decimal digits ("18446744073709551615")
+ *                and p->d the nearest double.  So p->s names the sequence
+ *                either way, and p->type says which form came.  Above
+ *                2^53 - 1 the digits are read from the JSON text, so such a
+ *                value must be written in plain digits.  Negative (-0 too),
+ *                fractional, larger or other values are ATTN_EINVAL
+ *                ("sequence_id must be a string or an unsigned integer").
+ * Everything else a sequence takes (layers, max_tokens, kv_dtype, layer,
+ * ...) passes as any parameter does.
  * model and version are set only when the body carries "model_name" /
  * "model_version" (Triton's examples do); the caller must check them against
  * the URL, or replace them (free first).
@@ -90,7 +114,7 @@ void attn_codec_limits_default(attn_codec_limits *l);
  * Errors: ATTN_EPARSE malformed JSON (with byte offset); ATTN_EINVAL any
  * schema violation (unknown key, wrong type, size mismatch, trailing or
  * missing binary bytes); ATTN_ETOOBIG a limit; ATTN_EUNSUPPORTED a datatype
- * attnd cannot take in that form (FP16/BF16 as JSON, UINT8, BYTES...);
+ * attnd cannot take in that form (FP16/BF16 as JSON, UINT8, INT16...);
  * ATTN_ENONFINITE a JSON number outside the FP32 range; ATTN_ENOMEM. */
 attn_status attn_v2_decode(const char *body, size_t len, size_t header_len,
                            const attn_codec_limits *lim,
@@ -351,13 +375,17 @@ attn_status attn_v1_encode_models(attn_buf *out, const attn_v1_model_entry *m,
 /* PUT /v1/sessions/{id}: {"layers", "num_heads", "num_kv_heads",
  * "head_dim", "max_tokens", "kv_dtype" ("fp32", "bf16", "fp16"), "scale",
  * "window" ([left, 0], left >= -1), "alibi" (true, false or num_heads
- * numbers), "softcap" (> 0), "rotary" (true, false, or {"base", "dims",
- * "interleaved"})}; num_heads and head_dim required, integers >= 1.
- * Syntax and types only: the store checks what fields mean together
- * (num_kv_heads divides num_heads, the slopes' count, limits).  *out
- * owns its slopes (attn_session_spec_clear) on success, and is zeroed
- * with nothing allocated on failure.  Errors: ATTN_EPARSE, ATTN_EINVAL,
- * ATTN_ENONFINITE, ATTN_ENOMEM. */
+ * numbers), "softcap" (> 0; 0 is none, as when left out), "rotary" (true,
+ * false, or {"base" > 1, "dims" >= 1, "interleaved"})}; num_heads and
+ * head_dim required; layers, num_kv_heads, max_tokens too are integers
+ * >= 1.  Syntax and types only: the store checks what fields mean together
+ * (num_kv_heads divides num_heads, the slopes' count, rotary.dims even and
+ * <= head_dim, limits).  lim: its max_depth (NULL = defaults).  An empty
+ * or blank body is ATTN_EINVAL naming what a session needs.  *out owns its
+ * slopes (attn_session_spec_clear) on success, and is zeroed with nothing
+ * allocated on failure.  Errors: ATTN_EPARSE, ATTN_EINVAL, ATTN_ENONFINITE
+ * (a number beyond fp32's range), ATTN_ETOOBIG (the parser's node limit),
+ * ATTN_ENOMEM. */
 attn_status attn_v1_decode_session_spec(const char *body, size_t len,
                                         const attn_codec_limits *lim,
                                         attn_session_spec *out, attn_diag *d);
@@ -380,10 +408,14 @@ typedef struct attn_v1_step {
 
 /* {"layer", "position", "query" [t][H][D] or [t][H*D], "key" and "value"
  * [t][Hkv][D] or [t][Hkv*D] (both or neither; same t as the query),
- * "need_weights"}: numbers within fp32's range; the messages name the
- * field, the row and what the session takes ("query[3] has 256 numbers;
- * this session takes num_heads x head_dim = 8 x 64 = 512").  *out owns q,
- * k, v on success (attn_v1_step_clear), zeroed on failure.  Errors:
+ * "need_weights"}: numbers within fp32's range; each row is read on its
+ * own, so one body may mix the two layouts row by row.  The messages name
+ * the field, the row and what the session takes ("query[3] has 256
+ * numbers; this session takes num_heads x head_dim = 8 x 64 = 512").
+ * shape: the session's (H, Hkv, D >= 1).  lim: max_tensor_elements per
+ * tensor (t x H x D, checked before allocating) and max_depth; NULL =
+ * defaults.  *out owns q, k, v on success (attn_v1_step_clear, which
+ * takes NULL and leaves *s zeroed), zeroed on failure.  Errors:
  * ATTN_EPARSE, ATTN_EINVAL, ATTN_ESHAPE, ATTN_ENONFINITE, ATTN_ETOOBIG
  * (lim->max_tensor_elements), ATTN_ENOMEM. */
 attn_status attn_v1_decode_session_step(const char *body, size_t len,
@@ -392,11 +424,13 @@ attn_status attn_v1_decode_session_step(const char *body, size_t len,
                                         attn_v1_step *out, attn_diag *d);
 void attn_v1_step_clear(attn_v1_step *s);
 
-/* POST /v1/sessions/{id}/truncate: {"length": n >= 0}. */
+/* POST /v1/sessions/{id}/truncate: {"length": n >= 0} into *length (0 on
+ * failure).  Errors: ATTN_EPARSE, ATTN_EINVAL, ATTN_ENOMEM. */
 attn_status attn_v1_decode_session_truncate(const char *body, size_t len,
                                             int64_t *length, attn_diag *d);
 /* POST /v1/sessions/{id}/fork: {"id": "new-id"} (an id as session.h
- * says), copied into id[ATTN_SESSION_ID_MAX + 1]. */
+ * says), copied NUL-terminated into id[ATTN_SESSION_ID_MAX + 1] ("" on
+ * failure).  Errors: ATTN_EPARSE, ATTN_EINVAL, ATTN_ENOMEM. */
 attn_status attn_v1_decode_session_fork(const char *body, size_t len, char *id,
                                         attn_diag *d);
 
@@ -404,14 +438,22 @@ attn_status attn_v1_decode_session_fork(const char *body, size_t len, char *id,
  * "head_dim", "max_tokens", "kv_dtype", then the fixed variants as given
  * ("scale", "window": [left, 0], "alibi": true or [slopes], "softcap",
  * "rotary": {"base", "dims", "interleaved"}), "length": [per layer],
- * "bytes", "idle_s"}, appended to *out. */
+ * "bytes", "idle_s" (seconds, 3 decimals)}, appended to *out.  s
+ * borrowed, its spec filled (alibi_slopes num_heads floats; alibi "off",
+ * softcap 0 and the has_* false are not written); floats in shortest
+ * round-trip form.  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG (out->max). */
 attn_status attn_v1_encode_session(attn_buf *out, const attn_session_info *s);
-/* {"sessions": [objects]}. */
+/* {"sessions": [objects]}, s[0, n) in order (s may be NULL when n is 0);
+ * as attn_v1_encode_session otherwise. */
 attn_status attn_v1_encode_sessions(attn_buf *out, const attn_session_info *s,
                                     size_t n);
 /* A step's answer: {"output": [t][H][D], "lse": [t][H], "length": n,
- * "attn_weights": [H][t][length] when weights is not NULL}.  Non-finite
- * numbers (a row that saw no key has lse -inf) are written as null. */
+ * "attn_weights": [H][t][length] when weights is not NULL}, appended to
+ * *out from the arrays given (borrowed, contiguous in those orders).
+ * Non-finite numbers (a row that saw no key has lse -inf) are written as
+ * null.  On failure out->len is restored.  Errors: ATTN_ENOMEM,
+ * ATTN_ETOOBIG (out->max). */
 attn_status attn_v1_encode_session_step(attn_buf *out,
                                         const attn_v1_step_shape *shape,
                                         int64_t t, const float *output,

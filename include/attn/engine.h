@@ -420,6 +420,19 @@ typedef struct attn_kv_rows {
 attn_status attn_kv_encode(const attn_kv_rows *r, const attn_attend_opts *o,
                            void *k_out, void *v_out, attn_diag *d);
 
+/* The attention probabilities of a step (attn_kv_attend's problem, the
+ * step's tokens already appended, or queries_only): for each sequence b in
+ * batch order, a block of [H][t][len_b] floats (len_b = kv[b].len), the
+ * blocks one after another; weight [h][i][j] is exp(s_ij - lse_i) with
+ * s_ij the final logit of query row i, head h and key j (rotary-turned
+ * query, scale, softcap, ALiBi, then the causal and window masks, in the
+ * kernels' order), 0 for a key the row does not see.  Scalar and plain:
+ * logits and sums in double over the stored values (widened exactly),
+ * the queries turned as the kernels turn them; for the few rows a client
+ * asks weights for, not for speed.  Checks as attn_kv_check; ATTN_ENOMEM.
+ */
+attn_status attn_kv_weights(const attn_kv_problem *p, float *w, attn_diag *d);
+
 /* The kernel set attn_kv_attend uses: "avx512", "avx2" or "scalar". */
 const char *attn_engine_kv_kernel_name(void);
 

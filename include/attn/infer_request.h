@@ -38,7 +38,8 @@ typedef struct attn_param {
 
 /* One input tensor.  Float inputs (FP32, FP64, FP16, BF16) are converted to
  * FP32 by the codec; `wire_dtype` remembers what the client sent.  BOOL is
- * uint8 (0/1), INT32 and INT64 stay as they are. */
+ * uint8 (0/1), INT32 and INT64 stay as they are; BYTES is a block of byte
+ * strings (tensor.h: attn_tensor_bytes_at). */
 typedef struct attn_infer_input {
   char *name;
   attn_dtype wire_dtype;

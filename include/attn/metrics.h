@@ -108,6 +108,10 @@ void attn_metrics_auth_failure(attn_metrics *m);
 typedef struct attn_metrics_gauges {
   uint64_t queue_depth, queue_capacity, workers, workers_busy;
   uint64_t body_bytes_in_use, body_bytes_limit, connections_open;
+  /* sessions (docs/api.md "Sessions"): open now, KV cache bytes in use
+   * and its limit, tokens appended and sessions expired since start */
+  uint64_t sessions, kv_cache_used, kv_cache_limit, session_tokens_total,
+      sessions_expired_total;
   int ready;
   const char *version, *engine_kernels, *blas;
 } attn_metrics_gauges;

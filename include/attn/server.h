@@ -35,6 +35,9 @@ typedef struct attn_server_deps {
   /* ATTND_API_KEY's value (main reads the environment), a key beside
    * those of cfg->api_keys_file; NULL or "" for none. */
   const char *api_key;
+  /* The sessions' store (session.h), main's: made before the server,
+   * destroyed after it; NULL: the session routes answer 503. */
+  struct attn_session_store *sessions;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it

@@ -61,57 +61,6 @@ static char *dupstr(const char *s) {
   return p;
 }
 
-/* Levenshtein distance, for "did you mean"; strings longer than 63 bytes
- * count as far from everything. */
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), row[64], prev, tmp;
-  if (la > 63 || lb > 63) return SIZE_MAX;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    prev = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t best = prev + (a[i - 1] != b[j - 1]);
-      if (row[j] + 1 < best) best = row[j] + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      tmp = row[j];
-      row[j] = best;
-      prev = tmp;
-    }
-  }
-  return row[lb];
-}
-
-/* Match the keys of obj against names[]; slots[i] gets the item for
- * names[i].  Unknown or duplicate keys are errors prefixed by `where`. */
-static attn_status match_keys(const cJSON *obj, const char *const *names,
-                              size_t n, const cJSON **slots, const char *where,
-                              attn_diag *d) {
-  const cJSON *c;
-  cJSON_ArrayForEach(c, obj) {
-    size_t i = 0;
-    while (i < n && strcmp(c->string, names[i]) != 0) i++;
-    if (i == n) {
-      size_t best = SIZE_MAX, bi = 0;
-      for (size_t j = 0; j < n; j++) {
-        size_t e = edit_distance(c->string, names[j]);
-        if (e < best) best = e, bi = j;
-      }
-      if (best <= 2)
-        return attn_diag_set(d, ATTN_EINVAL,
-                             "%sunknown field '%.64s' (did you mean '%s'?)",
-                             where, c->string, names[bi]);
-      return attn_diag_set(d, ATTN_EINVAL, "%sunknown field '%.64s'", where,
-                           c->string);
-    }
-    if (slots[i])
-      return attn_diag_set(d, ATTN_EINVAL, "%sduplicate field '%s'", where,
-                           names[i]);
-    slots[i] = c;
-  }
-  return ATTN_OK;
-}
-
 /* ---- nested arrays -> tensors ------------------------------------------- */
 
 enum { LEAF_NUM = 1, LEAF_BOOL = 2 };
@@ -595,7 +544,7 @@ static attn_status check_variant_fields(const cJSON *const *f, const cJSON **rf,
                          "the defaults), got %s",
                          attn_json_kind(r));
   if (cJSON_IsObject(r) &&
-      (s = match_keys(r, rotary_names, N_ROTARY, rf, "rotary: ", d)))
+      (s = attn__match_keys(r, rotary_names, N_ROTARY, rf, "rotary: ", d)))
     return s;
   for (int i = 0; i < N_ROTARY; i++) {
     bool flag = i == 2;
@@ -648,8 +597,8 @@ static attn_status check_options(const cJSON *const *f, const cJSON **wf,
       return attn_diag_set(d, ATTN_EINVAL,
                            "'weights' must be an object, got %s",
                            attn_json_kind(f[K_WEIGHTS]));
-    if ((s = match_keys(f[K_WEIGHTS], weight_names, N_WEIGHTS, wf,
-                        "weights: ", d)))
+    if ((s = attn__match_keys(f[K_WEIGHTS], weight_names, N_WEIGHTS, wf,
+                              "weights: ", d)))
       return s;
     for (int i = 0; i < 4; i++)
       if (!wf[i])
@@ -1010,7 +959,7 @@ static attn_status v1_decode(const cJSON *root, const attn_codec_limits *lim,
                          "\"top_left\" for PyTorch's is_causal (query i sees "
                          "keys j <= i); \"causal\": true aligns bottom-right "
                          "(j <= i + Lk - Lq), which differs when Lq != Lk");
-  if ((s = match_keys(root, top_names, K_COUNT, f, "", d))) return s;
+  if ((s = attn__match_keys(root, top_names, K_COUNT, f, "", d))) return s;
   const cJSON *rf[N_ROTARY] = {0};
   if ((s = parse_fields(f, rf, &t, lim, d))) goto done;
 
@@ -1086,38 +1035,9 @@ attn_status attn_v1_decode(const char *body, size_t len,
     if ((s = (x)) != ATTN_OK) goto fail; \
   } while (0)
 
-/* One dimension of a strided read: n elements, stride in floats. */
-typedef struct dimspec {
-  int64_t n, stride;
-} dimspec;
-
-/* Nested JSON arrays: one level per outer dimension, then the innermost
- * array over `inner`. */
-static attn_status put_nested(attn_buf *b, const float *base,
-                              const dimspec *outer, int n_outer,
-                              const dimspec *inner) {
-  attn_status s = attn_buf_append(b, "[", 1);
-  if (n_outer == 1 && inner->stride == 1 &&
-      outer[0].stride >= 0) { /* rows of a matrix: one call */
-    if (s == ATTN_OK)
-      s = attn_f32_append_rows(b, base, (size_t)outer[0].n, (size_t)inner->n,
-                               (size_t)outer[0].stride);
-  } else if (n_outer > 0) {
-    for (int64_t i = 0; s == ATTN_OK && i < outer[0].n; i++) {
-      if (i) s = attn_buf_append(b, ",", 1);
-      if (s == ATTN_OK)
-        s = put_nested(b, base + i * outer[0].stride, outer + 1, n_outer - 1,
-                       inner);
-    }
-  } else if (s == ATTN_OK) {
-    s = attn_f32_append_list(b, base, (size_t)inner->n, inner->stride, false);
-  }
-  return s == ATTN_OK ? attn_buf_append(b, "]", 1) : s;
-}
-
 /* A contiguous tensor as nested arrays (a rank-0 tensor as one number). */
 static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
-  dimspec dims[ATTN_MAX_RANK];
+  attn__dimspec dims[ATTN_MAX_RANK];
   int64_t stride = 1;
   if (t->rank == 0) return attn_f32_append(b, *(const float *)t->data);
   for (int i = t->rank - 1; i >= 0; i--) {
@@ -1125,7 +1045,7 @@ static attn_status put_tensor(attn_buf *b, const attn_tensor *t) {
     dims[i].stride = stride;
     stride *= t->shape[i];
   }
-  return put_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1);
+  return attn__json_nested(b, t->data, dims, t->rank - 1, dims + t->rank - 1);
 }
 
 /* "key":v with v in milliseconds, 3 decimals.  key is one of ours (no
@@ -1182,7 +1102,7 @@ static float *gather_heads(const float *src, int64_t B, int64_t H, int64_t Lq,
 typedef struct out_layout {
   bool sliced;
   int64_t B, H, Lq, Dv; /* sliced: the model's dims (B = 1 when not given) */
-  dimspec outer[2], inner;
+  attn__dimspec outer[2], inner;
   int n_outer;
   int rank;
   int64_t shape[ATTN_MAX_RANK];
@@ -1194,7 +1114,7 @@ static attn_status output_layout(const attn_tensor *ot,
   char sh[160];
   l->sliced = info && info->heads_sliced;
   l->n_outer = 0;
-  l->inner = (dimspec){0, 1};
+  l->inner = (attn__dimspec){0, 1};
   if (!l->sliced) {
     l->rank = ot->rank;
     memcpy(l->shape, ot->shape, sizeof l->shape);
@@ -1283,8 +1203,8 @@ attn_status attn_v1_encode(const attn_infer_response *r,
 
   TRY(attn_buf_puts(out, "{\"output\":"));
   if (l.sliced)
-    TRY(put_nested(out, heads ? heads : ot->data, l.outer, l.n_outer,
-                   &l.inner));
+    TRY(attn__json_nested(out, heads ? heads : ot->data, l.outer, l.n_outer,
+                          &l.inner));
   else
     TRY(put_tensor(out, ot));
   free(heads);

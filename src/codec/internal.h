@@ -1,6 +1,6 @@
 /* internal.h - what the codecs (kserve_v2.c, kserve_v2_ext.c,
- * attention_v1.c) share, defined in shared.c (attn__ prefix).  Not a public
- * header: only src/codec/ includes it. */
+ * attention_v1.c, session_v1.c) share, defined in shared.c (attn__ prefix). Not
+ * a public header: only src/codec/ includes it. */
 #ifndef ATTN_CODEC_INTERNAL_H
 #define ATTN_CODEC_INTERNAL_H
 
@@ -27,5 +27,28 @@ attn_status attn__json_list(attn_buf *out, const char *open, const void *items,
 
 /* shape as a JSON array of integers, "[2,4]" ("[]" for rank 0). */
 attn_status attn__json_shape(attn_buf *b, int rank, const int64_t *shape);
+
+/* Match the keys of obj (a JSON object) against names[0, n); slots[i]
+ * gets the item for names[i] (slots zeroed by the caller).  An unknown key
+ * is ATTN_EINVAL "unknown field 'x'", with "(did you mean 'y'?)" when a
+ * name is within 2 edits; a key given twice is "duplicate field 'x'";
+ * both prefixed by `where` ("" at the top, "rotary: " inside). */
+struct cJSON;
+attn_status attn__match_keys(const struct cJSON *obj, const char *const *names,
+                             size_t n, const struct cJSON **slots,
+                             const char *where, attn_diag *d);
+
+/* One dimension of a strided read: n elements, stride in floats. */
+typedef struct attn__dimspec {
+  int64_t n, stride;
+} attn__dimspec;
+
+/* Floats at base as nested JSON arrays: one level per outer dimension
+ * (outer[0, n_outer)), then the innermost arrays over `inner`; a matrix's
+ * rows in one call of attn_f32_append_rows.  Non-finite as null.  On
+ * failure out may hold a partial text: callers restore its length. */
+attn_status attn__json_nested(attn_buf *b, const float *base,
+                              const attn__dimspec *outer, int n_outer,
+                              const attn__dimspec *inner);
 
 #endif /* ATTN_CODEC_INTERNAL_H */

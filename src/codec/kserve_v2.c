@@ -8,7 +8,10 @@
  *    binary_data on outputs, binary_data_output on the request) and Triton's
  *    scheduling parameters priority and timeout.  Unknown keys in the request,
  *    an input or an output are errors naming the key and where; other
- *    request-level parameters pass through to the model.  "model_name" and
+ *    request-level parameters pass through to the model, Triton's sequence
+ *    ones checked (sequence_id: a string or a uint64, whose digits above
+ *    2^53 - 1 are read from the JSON text by raw_sequence_id, as the
+ *    parsed double is not exact there).  "model_name" and
  *    "model_version" are accepted at the top level (Triton's own examples
  *    send them) and returned for the server to check against the URL.
  *  - Two passes over the inputs.  Pass 1 (scan_inputs, scan_input) reads
@@ -21,7 +24,10 @@
  *    tensor and converts: JSON data (flat, or nested matching the shape at
  *    every level) or little-endian binary.  Float types become FP32
  *    (wire_dtype keeps the sent type), BOOL one byte 0/1, INT32 and INT64
- *    stay.  An FP32, INT32 or INT64 blob aligned for its type is borrowed
+ *    stay.  BYTES (build_bytes) is walked twice, JSON strings or Triton's
+ *    length-prefixed blob: checked and measured, then written into a tensor
+ *    of that size (tensor.h's BYTES block), so a malformed one allocates
+ *    nothing.  An FP32, INT32 or INT64 blob aligned for its type is borrowed
  *    where it lies (build_input; the tensor does not own it), on
  *    little-endian hosts; the others are copied (a blob after an
  *    arbitrary-length header is often unaligned).
@@ -39,6 +45,7 @@
 #include <cjson/cJSON.h>
 #include <float.h>
 #include <math.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,8 +92,8 @@ static const char *why_not_count(const cJSON *it) {
 
 /* Known KServe datatypes that attnd does not take. */
 static bool kserve_dtype_known(const char *s) {
-  static const char *const names[] = {"UINT8", "UINT16", "UINT32", "UINT64",
-                                      "INT8",  "INT16",  "BYTES"};
+  static const char *const names[] = {"UINT8",  "UINT16", "UINT32",
+                                      "UINT64", "INT8",   "INT16"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i]) == 0) return true;
   return false;
@@ -157,9 +164,54 @@ static attn_status parse_id(const cJSON *it, const char *key, size_t max,
   return *dst ? ATTN_OK : ATTN_ENOMEM;
 }
 
+static int raw_sequence_id(const char *json, size_t n, uint64_t *u);
+
+/* Triton's sequence_id into p: a string as it is (STRING), or an unsigned
+ * integer up to 2^64 - 1 (INT, see codec.h), read from its digits in the
+ * JSON text json[0, n) when above 2^53 - 1, where the parsed double is not
+ * exact. */
+static attn_status sequence_id(const cJSON *c, const char *json, size_t n,
+                               attn_param *p, attn_diag *d) {
+  static const char what[] =
+      "parameters: sequence_id must be a string or an unsigned integer";
+  uint64_t u;
+  char digits[24];
+  if (cJSON_IsString(c)) {
+    p->type = ATTN_PARAM_STRING;
+    return (p->s = dupstr(c->valuestring)) ? ATTN_OK : ATTN_ENOMEM;
+  }
+  if (!cJSON_IsNumber(c))
+    return attn_diag_set(d, ATTN_EINVAL, "%s, got %s", what, attn_json_kind(c));
+  double x = c->valuedouble;
+  if (signbit(x) || x != floor(x)) /* -0 too: Triton's is a uint64 */
+    return attn_diag_set(d, ATTN_EINVAL, "%s, got %.17g (%s)", what, x,
+                         signbit(x) ? "negative" : "not an integer");
+  if (x <= JSON_INT_MAX) {
+    u = (uint64_t)x;
+  } else {
+    int r = raw_sequence_id(json, n, &u);
+    if (r < 0)
+      return attn_diag_set(d, ATTN_EINVAL, "%s, got a number above 2^64 - 1",
+                           what);
+    if (r == 0)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "%s, got %.17g (above 2^53 - 1: write it in plain "
+                           "digits, at most 18446744073709551615)",
+                           what, x);
+  }
+  snprintf(digits, sizeof digits, "%" PRIu64, u);
+  p->type = ATTN_PARAM_INT;
+  p->i = (int64_t)u; /* two's complement: (uint64_t)p->i is u */
+  p->d = x;
+  return (p->s = dupstr(digits)) ? ATTN_OK : ATTN_ENOMEM;
+}
+
 /* Request-level "parameters": binary_data_output, priority and timeout are
- * taken here; everything else is copied for the model. */
-static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
+ * taken here; everything else is copied for the model, Triton's sequence
+ * parameters checked (sequence_id, sequence_start, sequence_end).  json,
+ * n: the request's JSON text (sequence_id's digits are read from it). */
+static attn_status parse_req_params(const cJSON *obj, const char *json,
+                                    size_t json_len, attn_infer_request *out,
                                     attn_diag *d) {
   const cJSON *c;
   size_t n = 0;
@@ -207,7 +259,15 @@ static attn_status parse_req_params(const cJSON *obj, attn_infer_request *out,
       continue;
     }
     attn_param *p = &out->params[out->n_params];
-    if (cJSON_IsBool(c)) {
+    if ((strcmp(k, "sequence_start") == 0 || strcmp(k, "sequence_end") == 0) &&
+        !cJSON_IsBool(c))
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "parameters: '%s' must be a boolean, got %s", k,
+                           attn_json_kind(c));
+    if (strcmp(k, "sequence_id") == 0) {
+      attn_status s = sequence_id(c, json, json_len, p, d);
+      if (s != ATTN_OK) return s; /* p->s is set only on success */
+    } else if (cJSON_IsBool(c)) {
       p->type = ATTN_PARAM_BOOL;
       p->b = cJSON_IsTrue(c);
     } else if (cJSON_IsNumber(c)) {
@@ -408,7 +468,7 @@ static attn_status input_dtype(const cJSON *dtype, size_t i, in_desc *o,
     return where_err(d, known ? ATTN_EUNSUPPORTED : ATTN_EINVAL, "inputs", i,
                      nm,
                      "%s datatype '%.32s' (use FP32, FP64, FP16, BF16, "
-                     "BOOL, INT32 or INT64)",
+                     "BOOL, INT32, INT64 or BYTES)",
                      known ? "unsupported" : "unknown", dtype->valuestring);
   }
   return ATTN_OK;
@@ -479,8 +539,9 @@ static attn_status input_params(const cJSON *params, size_t i, const char *nm,
   return ATTN_OK;
 }
 
-/* A binary input of `bytes` bytes (binary_data_size bds): its blob is laid
- * out at *off, which moves past it. */
+/* A binary input of `bytes` bytes (binary_data_size bds; for BYTES any
+ * size: the blob's elements are checked in pass 2): its blob is laid out at
+ * *off, which moves past it. */
 static attn_status input_blob(const cJSON *bds, const cJSON *data, size_t i,
                               size_t bytes, size_t header_len, size_t len,
                               size_t *off, in_desc *o, attn_diag *d) {
@@ -500,6 +561,7 @@ static attn_status input_blob(const cJSON *bds, const cJSON *data, size_t i,
   if (data)
     return where_err(d, ATTN_EINVAL, "inputs", i, nm,
                      "both 'data' and binary_data_size given");
+  if (o->dt == ATTN_DT_BYTES) bytes = (size_t)n;
   if ((uint64_t)n != bytes) {
     char f[160];
     size_t k = (size_t)snprintf(f, sizeof f, "%zu", esize);
@@ -572,9 +634,10 @@ static attn_status scan_input(const cJSON *in, size_t i, const in_desc *prev,
 
 typedef struct fill_ctx {
   const in_desc *in;
-  size_t i; /* input index, for messages */
-  void *dst;
-  size_t pos; /* next element to write */
+  size_t i;     /* input index, for messages */
+  void *dst;    /* BYTES: the attn_tensor, or NULL while measuring */
+  size_t pos;   /* next element to write */
+  size_t chars; /* BYTES, measuring: the strings' bytes so far */
   int64_t idx[ATTN_MAX_RANK + 1];
   attn_diag *d;
 } fill_ctx;
@@ -637,14 +700,29 @@ static attn_status bad_elem(fill_ctx *c, const char *kind, int depth) {
   return where_err(
       c->d, ATTN_EINVAL, "inputs", c->i, c->in->name,
       "%s is %s, expected %s (%s)", fmt_path(c, depth, p, sizeof p), kind,
-      c->in->dt == ATTN_DT_BOOL ? "true or false"
+      c->in->dt == ATTN_DT_BOOL    ? "true or false"
+      : c->in->dt == ATTN_DT_BYTES ? "a string"
       : c->in->dt == ATTN_DT_INT32 || c->in->dt == ATTN_DT_INT64 ? "an integer"
                                                                  : "a number",
       attn_dtype_name(c->in->dt));
 }
 
+/* A BYTES element: a JSON string (no NUL: the parser refuses \u0000),
+ * measured (c->dst NULL) or written. */
+static attn_status put_string(fill_ctx *c, const cJSON *e, int depth) {
+  if (!cJSON_IsString(e)) return bad_elem(c, attn_json_kind(e), depth);
+  size_t n = strlen(e->valuestring);
+  if (!c->dst) {
+    c->chars += n; /* no overflow: they are all in the body */
+    c->pos++;
+    return ATTN_OK;
+  }
+  return attn_tensor_bytes_put(c->dst, (int64_t)c->pos++, e->valuestring, n);
+}
+
 static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
   if (c->pos >= c->in->numel) return too_many(c);
+  if (c->in->dt == ATTN_DT_BYTES) return put_string(c, e, depth);
   if (c->in->dt == ATTN_DT_BOOL && cJSON_IsBool(e)) {
     ((uint8_t *)c->dst)[c->pos++] = cJSON_IsTrue(e) ? 1 : 0;
     return ATTN_OK;
@@ -659,7 +737,7 @@ static attn_status put_elem(fill_ctx *c, const cJSON *e, int depth) {
 static attn_status put_packed(fill_ctx *c, const double *v, size_t n,
                               int depth) {
   attn_dtype dt = c->in->dt;
-  if (dt == ATTN_DT_BOOL) {
+  if (dt == ATTN_DT_BOOL || dt == ATTN_DT_BYTES) {
     c->idx[depth - 1] = 0;
     return bad_elem(c, "a number", depth);
   }
@@ -809,12 +887,78 @@ static attn_dtype stored_dtype(attn_dtype wire) {
   }
 }
 
+/* Triton's BYTES blob of input i, at p (in->bin_size bytes): in->numel
+ * elements, each a 4-byte little-endian length then that many bytes,
+ * filling it exactly.  Checked, with the elements' total length in *chars
+ * (t NULL), or written into t. */
+static attn_status walk_bytes_blob(const in_desc *in, size_t i,
+                                   const unsigned char *p, attn_tensor *t,
+                                   size_t *chars, attn_diag *d) {
+  size_t at = 0, len = in->bin_size, total = 0;
+  char sh[160];
+  attn_shape_format(sh, sizeof sh, in->rank, in->shape);
+  for (size_t k = 0; k < in->numel; k++) {
+    if (len - at < 4) {
+      if (at == len)
+        return where_err(d, ATTN_EINVAL, "inputs", i, in->name,
+                         "binary data holds %zu elements, shape %s needs %zu "
+                         "(BYTES: each a 4-byte length, then its bytes)",
+                         k, sh, in->numel);
+      return where_err(d, ATTN_EINVAL, "inputs", i, in->name,
+                       "binary data ends inside element %zu's 4-byte length "
+                       "(%zu bytes left at offset %zu)",
+                       k, len - at, at);
+    }
+    size_t n = ld32(p + at);
+    at += 4;
+    if (n > len - at)
+      return where_err(d, ATTN_EINVAL, "inputs", i, in->name,
+                       "element %zu's length %zu runs past the end of the "
+                       "binary data (%zu bytes left at offset %zu of %zu)",
+                       k, n, len - at, at, len);
+    if (t) {
+      attn_status s = attn_tensor_bytes_put(t, (int64_t)k, p + at, n);
+      if (s != ATTN_OK) return s;
+    }
+    total += n;
+    at += n;
+  }
+  if (at != len)
+    return where_err(d, ATTN_EINVAL, "inputs", i, in->name,
+                     "%zu bytes follow the %zu elements of shape %s in the "
+                     "binary data (binary_data_size %zu)",
+                     len - at, in->numel, sh, len);
+  *chars = total;
+  return ATTN_OK;
+}
+
+/* A BYTES input into dst->tensor: its blob or JSON strings checked and
+ * measured, then the tensor allocated and written. */
+static attn_status build_bytes(const in_desc *in, size_t i, const char *body,
+                               attn_infer_input *dst, attn_diag *d) {
+  const unsigned char *p = (const unsigned char *)body + in->bin_off;
+  fill_ctx c = {.in = in, .i = i, .d = d};
+  size_t chars = 0;
+  attn_status s =
+      in->binary ? walk_bytes_blob(in, i, p, NULL, &chars, d) : fill_json(&c);
+  if (s != ATTN_OK) return s;
+  if (!in->binary) chars = c.chars;
+  if ((s = attn_tensor_bytes_alloc(&dst->tensor, in->rank, in->shape, chars)) !=
+      ATTN_OK)
+    return s;
+  if (in->binary) return walk_bytes_blob(in, i, p, &dst->tensor, &chars, d);
+  c.dst = &dst->tensor;
+  c.pos = 0;
+  return fill_json(&c);
+}
+
 static attn_status build_input(const in_desc *in, size_t i, const char *body,
                                attn_infer_input *dst, attn_diag *d) {
   attn_dtype st = stored_dtype(in->dt);
   size_t bytes = in->numel * attn_dtype_size(st); /* checked in pass 1 */
   if (!(dst->name = dupstr(in->name))) return ATTN_ENOMEM;
   dst->wire_dtype = in->dt;
+  if (in->dt == ATTN_DT_BYTES) return build_bytes(in, i, body, dst, d);
   dst->tensor.dtype = st;
   dst->tensor.rank = in->rank;
   memcpy(dst->tensor.shape, in->shape, sizeof in->shape);
@@ -931,7 +1075,9 @@ static attn_status v2_decode(const cJSON *root, const char *body, size_t len,
   if (k.mver && (s = parse_id(k.mver, "model_version", ATTN_MAX_NAME_LEN,
                               &out->version, d)))
     return s;
-  if (k.params && (s = parse_req_params(k.params, out, d))) return s;
+  if (k.params && (s = parse_req_params(k.params, body,
+                                        header_len ? header_len : len, out, d)))
+    return s;
   if (k.outputs && (s = parse_outputs(k.outputs, out, d))) return s;
 
   if (!k.inputs)
@@ -1059,6 +1205,27 @@ static int js_member(jscan *j, const char *key) {
     js_ws(j);
     if (j->p >= j->end || *j->p++ != ',') return 0;
   }
+}
+
+/* Triton's sequence_id above 2^53 - 1 (a uint64: the parsed double is not
+ * exact there), read from its digits: the top-level object's "parameters"
+ * member's "sequence_id" (the decode has checked that each is given once).
+ * 1 with *u set; 0 when not found as plain digits (written with a fraction
+ * or an exponent, or its key with escapes); -1 above 2^64 - 1. */
+static int raw_sequence_id(const char *json, size_t n, uint64_t *u) {
+  jscan j = {json, json + n};
+  if (n >= 3 && !memcmp(json, "\xef\xbb\xbf", 3)) j.p += 3; /* a BOM */
+  if (!js_member(&j, "parameters") || !js_member(&j, "sequence_id")) return 0;
+  const char *b = j.p;
+  uint64_t v = 0;
+  bool over = false;
+  for (; j.p < j.end && *j.p >= '0' && *j.p <= '9'; j.p++)
+    over |= __builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, (uint64_t)(*j.p - '0'), &v);
+  if (j.p == b || (j.p < j.end && !strchr(",} \t\r\n", *j.p))) return 0;
+  if (over) return -1;
+  *u = v;
+  return 1;
 }
 
 /* Where "timeout" is looked for: the first and last TIMEOUT_WINDOW bytes

@@ -70,6 +70,72 @@ const char *attn_shape_format(char *buf, size_t cap, int rank,
   return buf;
 }
 
+/* ---- BYTES --------------------------------------------------------------
+ * The block a BYTES tensor's data points to: this header, the offsets
+ * off[0, numel], then the char area of cap bytes.  Element k is the area's
+ * bytes [off[k], off[k + 1] - 1) and a NUL; off[put] is where the next
+ * element goes. */
+typedef struct bytes_block {
+  size_t numel; /* elements the shape has */
+  size_t cap;   /* bytes of the char area: the elements and their NULs */
+  size_t put;   /* elements written so far */
+  size_t off[]; /* numel + 1 */
+} bytes_block;
+
+static char *bytes_chars(bytes_block *b) {
+  return (char *)&b->off[b->numel + 1];
+}
+
+attn_status attn_tensor_bytes_alloc(attn_tensor *t, int rank,
+                                    const int64_t *shape, size_t chars) {
+  size_t numel, offs, cap, bytes;
+  memset(t, 0, sizeof *t);
+  if (!attn_shape_numel(rank, shape, &numel)) return ATTN_EINVAL;
+  if (!attn_size_add(numel, 1, &offs) ||
+      !attn_size_mul(offs, sizeof(size_t), &offs) ||
+      !attn_size_add(chars, numel, &cap) ||
+      !attn_size_add(sizeof(bytes_block), offs, &bytes) ||
+      !attn_size_add(bytes, cap, &bytes))
+    return ATTN_ETOOBIG;
+  bytes_block *b = malloc(bytes);
+  if (!b) return ATTN_ENOMEM;
+  b->numel = numel;
+  b->cap = cap;
+  b->put = 0;
+  b->off[0] = 0;
+  t->dtype = ATTN_DT_BYTES;
+  t->rank = rank;
+  if (rank) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)rank);
+  t->data = b;
+  t->owns = true;
+  return ATTN_OK;
+}
+
+attn_status attn_tensor_bytes_put(attn_tensor *t, int64_t i, const void *s,
+                                  size_t n) {
+  if (!t || t->dtype != ATTN_DT_BYTES || !t->data) return ATTN_EINVAL;
+  bytes_block *b = t->data;
+  size_t at = b->off[b->put];
+  if (i < 0 || (uint64_t)i != b->put || b->put >= b->numel || b->cap - at < 1 ||
+      n > b->cap - at - 1)
+    return ATTN_EINVAL;
+  char *c = bytes_chars(b) + at;
+  if (n) memcpy(c, s, n);
+  c[n] = '\0';
+  b->off[++b->put] = at + n + 1;
+  return ATTN_OK;
+}
+
+attn_status attn_tensor_bytes_at(const attn_tensor *t, int64_t i,
+                                 const char **s, size_t *n) {
+  if (!t || t->dtype != ATTN_DT_BYTES || !t->data) return ATTN_EINVAL;
+  bytes_block *b = t->data;
+  if (i < 0 || (uint64_t)i >= b->put) return ATTN_EINVAL;
+  *s = bytes_chars(b) + b->off[i];
+  *n = b->off[i + 1] - b->off[i] - 1;
+  return ATTN_OK;
+}
+
 void attn_tensor_free(attn_tensor *t) {
   if (!t) return;
   if (t->owns) free(t->data);

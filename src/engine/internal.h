@@ -219,6 +219,30 @@ static inline float attn__kv_elem(const void *p, attn_kv_dtype dt, size_t i) {
   return dt == ATTN_KV_BF16 ? attn_bf16_to_f32(h) : attn_f16_to_f32(h);
 }
 
+/* Key (value when v) c of token j, kv head hk, of a view, as stored,
+ * widened: the plain readers' access (ref.c, attn_kv_weights). */
+static inline float attn__kv_view_elem(const attn_kv_view *w, int64_t j,
+                                       int64_t hk, int64_t c, int v) {
+  const attn_kv_shape *sh = &w->shape;
+  int64_t s = j % ATTN_KV_BLOCK_TOKENS;
+  const unsigned char *panel =
+      (const unsigned char *)w->blocks[j / ATTN_KV_BLOCK_TOKENS] +
+      (size_t)hk * attn_kv_panel_bytes(sh);
+  if (v)
+    return attn__kv_elem(panel + attn_kv_values_offset(sh), sh->dtype,
+                         attn_kv_value_index(sh->dtype, sh->head_dim, s, c));
+  return attn__kv_elem(panel, sh->dtype, attn_kv_key_index(sh->dtype, c, s));
+}
+
+/* kv_attend.c: the final logits of one query row of query head h (q: D
+ * doubles, turned) standing at pos, over the keys of view w it sees
+ * (engine.h's order: scale, softcap, ALiBi; causal and window by range),
+ * in double: sc[j - *lo] for j in [*lo, *hi] (*hi < *lo when none).
+ * Returns their maximum (-inf when none).  ref.c and attn_kv_weights. */
+double attn__kv_row_logits(const attn_kv_problem *p, const attn_kv_view *w,
+                           int64_t h, int64_t pos, const double *q,
+                           double scale, double *sc, int64_t *lo, int64_t *hi);
+
 /* One chunk of query rows of one sequence and nheads consecutive kv heads
  * against blocks [blk0, blk1) of the sequence, continuing an online
  * softmax whose state the rows carry: m (running max), l (16 lane sums

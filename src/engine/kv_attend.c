@@ -532,6 +532,92 @@ attn_status attn_kv_attend(const attn_kv_problem *p, const attn_exec *x,
   return ATTN_OK;
 }
 
+/* ---- weights ------------------------------------------------------------- */
+
+double attn__kv_row_logits(const attn_kv_problem *p, const attn_kv_view *w,
+                           int64_t h, int64_t pos, const double *q,
+                           double scale, double *sc, int64_t *lo, int64_t *hi) {
+  int64_t D = p->D, hk = h / (p->H / p->Hkv);
+  int64_t a =
+      p->o.has_window && p->o.window_left >= 0 ? pos - p->o.window_left : 0;
+  double mx = -INFINITY;
+  *lo = a < 0 ? 0 : a;
+  *hi = pos < w->len - 1 ? pos : w->len - 1;
+  for (int64_t j = *lo; j <= *hi; j++) {
+    double s = 0.0;
+    for (int64_t c = 0; c < D; c++)
+      s += q[c] * attn__kv_view_elem(w, j, hk, c, 0);
+    s *= scale;
+    if (p->o.softcap > 0.0f)
+      s = (double)p->o.softcap * tanh(s / (double)p->o.softcap);
+    if (p->o.alibi_slopes)
+      s -= (double)p->o.alibi_slopes[h] * fabs((double)(j - pos));
+    sc[j - *lo] = s;
+    mx = s > mx ? s : mx;
+  }
+  return mx;
+}
+
+/* Row i, head h of sequence b: the probabilities over the view's len keys
+ * into row (len floats).  q: D doubles, the turned query widened; sc: len
+ * doubles. */
+static void weights_row(const attn_kv_problem *p, int64_t b, int64_t h,
+                        int64_t pos, const double *q, float scale, double *sc,
+                        float *row) {
+  int64_t lo, hi, len = p->kv[b].len;
+  double sum = 0.0;
+  double mx = attn__kv_row_logits(p, &p->kv[b], h, pos, q, scale, sc, &lo, &hi);
+  memset(row, 0, (size_t)len * sizeof *row);
+  for (int64_t j = lo; j <= hi; j++) sum += exp(sc[j - lo] - mx);
+  if (!(sum > 0.0)) return;
+  double lse = mx + log(sum);
+  for (int64_t j = lo; j <= hi; j++) row[j] = (float)exp(sc[j - lo] - lse);
+}
+
+attn_status attn_kv_weights(const attn_kv_problem *p, float *w, attn_diag *d) {
+  attn_status s = attn_kv_check(p, d);
+  if (s) return s;
+  if (p->B == 0) return ATTN_OK;
+  if (!w) return attn_diag_set(d, ATTN_EINVAL, "weights is NULL");
+  int64_t D = p->D, most = 1, half_max = p->D / 2 + 1;
+  for (int64_t b = 0; b < p->B; b++)
+    most = p->kv[b].len > most ? p->kv[b].len : most;
+  float *q = malloc((size_t)D * sizeof *q);
+  double *qd = malloc((size_t)D * sizeof *qd);
+  double *sc = malloc((size_t)most * sizeof *sc);
+  double *th = malloc(3 * (size_t)half_max * sizeof *th);
+  if (!q || !qd || !sc || !th) {
+    free(q);
+    free(qd);
+    free(sc);
+    free(th);
+    return attn_diag_set(d, ATTN_ENOMEM, "kv weights: out of memory");
+  }
+  int64_t half = rope_freqs(&p->o.rotary, D, th);
+  float scale = p->o.has_scale ? p->o.scale : (float)(1.0 / sqrt((double)D));
+  for (int64_t b = 0; b < p->B; b++) {
+    int64_t len = p->kv[b].len;
+    for (int64_t h = 0; h < p->H; h++)
+      for (int64_t i = 0; i < p->t; i++) {
+        int64_t pos = p->queries_only ? len : len - p->t + i;
+        memcpy(q, p->q + ((b * p->t + i) * p->H + h) * D,
+               (size_t)D * sizeof *q);
+        if (half) {
+          rope_angles(pos, th, half, th + half_max);
+          rope_apply(q, 1, D, half, p->o.rotary.interleaved, th + half_max);
+        }
+        for (int64_t c = 0; c < D; c++) qd[c] = q[c];
+        weights_row(p, b, h, pos, qd, scale, sc, w + (h * p->t + i) * len);
+      }
+    w += p->H * p->t * len;
+  }
+  free(q);
+  free(qd);
+  free(sc);
+  free(th);
+  return ATTN_OK;
+}
+
 const char *attn_engine_kv_kernel_name(void) {
   return attn__kv_kernel_name();
 }

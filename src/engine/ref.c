@@ -305,15 +305,7 @@ done:
 /* Key (value when v) c of token j, kv head hk, of a view, as stored. */
 static double kv_at(const attn_kv_view *w, int64_t j, int64_t hk, int64_t c,
                     int v) {
-  const attn_kv_shape *sh = &w->shape;
-  int64_t s = j % ATTN_KV_BLOCK_TOKENS;
-  const unsigned char *panel =
-      (const unsigned char *)w->blocks[j / ATTN_KV_BLOCK_TOKENS] +
-      (size_t)hk * attn_kv_panel_bytes(sh);
-  if (v)
-    return attn__kv_elem(panel + attn_kv_values_offset(sh), sh->dtype,
-                         attn_kv_value_index(sh->dtype, sh->head_dim, s, c));
-  return attn__kv_elem(panel, sh->dtype, attn_kv_key_index(sh->dtype, c, s));
+  return attn__kv_view_elem(w, j, hk, c, v);
 }
 
 /* One query row q (D doubles, turned) at position pos of view w, kv head
@@ -321,24 +313,10 @@ static double kv_at(const attn_kv_view *w, int64_t j, int64_t hk, int64_t c,
 static void ref_kv_row(const attn_kv_problem *p, const attn_kv_view *w,
                        int64_t hk, int64_t h, int64_t pos, const double *q,
                        double *sc, double *out, double *lse) {
-  int64_t D = p->D, len = w->len;
-  int64_t lo =
-      p->o.has_window && p->o.window_left >= 0 ? pos - p->o.window_left : 0;
-  int64_t hi = pos < len - 1 ? pos : len - 1;
+  int64_t D = p->D, lo, hi;
   double scale = p->o.has_scale ? (double)p->o.scale : 1.0 / sqrt((double)D);
-  double mx = -INFINITY, sum = 0.0;
-  if (lo < 0) lo = 0;
-  for (int64_t j = lo; j <= hi; j++) {
-    double s = 0.0;
-    for (int64_t c = 0; c < D; c++) s += q[c] * kv_at(w, j, hk, c, 0);
-    s *= scale;
-    if (p->o.softcap > 0.0f)
-      s = (double)p->o.softcap * tanh(s / (double)p->o.softcap);
-    if (p->o.alibi_slopes)
-      s -= (double)p->o.alibi_slopes[h] * fabs((double)(j - pos));
-    sc[j - lo] = s;
-    mx = s > mx ? s : mx;
-  }
+  double mx = attn__kv_row_logits(p, w, h, pos, q, scale, sc, &lo, &hi);
+  double sum = 0.0;
   for (int64_t c = 0; c < D; c++) out[c] = 0.0;
   for (int64_t j = lo; j <= hi; j++) {
     double e = exp(sc[j - lo] - mx);

@@ -499,6 +499,26 @@ static void render_gauges(const attn_metrics_gauges *g, attn_buf *b) {
         g->body_bytes_limit);
   gauge(b, "attnd_connections_open", "HTTP connections open now.",
         g->connections_open);
+  gauge(b, "attnd_sessions", "Sessions open now (their KV caches kept).",
+        g->sessions);
+  head(b, "attnd_kv_cache_bytes", "gauge",
+       "The sessions' KV cache: bytes of blocks in use, and the limit "
+       "(kv_cache_bytes).");
+  attn_buf_puts(b, "attnd_kv_cache_bytes{state=\"used\"} ");
+  attn_buf_u64(b, g->kv_cache_used);
+  attn_buf_puts(b, "\nattnd_kv_cache_bytes{state=\"limit\"} ");
+  attn_buf_u64(b, g->kv_cache_limit);
+  attn_buf_puts(b, "\n");
+  head(b, "attnd_session_tokens_total", "counter",
+       "Tokens appended to sessions (a retried step appends none).");
+  attn_buf_puts(b, "attnd_session_tokens_total ");
+  attn_buf_u64(b, g->session_tokens_total);
+  attn_buf_puts(b, "\n");
+  head(b, "attnd_sessions_expired_total", "counter",
+       "Sessions freed after session_idle_timeout_s unused.");
+  attn_buf_puts(b, "attnd_sessions_expired_total ");
+  attn_buf_u64(b, g->sessions_expired_total);
+  attn_buf_puts(b, "\n");
   gauge(b, "attnd_ready", "1 while /v2/health/ready answers 200, else 0.",
         g->ready ? 1 : 0);
   head(b, "attnd_build_info", "gauge",

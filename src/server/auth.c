@@ -177,6 +177,36 @@ attn__auth_result attn__auth_check(attn__auth *a, const char *authorization,
   return ok ? ATTN_AUTH_OK : ATTN_AUTH_WRONG;
 }
 
+/* FNV-1a over the key, then splitmix64's finaliser; never 0. */
+static uint64_t key_tag(const char *k, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h ? h : 1;
+}
+
+uint64_t attn__auth_owner(attn__auth *a, const char *authorization,
+                          const char *api_key) {
+  const char *tok = NULL;
+  size_t n = 0;
+  if (!a) return 0;
+  int has_bearer = authorization && bearer(authorization, &tok, &n);
+  uint64_t tag = 0;
+  pthread_rwlock_rdlock(&a->lock);
+  if (has_bearer && attn__keys_match(a->set, tok, n)) {
+    tag = key_tag(tok, n);
+  } else if (api_key) {
+    size_t m = trimmed(&api_key);
+    if (attn__keys_match(a->set, api_key, m)) tag = key_tag(api_key, m);
+  }
+  pthread_rwlock_unlock(&a->lock);
+  return tag;
+}
+
 void attn__auth_refused(attn__auth *a) {
   if (a) atomic_fetch_add(&a->failures, 1);
 }

@@ -41,6 +41,12 @@ typedef enum {
  * against the keys.  Any thread. */
 attn__auth_result attn__auth_check(attn__auth *a, const char *authorization,
                                    const char *api_key);
+/* Who owns what a request makes (a session): a 64-bit tag of the key it
+ * sent that matched (the Bearer token's, else X-Api-Key's), never 0; 0
+ * when a is NULL (no keys: one owner) or no key matched.  The key itself
+ * is not kept.  Any thread. */
+uint64_t attn__auth_owner(attn__auth *a, const char *authorization,
+                          const char *api_key);
 /* Count one refused request / read the count (0 for NULL).  Any thread. */
 void attn__auth_refused(attn__auth *a);
 uint64_t attn__auth_failures(attn__auth *a);

@@ -17,6 +17,6 @@ int attn__cors_allowed(const char *list, const char *origin);
 #define ATTN_CORS_EXPOSE_HEADERS                                 \
   "Inference-Header-Content-Length, X-Request-Id, Retry-After, " \
   "WWW-Authenticate"
-#define ATTN_CORS_ALLOW_METHODS "GET, HEAD, POST, OPTIONS"
+#define ATTN_CORS_ALLOW_METHODS "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 #endif

@@ -1573,6 +1573,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   s->ctx.models = deps->models;
   s->ctx.queue = deps->queue;
   s->ctx.pool = deps->pool;
+  s->ctx.sessions = deps->sessions;
   long ncpu = deps->cpus > 0 ? deps->cpus : sysconf(_SC_NPROCESSORS_ONLN);
   s->ctx.ncpu = ncpu > 0 ? (int)ncpu : 1;
   atomic_init(&s->ctx.unready, false);

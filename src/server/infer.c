@@ -35,6 +35,7 @@
 #include "jobs.h"
 #include "respond.h"
 #include "inflate.h"
+#include "auth.h"
 
 /* One inference request on its way through the queue. */
 typedef struct attn_infer_job {
@@ -48,6 +49,7 @@ typedef struct attn_infer_job {
   char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL */
   char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
   int64_t timeout_us; /* Triton's, when it set the deadline; else -1 */
+  uint64_t owner;     /* kv_attention: the key's tag (attn__auth_owner) */
 } attn_infer_job;
 
 static double ms_since(uint64_t t0) {
@@ -68,20 +70,6 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
   attn__resp_waited(&resp, resp.queue_ms, job->timeout_us,
                     job->base.srv->cfg->queue_timeout_ms);
   finish(job, &resp);
-}
-
-/* Threads this request may use in the engine.  A fixed
- * blas_threads_per_worker pins it; 0 (auto) gives it the cores that the
- * other workers are not busy with right now, so a lone large request gets
- * the machine and concurrent ones a core each.  (The engine itself keeps
- * small calls on one thread.) */
-static int request_threads(const attn__srv_ctx *s) {
-  if (s->cfg->blas_threads_per_worker > 0)
-    return s->cfg->blas_threads_per_worker;
-  long others = s->pool ? (long)attn_pool_busy(s->pool) - 1 : 0;
-  long t = (s->ncpu > 0 ? s->ncpu : 1) - (others > 0 ? others : 0);
-  if (t > ATTN_MAX_BLAS_THREADS) t = ATTN_MAX_BLAS_THREADS;
-  return t < 1 ? 1 : (int)t;
 }
 
 /* Decode: inflate a compressed body, then read it as the job's protocol
@@ -188,7 +176,13 @@ static bool compute_fails(const attn_infer_job *job, const attn_model *m,
       .max_tensor_elements = (size_t)cfg->max_tensor_elements,
       .max_weights_elements = (size_t)cfg->max_weights_elements,
       .no_weights_json = cfg->max_weights_elements == 0};
-  attn_exec x = {.threads = request_threads(job->base.srv)};
+  attn_exec x = {.threads = attn__request_threads(job->base.srv)};
+  if (strcmp(attn_model_name(m), ATTN_KV_MODEL_NAME) == 0) {
+    /* a session's step: session.c runs it, with its own trace */
+    bool failed = attn__session_v2(job->base.srv, job->owner, req, x.threads,
+                                   out, resp);
+    return failed;
+  }
   uint64_t c0 = attn_now_ns();
   attn_status st = attn_model_infer(m, req, &ml, &x, out, d);
   uint64_t c1 = attn_now_ns();
@@ -312,5 +306,9 @@ attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
   job->pad = req->pad;
   attn__copy_str(job->model, sizeof job->model, t->model);
   attn__copy_str(job->version, sizeof job->version, t->version);
+  job->owner = strcmp(t->model, ATTN_KV_MODEL_NAME) == 0
+                   ? attn__auth_owner(s->auth, req->authorization,
+                                      req->api_key)
+                   : 0;
   return &job->base;
 }

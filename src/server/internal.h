@@ -44,6 +44,7 @@
 #include "attn/limits.h"
 #include "attn/model.h"
 #include "attn/queue.h"
+#include "attn/session.h"
 #include "attn/status.h"
 
 /* src as a C string into dst[cap] (cap >= 1), truncated when longer: what
@@ -151,7 +152,22 @@ typedef struct attn__srv_ctx {
   size_t body_budget;
   atomic_long connections; /* open now (http.c counts them) */
   struct attn__auth *auth; /* API keys (auth.c); NULL: none, all open */
+  struct attn_session_store *sessions; /* main's (session.h); NULL: none */
 } attn__srv_ctx;
+
+/* Threads this request may use in the engine.  A fixed
+ * blas_threads_per_worker pins it; 0 (auto) gives it the cores that the
+ * other workers are not busy with right now, so a lone large request gets
+ * the machine and concurrent ones a core each.  (The engine itself keeps
+ * small calls on one thread.) */
+static inline int attn__request_threads(const attn__srv_ctx *s) {
+  if (s->cfg->blas_threads_per_worker > 0)
+    return s->cfg->blas_threads_per_worker;
+  long others = s->pool ? (long)attn_pool_busy(s->pool) - 1 : 0;
+  long t = (s->ncpu > 0 ? s->ncpu : 1) - (others > 0 ? others : 0);
+  if (t > ATTN_MAX_BLAS_THREADS) t = ATTN_MAX_BLAS_THREADS;
+  return t < 1 ? 1 : (int)t;
+}
 
 typedef enum { ATTN_ROUTE_DONE, ATTN_ROUTE_DEFER } attn__route_kind;
 
@@ -162,7 +178,8 @@ typedef enum {
   ATTN_ROLE_ANSWER,
   ATTN_ROLE_INFER_V1,
   ATTN_ROLE_INFER_V2,
-  ATTN_ROLE_REPOSITORY
+  ATTN_ROLE_REPOSITORY,
+  ATTN_ROLE_SESSION /* /v1/sessions: a session's job (session.c) */
 } attn__route_role;
 
 /* What routes.c tells of a request from its path and headers
@@ -181,8 +198,21 @@ typedef enum {
   ATTN_JOB_V1,
   ATTN_JOB_REPO_INDEX,
   ATTN_JOB_REPO_LOAD,
-  ATTN_JOB_REPO_UNLOAD
+  ATTN_JOB_REPO_UNLOAD,
+  ATTN_JOB_SESSION /* /v1/sessions (session.c; the op in the target) */
 } attn__job_proto;
+
+/* What a /v1/sessions request asks (routes.c finds it, session.c runs
+ * it). */
+typedef enum {
+  ATTN_SESSION_LIST,     /* GET /v1/sessions */
+  ATTN_SESSION_GET,      /* GET /v1/sessions/{id} */
+  ATTN_SESSION_CREATE,   /* PUT /v1/sessions/{id} */
+  ATTN_SESSION_DELETE,   /* DELETE /v1/sessions/{id} */
+  ATTN_SESSION_ATTEND,   /* POST /v1/sessions/{id}/attend */
+  ATTN_SESSION_TRUNCATE, /* POST /v1/sessions/{id}/truncate */
+  ATTN_SESSION_FORK      /* POST /v1/sessions/{id}/fork */
+} attn__session_op;
 
 /* Content-Encoding of a request body. */
 typedef enum {
@@ -201,6 +231,8 @@ typedef struct attn__infer_target {
                         the worker checks it once inflated); 0: all JSON */
   char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL; /v1: "" */
   char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
+  attn__session_op session_op;         /* ATTN_JOB_SESSION */
+  char session[ATTN_SESSION_ID_MAX + 1]; /* ATTN_JOB_SESSION: the URL's id */
 } attn__infer_target;
 
 /* The job's answer: takes resp's body.  Called exactly once per queued

@@ -3,8 +3,8 @@
  * DESIGN
  * http.c hands over what routes.c found (attn__infer_target) and the
  * request; attn__job_submit asks the kind's maker for its job (infer.c
- * for an inference, repo.c for an operation of the model repository; a
- * session's step will be one more row of `makers`), fills in whom to
+ * for an inference, repo.c for an operation of the model repository,
+ * session.c for a /v1 session's), fills in whom to
  * answer, and pushes it on the queue.  Each kind runs, expires and
  * finishes its own job (attn__job_finish); this file only queues, and the
  * refusals of a queue that takes no more (full, closed, no memory) are
@@ -25,6 +25,7 @@ static maker *const makers[] = {
     [ATTN_JOB_REPO_INDEX] = attn__repo_job,
     [ATTN_JOB_REPO_LOAD] = attn__repo_job,
     [ATTN_JOB_REPO_UNLOAD] = attn__repo_job,
+    [ATTN_JOB_SESSION] = attn__session_job,
 };
 
 bool attn__job_submit(attn__srv_ctx *s, const attn__http_req *req,

@@ -11,8 +11,18 @@
  * thread. */
 attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
                                 const attn__infer_target *t);
+attn__job_base *attn__session_job(attn__srv_ctx *s, const attn__http_req *req,
+                                  const attn__infer_target *t);
 attn__job_base *attn__repo_job(attn__srv_ctx *s, const attn__http_req *req,
                                const attn__infer_target *t);
+
+/* session.c: the step of the model kv_attention for infer.c (KServe v2:
+ * a batched decode, or Triton's sequence extension), for owner (the key's
+ * tag), on threads.  On success *r holds the outputs (output, lse) and
+ * *resp the trace; true when it failed: *resp holds the error.  Worker. */
+bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
+                      const attn_infer_request *req, int threads,
+                      attn_infer_response *r, attn__http_resp *resp);
 
 /* jobs.c: make the job of the kind t names (attn__infer_job,
  * attn__repo_job) and queue it; done(arg, ...) gets the answer.  When it

@@ -38,11 +38,12 @@ void attn__observe(attn__srv_ctx *s, const attn__ended *e) {
   attn_metrics_http(s->metrics, r->route, attn_metrics_method(e->method),
                     e->status, e->bytes_in, e->bytes_out);
   attn__route_role role = attn__route_role_of(r->route);
-  int v1 = role == ATTN_ROLE_INFER_V1;
+  const attn__resp_trace *t = e->trace;
+  /* a /v1 session's step counts under kv_attention (session.c sets it) */
+  int v1 = role == ATTN_ROLE_INFER_V1 || (role == ATTN_ROLE_SESSION && t->model);
   if (!e->answered || strcmp(e->method, "POST") != 0 ||
       (!v1 && role != ATTN_ROLE_INFER_V2))
     return;
-  const attn__resp_trace *t = e->trace;
   int model = t->model ? t->model : r->model;
   attn_infer_obs o = {.model = model - 1,
                       .proto = v1 ? ATTN_PROTO_V1 : ATTN_PROTO_V2,

@@ -414,8 +414,9 @@ static attn__route_kind model_infer(attn__srv_ctx *s, const attn__http_req *req,
 
 /* ---- the model repository (repo.c runs it on a worker) ------------------ */
 
-/* Checks shared by the repository's routes: true when it answered. */
-static bool refuse_repo(attn__srv_ctx *s, const attn__http_req *req,
+/* Checks shared by the routes of a few keys of JSON run as a job (the
+ * repository's, the sessions'): true when it answered. */
+static bool refuse_json_job(attn__srv_ctx *s, const attn__http_req *req,
                         attn__http_resp *resp) {
   if (req->content_encoding && *req->content_encoding &&
       strcasecmp(req->content_encoding, "identity") != 0) {
@@ -443,7 +444,7 @@ static bool refuse_repo(attn__srv_ctx *s, const attn__http_req *req,
 static attn__route_kind repo_index(attn__srv_ctx *s, const attn__http_req *req,
                                    attn__http_resp *resp,
                                    attn__infer_target *t) {
-  if (refuse_repo(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
   memset(t, 0, sizeof *t);
   t->proto = ATTN_JOB_REPO_INDEX;
   return ATTN_ROUTE_DEFER;
@@ -459,7 +460,7 @@ static attn__route_kind repo_model(attn__srv_ctx *s, const attn__http_req *req,
     attn__resp_error(resp, 404, "unknown model '%.256s'", p);
     return ATTN_ROUTE_DONE;
   }
-  if (refuse_repo(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
   t->proto = op;
   return ATTN_ROUTE_DEFER;
 }
@@ -491,6 +492,46 @@ static attn__route_kind all_stats(attn__srv_ctx *s, const attn__http_req *req,
   return ATTN_ROUTE_DONE;
 }
 
+/* ---- sessions (session.c runs them on a worker) ------------------------- */
+
+/* /v1/sessions[/{id}[/attend | /truncate | /fork]]: the id checked and
+ * the operation named here; the store is the job's. */
+static attn__route_kind session_route(attn__srv_ctx *s,
+                                      const attn__http_req *req,
+                                      attn__http_resp *resp,
+                                      attn__infer_target *t) {
+  const char *p = req->path + strlen("/v1/sessions");
+  memset(t, 0, sizeof *t);
+  t->proto = ATTN_JOB_SESSION;
+  t->session_op = ATTN_SESSION_LIST;
+  if (*p == '/') {
+    size_t n = strcspn(++p, "/");
+    if (!attn_session_id_ok(p, n)) {
+      attn__resp_error(resp, 400,
+                       "'%.*s' in %s is not a session id: 1 to %d bytes of "
+                       "A-Z a-z 0-9 . _ : -",
+                       (int)(n < 200 ? n : 200), p, req->path,
+                       ATTN_SESSION_ID_MAX);
+      return ATTN_ROUTE_DONE;
+    }
+    memcpy(t->session, p, n);
+    t->session[n] = '\0';
+    const char *rest = p + n;
+    t->session_op = strcmp(rest, "/attend") == 0     ? ATTN_SESSION_ATTEND
+                    : strcmp(rest, "/truncate") == 0 ? ATTN_SESSION_TRUNCATE
+                    : strcmp(rest, "/fork") == 0     ? ATTN_SESSION_FORK
+                    : method_is(req, "PUT")          ? ATTN_SESSION_CREATE
+                    : method_is(req, "DELETE")       ? ATTN_SESSION_DELETE
+                                                     : ATTN_SESSION_GET;
+  }
+  if (!s->sessions) {
+    attn__resp_error(resp, 503, "sessions are not available on this server");
+    return ATTN_ROUTE_DONE;
+  }
+  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
+  return ATTN_ROUTE_DEFER;
+}
+
 /* ---- the table ---------------------------------------------------------- */
 
 typedef enum {
@@ -499,9 +540,13 @@ typedef enum {
   FOLDER, /* the path, or the path followed by "/" and anything */
 } match_kind;
 
+/* The methods of a row, as bits: one row may take several (a session's
+ * GET, PUT and DELETE). */
 typedef enum {
-  GET,  /* GET and HEAD */
-  POST, /* POST */
+  GET = 1,  /* GET and HEAD */
+  POST = 2, /* POST */
+  PUT = 4,
+  DELETE = 8,
 } route_methods;
 
 /* Who may call a route when API keys are set (none set: everyone). */
@@ -511,7 +556,8 @@ typedef enum {
   METRICS, /* GET /metrics: public unless metrics_require_key */
 } route_access;
 
-/* The body a route takes (checked with the headers: attn__route_admit). */
+/* The body a route's POST or PUT takes (checked with the headers:
+ * attn__route_admit); GET, HEAD and DELETE never take one. */
 typedef enum {
   NO_BODY,    /* none: a GET, HEAD or preflight */
   SMALL_BODY, /* a few keys of JSON: ATTN_MAX_REPO_BODY_BYTES */
@@ -526,7 +572,7 @@ typedef enum {
 typedef struct route {
   const char *path;
   match_kind match;
-  route_methods methods;
+  unsigned methods; /* route_methods */
   handler *handle;
   route_access access;
   route_body body;
@@ -539,6 +585,7 @@ typedef struct route {
 #define INFER_V1 ATTN_ROLE_INFER_V1
 #define INFER_V2 ATTN_ROLE_INFER_V2
 #define REPO ATTN_ROLE_REPOSITORY
+#define SESSION ATTN_ROLE_SESSION
 
 /* Tried in order; the first whose path matches answers.  Inference
  * first: every such request walks the rows before its own (no other row
@@ -549,6 +596,8 @@ static const route routes[] = {
      INFER_V2, 1, 0},
     {"/v2/models/{model}/versions/{version}/infer", EXACT, POST, model_infer,
      KEYED, BODY, INFER_V2, 0, 0},
+    {"/v1/sessions/{id}/attend", EXACT, POST, session_route, KEYED, BODY,
+     SESSION, 1, 0},
     {"/v2/health/live", EXACT, GET, live, PUBLIC, NO_BODY, ANSWER, 1, 0},
     {"/v2/health/ready", EXACT, GET, ready, PUBLIC, NO_BODY, ANSWER, 1, 0},
     {"/v2", SLASH, GET, server_metadata, KEYED, NO_BODY, ANSWER, 1, 0},
@@ -576,12 +625,20 @@ static const route routes[] = {
      SMALL_BODY, REPO, 1, 0},
     {"/v2/repository/models/{model}/unload", EXACT, POST, repo_unload, KEYED,
      SMALL_BODY, REPO, 1, 0},
+    {"/v1/sessions", EXACT, GET, session_route, KEYED, NO_BODY, SESSION, 1, 0},
+    {"/v1/sessions/{id}", EXACT, GET | PUT | DELETE, session_route, KEYED,
+     SMALL_BODY, SESSION, 1, 0},
+    {"/v1/sessions/{id}/truncate", EXACT, POST, session_route, KEYED,
+     SMALL_BODY, SESSION, 1, 0},
+    {"/v1/sessions/{id}/fork", EXACT, POST, session_route, KEYED, SMALL_BODY,
+     SESSION, 1, 0},
 };
 
 #undef ANSWER
 #undef INFER_V1
 #undef INFER_V2
 #undef REPO
+#undef SESSION
 
 enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
@@ -594,11 +651,12 @@ static attn__route_kind root(attn__srv_ctx *s, const attn__http_req *req,
   attn_buf_init(&b, 0);
   attn_buf_printf(&b, "{\"name\":\"attnd\",\"version\":\"%s\",\"endpoints\":[",
                   ATTN_VERSION);
+  static const char *const names[] = {"GET", "POST", "PUT", "DELETE"};
   for (int i = 0, shown = 0; i < attn__route_count(); i++)
-    if (routes[i].listed)
-      attn_buf_printf(&b, "%s\"%s %s%s\"", shown++ ? "," : "",
-                      routes[i].methods == GET ? "GET" : "POST", routes[i].path,
-                      routes[i].match == FOLDER ? "/" : "");
+    for (unsigned m = 0; m < 4 && routes[i].listed; m++)
+      if (routes[i].methods & (1u << m))
+        attn_buf_printf(&b, "%s\"%s %s%s\"", shown++ ? "," : "", names[m],
+                        routes[i].path, routes[i].match == FOLDER ? "/" : "");
   attn_buf_puts(&b, "]}");
   attn__resp_json(resp, 200, &b);
   return ATTN_ROUTE_DONE;
@@ -678,9 +736,12 @@ bool attn__route_row_ok(int i, char *why, size_t cap) {
   const char *bad =
       !r->handle                        ? "no handler"
       : r->path[0] != '/' || *p || open ? "not a path template"
-      : r->methods == GET && r->body != NO_BODY
-          ? "a GET route that takes a body"
-      : r->methods == POST && r->body == NO_BODY ? "a POST route without a body"
+      : !r->methods || r->methods & ~(unsigned)(GET | POST | PUT | DELETE)
+          ? "no methods, or one not known"
+      : !(r->methods & (POST | PUT)) && r->body != NO_BODY
+          ? "a route that takes a body without POST or PUT"
+      : r->methods & (POST | PUT) && r->body == NO_BODY
+          ? "a POST or PUT route without a body"
       : (r->role == ATTN_ROLE_INFER_V1 || r->role == ATTN_ROLE_INFER_V2) &&
               r->body != BODY
           ? "an inference route that takes no tensors"
@@ -760,15 +821,36 @@ static bool preflight(attn__srv_ctx *s, const attn__http_req *req,
   return 1;
 }
 
+/* The request's method as a route_methods bit (0: none of them). */
+static unsigned method_bit(const attn__http_req *req) {
+  return is_get(req)                   ? GET
+         : method_is(req, "POST")      ? POST
+         : method_is(req, "PUT")       ? PUT
+         : method_is(req, "DELETE")    ? DELETE
+                                       : 0;
+}
+
+/* The Allow header of a row's methods. */
+static const char *allow_of(unsigned methods) {
+  switch (methods) {
+    case GET:
+      return "GET, HEAD";
+    case POST:
+      return "POST";
+    case GET | PUT | DELETE:
+      return "GET, HEAD, PUT, DELETE";
+  }
+  return "GET, HEAD, POST, PUT, DELETE"; /* a row of another mix */
+}
+
 /* The key, then the route's methods: 0, or 1 with *resp the 401 or 405.
  * The 404 of a path that no row matches (r NULL) is the caller's; such a
  * path needs a key as the keyed routes do. */
 static bool refused(attn__srv_ctx *s, const attn__http_req *req, const route *r,
                     attn__http_resp *resp) {
   if (unauthorized(s, req, r ? r->access : KEYED, resp)) return 1;
-  if (!r || (r->methods == GET ? is_get(req) : method_is(req, "POST")))
-    return 0;
-  wrong_method(resp, req, r->methods == GET ? "GET, HEAD" : "POST");
+  if (!r || method_bit(req) & r->methods) return 0;
+  wrong_method(resp, req, allow_of(r->methods));
   return 1;
 }
 
@@ -803,7 +885,7 @@ attn__route_kind attn__route_admit(attn__srv_ctx *s, const attn__http_req *req,
                                    attn__admission *a) {
   attn__route_resolve(s, req->path, a);
   const route *r = a->route < N_ROUTES ? &routes[a->route] : NULL;
-  route_body kind = r ? r->body : NO_BODY;
+  route_body kind = r && method_bit(req) & (POST | PUT) ? r->body : NO_BODY;
   if (is_preflight(s, req)) /* answered at the end; never a body */
     kind = NO_BODY;
   else if (refused(s, req, r, resp))

@@ -21,6 +21,7 @@
 #include "attn/codec.h"
 #include "attn/engine.h"
 #include "attn_version.h"
+#include "attn/session.h"
 #include "internal.h"
 #include "respond.h"
 #include "stats.h"
@@ -54,6 +55,15 @@ void attn__metrics_answer(attn__srv_ctx *s, attn__http_resp *resp) {
       .version = ATTN_VERSION,
       .engine_kernels = attn_engine_kernel_name(),
       .blas = attn_engine_blas_core()};
+  if (s->sessions) {
+    attn_session_stats ss;
+    attn_session_store_stats(s->sessions, &ss);
+    g.sessions = ss.sessions;
+    g.kv_cache_used = ss.used_bytes;
+    g.kv_cache_limit = ss.limit_bytes;
+    g.session_tokens_total = ss.tokens_total;
+    g.sessions_expired_total = ss.expired_total;
+  }
   attn_buf b;
   attn_buf_init(&b, 0);
   if (!s->metrics || attn_metrics_render(s->metrics, &g, &b) != ATTN_OK) {
