@@ -7,9 +7,10 @@
  * against ref.c's double sdpa of the whole sequence, unrounded and
  * unrotated (causal bottom-right, the same variants): within 1e-5 (1 +
  * |ref|) for fp32 storage, 2e-2 (1 + |ref|) for bf16 and fp16 (lse against
- * the fp32-storage reference).  Then: lse by counting, rows that see
- * nothing, bitwise batch invariance, prefill in one step against smaller
- * steps, and the checks. */
+ * the fp32-storage reference).  The weights (attn_kv_weights): rows that
+ * sum to 1 and times the values give the reference's output.  Then: lse
+ * by counting, rows that see nothing, bitwise batch invariance, prefill in
+ * one step against smaller steps, and the checks. */
 #include <math.h>
 #include <stdio.h>
 
@@ -335,6 +336,56 @@ END_TEST
 /* Zero queries: every score is 0, so lse = log(keys seen) and the output
  * is the mean of the values seen; a row that sees nothing (queries only,
  * over an empty sequence or a window of 0) gives 0 and -inf. */
+/* attn_kv_weights on fp32 storage: each row sums to 1 (0 for a row that
+ * sees nothing), and the weights times the values are the reference's
+ * output, within 1e-5 (1 + |ref|). */
+START_TEST(kv_weights_match_reference) {
+  const kv_case *c = &cases[_i];
+  if (c->dt != ATTN_KV_FP32) return;
+  rs = 3000 + (uint64_t)_i;
+  sess s;
+  float *q = case_batch(c, &s);
+  int64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7}, H = c->H, t = c->t, D = c->D;
+  attn_kv_view vw[8];
+  attn_kv_problem p = sess_problem(&s, idx, c->B, c->t, q, vw);
+  size_t no = (size_t)(c->B * t * H * D), nw = 0;
+  for (int b = 0; b < c->B; b++) nw += (size_t)(H * t * vw[b].len);
+  double *ro = malloc(no * 8), *rl = malloc(no / (size_t)D * 8);
+  float *w = malloc(nw * 4);
+  attn_diag d;
+  ck_assert_msg(attn_ref_kv_attend(&p, ro, rl, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_msg(attn_kv_weights(&p, w, &d) == ATTN_OK, "%s", d.msg);
+  const float *wb = w;
+  for (int b = 0; b < c->B; b++) {
+    int64_t L = vw[b].len, G = H / c->Hkv;
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < t; i++) {
+        const float *row = wb + (h * t + i) * L;
+        double sum = 0.0;
+        for (int64_t j = 0; j < L; j++) sum += row[j];
+        ck_assert_msg(fabs(sum - 1.0) < 1e-5 ||
+                          (sum == 0.0 && isinf(rl[(b * t + i) * H + h])),
+                      "b %d h %lld i %lld: weights sum to %g", b, (long long)h,
+                      (long long)i, sum);
+        for (int64_t e = 0; e < D; e++) {
+          double o = 0.0, r = ro[((b * t + i) * H + h) * D + e];
+          for (int64_t j = 0; j < L; j++)
+            o += row[j] * (double)s.hv[b][(j * c->Hkv + h / G) * D + e];
+          ck_assert_msg(fabs(o - r) <= 1e-5 * (1.0 + fabs(r)),
+                        "b %d h %lld i %lld: weights x values %g, out %g", b,
+                        (long long)h, (long long)i, o, r);
+        }
+      }
+    wb += H * t * L;
+  }
+  free(ro);
+  free(rl);
+  free(w);
+  free(q);
+  sess_free(&s);
+}
+END_TEST
+
 START_TEST(kv_attend_lse_counts_keys) {
   const char *was = attn__kv_kernel_name();
   for (int k = 0; k < NSETS; k++) {
@@ -610,6 +661,7 @@ Suite *kv_attend_suite(void) {
   int n = (int)(sizeof cases / sizeof *cases);
   tcase_add_loop_test(tc, kv_attend_matches_reference, 0, n);
   tcase_add_loop_test(tc, kv_attend_matches_dense_reference, 0, n);
+  tcase_add_loop_test(tc, kv_weights_match_reference, 0, n);
   tcase_add_test(tc, kv_attend_lse_counts_keys);
   tcase_add_test(tc, kv_attend_batch_invariant);
   tcase_add_test(tc, kv_prefill_one_step_or_many);

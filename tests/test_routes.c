@@ -547,8 +547,8 @@ START_TEST(test_session_routes) {
              {"POST", "/v1/sessions/x/attend", ATTN_SESSION_ATTEND},
              {"POST", "/v1/sessions/x/truncate", ATTN_SESSION_TRUNCATE},
              {"POST", "/v1/sessions/x/fork", ATTN_SESSION_FORK}};
-  attn__http_resp r = route("GET", "/v1/sessions/x", NULL, NULL,
-                            ATTN_ROUTE_DONE);
+  attn__http_resp r =
+      route("GET", "/v1/sessions/x", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503); /* no store */
   EXPECT_BODY(r, "sessions are not available");
   srv.sessions = (struct attn_session_store *)&srv;

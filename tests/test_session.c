@@ -1039,6 +1039,93 @@ START_TEST(session_threads) {
 }
 END_TEST
 
+/* Threads stepping overlapping batches of the same sessions, in
+ * opposite orders (the locks are taken by address: no deadlock), while
+ * another creates, gets and sweeps with a short idle timeout (the held
+ * sessions expire under their holders and stay usable). */
+typedef struct overlap {
+  attn_session_store *st;
+  attn_session *s[3];
+  int k, failures;
+} overlap;
+
+static void *overlap_stepper(void *arg) {
+  overlap *o = arg;
+  float q[2][2 * 8], k[2][8], out[2][2 * 8], lse[2][2];
+  int64_t len[2];
+  attn_diag d;
+  for (int j = 0; j < 2; j++) {
+    for (int i = 0; i < 16; i++) q[j][i] = 0.25f * (float)(i % 5);
+    for (int i = 0; i < 8; i++) k[j][i] = 0.125f * (float)i;
+  }
+  for (int i = 0; i < 60; i++) {
+    int a = (o->k + i) % 3, b = (a + 1) % 3;
+    attn_session *ss[2] = {o->s[o->k % 2 ? a : b], o->s[o->k % 2 ? b : a]};
+    attn_session_step p = {2, 1, 0, ss, NULL, q[0], k[0], k[0], 1};
+    if (attn_session_attend(o->st, &p, 5, out[0], lse[0], len, NULL, NULL, &d))
+      o->failures++;
+  }
+  return NULL;
+}
+
+static void *overlap_sweeper(void *arg) {
+  overlap *o = arg;
+  attn_session_spec f = spec_of(2, 1, 8, ATTN_KV_FP32);
+  attn_diag d;
+  uint64_t now = 0;
+  for (int i = 0; i < 200; i++) {
+    int created;
+    attn_session *s;
+    now += 600;
+    if (attn_session_create(o->st, 0, "e", &f, now, &created, NULL, &d))
+      o->failures++;
+    if (attn_session_get(o->st, 0, "e", now, &s, &d) == ATTN_OK)
+      attn_session_put(s);
+    attn_session_sweep(o->st, now);
+  }
+  return NULL;
+}
+
+START_TEST(session_threads_overlapping_batches) {
+  attn_session_limits l = limits();
+  l.idle_timeout_ns = 1000;
+  attn_session_store *st = store_new(&l);
+  attn_session_spec f = spec_of(2, 1, 8, ATTN_KV_FP32);
+  overlap o[4];
+  attn_session *s[3];
+  attn_diag d;
+  int created;
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "o%d", i);
+    ck_assert_int_eq(attn_session_create(st, 0, id, &f, 0, &created, NULL, &d),
+                     ATTN_OK);
+    ck_assert_int_eq(attn_session_get(st, 0, id, 0, &s[i], &d), ATTN_OK);
+  }
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    o[i] = (overlap){st, {s[0], s[1], s[2]}, i, 0};
+    ck_assert_int_eq(
+        pthread_create(&th[i], NULL, i < 3 ? overlap_stepper : overlap_sweeper,
+                       &o[i]),
+        0);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(o[i].failures, 0);
+  for (int i = 0; i < 3; i++) {
+    attn_session_info info;
+    ck_assert_int_eq(attn_session_info_get(s[i], 0, &info, &d), ATTN_OK);
+    ck_assert_int_eq(info.length[0], 120);
+    attn_session_info_clear(&info);
+    attn_session_put(s[i]);
+  }
+  attn_session_stats ss;
+  attn_session_store_stats(st, &ss);
+  ck_assert_uint_eq(ss.tokens_total, 360);
+  attn_session_store_destroy(st);
+}
+END_TEST
+
 Suite *session_suite(void) {
   Suite *s = suite_create("session");
   TCase *tc = tcase_create("session");
@@ -1057,6 +1144,7 @@ Suite *session_suite(void) {
   tcase_add_test(tc, session_sweep_expires_the_idle);
   tcase_add_test(tc, session_delete_while_held);
   tcase_add_test(tc, session_threads);
+  tcase_add_test(tc, session_threads_overlapping_batches);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -229,9 +229,9 @@ typedef struct attn__infer_target {
   size_t header_len; /* v2 binary: the JSON header's length, checked against
                         the body (a compressed body's against the limit:
                         the worker checks it once inflated); 0: all JSON */
-  char model[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL; /v1: "" */
-  char version[ATTN_MAX_NAME_LEN + 1]; /* v2: from the URL; "" for none */
-  attn__session_op session_op;         /* ATTN_JOB_SESSION */
+  char model[ATTN_MAX_NAME_LEN + 1];     /* v2: from the URL; /v1: "" */
+  char version[ATTN_MAX_NAME_LEN + 1];   /* v2: from the URL; "" for none */
+  attn__session_op session_op;           /* ATTN_JOB_SESSION */
   char session[ATTN_SESSION_ID_MAX + 1]; /* ATTN_JOB_SESSION: the URL's id */
 } attn__infer_target;
 

@@ -40,7 +40,8 @@ void attn__observe(attn__srv_ctx *s, const attn__ended *e) {
   attn__route_role role = attn__route_role_of(r->route);
   const attn__resp_trace *t = e->trace;
   /* a /v1 session's step counts under kv_attention (session.c sets it) */
-  int v1 = role == ATTN_ROLE_INFER_V1 || (role == ATTN_ROLE_SESSION && t->model);
+  int v1 =
+      role == ATTN_ROLE_INFER_V1 || (role == ATTN_ROLE_SESSION && t->model);
   if (!e->answered || strcmp(e->method, "POST") != 0 ||
       (!v1 && role != ATTN_ROLE_INFER_V2))
     return;

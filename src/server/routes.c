@@ -417,7 +417,7 @@ static attn__route_kind model_infer(attn__srv_ctx *s, const attn__http_req *req,
 /* Checks shared by the routes of a few keys of JSON run as a job (the
  * repository's, the sessions'): true when it answered. */
 static bool refuse_json_job(attn__srv_ctx *s, const attn__http_req *req,
-                        attn__http_resp *resp) {
+                            attn__http_resp *resp) {
   if (req->content_encoding && *req->content_encoding &&
       strcasecmp(req->content_encoding, "identity") != 0) {
     attn__resp_error(resp, 415,
@@ -823,11 +823,11 @@ static bool preflight(attn__srv_ctx *s, const attn__http_req *req,
 
 /* The request's method as a route_methods bit (0: none of them). */
 static unsigned method_bit(const attn__http_req *req) {
-  return is_get(req)                   ? GET
-         : method_is(req, "POST")      ? POST
-         : method_is(req, "PUT")       ? PUT
-         : method_is(req, "DELETE")    ? DELETE
-                                       : 0;
+  return is_get(req)                ? GET
+         : method_is(req, "POST")   ? POST
+         : method_is(req, "PUT")    ? PUT
+         : method_is(req, "DELETE") ? DELETE
+                                    : 0;
 }
 
 /* The Allow header of a row's methods. */

@@ -103,8 +103,8 @@ static void attend_v1(attn__srv_ctx *s, attn_session *sess, const char *body,
       .max_depth = ATTN_MAX_JSON_DEPTH};
   attn_v1_step step;
   attn_diag d = {{0}};
-  attn_status st = attn_v1_decode_session_step(body, len, &lim, &shape, &step,
-                                               &d);
+  attn_status st =
+      attn_v1_decode_session_step(body, len, &lim, &shape, &step, &d);
   if (st) {
     attn__resp_status(resp, st, &d);
     return;
@@ -118,16 +118,16 @@ static void attend_v1(attn__srv_ctx *s, attn_session *sess, const char *body,
     attn__resp_status(resp, ATTN_ENOMEM, NULL);
   } else {
     attn_session *one[1] = {sess};
-    attn_session_step sst = {.B = 1,
-                             .t = step.t,
-                             .layer = step.layer,
-                             .sessions = one,
-                             .position = step.has_position ? &step.position
-                                                           : NULL,
-                             .q = step.q,
-                             .k = step.k,
-                             .v = step.v,
-                             .threads = attn__request_threads(s)};
+    attn_session_step sst = {
+        .B = 1,
+        .t = step.t,
+        .layer = step.layer,
+        .sessions = one,
+        .position = step.has_position ? &step.position : NULL,
+        .q = step.q,
+        .k = step.k,
+        .v = step.v,
+        .threads = attn__request_threads(s)};
     if (step.k && !step.has_position) sst.position = NULL;
     uint64_t c0 = attn_now_ns();
     st = attn_session_attend(s->sessions, &sst, c0, out, lse, &length,
@@ -141,8 +141,7 @@ static void attend_v1(attn__srv_ctx *s, attn_session *sess, const char *body,
       trace_step(s, resp, c0, c1, 1, step.t, shape.H, shape.D, &length);
       attn_buf b;
       attn_buf_init(&b, 0);
-      st = attn_v1_encode_session_step(&b, &shape, step.t, out, lse, length,
-                                       w);
+      st = attn_v1_encode_session_step(&b, &shape, step.t, out, lse, length, w);
       attn__resp_encoded(resp, st, &b);
     }
   }
@@ -262,8 +261,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   attn__srv_ctx *s = job->base.srv;
   attn__http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
   (void)worker;
-  session_run(s, job->op, job->owner, job->id, job->body, job->body_len,
-              &resp);
+  session_run(s, job->op, job->owner, job->id, job->body, job->body_len, &resp);
   if (job->op == ATTN_SESSION_ATTEND) {
     resp.trace.queued = true;
     resp.trace.queue_ns = waited_ns;
@@ -310,10 +308,10 @@ attn__job_base *attn__session_job(attn__srv_ctx *s, const attn__http_req *req,
 /* The parameters kv_attention takes; those after N_STEP_PARAMS only with
  * sequence_start (they make the session). */
 static const char *const v2_params[] = {
-    "layer",        "sequence_id",   "sequence_start", "sequence_end",
-    "layers",       "max_tokens",    "kv_dtype",       "scale",
-    "window_left",  "window_right",  "softcap",        "alibi",
-    "rotary",       "rotary_base",   "rotary_dims",    "rotary_interleaved"};
+    "layer",       "sequence_id",  "sequence_start", "sequence_end",
+    "layers",      "max_tokens",   "kv_dtype",       "scale",
+    "window_left", "window_right", "softcap",        "alibi",
+    "rotary",      "rotary_base",  "rotary_dims",    "rotary_interleaved"};
 enum { N_STEP_PARAMS = 4, N_V2_PARAMS = sizeof v2_params / sizeof *v2_params };
 
 static const char *kind_name(attn_param_type t) {
@@ -383,9 +381,9 @@ static attn_status v2_spec(const attn_infer_request *req, int64_t H,
                          "parameter kv_dtype must be \"fp32\", \"bf16\" or "
                          "\"fp16\"");
   if (dt)
-    sp->kv_dtype = dt->s[1] == 'p' && dt->s[2] == '3'   ? ATTN_KV_FP32
-                   : dt->s[0] == 'b'                    ? ATTN_KV_BF16
-                                                        : ATTN_KV_FP16;
+    sp->kv_dtype = dt->s[1] == 'p' && dt->s[2] == '3' ? ATTN_KV_FP32
+                   : dt->s[0] == 'b'                  ? ATTN_KV_BF16
+                                                      : ATTN_KV_FP16;
   if ((st = param_int(req, "layers", 1, &sp->layers, d)) ||
       (st = param_int(req, "max_tokens", 1, &sp->max_tokens, d)) ||
       (st = param_num(req, "scale", &sp->has_scale, &scale, d)) ||
@@ -526,8 +524,7 @@ static attn_status v2_tensors_get(const attn_infer_request *req, int lead,
 
 /* The session id of sequence_id (a string, or an unsigned integer in its
  * decimal digits) into id. */
-static attn_status v2_sequence_id(const attn_param *p, char *id,
-                                  attn_diag *d) {
+static attn_status v2_sequence_id(const attn_param *p, char *id, attn_diag *d) {
   if (p->type == ATTN_PARAM_INT) { /* the codec keeps a uint64 exactly */
     snprintf(id, ATTN_SESSION_ID_MAX + 1, "%" PRIu64, (uint64_t)p->i);
     return ATTN_OK;
@@ -544,9 +541,9 @@ static attn_status v2_sequence_id(const attn_param *p, char *id,
 
 /* The answer's outputs: output and lse, binary as asked. */
 static attn_status v2_outputs(const attn_infer_request *req,
-                              attn_infer_response *r, float **out,
-                              float **lse, const int64_t *oshape,
-                              const int64_t *lshape, int lead, attn_diag *d) {
+                              attn_infer_response *r, float **out, float **lse,
+                              const int64_t *oshape, const int64_t *lshape,
+                              int lead, attn_diag *d) {
   static const char *const names[2] = {"output", "lse"};
   bool want[2] = {true, true}, bin[2];
   attn_dtype dt[2] = {ATTN_DT_INVALID, ATTN_DT_INVALID};
@@ -596,8 +593,7 @@ static attn_status in_batch(attn_status st, attn_diag *d, int64_t i,
   char m[ATTN_DIAG_MAX];
   if (!d) return st;
   snprintf(m, sizeof m, "%s", d->msg);
-  return attn_diag_set(d, st, "session_id[%lld] '%s': %s", (long long)i, id,
-                       m);
+  return attn_diag_set(d, st, "session_id[%lld] '%s': %s", (long long)i, id, m);
 }
 
 /* Get sessions ids[0, B) into held[] (all or none held). */
@@ -673,15 +669,15 @@ bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
     uint64_t now = attn_now_ns();
     if (!(st = v2_sequence_id(seq, names[0], &d)) && start &&
         !(st = v2_spec(req, x.H, x.Hkv, x.D, &sp, &d))) {
-      st = attn_session_create(s->sessions, owner, names[0], &sp, now,
-                               &created, NULL, &d);
+      st = attn_session_create(s->sessions, owner, names[0], &sp, now, &created,
+                               NULL, &d);
       attn_session_spec_clear(&sp);
     }
     if (!st) st = attn_session_get(s->sessions, owner, names[0], now, held, &d);
     got = st == ATTN_OK;
     /* a start on a sequence that exists begins it again, as Triton's */
-    if (got && start && !created) st = attn_session_truncate(held[0], 0, now,
-                                                              NULL, &d);
+    if (got && start && !created)
+      st = attn_session_truncate(held[0], 0, now, NULL, &d);
   } else {
     const attn_infer_input *ids, *p;
     if (!(st = v2_input(req, "session_id", 1, true, &ids, &d)) &&
@@ -691,8 +687,8 @@ bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
                            "input 'session_id' must be BYTES [%lld] (one id "
                            "per row of query)",
                            (long long)B);
-      else if (p && (p->tensor.dtype != ATTN_DT_INT64 ||
-                     p->tensor.shape[0] != B))
+      else if (p &&
+               (p->tensor.dtype != ATTN_DT_INT64 || p->tensor.shape[0] != B))
         st = attn_diag_set(&d, ATTN_ESHAPE,
                            "input 'position' must be INT64 [%lld] (one per "
                            "session)",

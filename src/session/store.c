@@ -829,7 +829,7 @@ size_t attn_session_sweep(attn_session_store *st, uint64_t now_ns) {
     st->expired_next = (st->expired_next + 1) % EXPIRED_RING;
     e->owner = x->owner;
     e->hash = x->hash;
-    e->idle_s = (double)(now_ns - x->last_ns) / 1e9;
+    e->idle_s = (double)T / 1e9; /* the key's value, as the message says */
     e->used = 1;
     snprintf(e->id, sizeof e->id, "%s", x->id);
     if (map_remove(st, x)) { /* else its last holder frees it */

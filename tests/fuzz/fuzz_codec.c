@@ -23,6 +23,10 @@
  *     header length), and a binary part is exactly the sizes it declares;
  *   - Triton's timeout peeked at (attn_v2_peek_timeout, before the queue)
  *     is the one the v2 decode reads, whenever both find one;
+ *   - what a consumer reads of a decoded request is there: every element
+ *     of a BYTES input, read with attn_tensor_bytes_at (ASan sees an
+ *     overread), and a numeric sequence_id's digits (p->s) are its value
+ *     ((uint64_t)p->i);
  *   - a repository body is taken or refused, with the same message, as
  *     repo.c did with cJSON before the codec read these bodies (the
  *     reference below), whenever attnd's JSON parser takes the body within
@@ -33,6 +37,7 @@
  * Build and run: tests/fuzz/run.sh codec [seconds]
  */
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +88,39 @@ static void check_json(const char *p, size_t n) {
     abort();
   }
   cJSON_Delete(j);
+}
+
+/* Every element of each BYTES input, read in full; sequence_id's forms
+ * agreeing (see codec.h). */
+static void check_decoded(const attn_infer_request *r) {
+  for (size_t i = 0; i < r->n_inputs; i++) {
+    const attn_tensor *t = &r->inputs[i].tensor;
+    size_t n, len, sum = 0;
+    const char *e;
+    if (t->dtype != ATTN_DT_BYTES) continue;
+    if (!attn_shape_numel(t->rank, t->shape, &n))
+      fail("BYTES shape overflows", ATTN_OK, NULL);
+    for (size_t k = 0; k < n; k++) {
+      if (attn_tensor_bytes_at(t, (int64_t)k, &e, &len) != ATTN_OK)
+        fail("a BYTES element of the shape is missing", ATTN_OK, NULL);
+      for (size_t c = 0; c <= len; c++) sum += (unsigned char)e[c];
+      if (e[len] != '\0')
+        fail("a BYTES element without its NUL", ATTN_OK, NULL);
+    }
+    if (attn_tensor_bytes_at(t, (int64_t)n, &e, &len) == ATTN_OK)
+      fail("a BYTES element past the shape", ATTN_OK, NULL);
+    if (sum == SIZE_MAX) abort(); /* keeps the reads */
+  }
+  const attn_param *p = attn_infer_find_param(r, "sequence_id");
+  if (!p) return;
+  if (p->type == ATTN_PARAM_INT) {
+    char digits[24];
+    snprintf(digits, sizeof digits, "%" PRIu64, (uint64_t)p->i);
+    if (!p->s || strcmp(digits, p->s) != 0)
+      fail("sequence_id's digits are not its value", ATTN_OK, NULL);
+  } else if (p->type != ATTN_PARAM_STRING || !p->s) {
+    fail("sequence_id neither a number nor a string", ATTN_OK, NULL);
+  }
 }
 
 /* ---- the repository's bodies ------------------------------------------- */
@@ -257,6 +295,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_failure("decode", s, &d, &req, sizeof req);
     goto done;
   }
+  if (!v1) check_decoded(&req);
   if (peeked >= 0 && peeked != req.timeout_us) {
     fprintf(stderr, "fuzz_codec: timeout peeked %lld, decoded %lld\n",
             (long long)peeked, (long long)req.timeout_us);
