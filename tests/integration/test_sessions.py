@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-from harness import (Server, TOL, assert_bits, assert_close, cfg, check,
+from harness import (Failure, Server, TOL, assert_bits, assert_close, cfg, check,
                      decode_v2, expect_error, expect_status, f32, flatten,
                      main, request, shared, test, v1, v1_ok, v2_binary,
                      v2_in, v2_infer)
@@ -276,6 +276,24 @@ def step_body(ref, layer, q, k=None, v=None, position=None, flat=False,
         b["value"] = shape(v, ref.Hkv)
     b.update(extra)
     return b
+
+
+class Failures:
+    """Checks of a table run to its end: done() fails with every row that
+    failed, so that one row does not hide the next."""
+
+    def __init__(self):
+        self.msgs = []
+
+    def run(self, fn):
+        try:
+            fn()
+        except Failure as e:
+            self.msgs.append(str(e))
+
+    def done(self):
+        msgs, self.msgs = self.msgs, []
+        check(not msgs, "; ".join(msgs))
 
 
 def check_answer(j, out, lse, t, ref, what, tol=None):
@@ -764,6 +782,7 @@ def session_bad_ids_fields_and_shapes():
     finally:
         cleanup(p, [ok])
     base = {"num_heads": 4, "head_dim": 4}
+    fails = Failures()
     for what, spec, needles in (
             ("unknown field", dict(base, num_head=4),
              ["num_head", "did you mean", "num_heads"]),
@@ -794,8 +813,10 @@ def session_bad_ids_fields_and_shapes():
             ("rotary base 1", dict(base, rotary={"base": 1}), ["base"]),
             ("not an object", [1, 2], []),
     ):
-        expect_error(s_put(p, "it-bad-spec", spec), 400, *needles,
-                     what="PUT " + what)
+        fails.run(lambda: expect_error(s_put(p, "it-bad-spec", spec), 400,
+                                       *needles, what="PUT " + what))
+        cleanup(p, ["it-bad-spec"])
+    fails.done()
     expect_error(request(p, "PUT", path("it-bad-spec"), b"{\"num_heads\": "),
                  400, what="PUT of broken JSON")
     expect_status(s_get(p, "it-bad-spec"), 404, "bad specs created nothing")
@@ -834,8 +855,10 @@ def session_bad_ids_fields_and_shapes():
                  ["postion", "did you mean", "position"]),
                 ("need_weights a string", dict(good, need_weights="yes"),
                  ["need_weights"])):
-            r = s_post(p, ref.id, "/attend", body)
-            expect_error(r, 400, *needles, what="step " + what)
+            fails.run(lambda: expect_error(
+                s_post(p, ref.id, "/attend", body), 400, *needles,
+                what="step " + what))
+        fails.done()
         r = s_post(p, ref.id, "/attend", dict(good, position=-1))
         check(r.status in (400, 409) and "position" in r.body.decode(),
               "position -1: %r" % r)
@@ -1696,7 +1719,9 @@ def session_sixteen_clients_at_once():
     (one wins, the other gets 409): no token ever mixes."""
     p = shared().port
     errors, lock = [], threading.Lock()
-    logs = {}       # stepper session id -> (Ref snapshot list, by length)
+    logs = {}       # stepper session id -> {length: Ref snapshot}
+    made = {"it-16-%d" % n: threading.Event() for n in range(16)}
+    forks = []      # forks of the clients' sessions made while they step
     ids = set()
 
     def fail(who, e):
@@ -1714,6 +1739,7 @@ def session_sixteen_clients_at_once():
             logs[ref.id] = snaps
         try:
             create(p, ref)
+            made[ref.id].set()
             for i in range(8):
                 t = rng.choice((1, 1, 2, 3))
                 step(p, ref, 0, *tokens(ref, rng, t), what="client %d" % n)
@@ -1753,9 +1779,8 @@ def session_sixteen_clients_at_once():
                 gid = "it-16-o%d-%d-g" % (n, i)
                 with lock:
                     ids.add(gid)
+                check(made[src].wait(30), "%s was never made" % src)
                 r = s_post(p, src, "/fork", {"id": gid})
-                if r.status == 404:
-                    continue  # that client has not created it yet
                 expect_status(r, 201, "fork of " + src)
                 n_len = r.json()["length"][0]
                 deadline = time.monotonic() + 30
@@ -1772,6 +1797,8 @@ def session_sixteen_clients_at_once():
                     step(p, g, 0, tokens(g, rng, 2)[0], what="fork of " + src)
                 step(p, g, 0, *tokens(g, rng, 1), what="fork of " + src)
                 expect_status(s_del(p, gid), 204, "delete " + gid)
+                with lock:
+                    forks.append((src, n_len))
         except Exception as e:  # collected
             fail("other %d" % n, e)
 
@@ -1811,6 +1838,7 @@ def session_sixteen_clients_at_once():
             th.join(120)
         check(not any(th.is_alive() for th in ths), "a client hangs")
         check(not errors, "; ".join(errors[:5]))
+        check(len(forks) == 12, "forks of the clients' sessions: %r" % forks)
         for n in range(16):  # each client's whole sequence, once more
             sid = "it-16-%d" % n
             last = logs[sid][max(logs[sid])]
