@@ -602,8 +602,8 @@ static void trim_arena(int worker, void *user) {
 static int make_sessions(const attn_config *cfg, uint64_t memory,
                          attn_session_store **out) {
   attn_diag d = {{0}};
-  uint64_t bytes = cfg->kv_cache_bytes > 0 ? (uint64_t)cfg->kv_cache_bytes
-                                           : memory / 4;
+  uint64_t bytes =
+      cfg->kv_cache_bytes > 0 ? (uint64_t)cfg->kv_cache_bytes : memory / 4;
   if (!cfg->kv_cache_bytes && bytes < (64u << 20)) bytes = 64u << 20;
   attn_session_limits lim = {
       .cache_bytes = (size_t)bytes,
@@ -662,8 +662,9 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
   int64_t budget = attn_config_body_budget(cfg, memory);
   if (!make_sessions(cfg, memory, &a->sessions)) return 0;
   attn_server_deps deps = {
-      cfg,    a->models, a->queue, a->pool,
-      budget, cpus,      workers,  getenv("ATTND_API_KEY"), a->sessions};
+      cfg,        a->models, a->queue, a->pool,
+      budget,     cpus,      workers,  getenv("ATTND_API_KEY"),
+      a->sessions};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
@@ -693,8 +694,8 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
 static void expire_sessions(attn_session_store *sessions) {
   size_t n = sessions ? attn_session_sweep(sessions, attn_now_ns()) : 0;
   if (n)
-    attn_log(ATTN_LOG_INFO, "%zu session%s expired (session_idle_timeout_s)",
-             n, n == 1 ? "" : "s");
+    attn_log(ATTN_LOG_INFO, "%zu session%s expired (session_idle_timeout_s)", n,
+             n == 1 ? "" : "s");
 }
 
 /* Free heap memory held past this, once idle, is given back. */

@@ -253,7 +253,7 @@ static char *encode_spec(const attn_session_spec *s) {
   attn_session_info i;
   attn_buf b;
   memset(&i, 0, sizeof i);
-  snprintf(i.id, sizeof i.id, "%s", "s");
+  snprintf(i.id, sizeof i.id, "s");
   i.spec = *s;
   attn_buf_init(&b, 0);
   ck_assert_int_eq(attn_v1_encode_session(&b, &i), ATTN_OK);
@@ -793,7 +793,7 @@ START_TEST(encode_session_object) {
   int64_t length[3] = {0, 7, 4096};
   attn_session_info i;
   memset(&i, 0, sizeof i);
-  snprintf(i.id, sizeof i.id, "%s", "chat-1");
+  snprintf(i.id, sizeof i.id, "chat-1");
   i.spec = (attn_session_spec){.layers = 3,
                                .num_heads = 2,
                                .num_kv_heads = 1,
@@ -850,7 +850,7 @@ START_TEST(encode_session_object) {
   ck_assert_int_eq(attn_v1_encode_sessions(&b, NULL, 0), ATTN_OK);
   ck_assert_str_eq(b.data, "{\"sessions\":[]}");
   attn_session_info two[2] = {i, i};
-  snprintf(two[1].id, sizeof two[1].id, "%s", "b");
+  snprintf(two[1].id, sizeof two[1].id, "b");
   two[1].idle_s = 0.0004;
   b.len = 0;
   ck_assert_int_eq(attn_v1_encode_sessions(&b, two, 2), ATTN_OK);
@@ -873,7 +873,7 @@ START_TEST(encode_errors_restore) {
   const attn_v1_step_shape sh = {2, 1, 2};
   attn_session_info i;
   memset(&i, 0, sizeof i);
-  snprintf(i.id, sizeof i.id, "%s", "s");
+  snprintf(i.id, sizeof i.id, "s");
   i.spec = (attn_session_spec){.layers = 1, .num_heads = 1, .head_dim = 1};
   i.length = length;
   for (size_t cap = 8; cap < 160; cap += 9) {

@@ -127,8 +127,7 @@ static void describe(attn_model *m) {
       io(out, no, "attn_weights", ATTN_DT_FP32, true, 4, V, r->H, V, V);
     } break;
     case ATTN__MODEL_KV: /* the batched form; a sequence drops the B dim */
-      io(in, ni, "session_id", ATTN_DT_BYTES, true, 1, V, 0, 0,
-         0);
+      io(in, ni, "session_id", ATTN_DT_BYTES, true, 1, V, 0, 0, 0);
       io(in, ni, "position", ATTN_DT_INT64, true, 1, V, 0, 0, 0);
       io(in, ni, "query", ATTN_DT_FP32, false, 4, V, V, V, V);
       io(in, ni, "key", ATTN_DT_FP32, true, 4, V, V, V, V);

@@ -180,7 +180,8 @@ attn__auth_result attn__auth_check(attn__auth *a, const char *authorization,
 /* FNV-1a over the key, then splitmix64's finaliser; never 0. */
 static uint64_t key_tag(const char *k, size_t n) {
   uint64_t h = 14695981039346656037ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;

@@ -179,8 +179,8 @@ static bool compute_fails(const attn_infer_job *job, const attn_model *m,
   attn_exec x = {.threads = attn__request_threads(job->base.srv)};
   if (strcmp(attn_model_name(m), ATTN_KV_MODEL_NAME) == 0) {
     /* a session's step: session.c runs it, with its own trace */
-    bool failed = attn__session_v2(job->base.srv, job->owner, req, x.threads,
-                                   out, resp);
+    bool failed =
+        attn__session_v2(job->base.srv, job->owner, req, x.threads, out, resp);
     return failed;
   }
   uint64_t c0 = attn_now_ns();
@@ -307,8 +307,7 @@ attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
   attn__copy_str(job->model, sizeof job->model, t->model);
   attn__copy_str(job->version, sizeof job->version, t->version);
   job->owner = strcmp(t->model, ATTN_KV_MODEL_NAME) == 0
-                   ? attn__auth_owner(s->auth, req->authorization,
-                                      req->api_key)
+                   ? attn__auth_owner(s->auth, req->authorization, req->api_key)
                    : 0;
   return &job->base;
 }

@@ -124,10 +124,12 @@ static attn__route_kind server_metadata(attn__srv_ctx *s,
                                         const attn__http_req *req,
                                         attn__http_resp *resp,
                                         attn__infer_target *t) {
-  static const char *const ext[] = {"binary_tensor_data"};
+  static const char *const ext[] = {"binary_tensor_data", "sequence",
+                                    "sequence(string_id)"};
   attn_buf b;
   attn_buf_init(&b, 0);
-  attn_v2_encode_server_metadata(&b, "attnd", ATTN_VERSION, ext, 1);
+  attn_v2_encode_server_metadata(&b, "attnd", ATTN_VERSION, ext,
+                                 sizeof ext / sizeof *ext);
   attn__resp_json(resp, 200, &b);
   return ATTN_ROUTE_DONE;
 }

@@ -565,8 +565,13 @@ static attn_status v2_outputs(const attn_infer_request *req,
       dt[id] = o->datatype;
     }
   }
+  r->model_name = strdup(ATTN_KV_MODEL_NAME);
+  r->model_version = strdup("1");
+  r->id = req->id ? strdup(req->id) : NULL;
   r->outputs = calloc(2, sizeof *r->outputs);
-  if (!r->outputs) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  if (!r->outputs || !r->model_name || !r->model_version ||
+      (req->id && !r->id))
+    return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
   for (int i = 0; i < 2; i++) {
     if (!want[i]) continue;
     attn_infer_output *o = &r->outputs[r->n_outputs];

@@ -10,9 +10,12 @@
  *              Inference-Header-Content-Length, the body follows them
  *   bits 3-4   Content-Encoding: 0 or 3 identity, 1 gzip, 2 deflate; the
  *              body is inflated first (at most 64 KiB), as infer.c does
- * A repository body (bits 5-6 both set) is read by
+ * A repository body (bits 5-6 both set, bit 7 clear) is read by
  * attn_v2_decode_repository as the operation of bits 1-2 (0 or 3 index, 1
- * load, 2 unload).
+ * load, 2 unload).  With bits 5-7 all set the body is one of /v1/sessions
+ * (check_session): bits 0-1 pick the decoder (0 a spec, 1 a step, 2
+ * truncate, 3 fork), bits 2-4 the session shape a step is read against
+ * (step_shapes).
  * Limits are small (4096 elements per tensor, 64 tokens) so that every
  * input runs in microseconds.  Besides the sanitizers (ASan, UBSan), each
  * input checks what src/server/infer.c and repo.c rely on:
@@ -23,10 +26,19 @@
  *     header length), and a binary part is exactly the sizes it declares;
  *   - Triton's timeout peeked at (attn_v2_peek_timeout, before the queue)
  *     is the one the v2 decode reads, whenever both find one;
+<<<<<<< HEAD
  *   - what a consumer reads of a decoded request is there: every element
  *     of a BYTES input, read with attn_tensor_bytes_at (ASan sees an
  *     overread), and a numeric sequence_id's digits (p->s) are its value
  *     ((uint64_t)p->i);
+=======
+ *   - a /v1/sessions body that decodes is what its type promises (a spec
+ *     with num_heads and head_dim, a step's rows all there and finite, key
+ *     with value and position, a valid id, a length >= 0), and what the
+ *     encoders make of it is JSON that decodes back to the same: a spec
+ *     from its session object, a step's query from the answer's "output",
+ *     bit for bit;
+>>>>>>> h-v1codec
  *   - a repository body is taken or refused, with the same message, as
  *     repo.c did with cJSON before the codec read these bodies (the
  *     reference below), whenever attnd's JSON parser takes the body within
@@ -37,7 +49,12 @@
  * Build and run: tests/fuzz/run.sh codec [seconds]
  */
 #include <cjson/cJSON.h>
+<<<<<<< HEAD
 #include <inttypes.h>
+    =======
+#include <float.h>
+#include <math.h>
+    >>>>>>> h-v1codec
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,10 +66,11 @@
 #include "attn/infer_request.h"
 #include "attn/json.h"
 #include "attn/model.h"
+#include "attn/session.h"
 #include "../../src/server/internal.h"
 #include "../../src/server/inflate.h"
 
-static attn_registry *reg;
+    static attn_registry *reg;
 
 static void fail(const char *what, attn_status s, const attn_diag *d) {
   fprintf(stderr, "fuzz_codec: %s: %s: %s\n", what, attn_status_name(s),
@@ -221,6 +239,175 @@ static void check_repo(const char *body, size_t n, attn_v2_repo_op op) {
   }
 }
 
+/* ---- /v1/sessions ------------------------------------------------------ */
+
+/* The shapes a step is read against (H, Hkv, D). */
+static const attn_v1_step_shape step_shapes[8] = {
+    {1, 1, 1}, {2, 1, 2}, {2, 2, 3},  {4, 2, 2},
+    {3, 1, 5}, {8, 2, 4}, {1, 1, 16}, {16, 4, 1}};
+
+/* The count of the body's "alibi" list, -1 when there is none or cJSON
+ * does not read the body. */
+static long alibi_count(const char *body, size_t n) {
+  cJSON *j = cJSON_ParseWithLength(body, n);
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "alibi");
+  long c = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+  cJSON_Delete(j);
+  return c;
+}
+
+/* a and b ask for the same session (softcap -0 and 0 both none). */
+static int same_spec(const attn_session_spec *a, const attn_session_spec *b) {
+  attn_session_spec x = *a, y = *b;
+  if (a->alibi == ATTN_SESSION_ALIBI_SLOPES &&
+      (b->alibi != ATTN_SESSION_ALIBI_SLOPES ||
+       memcmp(a->alibi_slopes, b->alibi_slopes,
+              (size_t)a->num_heads * sizeof(float)) != 0))
+    return 0;
+  x.alibi_slopes = y.alibi_slopes = NULL;
+  if (x.softcap == 0) x.softcap = 0;
+  return memcmp(&x, &y, sizeof x) == 0;
+}
+
+/* The defaults the store fills in a session's object (session.h). */
+static void fill_spec(attn_session_spec *s) {
+  if (!s->layers) s->layers = 1;
+  if (!s->num_kv_heads) s->num_kv_heads = s->num_heads;
+  if (!s->max_tokens) s->max_tokens = 8192;
+  if (s->has_rotary && !s->rotary_base) s->rotary_base = 10000;
+  if (s->has_rotary && !s->rotary_dims) s->rotary_dims = s->head_dim;
+}
+
+/* A spec that decodes is encoded as a session object (when its slopes are
+ * num_heads, as the store makes sure) with the store's defaults filled,
+ * which is JSON, and which without its id and lengths decodes to that
+ * filled spec. */
+static void check_spec(const char *body, size_t n,
+                       const attn_codec_limits *lim) {
+  attn_session_spec sp, back;
+  attn_diag d = {{0}};
+  attn_status s = attn_v1_decode_session_spec(body, n, lim, &sp, &d);
+  if (s) {
+    check_failure("session spec", s, &d, &sp, sizeof sp);
+    return;
+  }
+  if (sp.num_heads < 1 || sp.head_dim < 1 ||
+      (sp.alibi == ATTN_SESSION_ALIBI_SLOPES) != (sp.alibi_slopes != NULL))
+    fail("session spec decoded without its fields", s, &d);
+  if (sp.alibi == ATTN_SESSION_ALIBI_SLOPES &&
+      alibi_count(body, n) != (long)sp.num_heads) {
+    attn_session_spec_clear(&sp);
+    return;
+  }
+  attn_session_info info;
+  attn_buf b;
+  memset(&info, 0, sizeof info);
+  memcpy(info.id, "f", 2);
+  fill_spec(&sp);
+  info.spec = sp;
+  attn_buf_init(&b, 0);
+  if (attn_v1_encode_session(&b, &info)) fail("session encode", s, &d);
+  check_json(b.data, b.len);
+  const char *from = strstr(b.data, ",\"layers\":"),
+             *to = strstr(b.data, ",\"length\":");
+  if (!from || !to) fail("session object without its fields", s, &d);
+  b.data[0] = '{';
+  memmove(b.data + 1, from + 1, (size_t)(to - from - 1));
+  b.data[to - from] = '}';
+  s = attn_v1_decode_session_spec(b.data, (size_t)(to - from + 1), lim, &back,
+                                  &d);
+  if (s) fail("a session object's spec does not decode", s, &d);
+  if (!same_spec(&sp, &back)) fail("a spec decodes unlike it was", s, &d);
+  attn_session_spec_clear(&back);
+  attn_session_spec_clear(&sp);
+  attn_buf_free(&b);
+}
+
+/* A step that decodes has its rows, finite; its answer (the query as the
+ * output, part of it as lse and weights) is JSON whose "output", sent back
+ * as a query, decodes to the same floats (but for +-FLT_MAX, whose text
+ * 3.4028235e+38 is above FLT_MAX as a double: the decoders refuse it, as
+ * attn_json_f64_to_f32 says). */
+static void check_step(const char *body, size_t n, const attn_codec_limits *lim,
+                       const attn_v1_step_shape *sh) {
+  attn_v1_step st, back;
+  attn_diag d = {{0}};
+  attn_status s = attn_v1_decode_session_step(body, n, lim, sh, &st, &d);
+  if (s) {
+    check_failure("session step", s, &d, &st, sizeof st);
+    return;
+  }
+  size_t nq = (size_t)(st.t * sh->H * sh->D),
+         nk = (size_t)(st.t * sh->Hkv * sh->D);
+  if (st.t < 1 || !st.q || !st.k != !st.v || (st.k && !st.has_position) ||
+      st.layer < 0 || (st.has_position && st.position < 0) ||
+      nq > lim->max_tensor_elements)
+    fail("session step decoded without its fields", s, &d);
+  int max = 0;
+  for (size_t i = 0; i < nq; i++) {
+    if (!isfinite(st.q[i])) fail("a step's query not finite", s, &d);
+    max |= fabsf(st.q[i]) == FLT_MAX;
+  }
+  for (size_t i = 0; st.k && i < nk; i++)
+    if (!isfinite(st.k[i]) || !isfinite(st.v[i]))
+      fail("a step's key or value not finite", s, &d);
+  size_t nw = (size_t)(sh->H * st.t * st.t);
+  float *w = st.need_weights && nw <= 65536 ? malloc(nw * sizeof *w) : NULL;
+  for (size_t i = 0; w && i < nw; i++) w[i] = st.q[i % nq];
+  attn_buf b, q;
+  attn_buf_init(&b, 0);
+  attn_buf_init(&q, 0);
+  if (attn_v1_encode_session_step(&b, sh, st.t, st.q, st.q, st.t, w))
+    fail("step answer encode", s, &d);
+  check_json(b.data, b.len);
+  const char *lse = strstr(b.data, ",\"lse\":");
+  if (!lse) fail("a step's answer without lse", s, &d);
+  if (attn_buf_puts(&q, "{\"query\":") ||
+      attn_buf_append(&q, b.data + 10, (size_t)(lse - b.data) - 10) ||
+      attn_buf_puts(&q, "}"))
+    abort();
+  s = attn_v1_decode_session_step(q.data, q.len, lim, sh, &back, &d);
+  if (!max && s) fail("a step's output does not decode as a query", s, &d);
+  if (!max && (back.t != st.t || memcmp(back.q, st.q, nq * sizeof *st.q)))
+    fail("a step's output decodes unlike the query", s, &d);
+  attn_v1_step_clear(&back);
+  attn_v1_step_clear(&st);
+  attn_buf_free(&b);
+  attn_buf_free(&q);
+  free(w);
+}
+
+static void check_session(const char *body, size_t n, unsigned frame) {
+  attn_codec_limits lim = {
+      .max_tensor_elements = 4096, .max_inputs = 16, .max_depth = 32};
+  attn_diag d = {{0}};
+  attn_status s;
+  switch (frame & 3) {
+    case 0:
+      check_spec(body, n, &lim);
+      break;
+    case 1:
+      check_step(body, n, &lim, &step_shapes[frame >> 2 & 7]);
+      break;
+    case 2: {
+      int64_t len = -5;
+      s = attn_v1_decode_session_truncate(body, n, &len, &d);
+      if (s) check_failure("session truncate", s, &d, &len, sizeof len);
+      if (!s && len < 0) fail("truncate to a negative length", s, &d);
+      break;
+    }
+    default: {
+      char id[ATTN_SESSION_ID_MAX + 1];
+      memset(id, 'x', sizeof id);
+      s = attn_v1_decode_session_fork(body, n, id, &d);
+      if (s) check_failure("session fork", s, &d, id, 1);
+      if (!s && !attn_session_id_ok(id, strlen(id)))
+        fail("fork to an invalid id", s, &d);
+      break;
+    }
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!reg) {
     attn_diag d = {{0}};
@@ -230,6 +417,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size == 0) return 0;
   unsigned frame = data[0];
+  if (frame >> 5 == 7) { /* a /v1/sessions body, exactly its size */
+    char *sb = malloc(size - 1 ? size - 1 : 1);
+    if (!sb) return 0;
+    memcpy(sb, data + 1, size - 1);
+    check_session(sb, size - 1, frame);
+    free(sb);
+    return 0;
+  }
   if ((frame >> 5 & 3) == 3) { /* a repository body, exactly its size */
     static const attn_v2_repo_op ops[] = {ATTN_V2_REPO_INDEX, ATTN_V2_REPO_LOAD,
                                           ATTN_V2_REPO_UNLOAD,
