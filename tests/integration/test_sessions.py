@@ -805,8 +805,12 @@ def session_bad_ids_fields_and_shapes():
             ("window right side", dict(base, window=[2, 1]), ["window"]),
             ("window not a pair", dict(base, window=[2]), ["window"]),
             ("softcap 0", dict(base, softcap=0), ["softcap"]),
-            ("alibi slopes count", dict(base, alibi=[0.5, 0.25]),
+            ("alibi of 2 slopes for 4 heads", dict(base, alibi=[0.5, 0.25]),
              ["alibi"]),
+            ("alibi of 1 slope for 4 heads", dict(base, alibi=[0.5]),
+             ["alibi"]),
+            ("alibi of 6 slopes for 4 heads",
+             dict(base, alibi=[0.5, 0.25, 0.125, 0.0625, 1, 2]), ["alibi"]),
             ("rotary dims odd", dict(base, rotary={"dims": 3}), ["dims"]),
             ("rotary dims over head_dim", dict(base, rotary={"dims": 6}),
              ["dims"]),
@@ -816,7 +820,6 @@ def session_bad_ids_fields_and_shapes():
         fails.run(lambda: expect_error(s_put(p, "it-bad-spec", spec), 400,
                                        *needles, what="PUT " + what))
         cleanup(p, ["it-bad-spec"])
-    fails.done()
     expect_error(request(p, "PUT", path("it-bad-spec"), b"{\"num_heads\": "),
                  400, what="PUT of broken JSON")
     expect_status(s_get(p, "it-bad-spec"), 404, "bad specs created nothing")
@@ -858,7 +861,6 @@ def session_bad_ids_fields_and_shapes():
             fails.run(lambda: expect_error(
                 s_post(p, ref.id, "/attend", body), 400, *needles,
                 what="step " + what))
-        fails.done()
         r = s_post(p, ref.id, "/attend", dict(good, position=-1))
         check(r.status in (400, 409) and "position" in r.body.decode(),
               "position -1: %r" % r)
@@ -870,9 +872,10 @@ def session_bad_ids_fields_and_shapes():
                  ["lenght", "did you mean", "length"]),
                 ("fork bad id", "/fork", {"id": "no way"}, ["id"]),
                 ("fork no id", "/fork", {}, ["id"])):
-            expect_error(s_post(p, ref.id, tail, body), 400, *needles,
-                         what=what)
+            fails.run(lambda: expect_error(s_post(p, ref.id, tail, body),
+                                           400, *needles, what=what))
         step(p, ref, 0, q, k, v, what="after the bad ones")
+        fails.done()
     finally:
         cleanup(p, [ref.id])
 
