@@ -31,10 +31,10 @@ import tempfile
 import threading
 import time
 
-from harness import (Failure, Server, TOL, assert_bits, assert_close, cfg, check,
-                     decode_v2, expect_error, expect_status, f32, flatten,
-                     main, request, shared, test, v1, v1_ok, v2_binary,
-                     v2_in, v2_infer)
+from harness import (Failure, Server, TOL, assert_bits, assert_close, cfg,
+                     check, decode_v2, expect_error, expect_status, f32,
+                     flatten, main, request, shared, test, v1, v1_ok,
+                     v2_binary, v2_in, v2_infer)
 from tritonclient_imitation import TcClient, tc_expect_error, tc_input
 
 HALF_TOL = 2e-2     # bf16 and fp16 storage: |got - ref| <= 2e-2 (1 + |ref|)
