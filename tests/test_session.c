@@ -317,6 +317,7 @@ START_TEST(session_spec_checks) {
         break;
       case 7:
         f.alibi = ATTN_SESSION_ALIBI_SLOPES, f.alibi_slopes = slopes;
+        f.alibi_count = f.num_heads;
         break;
       case 8:
         f.softcap = -1;
@@ -482,7 +483,8 @@ static attn_session_spec case_spec(const step_case *c) {
   if (c->window) f.has_window = true, f.window_left = 5;
   if (c->alibi == 1) f.alibi = ATTN_SESSION_ALIBI_STANDARD;
   if (c->alibi == 2)
-    f.alibi = ATTN_SESSION_ALIBI_SLOPES, f.alibi_slopes = case_slopes;
+    f.alibi = ATTN_SESSION_ALIBI_SLOPES, f.alibi_slopes = case_slopes,
+    f.alibi_count = f.num_heads;
   if (c->softcap) f.softcap = 2.0f;
   if (c->rotary) {
     f.has_rotary = true;

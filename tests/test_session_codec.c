@@ -91,7 +91,7 @@ static const spec_case spec_cases[] = {
      ENC_HEAD(3,
               1) ",'max_tokens':0,'kv_dtype':'fp32','alibi':true,"
                  "'rotary':{'base':0,'dims':0,'interleaved':false}" ENC_TAIL},
-    {"{'num_heads':3,'head_dim':1,'alibi':false,'rotary':false,'softcap':0}",
+    {"{'num_heads':3,'head_dim':1,'alibi':false,'rotary':false}",
      ATTN_OK, NULL,
      ENC_HEAD(3, 1) ",'max_tokens':0,'kv_dtype':'fp32'" ENC_TAIL},
     {"{'num_heads':3,'head_dim':1,'rotary':true,'window':[-1,0],'scale':-2.5}",
@@ -220,7 +220,12 @@ static const spec_case spec_cases[] = {
 
     /* softcap */
     {"{'num_heads':8,'head_dim':8,'softcap':-1}", ATTN_EINVAL,
-     "=softcap is -1; it must be > 0 (the cap on the logits), or 0 for none",
+     "=softcap is -1; it must be > 0 (the cap on the logits; leave it out "
+     "for none)",
+     NULL},
+    {"{'num_heads':8,'head_dim':8,'softcap':0}", ATTN_EINVAL,
+     "=softcap is 0; it must be > 0 (the cap on the logits; leave it out "
+     "for none)",
      NULL},
     {"{'num_heads':8,'head_dim':8,'softcap':true}", ATTN_EINVAL,
      "=softcap must be a number, got a boolean", NULL},
@@ -336,8 +341,10 @@ START_TEST(spec_round_trip) {
       ck_assert_msg(memcmp(a.alibi_slopes, b.alibi_slopes,
                            (size_t)a.num_heads * sizeof(float)) == 0,
                     "%s: slopes differ", body);
+    ck_assert_int_eq(b.alibi_count, a.alibi_slopes ? a.num_heads : 0);
     float *sa = a.alibi_slopes, *sb = b.alibi_slopes;
     a.alibi_slopes = b.alibi_slopes = NULL;
+    a.alibi_count = b.alibi_count = 0;
     ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
                   "%s: spec differs: base %.17g %.17g scale %.9g %.9g softcap "
                   "%.9g %.9g",

@@ -92,8 +92,10 @@ typedef struct attn_session_spec {
   bool has_window;
   int64_t window_left; /* >= 0, or -1 unbounded; the right side is 0 */
   attn_session_alibi alibi;
-  float *alibi_slopes; /* SLOPES: num_heads finite floats, owned by the
+  float *alibi_slopes; /* SLOPES: alibi_count finite floats, owned by the
                           spec (attn_session_spec_clear frees them) */
+  int64_t alibi_count; /* SLOPES: how many the client gave (the store
+                          checks that it is num_heads) */
   float softcap;       /* > 0: on; 0: off */
   bool has_rotary;
   double rotary_base;      /* > 1 (0: not given: 10000) */

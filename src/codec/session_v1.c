@@ -242,19 +242,20 @@ static attn_status spec_alibi(const cJSON *a, attn_session_spec *o,
   if (!(o->alibi_slopes = malloc(n * sizeof *o->alibi_slopes)))
     return ATTN_ENOMEM;
   o->alibi = ATTN_SESSION_ALIBI_SLOPES;
+  o->alibi_count = (int64_t)n;
   return read_numbers(a, "alibi", o->alibi_slopes, d);
 }
 
-/* "softcap": > 0, or 0 for none (what leaving it out means). */
+/* "softcap": > 0, as on /v1/attention (leave it out for none). */
 static attn_status spec_softcap(const cJSON *it, attn_session_spec *o,
                                 attn_diag *d) {
   attn_status s;
   if (!it) return ATTN_OK;
   if ((s = get_f32(it, "softcap", &o->softcap, d))) return s;
-  if (o->softcap < 0)
+  if (!(o->softcap > 0))
     return attn_diag_set(d, ATTN_EINVAL,
                          "softcap is %g; it must be > 0 (the cap on the "
-                         "logits), or 0 for none",
+                         "logits; leave it out for none)",
                          it->valuedouble);
   return ATTN_OK;
 }

@@ -401,8 +401,11 @@ static attn_status v2_spec(const attn_infer_request *req, int64_t H,
                          "parameter window_right is %g; a session's window "
                          "ends at the token itself (0)",
                          right);
-  if (softcap < 0)
-    return attn_diag_set(d, ATTN_EINVAL, "parameter softcap must be > 0");
+  if (attn_infer_find_param(req, "softcap") && !(softcap > 0))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "parameter softcap is %g; it must be > 0 (leave it "
+                         "out for none)",
+                         softcap);
   if ((attn_infer_find_param(req, "rotary_base") ||
        attn_infer_find_param(req, "rotary_dims") ||
        attn_infer_find_param(req, "rotary_interleaved")) &&

@@ -126,9 +126,11 @@ static attn_status check_variants(const attn_session_spec *in, attn_diag *d) {
       in->alibi != ATTN_SESSION_ALIBI_SLOPES)
     return attn_diag_set(d, ATTN_EINVAL, "alibi must be true, false or a list");
   if (in->alibi == ATTN_SESSION_ALIBI_SLOPES) {
-    if (!in->alibi_slopes)
+    if (!in->alibi_slopes || in->alibi_count != in->num_heads)
       return attn_diag_set(d, ATTN_EINVAL,
-                           "alibi: a list of num_heads (%lld) slopes",
+                           "alibi has %lld slopes; give one per query head: "
+                           "num_heads (%lld) of them",
+                           (long long)(in->alibi_slopes ? in->alibi_count : 0),
                            (long long)in->num_heads);
     for (int64_t h = 0; h < in->num_heads; h++)
       if (!isfinite(in->alibi_slopes[h]))
