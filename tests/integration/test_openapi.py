@@ -105,6 +105,9 @@ def _check_headers(r, response, what):
 
 def _check_body(r, response, ctype, what):
     content = response.get("content") or {}
+    if not content and r.status == 204:  # no content, as documented
+        check(r.body == b"", "%s: a body %r" % (what, r.body[:80]))
+        return
     check(ctype in content, "%s: Content-Type %r is not one of %r" %
           (what, ctype, sorted(content)))
     schema = content[ctype].get("schema", {})
@@ -317,7 +320,8 @@ def openapi_get_route_errors():
     # (a query string does not count: libmicrohttpd gives attnd the path)
     long_tail = "/" + "x" * 2100
     for path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v1/models",
-                 "/metrics", "/v2/models/stats", "/", "/openapi.json"):
+                 "/metrics", "/v2/models/stats", "/", "/openapi.json",
+                 "/v1/sessions"):
         answer(request(p, "GET", path + long_tail), path, "get", 414)
         answer(request(p, "HEAD", path + long_tail), path, "head", 414)
     for method, url in (("POST", "/v2/health/live"), ("DELETE", "/v2"),
@@ -446,6 +450,9 @@ def openapi_too_large_bodies():
         for path in _REPO:
             answer(request(s.port, "POST", _concrete(path), big), path, "post",
                    413)
+        for method, path in _SESSION_BODIES:
+            answer(request(s.port, method, _concrete(path), big), path,
+                   method.lower(), 413)
 
 
 @test
@@ -482,6 +489,10 @@ def openapi_while_draining():
         for path in _REPO:
             answer(request(s.port, "POST", _concrete(path), b"{}", timeout=5),
                    path, "post", 503)
+        for method, path in _SESSION_BODIES + (("DELETE", _SESSION),):
+            body = b"{}" if method != "DELETE" else None
+            answer(request(s.port, method, _concrete(path), body, timeout=5),
+                   path, method.lower(), 503)
         check(not slow.answered(), "the slow request ended during the "
               "checks: the 503s above may not be the drain's")
         slow.response()
@@ -498,7 +509,7 @@ def _concrete(path):
     model, which may be unloaded and loaded)."""
     model = "demo" if path.startswith("/v2/repository/") else "sdpa"
     return (path.replace("{model}", model).replace("{version}", "1")
-            .replace("{file}", "app.js"))
+            .replace("{file}", "app.js").replace("{id}", "oa-1"))
 
 
 _REPO = ("/v2/repository/index", "/v2/repository/models/{model}/load",
@@ -538,6 +549,120 @@ def openapi_repository():
             answer(r, url, "get", 405, response="MethodNotAllowed")
 
 
+# ---- sessions ---------------------------------------------------------------
+
+_SESSION = "/v1/sessions/{id}"
+_SESSION_BODIES = (("PUT", _SESSION), ("POST", _SESSION + "/attend"),
+                   ("POST", _SESSION + "/truncate"),
+                   ("POST", _SESSION + "/fork"))
+_SPEC = {"num_heads": 1, "head_dim": 2}
+
+
+def _session_body(path):
+    """A body each session route takes (None for the GETs and DELETE) for
+    a fresh session oa-1 of _SPEC (_fresh_session)."""
+    return {_SESSION: _SPEC,
+            _SESSION + "/attend": {"position": 0, "query": [[1, 0]],
+                                   "key": [[1, 0]], "value": [[1, 2]]},
+            _SESSION + "/truncate": {"length": 0},
+            _SESSION + "/fork": {"id": "oa-fork"}}.get(path)
+
+
+def _fresh_session(port, headers=None):
+    """oa-1 of _SPEC and empty; oa-fork gone."""
+    for sid in ("oa-1", "oa-fork"):
+        request(port, "DELETE", "/v1/sessions/" + sid, headers=headers)
+    r = request(port, "PUT", "/v1/sessions/oa-1", _SPEC, headers=headers)
+    check(r.status == 201, "PUT oa-1: %r" % r)
+
+
+@test
+def openapi_sessions():
+    """Every answer the document lists for the session routes, and
+    kv_attention's 409 and 507 on both v2 infer paths: a server of 3
+    sessions at most and a KV cache of two 16 KiB blocks."""
+    with Server("--max-sessions", "3", "--kv-cache-bytes", "32768",
+                name="openapi-sessions") as s:
+        p = s.port
+        attend, trunc, fork = (_SESSION + t for t in ("/attend", "/truncate",
+                                                      "/fork"))
+        _get_and_head(p, "/v1/sessions", "/v1/sessions")
+        _fresh_session(p)
+        answer(request(p, "PUT", "/v1/sessions/oa-1", _SPEC), _SESSION, "put",
+               200)
+        answer(request(p, "PUT", "/v1/sessions/oa-1",
+                       {"num_heads": 1, "head_dim": 4}), _SESSION, "put", 409)
+        answer(request(p, "PUT", "/v1/sessions/oa-2", {"num_heads": 0}),
+               _SESSION, "put", 400)
+        for url in ("/v1/sessions/oa-1", "/v1/sessions/nosuch"):
+            _get_and_head(p, url, _SESSION,
+                          200 if url.endswith("oa-1") else 404)
+        for method, path in _SESSION_BODIES:
+            answer(request(p, method, _concrete(path), b"{}",
+                           headers={"Content-Type": "image/png"}), path,
+                   method.lower(), 415)
+        answer(request(p, "POST", "/v1/sessions/oa-1/attend",
+                       _session_body(attend)), attend, "post", 200)
+        answer(request(p, "POST", "/v1/sessions/oa-1/attend",
+                       {"position": 5, "query": [[1, 0]], "key": [[1, 0]],
+                        "value": [[1, 2]]}), attend, "post", 409)
+        answer(request(p, "POST", "/v1/sessions/oa-1/attend", {"query": 1}),
+               attend, "post", 400)
+        answer(request(p, "POST", "/v1/sessions/nosuch/attend",
+                       _session_body(attend)), attend, "post", 404)
+        answer(request(p, "POST", "/v1/sessions/oa-1/truncate",
+                       {"length": 0}), trunc, "post", 200)
+        answer(request(p, "POST", "/v1/sessions/oa-1/truncate",
+                       {"length": -1}), trunc, "post", 400)
+        answer(request(p, "POST", "/v1/sessions/nosuch/truncate",
+                       {"length": 0}), trunc, "post", 404)
+        answer(request(p, "POST", "/v1/sessions/oa-1/fork", {"id": "oa-f"}),
+               fork, "post", 201)
+        answer(request(p, "POST", "/v1/sessions/oa-1/fork", {"id": "oa-f"}),
+               fork, "post", 409)
+        answer(request(p, "POST", "/v1/sessions/oa-1/fork", {"id": "a b"}),
+               fork, "post", 400)
+        answer(request(p, "POST", "/v1/sessions/nosuch/fork", {"id": "x"}),
+               fork, "post", 404)
+        # three sessions now (oa-1, oa-f and one more): the next is a 507
+        answer(request(p, "PUT", "/v1/sessions/oa-3", _SPEC), _SESSION, "put",
+               201)
+        answer(request(p, "PUT", "/v1/sessions/oa-4", _SPEC), _SESSION, "put",
+               507)
+        answer(request(p, "POST", "/v1/sessions/oa-1/fork", {"id": "oa-5"}),
+               fork, "post", 507)
+        for sid in ("oa-f", "oa-3"):
+            answer(request(p, "DELETE", "/v1/sessions/" + sid), _SESSION,
+                   "delete", 204)
+        answer(request(p, "DELETE", "/v1/sessions/oa-3"), _SESSION, "delete",
+               404)
+        # a session of 16 KiB blocks: two fit, a step of 40 tokens does not
+        big = {"num_heads": 1, "head_dim": 128}
+        answer(request(p, "PUT", "/v1/sessions/oa-big", big), _SESSION, "put",
+               201)
+        row = [0.25] * 128
+        answer(request(p, "POST", "/v1/sessions/oa-big/attend",
+                       {"position": 0, "query": [row] * 40,
+                        "key": [row] * 40, "value": [row] * 40}),
+               attend, "post", 507)
+        for url, path in (("/v2/models/kv_attention/infer",
+                           "/v2/models/{model}/infer"),
+                          ("/v2/models/kv_attention/versions/1/infer",
+                           "/v2/models/{model}/versions/{version}/infer")):
+            def step(pos, t):
+                data = [0.25] * (t * 128)
+                ins = [{"name": "session_id", "datatype": "BYTES",
+                        "shape": [1], "data": ["oa-big"]},
+                       {"name": "position", "datatype": "INT64",
+                        "shape": [1], "data": [pos]}]
+                ins += [{"name": n, "datatype": "FP32",
+                         "shape": [1, t, 1, 128], "data": data}
+                        for n in ("query", "key", "value")]
+                return request(p, "POST", url, {"inputs": ins})
+            answer(step(7, 1), path, "post", 409)
+            answer(step(0, 40), path, "post", 507)
+
+
 @test
 def openapi_with_api_keys():
     """With an API key set (and metrics_require_key): every operation the
@@ -554,7 +679,10 @@ def openapi_with_api_keys():
                     continue
                 url = _concrete(path)
                 body = None
-                if method == "post":
+                if path.startswith("/v1/sessions"):
+                    body = (_session_body(path) if method in ("put", "post")
+                            else None)
+                elif method == "post":
                     body = (_V1 if path == _V1_PATH else
                             b"{}" if path in _REPO else small_v2_body())
                 r = request(s.port, method.upper(), url, body)
@@ -564,6 +692,8 @@ def openapi_with_api_keys():
                     answer(r, path, method, what=what)
                     continue
                 answer(r, path, method, 401, what=what)
+                if path.startswith("/v1/sessions"):
+                    _fresh_session(s.port, {"X-Api-Key": key})
                 r = request(s.port, method.upper(), url, body,
                             headers={"X-Api-Key": key})
                 answer(r, path, method, what="%s with the key" %
