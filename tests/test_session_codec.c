@@ -91,8 +91,7 @@ static const spec_case spec_cases[] = {
      ENC_HEAD(3,
               1) ",'max_tokens':0,'kv_dtype':'fp32','alibi':true,"
                  "'rotary':{'base':0,'dims':0,'interleaved':false}" ENC_TAIL},
-    {"{'num_heads':3,'head_dim':1,'alibi':false,'rotary':false}",
-     ATTN_OK, NULL,
+    {"{'num_heads':3,'head_dim':1,'alibi':false,'rotary':false}", ATTN_OK, NULL,
      ENC_HEAD(3, 1) ",'max_tokens':0,'kv_dtype':'fp32'" ENC_TAIL},
     {"{'num_heads':3,'head_dim':1,'rotary':true,'window':[-1,0],'scale':-2.5}",
      ATTN_OK, NULL,
