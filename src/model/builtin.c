@@ -135,14 +135,6 @@ static const char *join(const char *const *names, int n, char *buf,
 
 const char *attn__model_param_names(attn__model_kind kind, char *buf,
                                     size_t cap) {
-  if (kind == ATTN__MODEL_KV) {
-    snprintf(buf, cap,
-             "layer, sequence_id, sequence_start, sequence_end, layers, "
-             "max_tokens, kv_dtype, scale, window_left, window_right, "
-             "softcap, alibi, rotary, rotary_base, rotary_dims, "
-             "rotary_interleaved");
-    return buf;
-  }
   int n = kind == ATTN__MODEL_SDPA ? P_N_SDPA : P_N;
   join(p_names, n, buf, cap);
   size_t at = strlen(buf);

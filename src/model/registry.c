@@ -154,10 +154,36 @@ void attn_model_put(const attn_model *m) {
 
 /* Describes m, makes its metadata parameters, one reference.  Takes m
  * (freed on failure). */
+/* kv_attention's metadata "parameters": its request parameters, and both
+ * forms of a step (the inputs and outputs above are the batched one's). */
+#define KV_PARAMS_JSON                                                       \
+  "{\"request_parameters\":\"layer, sequence_id, sequence_start, "           \
+  "sequence_end, layers, max_tokens, kv_dtype, scale, window_left, "         \
+  "window_right, softcap, alibi, rotary, rotary_base, rotary_dims, "         \
+  "rotary_interleaved\",\"batched_form\":\"inputs session_id BYTES [B], "    \
+  "position INT64 [B] (each session's length), query [B,t,num_heads,"        \
+  "head_dim], key and value [B,t,num_kv_heads,head_dim] (both or neither); " \
+  "parameter layer; outputs output [B,t,num_heads,head_dim] and lse "        \
+  "[B,t,num_heads]\",\"sequence_form\":\"Triton's sequence extension: "      \
+  "parameters sequence_id (string or uint64), sequence_start (creates the "  \
+  "session: its shape from the tensors, layers, max_tokens, kv_dtype and "   \
+  "the variants from parameters), sequence_end (deletes it after the "       \
+  "answer), layer; inputs query [t,num_heads,head_dim], key and value "      \
+  "[t,num_kv_heads,head_dim] (appended at the layer's length); outputs "     \
+  "output [t,num_heads,head_dim] and lse [t,num_heads]\"}"
+
 static attn_status finish_model(attn_model *m, attn_diag *d) {
   char names[512];
   describe(m);
   atomic_init(&m->refs, 1);
+  if (m->kind == ATTN__MODEL_KV) { /* the two forms of a step, in words */
+    m->params_json = strdup(KV_PARAMS_JSON);
+    if (!m->params_json) {
+      model_free(m);
+      return attn_diag_set(d, ATTN_ENOMEM, "out of memory for the registry");
+    }
+    return ATTN_OK;
+  }
   if (attn__model_params_json(
           attn__model_param_names(m->kind, names, sizeof names),
           m->kind == ATTN__MODEL_RESIDENT ? &m->res.fixed : NULL,
