@@ -730,8 +730,8 @@ bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
     }
   }
   if (failed) {
-    if (st == ATTN_ECONFLICT && got && B == 1)
-      answer_conflict(resp, &d, held[0], layer);
+    if (st == ATTN_ECONFLICT && got && bad >= 0 && bad < B)
+      answer_conflict(resp, &d, held[bad], layer); /* its length */
     else
       attn__resp_status(resp, st, &d);
     attn_infer_response_free(r);
