@@ -287,10 +287,21 @@ START_TEST(session_spec_checks) {
   const struct {
     int what;
     const char *needle;
-  } cases[] = {{0, "num_heads"}, {1, "head_dim"}, {2, "layers"},
-               {3, "kv_dtype"},  {4, "scale"},    {5, "window"},
-               {6, "alibi"},     {7, "alibi[2]"}, {8, "softcap"},
-               {9, "rotary"},    {10, "rotary"},  {11, "max_tokens"}};
+  } cases[] = {{0, "num_heads"},
+               {1, "head_dim"},
+               {2, "layers"},
+               {3, "kv_dtype"},
+               {4, "scale"},
+               {5, "window"},
+               {6, "alibi"},
+               {7, "alibi[2]"},
+               {8, "softcap"},
+               {9, "rotary"},
+               {10, "rotary"},
+               {11, "max_tokens"},
+               {12,
+                "alibi has 3 slopes; give one per query head: "
+                "num_heads (4)"}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     f = spec_of(4, 0, 16, ATTN_KV_FP32);
     switch (cases[i].what) {
@@ -330,6 +341,10 @@ START_TEST(session_spec_checks) {
         break;
       case 11:
         f.max_tokens = -1;
+        break;
+      case 12: /* fewer slopes than heads: never read past them */
+        f.alibi = ATTN_SESSION_ALIBI_SLOPES, f.alibi_slopes = slopes;
+        f.alibi_count = 3;
         break;
     }
     ck_assert_int_eq(attn_session_create(st, 0, "a", &f, 0, &created, NULL, &d),
