@@ -7,7 +7,10 @@ the session's whole history, and its log-sum-exp.
 
 Usage: /usr/bin/python3 clients/python/test_attnd_client.py [--attnd PATH]
        [-k SUBSTRING]
-Needs numpy; without it, exits 77 (a skip for meson test).  The whole run
+Prints "ok NAME" or "FAIL NAME: reason" a test, then "N passed, M failed"
+alone on the last line (as tests/integration/run.py; scripts/test-summary.py
+counts it); exits 1 if any failed.  Needs numpy; without it, exits 77 (a
+skip for meson test).  The whole run
 is bounded (WATCHDOG_S): past it every server is killed and the run fails.
 """
 
@@ -635,8 +638,8 @@ def main():
     finally:
         for s in _servers:
             s.kill()
-    print("%d passed, %d failed (%.1f s)" % (passed, failed,
-                                              time.monotonic() - t0))
+    print("took %.1f s" % (time.monotonic() - t0))
+    print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
 
