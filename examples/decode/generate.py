@@ -20,8 +20,8 @@ fp32 sessions they must be identical (exit 1 otherwise, naming the first
 difference and the reference's logit margin there); with bf16 or fp16
 sessions it says how many agree.
 
---demo-speculative: speculative decoding with a prompt-lookup draft (the
-next --draft tokens after the latest earlier match of the last tokens):
+--demo-speculative: speculative decoding with a cheap draft (prompt
+lookup, then a bigram model of the repository's Markdown: --draft tokens):
 each step sends the pending token and the draft in one attend, keeps the
 longest prefix the model agrees with plus its own next token, and rolls
 the session back with truncate.  The tokens are plain greedy's.
@@ -43,6 +43,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 sys.path.insert(0, HERE)
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import attnd_client  # noqa: E402
@@ -83,19 +84,40 @@ class Run:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.steps = 0       # model calls after the prefill
+        self.recovered = 0   # sessions re-created after a 404
 
 
-def generate(model, backend, prompts, n_tokens, tag):
+def recover(model, backend, seqs, ctxs):
+    """After a 404 (attnd no longer holds a session: its replica restarted
+    or died, or it expired): re-create each lost session with the same id
+    and shape and prefill it again with the tokens it had; truncate the
+    others back to their tokens (a failed step may have appended to the
+    layers before the one that failed).  Returns the lost ones."""
+    lost = []
+    for s, ctx in zip(seqs, ctxs):
+        if backend.exists(s):
+            backend.truncate(s, len(ctx))
+        else:
+            backend.new(s)
+            model(torch.tensor([ctx]), [s], backend)
+            lost.append(s)
+    return lost
+
+
+def generate(model, backend, prompts, n_tokens, tag, lose_at=None):
     """Greedy: prefill each prompt alone (one attend a layer), then decode
-    all of them together, one token a step.  Returns a Run."""
+    all of them together, one token a step.  lose_at: before that step,
+    delete the first session behind the model's back (a replica lost) to
+    show the recovery.  Returns a Run."""
     run = Run(backend.name)
-    seqs = []
+    seqs, ctxs = [], []
     try:
         nxt = []
         t0 = time.perf_counter()
         for i, p in enumerate(prompts):
             s = backend.new("%s-%d" % (tag, i))
             seqs.append(s)
+            ctxs.append(list(p))
             logits = model(torch.tensor([list(p)]), [s], backend)[0, -1]
             nxt.append(int(torch.argmax(logits)))
             run.tokens.append([nxt[-1]])
@@ -103,8 +125,22 @@ def generate(model, backend, prompts, n_tokens, tag):
             run.prefill_tokens += len(p)
         run.prefill_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        for _ in range(n_tokens - 1):
-            logits = model(torch.tensor(nxt)[:, None], seqs, backend)[:, -1]
+        for step in range(n_tokens - 1):
+            if step == lose_at:
+                backend.sessions[seqs[0]].delete()
+            try:
+                logits = model(torch.tensor(nxt)[:, None], seqs, backend)[:, -1]
+            except attnd_client.AttndError as e:
+                if e.status != 404:
+                    raise
+                lost = recover(model, backend, seqs, ctxs)
+                print("step %d: %s; re-created and re-prefilled %s"
+                      % (step, e.message, ", ".join("%s (%d tokens)" % (
+                          s, len(ctxs[seqs.index(s)])) for s in lost)))
+                run.recovered += len(lost)
+                logits = model(torch.tensor(nxt)[:, None], seqs, backend)[:, -1]
+            for b, x in enumerate(nxt):
+                ctxs[b].append(x)
             nxt = [int(x) for x in torch.argmax(logits, -1)]
             for b, x in enumerate(nxt):
                 run.tokens[b].append(x)
@@ -118,15 +154,31 @@ def generate(model, backend, prompts, n_tokens, tag):
     return run
 
 
-def lookup_draft(context, k, ngram=3):
-    """Prompt-lookup drafting: the k tokens that followed the latest earlier
-    occurrence of the context's last n tokens (n = ngram..1); else nothing."""
-    for n in range(min(ngram, len(context) - 1), 0, -1):
-        tail = context[-n:]
-        for start in range(len(context) - n - 1, -1, -1):
-            if context[start:start + n] == tail:
-                return context[start + n:start + n + k]
-    return []
+class Drafter:
+    """The draft for speculative decoding, k tokens greedily: prompt lookup
+    (the tokens that followed the latest earlier occurrence of the
+    context's last 3, 2 or 1 tokens), continued by a bigram model of the
+    repository's Markdown (the most frequent next byte).  Cheap and often
+    wrong, which is the point: the rollback then happens."""
+
+    def __init__(self):
+        data = M.corpus(ROOT).numpy()
+        pairs = np.bincount(data[:-1] * M.VOCAB + data[1:], minlength=M.VOCAB ** 2)
+        self.next = pairs.reshape(M.VOCAB, M.VOCAB).argmax(1).tolist()
+
+    def draft(self, context, k, ngram=3):
+        out = []
+        for n in range(min(ngram, len(context) - 1), 0, -1):
+            tail = context[-n:]
+            for start in range(len(context) - n - 1, -1, -1):
+                if context[start:start + n] == tail:
+                    out = context[start + n:start + n + k]
+                    break
+            if out:
+                break
+        while len(out) < k:
+            out.append(self.next[(out or context)[-1]])
+        return out
 
 
 def speculative(model, backend, prompt, n_tokens, k, tag):
@@ -134,6 +186,7 @@ def speculative(model, backend, prompt, n_tokens, k, tag):
     token and up to k drafted ones in one call, accepts the longest agreeing
     prefix, and truncates the rest away.  Returns (tokens, steps, drafted,
     accepted, truncates)."""
+    drafter = Drafter()
     s = backend.new(tag)
     try:
         ctx = list(prompt)
@@ -145,7 +198,7 @@ def speculative(model, backend, prompt, n_tokens, k, tag):
             out.append(pending)
             if len(out) == n_tokens:
                 break
-            draft = lookup_draft(ctx + [pending], k)[:n_tokens - len(out)]
+            draft = drafter.draft(ctx + [pending], k)[:n_tokens - len(out)]
             n = backend.length(s)
             logits = model(torch.tensor([[pending] + draft]), [s], backend)[0]
             preds = [int(x) for x in torch.argmax(logits, -1)]
@@ -224,7 +277,7 @@ def main(argv=None):
     ap.add_argument("--kv-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--check", action="store_true",
                     help="also run in PyTorch alone; fp32: exit 1 unless identical")
-    ap.add_argument("--train-seconds", type=float, default=5.0,
+    ap.add_argument("--train-seconds", type=float, default=10.0,
                     help="train on README.md and docs/*.md this long (0: seeded "
                          "random weights)")
     ap.add_argument("--seed", type=int, default=0)
@@ -232,6 +285,9 @@ def main(argv=None):
     ap.add_argument("--demo-speculative", action="store_true")
     ap.add_argument("--draft", type=int, default=4, help="speculative draft length")
     ap.add_argument("--demo-fork", action="store_true")
+    ap.add_argument("--demo-lost", action="store_true",
+                    help="delete the first session halfway (as a lost replica "
+                         "would) and show the re-create and re-prefill")
     ap.add_argument("--threads", type=int, default=1,
                     help="PyTorch threads while generating (attnd wants the rest)")
     ap.add_argument("--session-prefix", default="decode-%d" % os.getpid(),
@@ -248,8 +304,8 @@ def main(argv=None):
     prompts = [p.encode("utf-8") for p in prompts]
     if any(len(p) == 0 for p in prompts):
         ap.error("a prompt may not be empty")
-    if args.tokens < 1:
-        ap.error("--tokens must be at least 1")
+    if args.tokens < 2:
+        ap.error("--tokens must be at least 2")
 
     torch.manual_seed(args.seed)
     cfg = M.Config(layers=args.layers, seed=args.seed)
@@ -274,7 +330,8 @@ def main(argv=None):
           "rotary base %g; sessions kv_dtype %s at %s"
           % (cfg.layers, cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
              M.ROTARY_BASE, args.kv_dtype, args.url))
-    run = generate(model, attnd, prompts, args.tokens, "gen")
+    run = generate(model, attnd, prompts, args.tokens, "gen",
+                   lose_at=args.tokens // 2 if args.demo_lost else None)
     for p, toks in zip(prompts, run.tokens):
         print("--- %s%s" % (printable(p), printable(toks)))
     total_s = run.prefill_s + run.decode_s
@@ -299,14 +356,16 @@ def main(argv=None):
             ok &= ident
             same += sum(1 for x, y in zip(run.tokens[i], refrun.tokens[i]) if x == y)
             total += len(refrun.tokens[i])
-        print("check (%s): %d of %d tokens agree with PyTorch" % (args.kv_dtype, same, total))
+        print("check (%s): %d of %d tokens agree with PyTorch; PyTorch's smallest "
+              "top-1 minus top-2 logit margin %.3g" % (
+                  args.kv_dtype, same, total, min(min(m) for m in refrun.margins)))
 
     if args.demo_speculative:
         t0 = time.perf_counter()
         toks, steps, drafted, accepted, truncs = speculative(
             model, attnd, prompts[0], args.tokens, args.draft, "spec")
         dt = time.perf_counter() - t0
-        print("speculative (prompt-lookup draft of up to %d): %d tokens in %d steps "
+        print("speculative (drafts of %d): %d tokens in %d steps "
               "(%.2f a step), %d of %d drafted tokens accepted, %d truncates, %.3f s"
               % (args.draft, len(toks), steps + 1, len(toks) / (steps + 1),
                  accepted, drafted, truncs, dt))
@@ -325,7 +384,7 @@ def main(argv=None):
             print("--- fork %s: %s[%s]%s" % (name, printable(p), printable(toks[:1]),
                                              printable(toks[1:])))
             r = generate(model, ref, [p + bytes([top2[b]])], args.tokens - 1, "fb")
-            want = [top2[b]] + r.tokens[0]
+            want = ([top2[b]] + r.tokens[0])[:args.tokens]
             ident = compare("fork %s" % name, toks, want, None)
             ok &= ident or not exact
 

@@ -23,9 +23,10 @@ runs here in PyTorch fp32.  Attention goes through a backend:
 
 Both backends take the same calls: new(name), fork(seq, name),
 truncate(seq, length), attend(seqs, layer, q, k, v) with q [B, t, H, D] and
-k, v [B, t, Hkv, D] (unrotated), returning [B, t, H, D]; length(seq); and
-free(seq).  model.forward(tokens [B, t], seqs, backend) appends the t tokens
-to every layer of each sequence and returns the logits [B, t, 256].
+k, v [B, t, Hkv, D] (unrotated), returning [B, t, H, D]; length(seq);
+exists(seq); and free(seq).  model.forward(tokens [B, t], seqs, backend)
+appends the t tokens to every layer of each sequence and returns the
+logits [B, t, 256].
 
 Training (train(), a few seconds on the repository's own Markdown) uses a
 plain differentiable causal attention in fp32 over whole windows.
@@ -38,6 +39,11 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+try:  # only AttndBackend needs it (generate.py puts clients/python on the path)
+    import attnd_client
+except ImportError:  # pragma: no cover
+    attnd_client = None
 
 VOCAB = 256
 ROTARY_BASE = 10000.0
@@ -202,6 +208,9 @@ class TorchBackend:
     def free(self, seq):
         del self.seqs[seq]
 
+    def exists(self, seq):
+        return seq in self.seqs
+
     def attend(self, seqs, layer, q, k, v):
         c = self.c
         rep = c.num_heads // c.num_kv_heads
@@ -269,6 +278,17 @@ class AttndBackend:
     def free(self, seq):
         self.sessions.pop(seq).delete()
 
+    def exists(self, seq):
+        """Whether attnd still holds the session (a restarted or lost
+        replica, an idle expiry: 404); refreshes its tracked lengths."""
+        try:
+            self.sessions[seq].refresh()
+            return True
+        except attnd_client.AttndError as e:
+            if e.status != 404:
+                raise
+            return False
+
     def attend(self, seqs, layer, q, k, v):
         qn, kn, vn = (a.numpy() for a in (q, k, v))
         if len(seqs) == 1:
@@ -291,7 +311,7 @@ def corpus(root):
     return torch.tensor(np.frombuffer(data, dtype=np.uint8).astype(np.int64))
 
 
-def train(model, root, seconds, window=64, batch=32, lr=3e-3, seed=0, log=None):
+def train(model, root, seconds, window=64, batch=16, lr=3e-3, seed=0, log=None):
     """Next-byte prediction on the repository's Markdown for `seconds` of
     wall time (seeded batches; how many steps fit depends on the machine).
     Returns (steps, last loss)."""
