@@ -395,4 +395,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except attnd_client.AttndError as e:
+        # attnd not running (status 0), a key missing (401), ...
+        print("generate.py: %s" % e, file=sys.stderr)
+        sys.exit(2)
