@@ -76,7 +76,7 @@ it.  Every session request carries the header::
 where ``group`` is the session id's text before its first ``:`` (the
 whole id when it has none): ``chat:7`` and ``chat:8`` are in group
 ``chat``, ``doc-1`` is its own group.  The load balancer hashes on that
-header (deploy/ configures HAProxy and ingress-nginx so), which puts a
+header (deploy/ has the balancers' configuration), which puts a
 group on one replica.  A batched ``decode`` sends its sessions' common
 group; when its sessions belong to several groups, the client sends one
 request per group and puts the answers back in the order given.  So

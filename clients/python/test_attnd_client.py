@@ -17,6 +17,7 @@ is bounded (WATCHDOG_S): past it every server is killed and the run fails.
 import argparse
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -595,6 +596,27 @@ def api_keys(attnd, rng):
             srv.stop()
 
 
+def idle_connection_closed_by_server(attnd, rng):
+    """attnd closes a kept-alive connection idle past connection_timeout_s:
+    the next call sees it closed before sending and opens a new one (one
+    attempt, no retry needed)."""
+    srv = Server(attnd, "--connection-timeout-s", "1")
+    try:
+        c = Client(srv.url)
+        with c.session("t-idle", 2, 4) as s:
+            q, k, v = (toks(rng, 1, 2, 4) for _ in range(3))
+            s.attend(q, k, v)
+            sock = c._local.conn.sock
+            r = select.select([sock], [], [], 10)[0]  # closed: readable
+            assert r and sock.recv(1, socket.MSG_PEEK) == b"", "not closed"
+            seen = _record(c)
+            out, _ = s.attend(q, k, v)
+            assert len(seen) == 1 and c._local.conn.sock is not sock, seen
+            assert s.refresh()["length"] == [2]
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attnd", default=os.path.join(
@@ -613,7 +635,8 @@ def main():
     timer.start()
 
     t0 = time.monotonic()
-    tests = [t for t in TESTS + [api_keys]
+    tests = [t for t in TESTS + [api_keys,
+                                 idle_connection_closed_by_server]
              if not args.k or any(k in t.__name__ for k in args.k)]
     passed = failed = 0
     srv = Server(args.attnd)
@@ -622,7 +645,7 @@ def main():
             rng = np.random.default_rng(args.seed + len(fn.__name__))
             t1 = time.monotonic()
             try:
-                fn(args.attnd if fn is api_keys else srv, rng)
+                fn(srv if fn in TESTS else args.attnd, rng)
                 passed += 1
                 print("ok %s (%.2f s)" % (fn.__name__,
                                          time.monotonic() - t1), flush=True)
