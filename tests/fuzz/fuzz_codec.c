@@ -26,19 +26,16 @@
  *     header length), and a binary part is exactly the sizes it declares;
  *   - Triton's timeout peeked at (attn_v2_peek_timeout, before the queue)
  *     is the one the v2 decode reads, whenever both find one;
-<<<<<<< HEAD
  *   - what a consumer reads of a decoded request is there: every element
  *     of a BYTES input, read with attn_tensor_bytes_at (ASan sees an
  *     overread), and a numeric sequence_id's digits (p->s) are its value
  *     ((uint64_t)p->i);
-=======
  *   - a /v1/sessions body that decodes is what its type promises (a spec
  *     with num_heads and head_dim, a step's rows all there and finite, key
  *     with value and position, a valid id, a length >= 0), and what the
  *     encoders make of it is JSON that decodes back to the same: a spec
  *     from its session object, a step's query from the answer's "output",
  *     bit for bit;
->>>>>>> h-v1codec
  *   - a repository body is taken or refused, with the same message, as
  *     repo.c did with cJSON before the codec read these bodies (the
  *     reference below), whenever attnd's JSON parser takes the body within
@@ -49,13 +46,9 @@
  * Build and run: tests/fuzz/run.sh codec [seconds]
  */
 #include <cjson/cJSON.h>
-<<<<<<< HEAD
-#include <inttypes.h>
-    == == ==
-    =
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
-        >>>>>>> h - v1codec
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +64,7 @@
 #include "../../src/server/internal.h"
 #include "../../src/server/inflate.h"
 
-                    static attn_registry *reg;
+static attn_registry *reg;
 
 static void fail(const char *what, attn_status s, const attn_diag *d) {
   fprintf(stderr, "fuzz_codec: %s: %s: %s\n", what, attn_status_name(s),
