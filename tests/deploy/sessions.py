@@ -121,6 +121,7 @@ class Run:
                   "moved_to": {}, "failures": []}
         self.deadline = time.monotonic() + a.deadline
         self.replica = {}  # group -> replica name (current)
+        self.last_404_by = "?"  # (for a failure's message only)
 
     def failure(self, msg):
         with self.lock:
