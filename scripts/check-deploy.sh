@@ -13,10 +13,13 @@
 # into build/deploy-check (not committed).  Then:
 #
 #  1. yamllint --strict (.yamllint) on every YAML file under deploy/;
-#  2. the kustomizations deploy/k8s and deploy/k8s-overlays/*, rendered and
-#     validated against the Kubernetes schemas (kubernetes-models; unknown
-#     kinds and unknown fields are errors) and attnd's rules
-#     (scripts/deploy-check/validate.cjs says which);
+#  2. the kustomizations deploy/k8s and deploy/k8s-overlays/* (models-pvc,
+#     ingress-nginx: the Ingresses that keep each session on its pod),
+#     rendered and validated against the Kubernetes schemas
+#     (kubernetes-models; unknown kinds and unknown fields are errors) and
+#     attnd's rules (scripts/deploy-check/validate.cjs says which: for the
+#     Ingresses, backends that exist, upstream-hash-by on the affinity
+#     header, the session paths hashed, no Service both hashed and not);
 #  3. deploy/kserve/*.yaml against deploy/kserve/schema/*.json (ajv) and
 #     the Kubernetes schemas of their core parts;
 #  4. the Kubernetes objects in docs/deploy.md's yaml blocks;
@@ -33,7 +36,9 @@
 #  8. haproxy -c on deploy/haproxy/haproxy.cfg, nginx -t on deploy/nginx;
 #  9. self-tests: broken copies of the files (a wrong type, misspelt
 #     fields, an unknown kind, a broken rule, a misspelt unit directive, a
-#     forbidden system call) must each be rejected, for the reason meant.
+#     forbidden system call, an Ingress that loses session affinity, a
+#     HAProxy config that does not parse) must each be rejected, for the
+#     reason meant.
 #
 # Checks 5, 6 (verify with the real binary) and 7 use an attnd binary:
 # $CHECK_DEPLOY_ATTND, else build/src/attnd (`make` builds it); without
@@ -380,6 +385,30 @@ k8s_case 'liveness on the serving port' 'livenessProbe port http is not metrics_
   's/^              port: metrics$/              port: http/'
 k8s_case 'no metrics_port' 'metrics_port is not set in attnd.json' configmap.yaml '/"metrics_port": 8002,/d'
 
+# overlay_case OVERLAY NAME TEXT FILE SED-EXPR: a broken copy of an overlay
+# (beside a copy of the base, as ../../k8s)
+overlay_case() {
+  local overlay=$1 name=$2 text=$3 file=$4 expr=$5 d
+  d=$(mktemp -d "$TMP/overlay.XXXXXX")
+  mkdir -p "$d/k8s-overlays"
+  cp -r deploy/k8s "$d/k8s"
+  cp -r "deploy/k8s-overlays/$overlay" "$d/k8s-overlays/$overlay"
+  mutate "$d/k8s-overlays/$overlay/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
+  expect_fail "Kubernetes $overlay: $name" "$text" "${VALIDATE[@]}" kustomize "$d/k8s-overlays/$overlay"
+}
+if [ -d deploy/k8s-overlays/ingress-nginx ]; then
+  overlay_case ingress-nginx 'the hash on a misspelt header' 'it must be "$http_x_attnd_affinity"' \
+    ingress-sessions.yaml 's/\$http_x_attnd_affinity/$http_x_attnd_afinity/'
+  overlay_case ingress-nginx 'a backend Service that is not there' 'service attnd-session is not a Service of this set' \
+    ingress-sessions.yaml '0,/name: attnd-sessions$/!s/name: attnd-sessions$/name: attnd-session/'
+  overlay_case ingress-nginx 'the session path misspelt' '/v1/sessions/chat-1:s0/attend goes to' \
+    ingress-sessions.yaml 's#path: /v1/sessions$#path: /v1/session#'
+  overlay_case ingress-nginx 'hashed paths on the Service attnd' 'shared by hashed and unhashed Ingress paths' \
+    ingress-sessions.yaml '0,/name: attnd-sessions$/!s/name: attnd-sessions$/name: attnd/'
+  overlay_case ingress-nginx 'service-upstream on' 'service-upstream "true"' \
+    ingress-sessions.yaml 's#^    nginx.ingress.kubernetes.io/proxy-body-size: 256m$#&\n    nginx.ingress.kubernetes.io/service-upstream: "true"#'
+fi
+
 # kserve_case NAME TEXT FILE SED-EXPR: a broken copy of deploy/kserve
 kserve_case() {
   local name=$1 text=$2 file=$3 expr=$4 d
@@ -406,6 +435,13 @@ kserve_case 'grace period 30 s' 'terminationGracePeriodSeconds 30 must be longer
   's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 30/'
 kserve_case 'a runtime that is not there' 'runtime attnd-v2 is not a ServingRuntime of this set' inferenceservice.yaml \
   's/runtime: attnd$/runtime: attnd-v2/'
+
+# haproxy: a config that does not parse (the session backend's hash)
+if [ -f deploy/haproxy/haproxy.cfg ]; then
+  cp deploy/haproxy/haproxy.cfg "$TMP/haproxy.cfg"
+  mutate "$TMP/haproxy.cfg" 's/^    balance hash var(txn.affinity)$/    balance hash var(txn.afinity/' &&
+    expect_fail "haproxy: an unclosed sample expression" "ALERT" haproxy -c -f "$TMP/haproxy.cfg"
+fi
 
 # docs/deploy.md's objects
 if [ -f docs/deploy.md ]; then

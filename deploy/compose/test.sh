@@ -11,6 +11,13 @@
 #  3. Rolling restart: under load, each replica in turn gets SIGTERM (exit
 #     code 0), is started again and is ready before the next; no request
 #     fails.
+#  4. Sessions: 60 sessions in 20 affinity groups decode 50 steps each
+#     through HAProxy (tests/deploy/sessions.py: v2 kv_attention batches
+#     with the X-Attnd-Affinity header, /v1 steps with it and without it),
+#     every answer checked against a float64 reference and every group
+#     kept to one replica; attnd-3 is killed halfway: its groups' sessions
+#     answer 404 "not found" and are created and prefilled again, every
+#     other session's steps succeed on the replica they had.
 # The load is tests/deploy/client.py: 4 threads of small /v1 and v2
 # requests to 127.0.0.1:8080, bounded in time.  Prints the counts, then
 # "N passed, M failed" last.
@@ -133,6 +140,32 @@ report rolling "load across the rolling restart"
   ok "rolling restart: no failed request" || bad "rolling restart" "requests failed"
 [ "$codes" = " attnd-1=0 attnd-2=0 attnd-3=0" ] &&
   ok "rolling restart: every replica exited 0 on SIGTERM" || bad "exit codes" "$codes"
+
+# ---- 4. sessions: affinity, and a replica lost under them ----------------------
+# (the replicas are all back and in rotation after phase 3)
+id3=$($COMPOSE ps -q attnd-3)
+start=$(date +%s)
+rc=0
+timeout 180 python3 tests/deploy/sessions.py $LB --kill-replica attnd-3 \
+  --kill-cmd "docker kill --signal KILL $id3" --deadline 150 >"$work/sessions.json" || rc=$?
+s() { field sessions "c.get($1)"; }
+if [ ! -s "$work/sessions.json" ]; then
+  bad "sessions" "tests/deploy/sessions.py printed nothing (exit $rc)"
+else
+  echo "  $(s "'sessions'") sessions, $(s "'steps_per_session'") steps each, in $(($(date +%s) - start)) s:" \
+    "$(s "'requests'") requests, $(s "'checked_rows'") rows checked against the reference;" \
+    "groups by replica $(s "'groups_by_replica'")"
+  echo "  attnd-3 killed: $(s "'groups_on_killed'") groups, $(s "'not_found'") answers 404 not found," \
+    "$(s "'recreated'") sessions created and prefilled again, moved to $(s "'moved_to'")"
+  [ "$(s "'failed'")" = 0 ] || field sessions "'\n'.join(c['failures'])"
+  [ "$rc" = 0 ] && [ "$(s "'failed'")" = 0 ] && [ "$(s "'ok'")" -gt 0 ] &&
+    ok "sessions: every answer matches the reference, every group on one replica" ||
+    bad "sessions" "exit $rc, $(s "'failed'") failed"
+  [ "$rc" = 0 ] && [ "$(s "'recreated'")" = "$(($(s "'groups_on_killed'") * 3))" ] &&
+    [ "$(s "'groups_on_killed'")" -gt 0 ] &&
+    ok "sessions: the killed replica's sessions answered 404 not found and were re-created; no other session failed" ||
+    bad "sessions: replica loss" "$(s "'groups_on_killed'") groups on attnd-3, $(s "'recreated'") re-created"
+fi
 
 echo "compose test: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

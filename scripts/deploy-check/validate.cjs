@@ -35,7 +35,8 @@
 //    Guaranteed QoS, the non-root read-only security context, config
 //    mounted at /etc/attnd and its port exposed, selectors that match,
 //    the InferenceService's runtime and model format served by the
-//    ServingRuntime, models read from /mnt/models).
+//    ServingRuntime, models read from /mnt/models; Ingress backends that
+//    exist, and session affinity done right: ingressRules says how).
 //  - kustomize: this script renders the kustomizations itself (resources
 //    and JSON 6902 patches: the features the files use; any other field is
 //    an error).  When kubectl is installed it also renders them with
@@ -430,6 +431,80 @@ function attndRules(objects) {
         errors.push(`${label(o)}: scales on CPU utilisation but the container requests no CPU`);
       }
       if ((x.spec.minReplicas || 1) > x.spec.maxReplicas) errors.push(`${label(o)}: minReplicas > maxReplicas`);
+    }
+  }
+  errors.push(...ingressRules(objects));
+  return errors;
+}
+
+// Ingresses (ingress-nginx): every backend is a Service of this set and
+// one of its ports; with session affinity (upstream-hash-by on some
+// Ingress), the hash is the affinity header, the session paths reach a
+// hashed backend, and no Service and port is both hashed and not (one
+// balancer per Service and port in ingress-nginx: the first Ingress to
+// name it would set it for all).
+const HASH_BY = 'nginx.ingress.kubernetes.io/upstream-hash-by';
+const AFFINITY_HASH = '$http_x_attnd_affinity';
+const SESSION_PATHS = ['/v1/sessions/chat-1:s0/attend', '/v2/models/kv_attention/infer'];
+
+function ingressRules(objects) {
+  const errors = [];
+  const ings = objects.filter((o) => o.obj.kind === 'Ingress');
+  const routes = []; // { o, path, pathType, key, hash }
+  for (const o of ings) {
+    const ann = o.obj.metadata.annotations || {};
+    const hash = ann[HASH_BY];
+    if (hash !== undefined) {
+      if (hash !== AFFINITY_HASH) {
+        errors.push(`${label(o)}: ${HASH_BY} is "${hash}"; it must be "${AFFINITY_HASH}" (the header X-Attnd-Affinity, docs/deploy.md)`);
+      }
+      if (String(ann['nginx.ingress.kubernetes.io/service-upstream']) === 'true') {
+        errors.push(`${label(o)}: service-upstream "true" hands the hashed connection to the ClusterIP (kube-proxy balances it again)`);
+      }
+    }
+    const spec = o.obj.spec || {};
+    const backends = [];
+    if (spec.defaultBackend) backends.push({ path: '/', pathType: 'Prefix', backend: spec.defaultBackend });
+    for (const r of spec.rules || []) for (const p of (r.http && r.http.paths) || []) backends.push(p);
+    for (const p of backends) {
+      const svc = p.backend && p.backend.service;
+      if (!svc) {
+        errors.push(`${label(o)}: path ${p.path}: no backend service`);
+        continue;
+      }
+      const s = objects.find((x) => x.obj.kind === 'Service' && x.obj.metadata.name === svc.name);
+      const port = svc.port || {};
+      if (!s) {
+        errors.push(`${label(o)}: path ${p.path}: service ${svc.name} is not a Service of this set`);
+      } else if (!((s.obj.spec && s.obj.spec.ports) || []).some((sp) => sp.name === port.name || sp.port === port.number)) {
+        errors.push(`${label(o)}: path ${p.path}: port ${port.name || port.number} is not a port of Service ${svc.name}`);
+      }
+      routes.push({ o, path: p.path, pathType: p.pathType, key: `${svc.name}:${port.name || port.number}`, hash });
+    }
+  }
+  if (!routes.some((r) => r.hash !== undefined)) return errors;
+  const byKey = new Map();
+  for (const r of routes) {
+    if (!byKey.has(r.key)) byKey.set(r.key, new Set());
+    byKey.get(r.key).add(r.hash === undefined ? '(none)' : r.hash);
+  }
+  for (const [key, hashes] of byKey) {
+    if (hashes.size > 1) {
+      errors.push(`Service ${key} is shared by hashed and unhashed Ingress paths (${[...hashes].join(', ')}): ingress-nginx has one balancer per Service and port; give the session paths a Service of their own`);
+    }
+  }
+  // the route ingress-nginx picks for a request path: the longest match
+  const matchLen = (r, url) => {
+    if (r.pathType === 'Exact') return r.path === url ? r.path.length : -1;
+    const p = r.path.replace(/\/+$/, '');
+    return url === p || url.startsWith(`${p}/`) || p === '' ? p.length : -1;
+  };
+  for (const url of SESSION_PATHS) {
+    let best = null;
+    for (const r of routes) if (matchLen(r, url) >= 0 && (!best || matchLen(r, url) > matchLen(best, url))) best = r;
+    if (!best) errors.push(`no Ingress path routes ${url}`);
+    else if (best.hash === undefined) {
+      errors.push(`${url} goes to ${label(best.o)} (path ${best.path}), which has no ${HASH_BY}: sessions would be spread over the pods`);
     }
   }
   return errors;
