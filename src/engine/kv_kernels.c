@@ -19,11 +19,18 @@
  *  - the online softmax per row: scale, softcap and ALiBi (softmax.c's
  *    row passes), the lanes the row cannot see set to -inf, the block's
  *    max, alpha = exp(m_old - m_new) when the max grows, p = exp(s - m),
- *    the 16 lane sums l = l alpha + p;
+ *    the 16 lane sums l = l alpha + p; the max is reduced across lanes
+ *    only when a lane passes the running one (a compare and a mask test
+ *    otherwise: after the first blocks it seldom grows), and a tile whose
+ *    rows all keep their max adds o + sum instead of o * 1 + sum (the
+ *    same bits, on the adders: the FMA pipes are what bf16 and fp16 are
+ *    bound by): +4% on a cache-resident step (B 1, T 1024, 23.0 -> 23.9
+ *    GB/s bf16, 23.0 -> 23.7 fp16);
  *  - values: stored [16][D]; for each 16 columns, sum_j p_j v_j over the
  *    block's tokens the tile sees, in registers, then o = o alpha + that
  *    sum (one rounding per block, not per token).
- * The panel two ahead is prefetched into L2 along the way (PF_DIST).
+ * The panels two and four ahead are prefetched into L2 along the way
+ * (PF_DIST, PF_FAR).
  * Values are widened exactly on load: fp16 by vcvtph2ps; bf16, which kv.h
  * stores in pairs (two dims of a key, two tokens of a value in one 32-bit
  * word), by a shift (the low one) and a mask (the high one): two integer
@@ -140,32 +147,83 @@ static void run_scalar(const attn__kv_job *j) {
  * values loop.  One thread, B 8, T 4096, GB/s of keys and values read,
  * fp32 / bf16, on the shared machine: no software prefetch 14.5 / 12;
  * one panel ahead into L1 14-16 / 12-14, into L2 17-19 / 16-20; two
- * ahead into L2 20.5 / 21 (kept); three ahead 18-20 / 18. */
+ * ahead into L2 20.5 / 21 (kept); three ahead 18-20 / 18.  Rechecked
+ * 2026-12-07 as ratios to the streaming read (B 8, T 4096, 1 thread,
+ * fp32 / bf16 / fp16): 2 ahead T1 0.76 / 0.72 / 0.70; 1, 4, 8 ahead the
+ * same within noise; T2 the same (T1 and T2 are one hint here); T0
+ * 0.52 / 0.55 / 0.49 and NTA 0.49-0.67 (L1 or no L2); none 0.27 / 0.26 /
+ * 0.36, and a burst of a whole panel's lines at a head's start (instead
+ * of spread over the work) no better than none: the hardware prefetchers
+ * do not follow these reads, and a burst of prefetches is mostly
+ * dropped.  What helped: asking for every line twice, two panels ahead
+ * and again four ahead (PF_FAR; the same spread, twice the prefetches):
+ * fp32 0.76 -> 0.85-0.90 (1 thread), bf16 / fp16 within noise (they are
+ * bound by the FMA pipes); 1 and 2, 2 and 3, 4 and 1 ahead gave 0.81-0.89
+ * for fp32 alike.  Prefetches that find no free miss buffer are dropped
+ * and the second request catches most of those.  PF_DIST, PF_FAR and
+ * PF_HINT may be set with -D to rerun these. */
+#ifndef PF_DIST
 #define PF_DIST 2
+#endif
+#ifndef PF_HINT
 #define PF_HINT _MM_HINT_T1
+#endif
 
-/* The panel PF_DIST after head h of block blk, or NULL past the end. */
-static const unsigned char *prefetch_panel(const attn__kv_job *j, int64_t blk,
-                                           int64_t h) {
-  int64_t ph = h + PF_DIST, pb = blk + ph / j->nheads;
+#ifndef PF_FAR
+#define PF_FAR 4
+#endif
+
+/* Where a tile's prefetches go: the panels PF_DIST and PF_FAR ahead (NULL
+ * past the end, and then far is too); near NULL: none. */
+typedef struct kv_pf {
+  const char *near, *far;
+} kv_pf;
+
+static const kv_pf KV_PF_NONE = {NULL, NULL};
+
+/* The panel dist after head h of block blk, or NULL past the end. */
+static const char *panel_ahead(const attn__kv_job *j, int64_t blk, int64_t h,
+                               int64_t dist) {
+  int64_t ph = h + dist, pb = blk + ph / j->nheads;
   if (pb >= j->blk1) return NULL;
-  return (const unsigned char *)j->blocks[pb] + j->head_off +
+  return (const char *)j->blocks[pb] + j->head_off +
          (size_t)(ph % j->nheads) * j->panel;
 }
+
+static kv_pf prefetch_panels(const attn__kv_job *j, int64_t blk, int64_t h) {
+  kv_pf p = {panel_ahead(j, blk, h, PF_DIST), NULL};
+  if (p.near) p.far = panel_ahead(j, blk, h, PF_FAR);
+  return p;
+}
+
+/* The same bytes further on in both panels (a panel's values: voff). */
+static kv_pf pf_at(kv_pf p, size_t off) {
+  return p.near ? (kv_pf){p.near + off, p.far ? p.far + off : NULL} : p;
+}
+
+/* Line off of both panels (near is not NULL).  A macro: as a static
+ * inline function, GCC 12 -O3 dropped every prefetch of the AVX-512 and
+ * AVX2 kernels it was inlined into. */
+#define pf_line(p, off)                                  \
+  do {                                                   \
+    _mm_prefetch((p).near + (off), PF_HINT);             \
+    if ((p).far) _mm_prefetch((p).far + (off), PF_HINT); \
+  } while (0)
 
 /* A job's walk, for a kernel set's tile function: the blocks in order,
  * in each the heads in order (their panels are one contiguous read), each
  * head's rows a tile at a time (4 rows, then what is left); the first tile
- * of a head prefetches the panel PF_DIST ahead.  A macro so that each set
- * inlines its own tiles under its own target. */
+ * of a head prefetches the panels PF_DIST and PF_FAR ahead.  A macro so that
+ * each set inlines its own tiles under its own target. */
 #define KV_WALK(j, dt, tile)                                              \
   for (int64_t blk = (j)->blk0; blk < (j)->blk1; blk++)                   \
     for (int64_t h = 0; h < (j)->nheads; h++) {                           \
       const unsigned char *kp = (const unsigned char *)(j)->blocks[blk] + \
                                 (j)->head_off + (size_t)h * (j)->panel;   \
-      const unsigned char *pf = prefetch_panel((j), blk, h);              \
+      kv_pf pf = prefetch_panels((j), blk, h);                            \
       int64_t end = (h + 1) * (j)->rows;                                  \
-      for (int64_t r0 = h * (j)->rows; r0 < end; r0 += TILE, pf = NULL) { \
+      for (int64_t r0 = h * (j)->rows; r0 < end;                          \
+           r0 += TILE, pf = KV_PF_NONE) {                                 \
         if (end - r0 >= 4)                                                \
           tile((j), kp, blk *BT, r0, 4, dt, pf);                          \
         else if (end - r0 == 3)                                           \
@@ -196,8 +254,7 @@ AVX512 INLINE __m512 ld16_mask(const unsigned char *p, attn_kv_dtype dt,
 
 /* s[r] = the 16 scores of rows q[r] (unscaled), r < R. */
 AVX512 INLINE void scores16(const unsigned char *kp, const float *q, int64_t D,
-                            int R, attn_kv_dtype dt, __m512 *s,
-                            const unsigned char *pf) {
+                            int R, attn_kv_dtype dt, __m512 *s, kv_pf pf) {
   size_t step = BT * esize(dt), e = esize(dt);
   __m512 a[TILE], b[TILE];
   for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
@@ -212,10 +269,9 @@ AVX512 INLINE void scores16(const unsigned char *kp, const float *q, int64_t D,
       k0 = ld16(kp + (size_t)d * step, dt);
       k1 = ld16(kp + (size_t)(d + 1) * step, dt);
     }
-    if (pf)
+    if (pf.near)
       for (size_t k = 0; k < e / 2; k++)
-        _mm_prefetch((const char *)pf + ((size_t)d / 2 * (e / 2) + k) * 64,
-                     PF_HINT);
+        pf_line(pf, ((size_t)d / 2 * (e / 2) + k) * 64);
     for (int r = 0; r < R; r++) {
       a[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * D + d]), k0, a[r]);
       b[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * D + d + 1]), k1, b[r]);
@@ -244,15 +300,30 @@ AVX512 INLINE float update16(const attn__kv_job *j, int64_t r, int64_t kb,
     x = _mm512_loadu_ps(tmp);
   }
   x = _mm512_mask_blend_ps((__mmask16)mask, _mm512_set1_ps(-INFINITY), x);
-  float bm = _mm512_reduce_max_ps(x), mo = j->m[r], mn = bm > mo ? bm : mo;
-  float alpha = mn > mo ? attn__expf(mo - mn) : 1.0f;
+  float mo = j->m[r], mn = mo, alpha = 1.0f, *l = j->l + r * BT;
+  /* The max grows only when a lane passes it: then (and only then) the
+   * reduction, alpha and the rescaled sums; otherwise l + p, which is
+   * l * 1 + p rounded alike. */
+  if (_mm512_cmp_ps_mask(x, _mm512_set1_ps(mo), _CMP_GT_OQ)) {
+    mn = _mm512_reduce_max_ps(x);
+    alpha = attn__expf(mo - mn);
+  }
   __m512 pv = attn__exp16(_mm512_sub_ps(x, _mm512_set1_ps(mn)));
-  float *l = j->l + r * BT;
-  _mm512_storeu_ps(
-      l, _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(alpha), pv));
+  if (alpha != 1.0f)
+    _mm512_storeu_ps(
+        l, _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(alpha), pv));
+  else
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), pv));
   _mm512_storeu_ps(p, pv);
   j->m[r] = mn;
   return alpha;
+}
+
+/* o alpha + a; o + a when no row of the tile rescales (rescale 0, every
+ * alpha 1: the same bits, on the adders instead of the FMA pipes). */
+AVX512 INLINE __m512 oupd16(__m512 o, float alpha, __m512 a, int rescale) {
+  return rescale ? _mm512_fmadd_ps(o, _mm512_set1_ps(alpha), a)
+                 : _mm512_add_ps(o, a);
 }
 
 /* Columns [c, c + 16) of the tile's outputs (lanes in k): o = o alpha +
@@ -263,7 +334,7 @@ AVX512 INLINE float update16(const attn__kv_job *j, int64_t r, int64_t kb,
 AVX512 INLINE void vals16(const unsigned char *vp, int64_t D, int R,
                           attn_kv_dtype dt, const float *pb, const float *alpha,
                           float *o, int jlo, int jhi, int64_t c, __mmask16 k,
-                          const unsigned char *pf) {
+                          kv_pf pf, int rescale) {
   size_t e = esize(dt);
   int full = k == 0xFFFF;
   __m512 a[TILE];
@@ -272,19 +343,19 @@ AVX512 INLINE void vals16(const unsigned char *vp, int64_t D, int R,
     const unsigned char *row = vp + ((size_t)jj * (size_t)D + (size_t)c) * e;
     __m512 v = full ? ld16(row, dt) : ld16_mask(row, dt, k);
     size_t it = (size_t)c + (size_t)jj; /* (c / 16) * 16 + jj */
-    if (pf && it * e % 4 == 0)
-      _mm_prefetch((const char *)pf + it * e / 4 * 64, PF_HINT);
+    if (pf.near && it * e % 4 == 0) pf_line(pf, it * e / 4 * 64);
     for (int r = 0; r < R; r++)
       a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * BT + jj]), v, a[r]);
   }
   for (int r = 0; r < R; r++) {
     float *orow = o + r * D + c;
-    __m512 al = _mm512_set1_ps(alpha[r]);
     if (full)
-      _mm512_storeu_ps(orow, _mm512_fmadd_ps(_mm512_loadu_ps(orow), al, a[r]));
+      _mm512_storeu_ps(orow,
+                       oupd16(_mm512_loadu_ps(orow), alpha[r], a[r], rescale));
     else
       _mm512_mask_storeu_ps(
-          orow, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, orow), al, a[r]));
+          orow, k,
+          oupd16(_mm512_maskz_loadu_ps(k, orow), alpha[r], a[r], rescale));
   }
 }
 
@@ -294,7 +365,7 @@ AVX512 INLINE void vals16(const unsigned char *vp, int64_t D, int R,
 AVX512 INLINE void vals16_pairs(const unsigned char *vp, int64_t D, int R,
                                 const float *pb, const float *alpha, float *o,
                                 int jlo, int jhi, int64_t c, __mmask16 k,
-                                const unsigned char *pf) {
+                                kv_pf pf, int rescale) {
   int full = k == 0xFFFF;
   __m512 a[TILE], b[TILE];
   for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
@@ -305,9 +376,7 @@ AVX512 INLINE void vals16_pairs(const unsigned char *vp, int64_t D, int R,
     __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
     __m512 v1 =
         _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(HI16)));
-    if (pf)
-      _mm_prefetch((const char *)pf + ((size_t)c / 16 * 8 + (size_t)jp) * 64,
-                   PF_HINT);
+    if (pf.near) pf_line(pf, ((size_t)c / 16 * 8 + (size_t)jp) * 64);
     for (int r = 0; r < R; r++) {
       a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * BT + 2 * jp]), v0, a[r]);
       b[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * BT + 2 * jp + 1]), v1, b[r]);
@@ -315,19 +384,39 @@ AVX512 INLINE void vals16_pairs(const unsigned char *vp, int64_t D, int R,
   }
   for (int r = 0; r < R; r++) {
     float *orow = o + r * D + c;
-    __m512 sum = _mm512_add_ps(a[r], b[r]), al = _mm512_set1_ps(alpha[r]);
+    __m512 sum = _mm512_add_ps(a[r], b[r]);
     if (full)
-      _mm512_storeu_ps(orow, _mm512_fmadd_ps(_mm512_loadu_ps(orow), al, sum));
+      _mm512_storeu_ps(orow,
+                       oupd16(_mm512_loadu_ps(orow), alpha[r], sum, rescale));
     else
       _mm512_mask_storeu_ps(
-          orow, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, orow), al, sum));
+          orow, k,
+          oupd16(_mm512_maskz_loadu_ps(k, orow), alpha[r], sum, rescale));
   }
+}
+
+/* Every column of the tile's outputs, 16 at a time. */
+AVX512 INLINE void values16(const unsigned char *vp, int64_t D, int R,
+                            attn_kv_dtype dt, const float *pb,
+                            const float *alpha, float *o, int jlo, int jhi,
+                            kv_pf vpf, int rescale) {
+  int64_t c = 0;
+  for (; c + 16 <= D; c += 16)
+    if (dt == ATTN_KV_BF16)
+      vals16_pairs(vp, D, R, pb, alpha, o, jlo, jhi, c, 0xFFFF, vpf, rescale);
+    else
+      vals16(vp, D, R, dt, pb, alpha, o, jlo, jhi, c, 0xFFFF, vpf, rescale);
+  __mmask16 k = (__mmask16)((1u << (D - c)) - 1u);
+  if (c < D && dt == ATTN_KV_BF16)
+    vals16_pairs(vp, D, R, pb, alpha, o, jlo, jhi, c, k, KV_PF_NONE, rescale);
+  else if (c < D)
+    vals16(vp, D, R, dt, pb, alpha, o, jlo, jhi, c, k, KV_PF_NONE, rescale);
 }
 
 /* Rows [r0, r0 + R) against one block. */
 AVX512 INLINE void tile16(const attn__kv_job *j, const unsigned char *kp,
                           int64_t kb, int64_t r0, int R, attn_kv_dtype dt,
-                          const unsigned char *pf) {
+                          kv_pf pf) {
   unsigned mask[TILE], any = 0;
   for (int r = 0; r < R; r++) any |= mask[r] = lane_mask(j, r0 + r, kb);
   if (!any) return;
@@ -342,20 +431,14 @@ AVX512 INLINE void tile16(const attn__kv_job *j, const unsigned char *kp,
     else
       _mm512_storeu_ps(j->pbuf + r * BT, _mm512_setzero_ps());
   }
-  int jlo = __builtin_ctz(any), jhi = 31 - __builtin_clz(any);
-  const unsigned char *vp = kp + j->voff, *vpf = pf ? pf + j->voff : NULL;
-  float *o = j->o + r0 * D;
-  int64_t c = 0;
-  for (; c + 16 <= D; c += 16)
-    if (dt == ATTN_KV_BF16)
-      vals16_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 0xFFFF, vpf);
-    else
-      vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 0xFFFF, vpf);
-  __mmask16 k = (__mmask16)((1u << (D - c)) - 1u);
-  if (c < D && dt == ATTN_KV_BF16)
-    vals16_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, k, NULL);
-  else if (c < D)
-    vals16(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, k, NULL);
+  int jlo = __builtin_ctz(any), jhi = 31 - __builtin_clz(any), rescale = 0;
+  for (int r = 0; r < R; r++) rescale |= alpha[r] != 1.0f;
+  const unsigned char *vp = kp + j->voff;
+  kv_pf vpf = pf_at(pf, j->voff);
+  if (rescale)
+    values16(vp, D, R, dt, j->pbuf, alpha, j->o + r0 * D, jlo, jhi, vpf, 1);
+  else
+    values16(vp, D, R, dt, j->pbuf, alpha, j->o + r0 * D, jlo, jhi, vpf, 0);
 }
 
 AVX512 INLINE void run512_dt(const attn__kv_job *j, attn_kv_dtype dt) {
@@ -384,8 +467,7 @@ AVX2 INLINE __m256 ld8(const unsigned char *p, attn_kv_dtype dt) {
 /* scores8's loop for bf16 keys, stored in dim pairs (kv.h): one load is
  * dims d and d + 1 of 8 keys, added in that order. */
 AVX2 INLINE void scores8_pairs(const unsigned char *kp, const float *q,
-                               int64_t D, int R, __m256 *s,
-                               const unsigned char *pf) {
+                               int64_t D, int R, __m256 *s, kv_pf pf) {
   const __m256i hi = _mm256_set1_epi32(HI16);
   for (int64_t d = 0; d < D; d += 2) {
     const unsigned char *p = kp + (size_t)d * BT * 2;
@@ -395,7 +477,7 @@ AVX2 INLINE void scores8_pairs(const unsigned char *kp, const float *q,
     __m256 a1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
     __m256 b0 = _mm256_castsi256_ps(_mm256_and_si256(x0, hi));
     __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(x1, hi));
-    if (pf) _mm_prefetch((const char *)pf + (size_t)d / 2 * 64, PF_HINT);
+    if (pf.near) pf_line(pf, (size_t)d / 2 * 64);
     for (int r = 0; r < R; r++) {
       __m256 qa = _mm256_set1_ps(q[r * D + d]);
       s[2 * r] = _mm256_fmadd_ps(qa, a0, s[2 * r]);
@@ -410,8 +492,7 @@ AVX2 INLINE void scores8_pairs(const unsigned char *kp, const float *q,
 
 /* s[2r], s[2r + 1] = lanes 0-7 and 8-15 of row r's scores (unscaled). */
 AVX2 INLINE void scores8(const unsigned char *kp, const float *q, int64_t D,
-                         int R, attn_kv_dtype dt, __m256 *s,
-                         const unsigned char *pf) {
+                         int R, attn_kv_dtype dt, __m256 *s, kv_pf pf) {
   size_t step = BT * esize(dt), e = esize(dt);
   for (int r = 0; r < 2 * R; r++) s[r] = _mm256_setzero_ps();
   if (dt == ATTN_KV_BF16) {
@@ -421,8 +502,7 @@ AVX2 INLINE void scores8(const unsigned char *kp, const float *q, int64_t D,
   for (int64_t d = 0; d < D; d++) {
     __m256 k0 = ld8(kp + (size_t)d * step, dt);
     __m256 k1 = ld8(kp + (size_t)d * step + step / 2, dt);
-    if (pf && (size_t)d * e % 4 == 0)
-      _mm_prefetch((const char *)pf + (size_t)d * e / 4 * 64, PF_HINT);
+    if (pf.near && (size_t)d * e % 4 == 0) pf_line(pf, (size_t)d * e / 4 * 64);
     for (int r = 0; r < R; r++) {
       __m256 qd = _mm256_set1_ps(q[r * D + d]);
       s[2 * r] = _mm256_fmadd_ps(qd, k0, s[2 * r]);
@@ -460,15 +540,23 @@ AVX2 INLINE float update8(const attn__kv_job *j, int64_t r, int64_t kb,
   }
   x0 = _mm256_blendv_ps(ninf, x0, lanes8(mask & 0xFFu));
   x1 = _mm256_blendv_ps(ninf, x1, lanes8(mask >> 8));
-  float bm = hmax8(_mm256_max_ps(x0, x1)), mo = j->m[r];
-  float mn = bm > mo ? bm : mo;
-  float alpha = mn > mo ? attn__expf(mo - mn) : 1.0f;
+  float mo = j->m[r], mn = mo, alpha = 1.0f, *l = j->l + r * BT;
+  __m256 mov = _mm256_set1_ps(mo); /* as update16: reduce when it grows */
+  if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(x0, mov, _CMP_GT_OQ),
+                                      _mm256_cmp_ps(x1, mov, _CMP_GT_OQ)))) {
+    mn = hmax8(_mm256_max_ps(x0, x1));
+    alpha = attn__expf(mo - mn);
+  }
   __m256 p0 = attn__exp8(_mm256_sub_ps(x0, _mm256_set1_ps(mn)));
   __m256 p1 = attn__exp8(_mm256_sub_ps(x1, _mm256_set1_ps(mn)));
-  float *l = j->l + r * BT;
-  __m256 al = _mm256_set1_ps(alpha);
-  _mm256_storeu_ps(l, _mm256_fmadd_ps(_mm256_loadu_ps(l), al, p0));
-  _mm256_storeu_ps(l + 8, _mm256_fmadd_ps(_mm256_loadu_ps(l + 8), al, p1));
+  if (alpha != 1.0f) {
+    __m256 al = _mm256_set1_ps(alpha);
+    _mm256_storeu_ps(l, _mm256_fmadd_ps(_mm256_loadu_ps(l), al, p0));
+    _mm256_storeu_ps(l + 8, _mm256_fmadd_ps(_mm256_loadu_ps(l + 8), al, p1));
+  } else {
+    _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), p0));
+    _mm256_storeu_ps(l + 8, _mm256_add_ps(_mm256_loadu_ps(l + 8), p1));
+  }
   _mm256_storeu_ps(p, p0);
   _mm256_storeu_ps(p + 8, p1);
   j->m[r] = mn;
@@ -478,8 +566,7 @@ AVX2 INLINE float update8(const attn__kv_job *j, int64_t r, int64_t kb,
 /* Columns [c, c + 8 w) (w = 1 or 2) as vals16 (AVX-512). */
 AVX2 INLINE void vals8(const unsigned char *vp, int64_t D, int R,
                        attn_kv_dtype dt, const float *pb, const float *alpha,
-                       float *o, int jlo, int jhi, int64_t c, int w,
-                       const unsigned char *pf) {
+                       float *o, int jlo, int jhi, int64_t c, int w, kv_pf pf) {
   size_t e = esize(dt);
   __m256 a0[TILE], a1[TILE];
   for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -487,8 +574,7 @@ AVX2 INLINE void vals8(const unsigned char *vp, int64_t D, int R,
     const unsigned char *row = vp + ((size_t)jj * (size_t)D + (size_t)c) * e;
     __m256 v0 = ld8(row, dt), v1 = w == 2 ? ld8(row + 8 * e, dt) : v0;
     size_t it = (size_t)c + (size_t)jj; /* (c / 16) * 16 + jj */
-    if (pf && it * e % 4 == 0)
-      _mm_prefetch((const char *)pf + it * e / 4 * 64, PF_HINT);
+    if (pf.near && it * e % 4 == 0) pf_line(pf, it * e / 4 * 64);
     for (int r = 0; r < R; r++) {
       __m256 pj = _mm256_set1_ps(pb[r * BT + jj]);
       a0[r] = _mm256_fmadd_ps(pj, v0, a0[r]);
@@ -509,8 +595,7 @@ AVX2 INLINE void vals8(const unsigned char *vp, int64_t D, int R,
  * tokens 2 jp and 2 jp + 1 added in that order. */
 AVX2 INLINE void vals8_pairs(const unsigned char *vp, int64_t D, int R,
                              const float *pb, const float *alpha, float *o,
-                             int jlo, int jhi, int64_t c, int w,
-                             const unsigned char *pf) {
+                             int jlo, int jhi, int64_t c, int w, kv_pf pf) {
   const __m256i hi = _mm256_set1_epi32(HI16);
   __m256 a0[TILE], a1[TILE];
   for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -522,9 +607,7 @@ AVX2 INLINE void vals8_pairs(const unsigned char *vp, int64_t D, int R,
     __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(x0, hi));
     __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
     __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(x1, hi));
-    if (pf)
-      _mm_prefetch((const char *)pf + ((size_t)c / 16 * 8 + (size_t)jp) * 64,
-                   PF_HINT);
+    if (pf.near) pf_line(pf, ((size_t)c / 16 * 8 + (size_t)jp) * 64);
     for (int r = 0; r < R; r++) {
       __m256 pe = _mm256_set1_ps(pb[r * BT + 2 * jp]);
       __m256 po = _mm256_set1_ps(pb[r * BT + 2 * jp + 1]);
@@ -559,7 +642,7 @@ static void values_tail(const unsigned char *vp, int64_t D, int R,
 
 AVX2 INLINE void tile8(const attn__kv_job *j, const unsigned char *kp,
                        int64_t kb, int64_t r0, int R, attn_kv_dtype dt,
-                       const unsigned char *pf) {
+                       kv_pf pf) {
   unsigned mask[TILE], any = 0;
   for (int r = 0; r < R; r++) any |= mask[r] = lane_mask(j, r0 + r, kb);
   if (!any) return;
@@ -576,7 +659,8 @@ AVX2 INLINE void tile8(const attn__kv_job *j, const unsigned char *kp,
       memset(j->pbuf + r * BT, 0, BT * sizeof(float));
   }
   int jlo = __builtin_ctz(any), jhi = 31 - __builtin_clz(any);
-  const unsigned char *vp = kp + j->voff, *vpf = pf ? pf + j->voff : NULL;
+  const unsigned char *vp = kp + j->voff;
+  kv_pf vpf = pf_at(pf, j->voff);
   float *o = j->o + r0 * D;
   int64_t c = 0;
   for (; c + 16 <= D; c += 16)
@@ -586,9 +670,9 @@ AVX2 INLINE void tile8(const attn__kv_job *j, const unsigned char *kp,
       vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 2, vpf);
   if (c + 8 <= D) {
     if (dt == ATTN_KV_BF16)
-      vals8_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 1, NULL);
+      vals8_pairs(vp, D, R, j->pbuf, alpha, o, jlo, jhi, c, 1, KV_PF_NONE);
     else
-      vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 1, NULL);
+      vals8(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c, 1, KV_PF_NONE);
     c += 8;
   }
   if (c < D) values_tail(vp, D, R, dt, j->pbuf, alpha, o, jlo, jhi, c);
