@@ -34,7 +34,15 @@
 #     MemoryDenyWriteExecute, RestrictNamespaces, PrivateDevices and
 #     ProtectSystem=strict;
 #  8. haproxy -c on deploy/haproxy/haproxy.cfg, nginx -t on deploy/nginx;
-#  9. self-tests: broken copies of the files (a wrong type, misspelt
+#  9. deploy/monitoring (scripts/deploy-check/monitoring.mjs): its
+#     manifests against the Prometheus Operator's and KEDA's CRD schemas
+#     (@kubernetes-models) and deploy/k8s's labels and ports; the
+#     PrometheusRule's groups through `promtool check rules` and the unit
+#     tests of deploy/monitoring/tests (`promtool test rules`); every
+#     PromQL expression (rules, the Grafana dashboard, the autoscalers'
+#     queries) parsed by promtool, and its metric names found in a running
+#     attnd's /metrics;
+# 10. self-tests: broken copies of the files (a wrong type, misspelt
 #     fields, an unknown kind, a broken rule, a misspelt unit directive, a
 #     forbidden system call, an Ingress that loses session affinity, a
 #     HAProxy config that does not parse) must each be rejected, for the
@@ -121,6 +129,7 @@ command -v yamllint >/dev/null || pkgs+=(yamllint)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v strace >/dev/null || pkgs+=(strace)
 command -v curl >/dev/null || pkgs+=(curl)
+if [ -d deploy/monitoring ] && ! command -v promtool >/dev/null; then pkgs+=(prometheus); fi
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ -f deploy/haproxy/haproxy.cfg ] && ! command -v haproxy >/dev/null; then pkgs+=(haproxy); fi
@@ -347,6 +356,61 @@ else
   skip "deploy/nginx: not there"
 fi
 
+# deploy/monitoring: the Prometheus Operator's objects, the alerts and
+# their unit tests, the dashboard's and the autoscalers' queries.
+MONITOR=(node "$ROOT/scripts/deploy-check/monitoring.mjs" --deps "$DEPS")
+MON=deploy/monitoring
+# attnd's /metrics text, from a short run of attnd (empty without one)
+metrics_text() {
+  local log=$TMP/metrics-attnd.log pid port
+  "$ATTND" --models-dir config/models --host 127.0.0.1 --port 0 \
+    --workers 1 >"$log" 2>&1 &
+  pid=$!
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] && curl -fsS --max-time 10 "http://127.0.0.1:$port/metrics" >"$TMP/metrics.txt"
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ -s "$TMP/metrics.txt" ] || { echo "attnd did not serve /metrics:"; cat "$log"; return 1; }
+}
+# promtool check rules and test rules on a PrometheusRule's groups
+rules_check() {
+  local rule=$1 tests=$2 d
+  d=$(mktemp -d "$TMP/rules.XXXXXX")
+  "${MONITOR[@]}" rules "$rule" "$d/attnd-rules.yaml" || return 1
+  promtool check rules "$d/attnd-rules.yaml" || return 1
+  cp "$tests"/*.yaml "$d/"
+  promtool test rules "$d"/*.test.yaml
+}
+# the metric names and the PromQL of the kit's queries
+promql_check() {
+  local dir=$1
+  "${MONITOR[@]}" promql --exposition "$TMP/metrics.txt" --out "$TMP/queries.yaml" \
+    "$dir/prometheusrule.yaml" "$dir"/grafana/*.json "$dir"/autoscaling/*.yaml || return 1
+  promtool check rules "$TMP/queries.yaml"
+}
+if [ -d "$MON" ]; then
+  mapfile -t MON_MANIFESTS < <(find "$MON" -maxdepth 2 -name '*.yaml' ! -path '*/tests/*' ! -name 'prometheus-adapter-values.yaml' | sort)
+  run "monitoring: ${#MON_MANIFESTS[@]} manifests against their schemas and deploy/k8s" "${MONITOR[@]}" manifests "${MON_MANIFESTS[@]}"
+  if command -v promtool >/dev/null; then
+    run "monitoring: promtool check rules, promtool test rules ($MON/tests)" rules_check "$MON/prometheusrule.yaml" "$MON/tests"
+    if [ -n "$ATTND" ] && metrics_text; then
+      run "monitoring: the queries' metric names in attnd's /metrics, parsed by promtool" promql_check "$MON"
+    else
+      skip "monitoring: the queries' metric names: needs an attnd binary that serves /metrics"
+    fi
+  else
+    fail "monitoring: promtool is not installed (Debian's package prometheus)"
+  fi
+else
+  skip "deploy/monitoring: not there"
+fi
+
 # ----------------------------------------------------------- self-tests
 
 # yamllint
@@ -473,6 +537,34 @@ expect_fail "sandbox: a forbidden system call" "SystemCallFilter refuses: mount"
 expect_fail "sandbox: a netlink socket" "RestrictAddressFamilies refuses: AF_NETLINK" check_trace "$TMP/sd/trace"
 expect_fail "sandbox: W+X memory" "MemoryDenyWriteExecute refuses" check_trace "$TMP/sd/trace"
 expect_fail "sandbox: a file written" "ProtectSystem=strict makes these read-only" check_trace "$TMP/sd/trace"
+
+# deploy/monitoring: a misspelt field, a monitor on a port that is not
+# there, an alert whose test no longer holds, a metric attnd does not have
+if [ -d "$MON" ]; then
+  mon_case() {
+    local name=$1 text=$2 file=$3 expr=$4 check=$5 d
+    d=$(mktemp -d "$TMP/mon.XXXXXX")
+    cp -r "$MON" "$d/monitoring"
+    mutate "$d/monitoring/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
+    case $check in
+      manifests) expect_fail "monitoring: $name" "$text" "${MONITOR[@]}" manifests "$d/monitoring/$file" ;;
+      rules) expect_fail "monitoring: $name" "$text" rules_check "$d/monitoring/prometheusrule.yaml" "$d/monitoring/tests" ;;
+      promql) expect_fail "monitoring: $name" "$text" promql_check "$d/monitoring" ;;
+    esac
+  }
+  mon_case 'ServiceMonitor scrapeTimeout misspelt' 'scrapeTimout: unknown field' servicemonitor.yaml \
+    's/scrapeTimeout:/scrapeTimout:/' manifests
+  mon_case 'PodMonitor on the port http' 'port http is not metrics' podmonitor.yaml 's/- port: metrics/- port: http/' manifests
+  mon_case 'ScaledObject minReplicaCount: "two"' 'minReplicaCount must be integer' autoscaling/keda-scaledobject.yaml \
+    's/minReplicaCount: 2/minReplicaCount: "two"/' manifests
+  if command -v promtool >/dev/null; then
+    mon_case 'AttndNotReady on attnd_ready == 1' 'FAILED' prometheusrule.yaml 's/expr: attnd_ready == 0/expr: attnd_ready == 1/' rules
+    mon_case 'a PromQL syntax error' 'parse error' prometheusrule.yaml 's/> 0.05$/> > 0.05/' rules
+    [ -s "$TMP/metrics.txt" ] &&
+      mon_case 'a metric attnd does not have' "not in attnd's /metrics: attnd_queue_dept" grafana/attnd-dashboard.json \
+        's/sum(attnd_queue_depth{/sum(attnd_queue_dept{/' promql
+  fi
+fi
 
 # ---------------------------------------------------------------- summary
 
