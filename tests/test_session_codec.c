@@ -1148,6 +1148,8 @@ static const file_case file_cases[] = {
      "spec: unknown field 'colour'"},
     {"{\\\"layers\\\":3", "[", "spec: "},
     {"\\\"num_kv_heads\\\":2,", "", "spec: num_kv_heads is missing"},
+    {"[0.5,0.25,0.125,0.0625]", "[0.5]",
+     "spec: alibi has 1 slopes; num_heads is 4"},
     {"\\\"layers\\\":3", "\\\"layers\\\":5000", "layers is 5000; at most 4096"},
     {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"",
      "tensor 'layers.0.key': dtype is 'F16'; the spec's kv_dtype fp32 is "

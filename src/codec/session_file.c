@@ -248,6 +248,10 @@ static attn_status read_meta(const cJSON *m, attn_session_dump *out,
                          "spec: %s is missing (a session file's spec is "
                          "filled)",
                          missing);
+  if (p->alibi == ATTN_SESSION_ALIBI_SLOPES && p->alibi_count != p->num_heads)
+    return attn_diag_set(d, ATTN_EPARSE,
+                         PFX "spec: alibi has %lld slopes; num_heads is %lld",
+                         (long long)p->alibi_count, (long long)p->num_heads);
   if (p->layers > MAX_LAYERS)
     return attn_diag_set(d, ATTN_EPARSE, PFX "spec: layers is %lld; at most %d",
                          (long long)p->layers, MAX_LAYERS);
