@@ -119,8 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (strncmp(d.msg, "session file: ", 14)) fail("message", d.msg);
     attn_session_dump zero;
     memset(&zero, 0, sizeof zero);
-    if (memcmp(&x, &zero, sizeof x))
-      fail("failure", "the dump is not zeroed");
+    if (memcmp(&x, &zero, sizeof x)) fail("failure", "the dump is not zeroed");
     free(buf);
     return 0;
   }
