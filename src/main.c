@@ -661,6 +661,7 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
                                       : 0);
   int64_t budget = attn_config_body_budget(cfg, memory);
   if (!make_sessions(cfg, memory, &a->sessions)) return 0;
+  if (*cfg->session_dir) attn_sessions_load(a->sessions, cfg->session_dir);
   attn_server_deps deps = {
       cfg,        a->models, a->queue, a->pool,
       budget,     cpus,      workers,  getenv("ATTND_API_KEY"),
@@ -852,6 +853,7 @@ int main(int argc, char **argv) {
   if (start(&cfg, policy, &a)) {
     serve(a.server, a.models, a.pool, a.sessions, &cfg, &sigs);
     drain(&a, &cfg);
+    if (*cfg.session_dir) attn_sessions_save(a.sessions, cfg.session_dir);
     rc = 0;
   }
   teardown(&a);

@@ -118,6 +118,7 @@ static void non_default(attn_config *c) {
   c->max_connections = 12;
   c->connection_timeout_s = 13;
   snprintf(c->models_dir, sizeof c->models_dir, "/srv/models");
+  snprintf(c->session_dir, sizeof c->session_dir, "/var/lib/attnd/sessions");
   c->cpu_scheduling_policy = ATTN_SCHED_OTHER;
   c->log_level = ATTN_LOG_ERROR;
   c->log_format = ATTN_LOG_TEXT;
@@ -191,6 +192,7 @@ START_TEST(test_key_names) {
                                      "kv_cache_bytes",
                                      "max_sessions",
                                      "session_idle_timeout_s",
+                                     "session_dir",
                                      "max_connections",
                                      "connection_timeout_s",
                                      "header_timeout_s",
@@ -783,7 +785,7 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
     int optional =
         !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
         !strcmp(key, "tls_key_file") || !strcmp(key, "tls_client_ca_file") ||
-        !strcmp(key, "cors_allow_origins");
+        !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};
     attn_config c;

@@ -420,7 +420,8 @@ START_TEST(test_route_rows) {
       "\"GET /v1/sessions/{id}\"",
       "\"PUT /v1/sessions/{id}\"",
       "\"DELETE /v1/sessions/{id}\"",
-      "\"POST /v1/sessions/{id}/attend\""};
+      "\"POST /v1/sessions/{id}/attend\"",
+      "\"GET /v1/sessions/{id}/kv\""};
   for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
     ck_assert_msg(strstr(r.body, listed[i]), "GET / lacks %s: %s", listed[i],
                   r.body);
@@ -546,7 +547,8 @@ START_TEST(test_session_routes) {
              {"DELETE", "/v1/sessions/a.b_c:d-9", ATTN_SESSION_DELETE},
              {"POST", "/v1/sessions/x/attend", ATTN_SESSION_ATTEND},
              {"POST", "/v1/sessions/x/truncate", ATTN_SESSION_TRUNCATE},
-             {"POST", "/v1/sessions/x/fork", ATTN_SESSION_FORK}};
+             {"POST", "/v1/sessions/x/fork", ATTN_SESSION_FORK},
+             {"GET", "/v1/sessions/x/kv", ATTN_SESSION_KV}};
   attn__http_resp r =
       route("GET", "/v1/sessions/x", NULL, NULL, ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 503); /* no store */
@@ -581,6 +583,23 @@ START_TEST(test_session_routes) {
   r = route("POST", "/v1/sessions/ok/attend", "text/html", "{}",
             ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 415);
+  free(r.body);
+  /* a PUT of application/octet-stream is a session file's import; the
+   * other routes take no file */
+  attn__http_req file = {.method = "PUT",
+                         .path = "/v1/sessions/ok",
+                         .content_type = "Application/Octet-Stream; x=1",
+                         .body = "{}",
+                         .body_len = 2};
+  attn__infer_target t;
+  ck_assert_int_eq(attn__route(&srv, &file, &r, &t), ATTN_ROUTE_DEFER);
+  ck_assert_int_eq(t.session_op, ATTN_SESSION_IMPORT);
+  r = route("POST", "/v1/sessions/ok/fork", "application/octet-stream", "{}",
+            ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 415);
+  free(r.body);
+  r = route("PUT", "/v1/sessions/ok/kv", NULL, "{}", ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 405);
   free(r.body);
   srv.sessions = NULL;
 }
@@ -631,6 +650,21 @@ START_TEST(test_admit_before_body) {
   ck_assert_int_eq(admit("POST", "/v2/repository/index", NULL,
                          ATTN_MAX_REPO_BODY_BYTES, &max, &r),
                    ATTN_ROUTE_DEFER);
+  /* a session's PUT: 64 KiB of JSON, or a session file up to
+   * max_body_bytes */
+  ck_assert_int_eq(admit("PUT", "/v1/sessions/s-1", NULL,
+                         ATTN_MAX_REPO_BODY_BYTES + 1, &max, &r),
+                   ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, 413);
+  free(r.body);
+  attn__http_req put = {.method = "PUT",
+                        .path = "/v1/sessions/s-1",
+                        .content_type = "application/octet-stream"};
+  attn__admission adm;
+  ck_assert_int_eq(
+      attn__route_admit(&srv, &put, ATTN_MAX_REPO_BODY_BYTES + 1, &r, &adm),
+      ATTN_ROUTE_DEFER);
+  ck_assert_uint_eq(adm.max_body, 1 << 20);
   ck_assert_int_eq(admit("POST", "/nowhere", NULL, 5, &max, &r),
                    ATTN_ROUTE_DONE);
   ck_assert_int_eq(r.status, 404);

@@ -1036,6 +1036,126 @@ static void *churner(void *arg) {
   return NULL;
 }
 
+/* Export, then import under another owner and id: the same lengths,
+ * spec and rows, and the next step bitwise the same on both (every case:
+ * rotary keys are stored turned, bf16 odd dims, fp16, slopes); a taken
+ * id, a length past max_tokens and a full pool refused, nothing kept. */
+START_TEST(session_export_import_bitwise) {
+  attn_session_spec f = case_spec(&cases[_i]);
+  f.layers = 2;
+  tsess a;
+  attn_session_store *st = one_session(NULL, &f, &a, 23);
+  attn_diag d;
+  attn_session_dump x, y;
+  attn_session_info info;
+  ck_assert_int_eq(attn_session_export(a.s, &x, &d), ATTN_OK);
+  ck_assert_str_eq(x.id, "a");
+  ck_assert_uint_eq(x.owner, 0);
+  ck_assert_int_eq(x.length[0], 23);
+  ck_assert_int_eq(x.length[1], 0);
+  ck_assert_ptr_null(x.k[1]);
+  ck_assert_msg(attn_session_import(st, 7, "b", &x, 0, &info, &d) == ATTN_OK,
+                "%s", d.msg);
+  ck_assert_str_eq(info.id, "b");
+  ck_assert_int_eq(info.length[0], 23);
+  ck_assert_int_eq(info.length[1], 0);
+  ck_assert_int_eq(info.spec.kv_dtype, a.f.kv_dtype);
+  attn_session_info_clear(&info);
+  ck_assert_int_eq(attn_session_import(st, 7, "b", &x, 0, NULL, &d),
+                   ATTN_ECONFLICT);
+  x.length[1] = a.f.max_tokens + 1;
+  ck_assert_int_eq(attn_session_import(st, 7, "c", &x, 0, NULL, &d),
+                   ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "layer 1 has"));
+  x.length[1] = 0;
+  /* A pool of 64 KiB: imports until one does not fit; that one keeps
+   * nothing. */
+  attn_session_limits small = limits();
+  small.cache_bytes = (size_t)64 << 10;
+  small.max_sessions = 1000;
+  attn_session_store *st2 = store_new(&small);
+  attn_session_stats s0, s9;
+  attn_status r = ATTN_OK;
+  int k = 0;
+  char id[16];
+  while (r == ATTN_OK && k < 1000) {
+    snprintf(id, sizeof id, "a%d", k++);
+    attn_session_store_stats(st2, &s0);
+    r = attn_session_import(st2, 0, id, &x, 0, NULL, &d);
+  }
+  ck_assert_msg(r == ATTN_ENOSPACE, "%s", d.msg);
+  ck_assert_ptr_nonnull(strstr(d.msg, "KV cache is full"));
+  attn_session_store_stats(st2, &s9);
+  ck_assert_uint_eq(s9.sessions, (size_t)k - 1);
+  ck_assert_uint_eq(s9.used_bytes, s0.used_bytes);
+  attn_session_store_destroy(st2);
+  /* The next step, the same bits on both. */
+  attn_session *b;
+  ck_assert_int_eq(attn_session_get(st, 7, "b", 0, &b, &d), ATTN_OK);
+  tstep s1, s2;
+  tsess *pa = &a;
+  tstep_init(&s1, &a, 1, 3);
+  tstep_init(&s2, &a, 1, 3);
+  size_t qn = (size_t)(3 * s1.H * s1.D), kn = (size_t)(3 * s1.Hkv * s1.D);
+  memcpy(s2.q, s1.q, qn * sizeof(float));
+  memcpy(s2.k, s1.k, kn * sizeof(float));
+  memcpy(s2.v, s1.v, kn * sizeof(float));
+  ck_assert_int_eq(tstep_run(st, &s1, &pa, 0, NULL, 1, NULL, &d), ATTN_OK);
+  attn_session *one[1] = {b};
+  attn_session_step p = {1, 3, 0, one, NULL, s2.q, s2.k, s2.v, 2};
+  ck_assert_msg(attn_session_attend(st, &p, 5, s2.out, s2.lse, s2.len, NULL,
+                                    NULL, &d) == ATTN_OK,
+                "%s", d.msg);
+  ck_assert_int_eq(s2.len[0], 26);
+  ck_assert(!memcmp(s1.out, s2.out, qn * sizeof(float)));
+  ck_assert(!memcmp(s1.lse, s2.lse, (size_t)(3 * s1.H) * sizeof(float)));
+  /* and the rows after it, bit for bit */
+  attn_session_dump_clear(&x);
+  ck_assert_int_eq(attn_session_export(a.s, &x, &d), ATTN_OK);
+  ck_assert_int_eq(attn_session_export(b, &y, &d), ATTN_OK);
+  ck_assert_str_eq(y.id, "b");
+  ck_assert_uint_eq(y.owner, 7);
+  ck_assert_int_eq(y.length[0], 26);
+  size_t bytes = (size_t)26 * (size_t)(a.f.num_kv_heads * a.f.head_dim) *
+                 attn_kv_dtype_size(a.f.kv_dtype);
+  ck_assert(!memcmp(x.k[0], y.k[0], bytes));
+  ck_assert(!memcmp(x.v[0], y.v[0], bytes));
+  attn_session_dump_clear(&x);
+  attn_session_dump_clear(&y);
+  tstep_free(&s1);
+  tstep_free(&s2);
+  attn_session_put(b);
+  ts_close(&a);
+  attn_session_store_destroy(st);
+}
+END_TEST
+
+/* attn_session_each: every session, held, once; a nonzero return stops. */
+static int count_each(void *user, attn_session *s) {
+  int *n = user;
+  ck_assert_ptr_nonnull(attn_session_id(s));
+  return ++*n == 2;
+}
+
+START_TEST(session_each_visits_all) {
+  attn_session_limits l = limits();
+  attn_session_store *st = store_new(&l);
+  attn_session_spec f = spec_of(2, 1, 4, ATTN_KV_FP32);
+  attn_diag d;
+  int n = 0;
+  ck_assert_int_eq(attn_session_each(st, count_each, &n), 0);
+  for (int i = 0; i < 3; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "s%d", i);
+    ck_assert_int_eq(
+        attn_session_create(st, (uint64_t)i, id, &f, 0, NULL, NULL, &d),
+        ATTN_OK);
+  }
+  ck_assert_int_eq(attn_session_each(st, count_each, &n), 2);
+  attn_session_store_destroy(st);
+}
+END_TEST
+
 START_TEST(session_threads) {
   attn_session_limits l = limits();
   l.max_sessions = 1000;
@@ -1160,6 +1280,8 @@ Suite *session_suite(void) {
   tcase_add_test(tc, session_weights);
   tcase_add_test(tc, session_sweep_expires_the_idle);
   tcase_add_test(tc, session_delete_while_held);
+  tcase_add_loop_test(tc, session_export_import_bitwise, 0, (int)NCASES);
+  tcase_add_test(tc, session_each_visits_all);
   tcase_add_test(tc, session_threads);
   tcase_add_test(tc, session_threads_overlapping_batches);
   suite_add_tcase(s, tc);

@@ -983,6 +983,297 @@ START_TEST(step_answer_round_trip) {
 }
 END_TEST
 
+/* ---- session files (codec.h "session files") ------------------------------
+ * A dump of three layers (5, 0 and 17 tokens) with every variant, in each
+ * dtype: encoded, decoded back field for field and byte for byte; then
+ * the file damaged one way at a time (its header text edited, the data
+ * kept), each refused with a message naming the fault; and every prefix
+ * of the file refused. */
+
+static float file_slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+
+/* A dump of dtype dt; its rows are bytes counting up (any bits will do:
+ * the codec never reads them as numbers). */
+static void file_dump(attn_kv_dtype dt, attn_session_dump *x) {
+  memset(x, 0, sizeof *x);
+  snprintf(x->id, sizeof x->id, "chat-1:a.b_c");
+  x->owner = 0x0123456789abcdefull;
+  attn_session_spec *p = &x->spec;
+  p->layers = 3, p->num_heads = 4, p->num_kv_heads = 2, p->head_dim = 3;
+  p->max_tokens = 17, p->kv_dtype = dt;
+  p->has_scale = true, p->scale = 0.1f;
+  p->has_window = true, p->window_left = 7;
+  p->alibi = ATTN_SESSION_ALIBI_SLOPES, p->alibi_count = 4;
+  p->alibi_slopes = malloc(sizeof file_slopes);
+  memcpy(p->alibi_slopes, file_slopes, sizeof file_slopes);
+  p->softcap = 30.0f;
+  p->has_rotary = true, p->rotary_base = 10000.5, p->rotary_dims = 2;
+  p->rotary_interleaved = true;
+  static const int64_t len[3] = {5, 0, 17};
+  size_t e = attn_kv_dtype_size(dt), total = 0;
+  x->length = malloc(3 * sizeof *x->length);
+  x->k = calloc(3, sizeof *x->k);
+  x->v = calloc(3, sizeof *x->v);
+  for (int l = 0; l < 3; l++) total += 2 * (size_t)len[l] * 2 * 3 * e;
+  unsigned char *d = malloc(total);
+  for (size_t i = 0; i < total; i++) d[i] = (unsigned char)(i * 7 + 1);
+  x->data = d;
+  for (int l = 0; l < 3; l++) {
+    size_t n = (size_t)len[l] * 2 * 3 * e;
+    x->length[l] = len[l];
+    if (!n) continue;
+    x->k[l] = d;
+    x->v[l] = d + n;
+    d += 2 * n;
+  }
+}
+
+static void file_encode(attn_kv_dtype dt, attn_buf *b) {
+  attn_session_dump x;
+  file_dump(dt, &x);
+  attn_buf_init(b, 0);
+  ck_assert_int_eq(attn_session_file_encode(b, &x), ATTN_OK);
+  attn_session_dump_clear(&x);
+}
+
+START_TEST(file_round_trip) {
+  attn_kv_dtype dt = (attn_kv_dtype)_i;
+  attn_session_dump x, y;
+  attn_buf b;
+  attn_diag d = {{0}};
+  file_dump(dt, &x);
+  attn_buf_init(&b, 0);
+  ck_assert_int_eq(attn_session_file_encode(&b, &x), ATTN_OK);
+  uint64_t N = 0;
+  for (int i = 0; i < 8; i++) N |= (uint64_t)(unsigned char)b.data[i] << 8 * i;
+  ck_assert_uint_eq((8 + N) % 8, 0); /* the data on 8 bytes */
+  ck_assert_msg(attn_session_file_decode(b.data, b.len, &y, &d) == ATTN_OK,
+                "%s", d.msg);
+  ck_assert_str_eq(y.id, x.id);
+  ck_assert_uint_eq(y.owner, x.owner);
+  ck_assert_ptr_null(y.data);
+  const attn_session_spec *p = &x.spec, *q = &y.spec;
+  ck_assert_int_eq(q->layers, 3);
+  ck_assert_int_eq(q->num_heads, p->num_heads);
+  ck_assert_int_eq(q->num_kv_heads, p->num_kv_heads);
+  ck_assert_int_eq(q->head_dim, p->head_dim);
+  ck_assert_int_eq(q->max_tokens, p->max_tokens);
+  ck_assert_int_eq(q->kv_dtype, dt);
+  ck_assert(q->has_scale && q->scale == p->scale);
+  ck_assert(q->has_window && q->window_left == 7);
+  ck_assert_int_eq(q->alibi, ATTN_SESSION_ALIBI_SLOPES);
+  ck_assert_int_eq(q->alibi_count, 4);
+  ck_assert(!memcmp(q->alibi_slopes, file_slopes, sizeof file_slopes));
+  ck_assert(q->softcap == p->softcap);
+  ck_assert(q->has_rotary && q->rotary_base == p->rotary_base);
+  ck_assert_int_eq(q->rotary_dims, 2);
+  ck_assert(q->rotary_interleaved);
+  size_t e = attn_kv_dtype_size(dt);
+  for (int l = 0; l < 3; l++) {
+    size_t n = (size_t)x.length[l] * 2 * 3 * e;
+    ck_assert_int_eq(y.length[l], x.length[l]);
+    if (!n) {
+      ck_assert_ptr_null(y.k[l]);
+      continue;
+    }
+    ck_assert(!memcmp(y.k[l], x.k[l], n));
+    ck_assert(!memcmp(y.v[l], x.v[l], n));
+    ck_assert((const char *)y.k[l] > b.data &&
+              (const char *)y.k[l] < b.data + b.len);
+  }
+  /* encoded again: the same bytes */
+  attn_buf c;
+  attn_buf_init(&c, 0);
+  ck_assert_int_eq(attn_session_file_encode(&c, &y), ATTN_OK);
+  ck_assert_uint_eq(c.len, b.len);
+  ck_assert(!memcmp(c.data, b.data, b.len));
+  attn_buf_free(&c);
+  /* a buffer with a cap: ETOOBIG, its length restored */
+  attn_buf_init(&c, 64);
+  attn_buf_puts(&c, "x");
+  ck_assert_int_eq(attn_session_file_encode(&c, &x), ATTN_ETOOBIG);
+  ck_assert_uint_eq(c.len, 1);
+  attn_buf_free(&c);
+  attn_session_dump_clear(&x);
+  attn_session_dump_clear(&y);
+  attn_buf_free(&b);
+}
+END_TEST
+
+/* The file of b with its header text edited: the first `from` replaced by
+ * `to` (the data kept, the header length rewritten). */
+static void file_edit(const attn_buf *b, const char *from, const char *to,
+                      attn_buf *out) {
+  uint64_t N = 0;
+  for (int i = 0; i < 8; i++) N |= (uint64_t)(unsigned char)b->data[i] << 8 * i;
+  char *h = strndup(b->data + 8, (size_t)N);
+  char *at = strstr(h, from);
+  ck_assert_msg(at != NULL, "'%s' not in the header %s", from, h);
+  attn_buf hdr;
+  attn_buf_init(&hdr, 0);
+  attn_buf_append(&hdr, h, (size_t)(at - h));
+  attn_buf_puts(&hdr, to);
+  attn_buf_puts(&hdr, at + strlen(from));
+  attn_buf_init(out, 0);
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hdr.len >> 8 * i);
+  attn_buf_append(out, len8, 8);
+  attn_buf_append(out, hdr.data, hdr.len);
+  attn_buf_append(out, b->data + 8 + N, b->len - 8 - (size_t)N);
+  attn_buf_free(&hdr);
+  free(h);
+}
+
+typedef struct file_case {
+  const char *from, *to; /* an edit of the F32 file's header */
+  const char *msg;
+} file_case;
+
+/* The F32 file's data: layer 0 keys [0, 120), values [120, 240), layer 2
+ * keys [240, 648), values [648, 1056). */
+static const file_case file_cases[] = {
+    {"\"format\":\"attnd-session\"", "\"format\":\"other\"",
+     "format is 'other', not 'attnd-session' (not a session file)"},
+    {"\"format\":\"attnd-session\",", "", "__metadata__ has no 'format'"},
+    {"\"format_version\":\"1\"", "\"format_version\":\"2\"",
+     "format_version is '2'; this attnd reads version 1"},
+    {"\"id\":\"chat-1:a.b_c\"", "\"id\":\"a b\"", "id 'a b' is not a session"},
+    {"\"owner\":\"0123456789abcdef\"", "\"owner\":\"0123\"",
+     "owner '0123' is not 16"},
+    {"\"owner\":\"0123456789abcdef\"", "\"owner\":1", "value 'owner' is a"},
+    {"\"owner\":", "\"extra\":\"x\",\"owner\":",
+     "unknown __metadata__ key 'extra'"},
+    {"\"owner\":", "\"id\":\"x\",\"owner\":", "key 'id' given twice"},
+    {"{\\\"layers\\\":3", "{\\\"layers\\\":3,\\\"colour\\\":1",
+     "spec: unknown field 'colour'"},
+    {"{\\\"layers\\\":3", "[", "spec: "},
+    {"\\\"num_kv_heads\\\":2,", "", "spec: num_kv_heads is missing"},
+    {"[0.5,0.25,0.125,0.0625]", "[0.5]",
+     "spec: alibi has 1 slopes; num_heads is 4"},
+    {"\\\"layers\\\":3", "\\\"layers\\\":5000", "layers is 5000; at most 4096"},
+    {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"",
+     "tensor 'layers.0.key': dtype is 'F16'; the spec's kv_dtype fp32 is "
+     "stored as F32"},
+    {"\"shape\":[5,2,3]", "\"shape\":[5,2,4]",
+     "tensor 'layers.0.key': shape [5,2,4]; the spec's is [length, 2, 3]"},
+    {"\"shape\":[5,2,3]", "\"shape\":[5,2]", "shape must be [length,"},
+    {"\"shape\":[5,2,3]", "\"shape\":[5,-2,3]", "shape must be [length,"},
+    {"\"shape\":[17,2,3],\"data_offsets\":[240,648]",
+     "\"shape\":[18,2,3],\"data_offsets\":[240,672]",
+     "18 tokens, above the spec's max_tokens (17)"},
+    {"\"data_offsets\":[0,120]", "\"data_offsets\":[0,121]",
+     "data_offsets hold 121 bytes; its shape needs 120"},
+    {"\"data_offsets\":[0,120]", "\"data_offsets\":[1,121]",
+     "leaving a hole after byte 0"},
+    {"\"data_offsets\":[120,240]", "\"data_offsets\":[0,120]", "overlap"},
+    {"\"data_offsets\":[648,1056]", "\"data_offsets\":[648,1056.5]",
+     "data_offsets must be [begin, end]"},
+    {"\"data_offsets\":[648,1056]", "\"data_offsets\":[2000,2408]",
+     "reach past the data section (1056 bytes"},
+    {"\"data_offsets\":[0,120]}", "\"data_offsets\":[0,120],\"x\":1}",
+     "tensor 'layers.0.key': unknown key 'x'"},
+    {",\"data_offsets\":[0,120]", "",
+     "tensor 'layers.0.key': missing "
+     "'data_offsets'"},
+    {"\"layers.1.key\"", "\"layers.3.key\"", "unknown tensor 'layers.3.key'"},
+    {"\"layers.1.key\"", "\"layers.01.key\"", "unknown tensor 'layers.01.key'"},
+    {"\"layers.1.key\"", "\"layers.0.key\"",
+     "tensor 'layers.0.key' given "
+     "twice"},
+    {"[240,240]},\"layers.1.value\"",
+     "[240,240]},\"layers.1.extra\":{},\"layers.1.value\"",
+     "unknown tensor 'layers.1.extra'"},
+    {"{\"__metadata__\"", "{\"__metadata__\":{},\"__metadata__\"",
+     "__metadata__ given twice"},
+    {"\"__metadata__\"", "\"__meta\"", "no __metadata__ (not a session file)"},
+    {"{\"__metadata__\"", " {\"__metadata__\"", "does not start with a JSON"},
+    {"\"format\"", "\"format\"\"", "header: malformed JSON"},
+};
+
+START_TEST(file_damaged) {
+  const file_case *c = &file_cases[_i];
+  attn_buf b, e;
+  attn_session_dump y;
+  attn_diag d = {{0}};
+  file_encode(ATTN_KV_FP32, &b);
+  file_edit(&b, c->from, c->to, &e);
+  attn_status s = attn_session_file_decode(e.data, e.len, &y, &d);
+  ck_assert_msg(s == ATTN_EPARSE, "case %d: status %d (%s)", _i, s, d.msg);
+  ck_assert_msg(!strncmp(d.msg, "session file: ", 14), "%s", d.msg);
+  check_msg(d.msg, c->msg, c->from);
+  ck_assert(all_zero(&y, sizeof y));
+  attn_buf_free(&b);
+  attn_buf_free(&e);
+}
+END_TEST
+
+/* A missing tensor (its bytes gone too), key and value of other lengths,
+ * a trailing byte, a cut at every length, a header length past the file. */
+START_TEST(file_cut_or_padded) {
+  attn_buf b, e;
+  attn_session_dump y;
+  attn_diag d = {{0}};
+  file_encode(ATTN_KV_BF16, &b);
+  /* every prefix is refused */
+  for (size_t n = 0; n < b.len; n++) {
+    ck_assert_msg(attn_session_file_decode(b.data, n, &y, &d) == ATTN_EPARSE,
+                  "a file cut at %zu bytes read", n);
+    ck_assert(all_zero(&y, sizeof y));
+  }
+  attn_session_file_decode(b.data, 4, &y, &d);
+  check_msg(d.msg, "too short for the 8-byte header length", "4 bytes");
+  attn_session_file_decode(b.data, 100, &y, &d);
+  check_msg(d.msg, "the file is cut short?", "100 bytes");
+  attn_session_file_decode(b.data, b.len - 1, &y, &d);
+  check_msg(d.msg, "reach past the data section", "one byte short");
+  /* a trailing byte */
+  attn_buf_init(&e, 0);
+  attn_buf_append(&e, b.data, b.len);
+  attn_buf_append(&e, "", 1);
+  ck_assert_int_eq(attn_session_file_decode(e.data, e.len, &y, &d),
+                   ATTN_EPARSE);
+  check_msg(d.msg, "(1 trailing bytes)", "trailing");
+  attn_buf_free(&e);
+  /* a header length of 2^63 */
+  attn_buf_init(&e, 0);
+  attn_buf_append(&e, b.data, b.len);
+  e.data[7] = (char)0x80;
+  ck_assert_int_eq(attn_session_file_decode(e.data, e.len, &y, &d),
+                   ATTN_EPARSE);
+  check_msg(d.msg, "the header length is 9223372036854", "2^63");
+  attn_buf_free(&e);
+  /* a layer without its value: the key's entry names it */
+  file_edit(&b, "\"layers.2.value\"", "\"layers.2.key\"", &e);
+  attn_session_file_decode(e.data, e.len, &y, &d);
+  check_msg(d.msg, "tensor 'layers.2.key' given twice", "dup");
+  attn_buf_free(&e);
+  attn_buf_free(&b);
+  /* key and value of other lengths (sizes consistent) */
+  file_encode(ATTN_KV_FP32, &b);
+  file_edit(&b,
+            "\"layers.0.value\":{\"dtype\":\"F32\",\"shape\":[5,2,3],"
+            "\"data_offsets\":[120,240]}",
+            "\"layers.0.value\":{\"dtype\":\"F32\",\"shape\":[4,2,3],"
+            "\"data_offsets\":[120,216]}",
+            &e);
+  attn_session_file_decode(e.data, e.len, &y, &d);
+  check_msg(d.msg, "layer 0 has 5 keys and 4 values", "lengths");
+  attn_buf_free(&e);
+  /* a tensor missing, with its bytes */
+  file_edit(&b,
+            ",\"layers.1.value\":{\"dtype\":\"F32\",\"shape\":[0,2,3],"
+            "\"data_offsets\":[240,240]}",
+            "", &e);
+  attn_session_file_decode(e.data, e.len, &y, &d);
+  check_msg(d.msg,
+            "tensor 'layers.1.value' is missing (the spec has 3 "
+            "layers)",
+            "missing");
+  attn_buf_free(&e);
+  attn_buf_free(&b);
+}
+END_TEST
+
 Suite *session_codec_suite(void) {
   Suite *s = suite_create("session_codec");
   TCase *tc = tcase_create("spec");
@@ -1005,6 +1296,11 @@ Suite *session_codec_suite(void) {
   tcase_add_test(tc, encode_errors_restore);
   tcase_add_test(tc, encode_step_answer);
   tcase_add_test(tc, step_answer_round_trip);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("file");
+  tcase_add_loop_test(tc, file_round_trip, 0, 3);
+  tcase_add_loop_test(tc, file_damaged, 0, N_OF(file_cases));
+  tcase_add_test(tc, file_cut_or_padded);
   suite_add_tcase(s, tc);
   return s;
 }

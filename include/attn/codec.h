@@ -460,6 +460,45 @@ attn_status attn_v1_encode_session_step(attn_buf *out,
                                         const float *lse, int64_t length,
                                         const float *weights);
 
+/* ---- session files (docs/api.md "Moving a session") --------------------
+ * A session as one safetensors file (GET /v1/sessions/{id}/kv, PUT
+ * /v1/sessions/{id} with application/octet-stream, session_dir): an
+ * 8-byte little-endian header length N, N bytes of JSON (padded with
+ * spaces so that the data starts on 8 bytes), then the data section.  The
+ * header: "__metadata__" {"format": "attnd-session", "format_version":
+ * "1", "id", "owner" (the owner tag, 16 hex digits), "spec" (the filled
+ * spec as a JSON object in a string: PUT /v1/sessions/{id}'s fields)},
+ * and per layer i of the spec "layers.{i}.key" and "layers.{i}.value",
+ * each {"dtype": "F32" | "BF16" | "F16" (the kv_dtype), "shape": [len_i,
+ * num_kv_heads, head_dim], "data_offsets": [begin, end]}: the rows as
+ * stored (keys turned by rotary), [token][head][dim] little-endian. */
+#define ATTN_SESSION_FILE_FORMAT "attnd-session"
+#define ATTN_SESSION_FILE_VERSION "1"
+
+/* x as a session file, appended to *out (x->k/v for each layer of
+ * x->length[l] > 0 tokens).  On failure out->len is restored.  Errors:
+ * ATTN_EINVAL (a spec that is not filled: no layers, num_kv_heads,
+ * head_dim or dtype), ATTN_ENOMEM, ATTN_ETOOBIG (out->max). */
+attn_status attn_session_file_encode(attn_buf *out, const attn_session_dump *x);
+
+/* A whole session file buf[0, len) into *out, checked as strictly as a
+ * model file: the header length within the file and at most
+ * ATTN_SAFETENSORS_MAX_HEADER, strict JSON, the metadata's keys (each
+ * once, no other), format and version, a valid id and owner, the spec (as
+ * PUT's body, every count given), exactly the two tensors of each layer
+ * and no other, each of the spec's dtype and shape [len, num_kv_heads,
+ * head_dim] with len <= max_tokens and the same len for key and value,
+ * offsets whose sizes match the shapes and which tile the data section
+ * exactly (no overlap, no hole, no trailing byte).  Each message starts
+ * "session file: " and names the tensor or key at fault.  On success
+ * out->k and out->v point into buf (borrowed: keep buf while out is
+ * used), out->data is NULL; free with attn_session_dump_clear.  On
+ * failure *out is zeroed with nothing allocated.  Errors: ATTN_EPARSE (a
+ * damaged or truncated file), ATTN_EINVAL (a spec refused, as PUT's
+ * body), ATTN_ENOMEM. */
+attn_status attn_session_file_decode(const void *buf, size_t len,
+                                     attn_session_dump *out, attn_diag *d);
+
 /* ---- Errors ------------------------------------------------------------- */
 
 /* Append {"error":"<msg>"} (the v2 $inference_error_response, also used by

@@ -56,11 +56,13 @@ typedef struct attn_config {
   int64_t kv_cache_bytes;           /* sessions' KV blocks; 0 = auto */
   int64_t max_sessions;             /* sessions open at once */
   int64_t session_idle_timeout_s;   /* idle session freed; 0 = never */
-  int max_connections;              /* open client connections */
-  int connection_timeout_s;         /* idle connection timeout; 0 = none */
-  int header_timeout_s;             /* request line + headers; 0 = none */
-  int64_t body_min_rate_bytes_s;    /* slower bodies cut after the above */
-  int max_connections_per_ip;       /* 0 = no limit */
+  /* sessions written here at shutdown, read back at start; "" = off */
+  char session_dir[ATTN_MAX_PATH_LEN + 1];
+  int max_connections;           /* open client connections */
+  int connection_timeout_s;      /* idle connection timeout; 0 = none */
+  int header_timeout_s;          /* request line + headers; 0 = none */
+  int64_t body_min_rate_bytes_s; /* slower bodies cut after the above */
+  int max_connections_per_ip;    /* 0 = no limit */
   char models_dir[ATTN_MAX_PATH_LEN + 1]; /* model definitions */
   /* Not a key: where models_dir was last set, for messages and for the rule
    * that a configured models_dir must exist: "" for the built-in default,

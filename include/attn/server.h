@@ -98,4 +98,23 @@ uint64_t attn_server_auth_failures(attn_server *s);
  * (the pool drained).  NULL is allowed. */
 void attn_server_destroy(attn_server *s);
 
+/* session_dir (docs/configuration.md; src/server/session_dir.c): restarts
+ * that lose no session.  Both log what they did, and each file they skip
+ * with why; neither fails. */
+
+/* After the drain: every session of st written to dir (made when
+ * missing), one session file (codec.h) each, "<owner>-<id>.safetensors":
+ * under a temporary name, fsynced, renamed, then the folder fsynced.
+ * Returns how many were written. */
+size_t attn_sessions_save(struct attn_session_store *st, const char *dir);
+
+/* At start-up, before serving: every "*.safetensors" file of dir read
+ * (attn_read_file, no larger than the store's cache could hold), decoded
+ * strictly and imported with its owner and id, its idle clock starting
+ * now; each file loaded is removed.  A file that is partial, corrupt,
+ * foreign or refused by the store is skipped with a warning naming it and
+ * why, and left in place.  A folder that does not exist holds nothing.
+ * Returns how many sessions were loaded. */
+size_t attn_sessions_load(struct attn_session_store *st, const char *dir);
+
 #endif

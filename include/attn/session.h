@@ -127,6 +127,36 @@ static inline void attn_session_info_clear(attn_session_info *i) {
   i->length = NULL;
 }
 
+/* A session's whole state, as attn_session_export gives it and
+ * attn_session_import takes it (and the session file codec, codec.h,
+ * writes and reads it): the rows exactly as stored, keys already turned
+ * by rotary, in the storage dtype, so that a session made from a dump
+ * answers bitwise as the one it came from. */
+typedef struct attn_session_dump {
+  char id[ATTN_SESSION_ID_MAX + 1];
+  uint64_t owner;
+  attn_session_spec spec; /* filled; alibi_slopes owned by the dump */
+  int64_t *length;        /* [spec.layers], owned */
+  /* [spec.layers] each: length[l] x num_kv_heads x head_dim elements of
+   * spec.kv_dtype ([token][head][dim], little-endian), NULL when a layer
+   * is empty.  The arrays are owned; what they point to is in data when
+   * the dump owns it (export), else borrowed (a decoded file's bytes). */
+  const void **k, **v;
+  void *data;
+} attn_session_dump;
+
+static inline void attn_session_dump_clear(attn_session_dump *x) {
+  if (!x) return;
+  attn_session_spec_clear(&x->spec);
+  free(x->length);
+  free((void *)x->k);
+  free((void *)x->v);
+  free(x->data);
+  x->length = NULL;
+  x->k = x->v = NULL;
+  x->data = NULL;
+}
+
 /* ---- the store (library attn_session) ---------------------------------- */
 
 typedef struct attn_session_limits {
@@ -210,6 +240,33 @@ attn_status attn_session_truncate(attn_session *s, int64_t n, uint64_t now_ns,
 attn_status attn_session_fork(attn_session_store *st, attn_session *s,
                               const char *new_id, uint64_t now_ns,
                               attn_session_info *info, attn_diag *d);
+
+/* The held session's whole state into *out (zeroed first; free it with
+ * attn_session_dump_clear): id, owner, filled spec, lengths and every
+ * layer's rows as stored (attn_kv_seq_read), out->data owning them.  Its
+ * last use is not changed.  ENOMEM only. */
+attn_status attn_session_export(attn_session *s, attn_session_dump *out,
+                                attn_diag *d);
+
+/* A new session (owner, id) holding in's tokens: in->spec is checked as
+ * create checks a spec (EINVAL naming the field; max_tokens against the
+ * store's), each length must be 0 .. max_tokens (EINVAL), and the rows are
+ * appended as they are (no encoding, no rotary: they are stored already).
+ * in->id and in->owner are not read.  ECONFLICT when (owner, id) exists
+ * (with any shape), ENOSPACE when max_sessions are open or the KV pool
+ * cannot hold the rows (nothing is kept then).  Its last use is now_ns.
+ * info (may be NULL) gets the new session's object. */
+attn_status attn_session_import(attn_session_store *st, uint64_t owner,
+                                const char *id, const attn_session_dump *in,
+                                uint64_t now_ns, attn_session_info *info,
+                                attn_diag *d);
+
+/* fn(user, s) for every open session, each held for its call (in order
+ * of last use, oldest first; sessions made meanwhile may be missed).
+ * Stops at fn's first nonzero return.  Returns how many calls were made,
+ * or -1 out of memory.  (main writes the sessions to session_dir so.) */
+long attn_session_each(attn_session_store *st,
+                       int (*fn)(void *user, attn_session *s), void *user);
 
 /* One step of B sessions (held) on one layer.  The sessions share
  * num_heads, num_kv_heads and head_dim (EINVAL naming the first that

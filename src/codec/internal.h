@@ -51,4 +51,11 @@ attn_status attn__json_nested(attn_buf *b, const float *base,
                               const attn__dimspec *outer, int n_outer,
                               const attn__dimspec *inner);
 
+/* A session's spec as the JSON object PUT /v1/sessions/{id} takes:
+ * {"layers", "num_heads", "num_kv_heads", "head_dim", "max_tokens",
+ * "kv_dtype", then the variants as the session object writes them}
+ * (session_v1.c; session_file.c puts it in a file's metadata).  On
+ * failure out->len is restored. */
+attn_status attn__session_spec_json(attn_buf *out, const attn_session_spec *p);
+
 #endif /* ATTN_CODEC_INTERNAL_H */

@@ -645,21 +645,31 @@ fail:
   return s;
 }
 
-static attn_status put_session(attn_buf *out, const void *item) {
-  const attn_session_info *i = item;
-  const attn_session_spec *p = &i->spec;
+/* The spec's fields in the object's order, after sep ("{" or ","). */
+static attn_status put_spec(attn_buf *out, const char *sep,
+                            const attn_session_spec *p) {
   attn_status s;
   size_t dt = (size_t)p->kv_dtype;
-  TRY(attn_buf_puts(out, "{\"id\":"));
-  TRY(attn_buf_json_string(out, i->id));
-  TRY(put_int(out, ",\"layers\":", p->layers));
+  TRY(attn_buf_puts(out, sep));
+  TRY(put_int(out, "\"layers\":", p->layers));
   TRY(put_int(out, ",\"num_heads\":", p->num_heads));
   TRY(put_int(out, ",\"num_kv_heads\":", p->num_kv_heads));
   TRY(put_int(out, ",\"head_dim\":", p->head_dim));
   TRY(put_int(out, ",\"max_tokens\":", p->max_tokens));
   TRY(attn_buf_puts(out, ",\"kv_dtype\":"));
   TRY(attn_buf_json_string(out, dt < N_DTYPES ? dtype_names[dt] : ""));
-  TRY(put_variants(out, p));
+  return put_variants(out, p);
+fail:
+  return s;
+}
+
+static attn_status put_session(attn_buf *out, const void *item) {
+  const attn_session_info *i = item;
+  const attn_session_spec *p = &i->spec;
+  attn_status s;
+  TRY(attn_buf_puts(out, "{\"id\":"));
+  TRY(attn_buf_json_string(out, i->id));
+  TRY(put_spec(out, ",", p));
   TRY(attn_buf_puts(out, ",\"length\":["));
   for (int64_t l = 0; i->length && l < p->layers; l++)
     TRY(put_int(out, l ? "," : "", i->length[l]));
@@ -670,6 +680,14 @@ static attn_status put_session(attn_buf *out, const void *item) {
                           : attn_buf_puts(out, "null"));
   return attn_buf_puts(out, "}");
 fail:
+  return s;
+}
+
+attn_status attn__session_spec_json(attn_buf *out, const attn_session_spec *p) {
+  size_t start = out->len;
+  attn_status s = put_spec(out, "{", p);
+  if (!s) s = attn_buf_puts(out, "}");
+  if (s) attn__buf_restore(out, start);
   return s;
 }
 

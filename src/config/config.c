@@ -187,6 +187,10 @@ static const cfg_key keys[] = {
     K_I64(session_idle_timeout_s, "ATTND_SESSION_IDLE_TIMEOUT_S", 600, 0,
           ATTN_MAX_SESSION_IDLE_TIMEOUT_S, "s",
           "a session unused this long is freed; 0 = never"),
+    K_FILE(session_dir, "ATTND_SESSION_DIR",
+           "on SIGTERM, after the drain, every session is written to this "
+           "folder, and read back (then removed) at the next start; relative: "
+           "to the config file's folder in a file; \"\" = off"),
     K_INT(max_connections, "ATTND_MAX_CONNECTIONS", 1024, 1,
           ATTN_MAX_CONNECTIONS, "connections", "open client connections"),
     K_INT(connection_timeout_s, "ATTND_CONNECTION_TIMEOUT_S", 60, 0,

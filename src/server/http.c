@@ -888,6 +888,8 @@ static int admit(conn_ctx *cx, uint64_t body) {
   attn__http_req req = {
       .method = cx->method,
       .path = cx->path,
+      /* a session's PUT: JSON (64 KiB) or a session file (max_body_bytes) */
+      .content_type = header(cx->conn, MHD_HTTP_HEADER_CONTENT_TYPE),
       .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
       .api_key = s->ctx.auth ? header(cx->conn, "X-Api-Key") : NULL,
       .origin = cx->origin,

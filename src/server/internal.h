@@ -211,7 +211,10 @@ typedef enum {
   ATTN_SESSION_DELETE,   /* DELETE /v1/sessions/{id} */
   ATTN_SESSION_ATTEND,   /* POST /v1/sessions/{id}/attend */
   ATTN_SESSION_TRUNCATE, /* POST /v1/sessions/{id}/truncate */
-  ATTN_SESSION_FORK      /* POST /v1/sessions/{id}/fork */
+  ATTN_SESSION_FORK,     /* POST /v1/sessions/{id}/fork */
+  ATTN_SESSION_KV,       /* GET /v1/sessions/{id}/kv: the session file */
+  ATTN_SESSION_IMPORT    /* PUT /v1/sessions/{id}, application/octet-stream:
+                            a session file */
 } attn__session_op;
 
 /* Content-Encoding of a request body. */

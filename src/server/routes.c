@@ -416,19 +416,29 @@ static attn__route_kind model_infer(attn__srv_ctx *s, const attn__http_req *req,
 
 /* ---- the model repository (repo.c runs it on a worker) ------------------ */
 
+/* Content-Type: application/octet-stream (parameters aside): a session
+ * file's PUT. */
+static bool is_octet_stream(const attn__http_req *req) {
+  const char *ct = req->content_type;
+  size_t n = ct ? strcspn(ct, ";") : 0;
+  while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t')) n--;
+  return n == 24 && strncasecmp(ct, "application/octet-stream", n) == 0;
+}
+
 /* Checks shared by the routes of a few keys of JSON run as a job (the
- * repository's, the sessions'): true when it answered. */
-static bool refuse_json_job(attn__srv_ctx *s, const attn__http_req *req,
-                            attn__http_resp *resp) {
+ * repository's, the sessions'; file: a session file's PUT, octet-stream
+ * instead of JSON): true when it answered. */
+static bool refuse_job(attn__srv_ctx *s, const attn__http_req *req,
+                       attn__http_resp *resp, bool file) {
   if (req->content_encoding && *req->content_encoding &&
       strcasecmp(req->content_encoding, "identity") != 0) {
     attn__resp_error(resp, 415,
                      "Content-Encoding '%s' is not supported on %s (send "
-                     "the JSON as it is)",
-                     req->content_encoding, req->path);
+                     "the %s as it is)",
+                     req->content_encoding, req->path, file ? "file" : "JSON");
     return true;
   }
-  if (!content_type_ok(req, 0)) {
+  if (!file && !content_type_ok(req, 0)) {
     attn__resp_error(resp, 415,
                      "Content-Type '%s' is not supported (use "
                      "application/json)",
@@ -446,7 +456,7 @@ static bool refuse_json_job(attn__srv_ctx *s, const attn__http_req *req,
 static attn__route_kind repo_index(attn__srv_ctx *s, const attn__http_req *req,
                                    attn__http_resp *resp,
                                    attn__infer_target *t) {
-  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_job(s, req, resp, false)) return ATTN_ROUTE_DONE;
   memset(t, 0, sizeof *t);
   t->proto = ATTN_JOB_REPO_INDEX;
   return ATTN_ROUTE_DEFER;
@@ -462,7 +472,7 @@ static attn__route_kind repo_model(attn__srv_ctx *s, const attn__http_req *req,
     attn__resp_error(resp, 404, "unknown model '%.256s'", p);
     return ATTN_ROUTE_DONE;
   }
-  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_job(s, req, resp, false)) return ATTN_ROUTE_DONE;
   t->proto = op;
   return ATTN_ROUTE_DEFER;
 }
@@ -496,8 +506,9 @@ static attn__route_kind all_stats(attn__srv_ctx *s, const attn__http_req *req,
 
 /* ---- sessions (session.c runs them on a worker) ------------------------- */
 
-/* /v1/sessions[/{id}[/attend | /truncate | /fork]]: the id checked and
- * the operation named here; the store is the job's. */
+/* /v1/sessions[/{id}[/attend | /truncate | /fork | /kv]]: the id checked
+ * and the operation named here (a PUT of application/octet-stream is a
+ * session file's import); the store is the job's. */
 static attn__route_kind session_route(attn__srv_ctx *s,
                                       const attn__http_req *req,
                                       attn__http_resp *resp,
@@ -519,18 +530,22 @@ static attn__route_kind session_route(attn__srv_ctx *s,
     memcpy(t->session, p, n);
     t->session[n] = '\0';
     const char *rest = p + n;
-    t->session_op = strcmp(rest, "/attend") == 0     ? ATTN_SESSION_ATTEND
-                    : strcmp(rest, "/truncate") == 0 ? ATTN_SESSION_TRUNCATE
-                    : strcmp(rest, "/fork") == 0     ? ATTN_SESSION_FORK
-                    : method_is(req, "PUT")          ? ATTN_SESSION_CREATE
-                    : method_is(req, "DELETE")       ? ATTN_SESSION_DELETE
-                                                     : ATTN_SESSION_GET;
+    t->session_op =
+        strcmp(rest, "/attend") == 0     ? ATTN_SESSION_ATTEND
+        : strcmp(rest, "/truncate") == 0 ? ATTN_SESSION_TRUNCATE
+        : strcmp(rest, "/fork") == 0     ? ATTN_SESSION_FORK
+        : strcmp(rest, "/kv") == 0       ? ATTN_SESSION_KV
+        : method_is(req, "PUT")
+            ? is_octet_stream(req) ? ATTN_SESSION_IMPORT : ATTN_SESSION_CREATE
+        : method_is(req, "DELETE") ? ATTN_SESSION_DELETE
+                                   : ATTN_SESSION_GET;
   }
   if (!s->sessions) {
     attn__resp_error(resp, 503, "sessions are not available on this server");
     return ATTN_ROUTE_DONE;
   }
-  if (refuse_json_job(s, req, resp)) return ATTN_ROUTE_DONE;
+  if (refuse_job(s, req, resp, t->session_op == ATTN_SESSION_IMPORT))
+    return ATTN_ROUTE_DONE;
   return ATTN_ROUTE_DEFER;
 }
 
@@ -561,9 +576,11 @@ typedef enum {
 /* The body a route's POST or PUT takes (checked with the headers:
  * attn__route_admit); GET, HEAD and DELETE never take one. */
 typedef enum {
-  NO_BODY,    /* none: a GET, HEAD or preflight */
-  SMALL_BODY, /* a few keys of JSON: ATTN_MAX_REPO_BODY_BYTES */
-  BODY,       /* tensors: max_body_bytes */
+  NO_BODY,      /* none: a GET, HEAD or preflight */
+  SMALL_BODY,   /* a few keys of JSON: ATTN_MAX_REPO_BODY_BYTES */
+  BODY,         /* tensors: max_body_bytes */
+  SPEC_OR_FILE, /* a session's PUT: SMALL_BODY, or with Content-Type
+                   application/octet-stream a session file: BODY */
 } route_body;
 
 /* One endpoint, the only place it is declared: its path (the metrics'
@@ -629,7 +646,9 @@ static const route routes[] = {
      SMALL_BODY, REPO, 1, 0},
     {"/v1/sessions", EXACT, GET, session_route, KEYED, NO_BODY, SESSION, 1, 0},
     {"/v1/sessions/{id}", EXACT, GET | PUT | DELETE, session_route, KEYED,
-     SMALL_BODY, SESSION, 1, 0},
+     SPEC_OR_FILE, SESSION, 1, 0},
+    {"/v1/sessions/{id}/kv", EXACT, GET, session_route, KEYED, NO_BODY, SESSION,
+     1, 0},
     {"/v1/sessions/{id}/truncate", EXACT, POST, session_route, KEYED,
      SMALL_BODY, SESSION, 1, 0},
     {"/v1/sessions/{id}/fork", EXACT, POST, session_route, KEYED, SMALL_BODY,
@@ -888,6 +907,7 @@ attn__route_kind attn__route_admit(attn__srv_ctx *s, const attn__http_req *req,
   attn__route_resolve(s, req->path, a);
   const route *r = a->route < N_ROUTES ? &routes[a->route] : NULL;
   route_body kind = r && method_bit(req) & (POST | PUT) ? r->body : NO_BODY;
+  if (kind == SPEC_OR_FILE) kind = is_octet_stream(req) ? BODY : SMALL_BODY;
   if (is_preflight(s, req)) /* answered at the end; never a body */
     kind = NO_BODY;
   else if (refused(s, req, r, resp))

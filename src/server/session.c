@@ -151,6 +151,52 @@ static void attend_v1(attn__srv_ctx *s, attn_session *sess, const char *body,
   attn_v1_step_clear(&step);
 }
 
+/* GET /v1/sessions/{id}/kv: the held session as a session file
+ * (codec.h).  The owner tag is written as 0: a tag is a hash of an API
+ * key, not given out; a PUT of the file takes its owner from its key. */
+static void answer_file(attn_session *sess, attn__http_resp *resp) {
+  attn_session_dump x;
+  attn_diag d = {{0}};
+  attn_status st = attn_session_export(sess, &x, &d);
+  if (st) {
+    attn__resp_status(resp, st, &d);
+    return;
+  }
+  x.owner = 0;
+  attn_buf b;
+  attn_buf_init(&b, 0);
+  st = attn_session_file_encode(&b, &x);
+  attn_session_dump_clear(&x);
+  if (st) {
+    attn_buf_free(&b);
+    attn__resp_status(resp, st, NULL);
+    return;
+  }
+  resp->status = 200;
+  resp->content_type = "application/octet-stream";
+  resp->body = attn_buf_steal(&b, &resp->len);
+}
+
+/* PUT /v1/sessions/{id} of application/octet-stream: a session from a
+ * session file (its id and owner those of the request, not the file's). */
+static void import_file(attn__srv_ctx *s, uint64_t owner, const char *id,
+                        const char *body, size_t len, attn__http_resp *resp) {
+  attn_session_dump x;
+  attn_session_info info = {0};
+  attn_diag d = {{0}};
+  attn_status st = attn_session_file_decode(body, len, &x, &d);
+  if (!st) {
+    st = attn_session_import(s->sessions, owner, id, &x, attn_now_ns(), &info,
+                             &d);
+    attn_session_dump_clear(&x);
+  }
+  if (st)
+    attn__resp_status(resp, st, &d);
+  else
+    answer_info(resp, 201, &info);
+  attn_session_info_clear(&info);
+}
+
 /* The operations that work on one held session. */
 static void run_held(attn__srv_ctx *s, attn__session_op op, attn_session *sess,
                      const char *body, size_t len, attn__http_resp *resp) {
@@ -162,6 +208,9 @@ static void run_held(attn__srv_ctx *s, attn__session_op op, attn_session *sess,
   switch (op) {
     case ATTN_SESSION_ATTEND:
       attend_v1(s, sess, body, len, resp);
+      return;
+    case ATTN_SESSION_KV:
+      answer_file(sess, resp);
       return;
     case ATTN_SESSION_TRUNCATE: {
       int64_t n = 0;
@@ -223,6 +272,9 @@ static void session_run(attn__srv_ctx *s, attn__session_op op, uint64_t owner,
       attn_session_info_clear(&info);
       return;
     }
+    case ATTN_SESSION_IMPORT:
+      import_file(s, owner, id, body, len, resp);
+      return;
     case ATTN_SESSION_DELETE:
       if ((st = attn_session_delete(s->sessions, owner, id, &d))) {
         attn__resp_status(resp, st, &d);

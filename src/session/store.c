@@ -772,6 +772,39 @@ attn_status attn_session_truncate(attn_session *s, int64_t n, uint64_t now_ns,
   return r;
 }
 
+/* Link the new session x (unlinked, refs 1) under its owner and id,
+ * unless that was taken meanwhile (ECONFLICT) or max_sessions are open
+ * (x is freed then); also (may be NULL) is touched with it.  info (may be
+ * NULL) gets x's object. */
+static attn_status link_new(attn_session_store *st, attn_session *x,
+                            attn_session *also, uint64_t now_ns,
+                            attn_session_info *info, attn_diag *d) {
+  attn_status r = ATTN_OK;
+  pthread_mutex_lock(&st->mu);
+  if (map_find(st, x->owner, x->id, x->hash)) /* made meanwhile */
+    r = attn_diag_set(d, ATTN_ECONFLICT, "session '%s' exists already", x->id);
+  else if (st->count >= (size_t)st->lim.max_sessions)
+    r = too_many(st, d);
+  else {
+    map_insert(st, x, now_ns);
+    if (also) lru_touch(st, also, now_ns);
+    atomic_fetch_add(&x->refs, 1); /* held for the info below, before a
+                                      delete can see it */
+  }
+  pthread_mutex_unlock(&st->mu);
+  if (r) {
+    session_free(x);
+    return r;
+  }
+  if (info) {
+    pthread_mutex_lock(&x->lock);
+    r = session_info(x, now_ns, now_ns, info, d);
+    pthread_mutex_unlock(&x->lock);
+  }
+  attn_session_put(x);
+  return r;
+}
+
 attn_status attn_session_fork(attn_session_store *st, attn_session *s,
                               const char *new_id, uint64_t now_ns,
                               attn_session_info *info, attn_diag *d) {
@@ -793,29 +826,7 @@ attn_status attn_session_fork(attn_session_store *st, attn_session *s,
   pthread_mutex_unlock(&s->lock);
   attn_session_spec_clear(&f);
   if (r) return r;
-  pthread_mutex_lock(&st->mu);
-  if (map_find(st, s->owner, new_id, h)) /* made meanwhile */
-    r = attn_diag_set(d, ATTN_ECONFLICT, "session '%s' exists already", new_id);
-  else if (st->count >= (size_t)st->lim.max_sessions)
-    r = too_many(st, d);
-  else {
-    map_insert(st, x, now_ns);
-    lru_touch(st, s, now_ns);
-    atomic_fetch_add(&x->refs, 1); /* held for the info below, before a
-                                      delete can see it */
-  }
-  pthread_mutex_unlock(&st->mu);
-  if (r) {
-    session_free(x);
-    return r;
-  }
-  if (info) {
-    pthread_mutex_lock(&x->lock);
-    r = session_info(x, now_ns, now_ns, info, d);
-    pthread_mutex_unlock(&x->lock);
-  }
-  attn_session_put(x);
-  return r;
+  return link_new(st, x, s, now_ns, info, d);
 }
 
 size_t attn_session_sweep(attn_session_store *st, uint64_t now_ns) {
@@ -847,4 +858,136 @@ size_t attn_session_sweep(attn_session_store *st, uint64_t now_ns) {
     session_free(dead);
   }
   return n;
+}
+
+/* ---- export and import (session files, session_dir) ---------------------- */
+
+/* Bytes of n tokens of a layer: n x Hkv x D elements; 0 on overflow. */
+static size_t rows_bytes(const attn_session_spec *f, int64_t n) {
+  size_t e = attn_kv_dtype_size(f->kv_dtype), row;
+  if (n < 0 || !e ||
+      __builtin_mul_overflow((size_t)f->num_kv_heads, (size_t)f->head_dim,
+                             &row) ||
+      __builtin_mul_overflow(row, e, &row) ||
+      __builtin_mul_overflow(row, (size_t)n, &row))
+    return 0;
+  return row;
+}
+
+attn_status attn_session_export(attn_session *s, attn_session_dump *out,
+                                attn_diag *d) {
+  attn_status r = ATTN_OK;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&s->lock);
+  int64_t L = s->spec.layers;
+  size_t total = 0;
+  out->length = malloc((size_t)L * sizeof *out->length);
+  out->k = calloc((size_t)L, sizeof *out->k);
+  out->v = calloc((size_t)L, sizeof *out->v);
+  if (!out->length || !out->k || !out->v || spec_copy(&s->spec, &out->spec, d))
+    r = ATTN_ENOMEM;
+  for (int64_t l = 0; !r && l < L; l++) {
+    out->length[l] = attn_kv_seq_len(s->seq[l]);
+    total += 2 * rows_bytes(&s->spec, out->length[l]);
+  }
+  if (!r && !(out->data = malloc(total ? total : 1))) r = ATTN_ENOMEM;
+  unsigned char *p = out->data;
+  for (int64_t l = 0; !r && l < L; l++) {
+    size_t n = rows_bytes(&s->spec, out->length[l]);
+    if (!n) continue;
+    out->k[l] = p;
+    out->v[l] = p + n;
+    r = attn_kv_seq_read(s->seq[l], 0, out->length[l], p, p + n, d);
+    p += 2 * n;
+  }
+  pthread_mutex_unlock(&s->lock);
+  snprintf(out->id, sizeof out->id, "%s", s->id);
+  out->owner = s->owner;
+  if (r) {
+    attn_session_dump_clear(out);
+    memset(out, 0, sizeof *out);
+    if (r == ATTN_ENOMEM)
+      attn_diag_set(d, r, "session '%s': out of memory exporting it", s->id);
+  }
+  return r;
+}
+
+attn_status attn_session_import(attn_session_store *st, uint64_t owner,
+                                const char *id, const attn_session_dump *in,
+                                uint64_t now_ns, attn_session_info *info,
+                                attn_diag *d) {
+  attn_status r;
+  attn_session_spec f;
+  attn_session *x = NULL;
+  if ((r = id_check(id, d)) || (r = spec_fill(&in->spec, &st->lim, &f, d)))
+    return r;
+  for (int64_t l = 0; l < f.layers; l++)
+    if (!in->length || in->length[l] < 0 || in->length[l] > f.max_tokens ||
+        (in->length[l] > 0 && (!in->k || !in->v || !in->k[l] || !in->v[l]))) {
+      r = attn_diag_set(d, ATTN_EINVAL,
+                        "layer %lld has %lld tokens; it may hold 0 to "
+                        "max_tokens (%lld)",
+                        (long long)l,
+                        in->length ? (long long)in->length[l] : -1,
+                        (long long)f.max_tokens);
+      attn_session_spec_clear(&f);
+      return r;
+    }
+  uint64_t h = key_hash(owner, id);
+  pthread_mutex_lock(&st->mu);
+  if (map_find(st, owner, id, h))
+    r = attn_diag_set(d, ATTN_ECONFLICT, "session '%s' exists already", id);
+  else if (st->count >= (size_t)st->lim.max_sessions)
+    r = too_many(st, d);
+  pthread_mutex_unlock(&st->mu);
+  if (!r) r = session_new(st, owner, id, &f, NULL, &x, d);
+  attn_session_spec_clear(&f);
+  if (r) return r;
+  /* Not linked yet: no one else sees it, its lock is not needed. */
+  for (int64_t l = 0; l < x->spec.layers && !r; l++) {
+    attn_diag sub;
+    if (!in->length[l]) continue;
+    r = attn_kv_seq_append(x->seq[l], in->length[l], in->k[l], in->v[l], &sub);
+    if (r == ATTN_ETOOBIG) {
+      attn_kv_pool_stats ps;
+      attn_kv_pool_stats_get(st->pool, &ps);
+      r = attn_diag_set(d, ATTN_ENOSPACE,
+                        "the KV cache is full: session '%s' needs room for "
+                        "%lld tokens on layer %lld; %zu bytes in use, limit "
+                        "%zu bytes (kv_cache_bytes)",
+                        id, (long long)in->length[l], (long long)l,
+                        ps.used_bytes, ps.limit_bytes);
+    } else if (r) {
+      attn_diag_set(d, r, "%s", sub.msg);
+    }
+  }
+  if (r) {
+    session_free(x);
+    return r;
+  }
+  return link_new(st, x, NULL, now_ns, info, d);
+}
+
+long attn_session_each(attn_session_store *st,
+                       int (*fn)(void *user, attn_session *s), void *user) {
+  pthread_mutex_lock(&st->mu);
+  size_t m = st->count, k = 0;
+  attn_session **held = malloc((m ? m : 1) * sizeof *held);
+  for (attn_session *x = st->lru_head; held && x && k < m; x = x->lru_next) {
+    atomic_fetch_add(&x->refs, 1);
+    held[k++] = x;
+  }
+  pthread_mutex_unlock(&st->mu);
+  if (!held) return -1;
+  long calls = 0;
+  int stop = 0;
+  for (size_t i = 0; i < k; i++) {
+    if (!stop) {
+      calls++;
+      stop = fn(user, held[i]);
+    }
+    attn_session_put(held[i]);
+  }
+  free(held);
+  return calls;
 }

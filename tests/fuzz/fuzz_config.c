@@ -19,9 +19,10 @@
  *   - a success round-trips: the config written as --check-config writes
  *     it (attn_config_write_json), read back as a config file over the
  *     defaults, is written again the same, byte for byte, but for the
- *     relative paths (models_dir, api_keys_file, tls_*_file), which a
- *     file resolves against its folder: each must read back as the
- *     folder joined to it, or, when that is too long, be refused;
+ *     relative paths (models_dir, api_keys_file, tls_*_file,
+ *     session_dir), which a file resolves against its folder: each must
+ *     read back as the folder joined to it, or, when that is too long, be
+ *     refused;
  *   - --healthcheck is seen by attn_config_healthcheck_arg too, and every
  *     ATTND_* name gets an answer from attn_config_env_unknown.
  * Any violation aborts (a crash for libFuzzer).
@@ -78,10 +79,12 @@ static char *as_json(const attn_config *c) {
 /* The keys that a config file resolves against its folder when relative
  * (K_PATH and K_FILE in config.c); set by a variable or a flag, they stay
  * as given. */
-static const size_t path_keys[] = {
-    offsetof(attn_config, models_dir), offsetof(attn_config, api_keys_file),
-    offsetof(attn_config, tls_cert_file), offsetof(attn_config, tls_key_file),
-    offsetof(attn_config, tls_client_ca_file)};
+static const size_t path_keys[] = {offsetof(attn_config, models_dir),
+                                   offsetof(attn_config, api_keys_file),
+                                   offsetof(attn_config, tls_cert_file),
+                                   offsetof(attn_config, tls_key_file),
+                                   offsetof(attn_config, tls_client_ca_file),
+                                   offsetof(attn_config, session_dir)};
 
 static const char *skip_dot_slash(const char *p) {
   while (p[0] == '.' && p[1] == '/')

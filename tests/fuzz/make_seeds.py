@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Write the seed inputs of the fuzz targets safetensors, model, config,
-routes and http into tests/fuzz/seeds/TARGET/ (the json and codec seeds
-are kept as they are).  Each seed is framed as its target's design comment
+"""Write the seed inputs of the fuzz targets safetensors, session_file,
+model, config, routes and http into tests/fuzz/seeds/TARGET/ (the json and
+codec seeds are kept as they are).  Each seed is framed as its target's design comment
 says (tests/fuzz/fuzz_TARGET.c).  Run it after changing a framing:
     python3 tests/fuzz/make_seeds.py
 """
@@ -57,6 +57,41 @@ def safetensors():
     put("safetensors", "auto_bound1", b"\x03" + h + b"\x00" + data)
     with open(os.path.join(ROOT, "config/models/demo.safetensors"), "rb") as f:
         put("safetensors", "raw_demo", b"\x00" + f.read())
+
+
+def session_file_bytes(layers, dtype="F32", kv="fp32", hkv=1, dim=2,
+                       extra_spec=None, owner="0000000000000000"):
+    """A session file (codec.h "session files"); layers: token counts."""
+    size = {"F32": 4, "BF16": 2, "F16": 2}[dtype]
+    spec = {"layers": len(layers), "num_heads": 2 * hkv, "num_kv_heads": hkv,
+            "head_dim": dim, "max_tokens": 16, "kv_dtype": kv}
+    spec.update(extra_spec or {})
+    tensors = {}
+    for i, n in enumerate(layers):
+        raw = bytes((j * 7 + i) & 0xff for j in range(n * hkv * dim * size))
+        tensors["layers.%d.key" % i] = (dtype, [n, hkv, dim], raw)
+        tensors["layers.%d.value" % i] = (dtype, [n, hkv, dim], raw[::-1])
+    meta = {"format": "attnd-session", "format_version": "1", "id": "s-1",
+            "owner": owner, "spec": json.dumps(spec, separators=(",", ":"))}
+    return st_parts(tensors, meta)
+
+
+def session_file():
+    for name, args in [
+            ("fp32", ([3, 0],)),
+            ("bf16_rotary", ([5], "BF16", "bf16", 2, 3,
+                             {"rotary": {"base": 500, "dims": 2,
+                                         "interleaved": True}})),
+            ("fp16_alibi", ([1, 2, 16], "F16", "fp16", 1, 4,
+                            {"alibi": [0.5, 0.25], "window": [3, 0],
+                             "softcap": 20, "scale": 0.5})),
+            ("owner", ([2], "F32", "fp32", 1, 2, None, "00000000deadbeef"))]:
+        h, data = session_file_bytes(*args)
+        put("session_file", "raw_" + name,
+            b"\x00" + struct.pack("<Q", len(h)) + h + data)
+        put("session_file", "auto_" + name, b"\x01" + h + b"\x00" + data)
+    h, data = session_file_bytes([17])  # past max_tokens
+    put("session_file", "auto_too_long", b"\x01" + h + b"\x00" + data)
 
 
 def model():
@@ -197,6 +232,7 @@ def http():
 
 if __name__ == "__main__":
     safetensors()
+    session_file()
     model()
     config()
     routes()

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import struct
 import sys
 import time
 
@@ -124,6 +125,10 @@ def _check_body(r, response, ctype, what):
               "sent" % (what, n, sizes, len(r.body)))
     elif ctype == "application/json":
         validate(json.loads(r.body), schema, what)
+    elif ctype == "application/octet-stream":  # a session file
+        n = struct.unpack("<Q", r.body[:8])[0] if len(r.body) >= 8 else -1
+        check(0 < n and 8 + n <= len(r.body) and r.body[8:9] == b"{",
+              "%s: not a safetensors file: %r" % (what, r.body[:40]))
     else:
         validate(r.body.decode("utf-8"), schema, what)
 
@@ -594,6 +599,20 @@ def openapi_sessions():
                        {"num_heads": 1, "head_dim": 4}), _SESSION, "put", 409)
         answer(request(p, "PUT", "/v1/sessions/oa-2", {"num_heads": 0}),
                _SESSION, "put", 400)
+        # a session file: GET .../kv, PUT of it (201, 409, a cut one 400)
+        kv = _SESSION + "/kv"
+        _get_and_head(p, "/v1/sessions/oa-1/kv", kv)
+        _get_and_head(p, "/v1/sessions/nosuch/kv", kv, 404)
+        blob = request(p, "GET", "/v1/sessions/oa-1/kv").body
+        octet = {"Content-Type": "application/octet-stream"}
+        answer(request(p, "PUT", "/v1/sessions/oa-2", blob, headers=octet),
+               _SESSION, "put", 201)
+        answer(request(p, "PUT", "/v1/sessions/oa-2", blob, headers=octet),
+               _SESSION, "put", 409)
+        answer(request(p, "PUT", "/v1/sessions/oa-3", blob[:-1],
+                       headers=octet), _SESSION, "put", 400)
+        answer(request(p, "DELETE", "/v1/sessions/oa-2"), _SESSION, "delete",
+               204)
         for url in ("/v1/sessions/oa-1", "/v1/sessions/nosuch"):
             _get_and_head(p, url, _SESSION,
                           200 if url.endswith("oa-1") else 404)
