@@ -366,7 +366,10 @@ k8s_case() {
   mutate "$d/k8s/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
   expect_fail "Kubernetes: $name" "$text" "${VALIDATE[@]}" kustomize "$d/k8s"
 }
-k8s_case 'replicas: "three"' '/spec/replicas must be integer' deployment.yaml 's/^  replicas: 2$/  replicas: "three"/'
+k8s_case 'replicas: "three"' '/spec/replicas must be integer' deployment.yaml \
+  's/^  revisionHistoryLimit: 5$/  replicas: "three"\n&/'
+k8s_case 'replicas beside the autoscaler' 'sets replicas (2) beside this autoscaler' deployment.yaml \
+  's/^  revisionHistoryLimit: 5$/  replicas: 2\n&/'
 k8s_case 'containerPort misspelt' 'contanerPort: unknown field' deployment.yaml 's/containerPort: 8080/contanerPort: 8080/'
 k8s_case 'imagePullPolicy misspelt (an optional field)' 'imagePulPolicy: unknown field' deployment.yaml \
   's/imagePullPolicy:/imagePulPolicy:/'

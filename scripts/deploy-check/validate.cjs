@@ -431,6 +431,11 @@ function attndRules(objects) {
         errors.push(`${label(o)}: scales on CPU utilisation but the container requests no CPU`);
       }
       if ((x.spec.minReplicas || 1) > x.spec.maxReplicas) errors.push(`${label(o)}: minReplicas > maxReplicas`);
+      // the autoscaler owns the count: a replicas field in the Deployment
+      // resets it on every `kubectl apply`
+      if (d && d.deployment.spec.replicas !== undefined) {
+        errors.push(`${label(o)}: Deployment ${ref.name} sets replicas (${d.deployment.spec.replicas}) beside this autoscaler: every kubectl apply would reset the count; leave it out (minReplicas rules)`);
+      }
     }
   }
   errors.push(...ingressRules(objects));
