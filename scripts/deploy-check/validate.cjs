@@ -719,18 +719,35 @@ function canonical(v) {
   return JSON.stringify(v);
 }
 
-function kubectlAvailable() {
+// null when kubectl can cross-check, else why not.  Debian 12 packages
+// kubectl (kubernetes-client) at 1.20, whose built-in kustomize (v2.0.3)
+// renders the base but not the overlays (a folder as a resource, patches
+// with a target): kustomize v4 came with kubectl 1.21.
+let kubectlWhyNot;
+function kubectlUnusable() {
+  if (kubectlWhyNot !== undefined) return kubectlWhyNot;
+  let v;
   try {
-    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore', timeout: 20000 });
-    return true;
+    v = JSON.parse(execFileSync('kubectl', ['version', '--client', '-o', 'json'],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 20000 }));
   } catch (e) {
-    return false;
+    kubectlWhyNot = 'kubectl is not installed (1.21 or later would cross-check; the kubernetes-client of Debian 12 is 1.20, too old for the overlays): rendered by this script only';
+    return kubectlWhyNot;
   }
+  const cv = v.clientVersion || {};
+  const minor = parseInt(cv.minor, 10);
+  if (cv.major === '1' && minor < 21) {
+    kubectlWhyNot = `kubectl ${cv.gitVersion} has kustomize v2 built in, which cannot render the overlays (kubectl 1.21 or later): rendered by this script only`;
+  } else {
+    kubectlWhyNot = null;
+  }
+  return kubectlWhyNot;
 }
 
 function crossCheckKubectl(dir, objects) {
   const lbl = `${rel(dir)}: kubectl kustomize gives the same objects`;
-  if (!kubectlAvailable()) return skip(lbl, 'kubectl is not installed (Debian 12 does not package it): rendered by this script only');
+  const whyNot = kubectlUnusable();
+  if (whyNot) return skip(lbl, whyNot);
   let out;
   try {
     out = execFileSync('kubectl', ['kustomize', dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 60000 });
