@@ -14,7 +14,8 @@
 #
 #  1. yamllint --strict (.yamllint) on every YAML file under deploy/;
 #  2. the kustomizations deploy/k8s and deploy/k8s-overlays/* (models-pvc,
-#     ingress-nginx: the Ingresses that keep each session on its pod),
+#     ingress-nginx: the Ingresses that keep each session on its pod,
+#     network-policy: ingress-nginx's and a NetworkPolicy),
 #     rendered and validated against the Kubernetes schemas
 #     (kubernetes-models; unknown kinds and unknown fields are errors) and
 #     attnd's rules (scripts/deploy-check/validate.cjs says which: for the
@@ -395,7 +396,9 @@ overlay_case() {
   d=$(mktemp -d "$TMP/overlay.XXXXXX")
   mkdir -p "$d/k8s-overlays"
   cp -r deploy/k8s "$d/k8s"
-  cp -r "deploy/k8s-overlays/$overlay" "$d/k8s-overlays/$overlay"
+  # all the overlays: one may stand on another (network-policy on
+  # ingress-nginx)
+  cp -r deploy/k8s-overlays/. "$d/k8s-overlays/"
   mutate "$d/k8s-overlays/$overlay/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
   expect_fail "Kubernetes $overlay: $name" "$text" "${VALIDATE[@]}" kustomize "$d/k8s-overlays/$overlay"
 }
@@ -410,6 +413,17 @@ if [ -d deploy/k8s-overlays/ingress-nginx ]; then
     ingress-sessions.yaml '0,/name: attnd-sessions$/!s/name: attnd-sessions$/name: attnd/'
   overlay_case ingress-nginx 'service-upstream on' 'service-upstream "true"' \
     ingress-sessions.yaml 's#^    nginx.ingress.kubernetes.io/proxy-body-size: 256m$#&\n    nginx.ingress.kubernetes.io/service-upstream: "true"#'
+fi
+
+if [ -d deploy/k8s-overlays/network-policy ]; then
+  overlay_case network-policy 'a port misspelt' 'port htp is not a port of the attnd container' \
+    networkpolicy.yaml 's/^        - port: http$/        - port: htp/'
+  overlay_case network-policy 'the serving port left out' 'no ingress rule allows port http' \
+    networkpolicy.yaml 's/^        - port: http$/        - port: metrics/'
+  overlay_case network-policy 'a podSelector that selects nothing' 'podSelector selects no attnd pod' \
+    networkpolicy.yaml 's/^      app.kubernetes.io\/instance: attnd$/      app.kubernetes.io\/instance: attnd-v2/'
+  overlay_case network-policy 'a misspelt field' 'namespaceSelecter: unknown field' \
+    networkpolicy.yaml '0,/namespaceSelector:/s/namespaceSelector:/namespaceSelecter:/'
 fi
 
 # kserve_case NAME TEXT FILE SED-EXPR: a broken copy of deploy/kserve

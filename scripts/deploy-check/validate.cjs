@@ -422,6 +422,8 @@ function attndRules(objects) {
       if (min !== null && typeof x.spec.minAvailable === 'number' && x.spec.minAvailable >= min) {
         errors.push(`${label(o)}: minAvailable ${x.spec.minAvailable} >= the autoscaler's minReplicas ${min}: no pod could ever be evicted`);
       }
+    } else if (x.kind === 'NetworkPolicy') {
+      errors.push(...networkPolicyRules(o, ourPods(x.spec && x.spec.podSelector && x.spec.podSelector.matchLabels), objects));
     } else if (x.kind === 'HorizontalPodAutoscaler') {
       const ref = (x.spec && x.spec.scaleTargetRef) || {};
       const d = pods.find((p) => p.deployment.kind === ref.kind && p.deployment.metadata.name === ref.name);
@@ -439,6 +441,43 @@ function attndRules(objects) {
     }
   }
   errors.push(...ingressRules(objects));
+  return errors;
+}
+
+// A NetworkPolicy over the attnd pods: it selects some, every port it
+// names is one of the attnd container's, and (when it restricts ingress)
+// the serving port of every Service in front of those pods is allowed by
+// some rule: a policy that forgets it cuts the Service off.
+function networkPolicyRules(o, ps, objects) {
+  const errors = [];
+  const x = o.obj;
+  const spec = x.spec || {};
+  if (!ps.length) return [`${label(o)}: podSelector selects no attnd pod of this set`];
+  const types = spec.policyTypes || ['Ingress'];
+  const rules = spec.ingress || [];
+  for (const [i, r] of rules.entries()) for (const p of r.ports || []) {
+    for (const pod of ps) {
+      if (!portResolves(p.port, pod.container)) {
+        errors.push(`${label(o)}: ingress rule ${i}: port ${p.port} is not a port of the attnd container`);
+      }
+    }
+  }
+  if (!types.includes('Ingress')) return errors;
+  const allows = (port, c) => rules.some((r) => !r.ports || !r.ports.length
+    || r.ports.some((p) => p.port === undefined || p.port === port
+      || (c.ports || []).some((cp) => (cp.name === p.port || cp.containerPort === p.port) && (cp.name === port || cp.containerPort === port))));
+  for (const s of objects.filter((y) => y.obj.kind === 'Service')) {
+    const sel = (s.obj.spec && s.obj.spec.selector) || {};
+    for (const pod of ps) {
+      if (!matches(sel, pod.labels) || !Object.keys(sel).length) continue;
+      for (const sp of (s.obj.spec && s.obj.spec.ports) || []) {
+        const tp = sp.targetPort === undefined ? sp.port : sp.targetPort;
+        if (!allows(tp, pod.container)) {
+          errors.push(`${label(o)}: no ingress rule allows port ${tp}, which Service ${s.obj.metadata.name} sends to: the policy would cut the Service off`);
+        }
+      }
+    }
+  }
   return errors;
 }
 
