@@ -554,6 +554,61 @@ function ingressRules(objects) {
   return errors;
 }
 
+// KServe's deployment modes: the annotation serving.kserve.io/deploymentMode
+// (Serverless when absent: KServe's default).  In Serverless mode Knative
+// builds the pod and its webhook refuses pod spec and container fields it
+// does not manage (knative.dev/serving pkg/apis/serving/fieldmask.go and
+// k8s_validation.go).  Checked here, on the predictor's pod fields, its
+// containers and the ServingRuntime's (merged into the same pod):
+const DEPLOYMENT_MODE = 'serving.kserve.io/deploymentMode';
+const DEPLOYMENT_MODES = ['Serverless', 'RawDeployment', 'ModelMesh'];
+// pod fields Knative always refuses
+const KNATIVE_POD_NEVER = [
+  'terminationGracePeriodSeconds', 'restartPolicy', 'activeDeadlineSeconds', 'nodeName', 'hostname', 'subdomain',
+  'priority', 'readinessGates', 'preemptionPolicy', 'overhead', 'ephemeralContainers',
+];
+// pod fields behind a Knative feature flag (config-features) that is off
+// by default: kubernetes.podspec-<name>
+const KNATIVE_POD_FLAGGED = [
+  'securityContext', 'initContainers', 'hostNetwork', 'hostPID', 'hostIPC', 'shareProcessNamespace', 'dnsPolicy',
+  'dnsConfig', 'schedulerName', 'priorityClassName', 'runtimeClassName', 'hostAliases', 'topologySpreadConstraints',
+];
+// container fields Knative refuses
+const KNATIVE_CONTAINER_NEVER = ['lifecycle', 'stdin', 'stdinOnce', 'tty', 'volumeDevices', 'resizePolicy'];
+
+function knativeRules(where, pod, containers) {
+  const errors = [];
+  for (const k of KNATIVE_POD_NEVER) {
+    if (pod[k] !== undefined) errors.push(`${where}: ${k}: Knative (Serverless mode) refuses this pod spec field; use RawDeployment, or leave it out`);
+  }
+  for (const k of KNATIVE_POD_FLAGGED) {
+    if (pod[k] !== undefined) errors.push(`${where}: ${k}: Knative (Serverless mode) refuses this pod spec field unless its feature flag is on (config-features, off by default)`);
+  }
+  let withPorts = 0;
+  for (const c of containers) {
+    const cw = `${where}: container ${c.name || '(unnamed)'}`;
+    for (const k of KNATIVE_CONTAINER_NEVER) {
+      if (c[k] !== undefined) errors.push(`${cw}: ${k}: Knative (Serverless mode) refuses this container field`);
+    }
+    const ports = c.ports || [];
+    if (ports.length) withPorts++;
+    if (ports.length > 1) errors.push(`${cw}: ${ports.length} ports: Knative (Serverless mode) allows one container port (the serving one)`);
+    for (const p of ports) {
+      if (p.hostPort !== undefined || p.hostIP !== undefined) errors.push(`${cw}: port ${p.containerPort}: Knative refuses hostPort and hostIP`);
+      if (p.name !== undefined && !['http1', 'h2c'].includes(p.name)) {
+        errors.push(`${cw}: port name "${p.name}": Knative allows only http1 or h2c`);
+      }
+    }
+  }
+  if (withPorts > 1) errors.push(`${where}: ${withPorts} containers with ports: Knative (Serverless mode) allows ports on one container only`);
+  return errors;
+}
+
+function deploymentMode(o) {
+  const a = (o.obj.metadata && o.obj.metadata.annotations) || {};
+  return a[DEPLOYMENT_MODE] === undefined ? 'Serverless' : a[DEPLOYMENT_MODE];
+}
+
 function kserveRules(objects) {
   const errors = [];
   const runtimes = objects.filter((o) => o.obj.kind === 'ServingRuntime' || o.obj.kind === 'ClusterServingRuntime');
@@ -577,9 +632,28 @@ function kserveRules(objects) {
     }
   }
   for (const o of objects.filter((x) => x.obj.kind === 'InferenceService')) {
-    const m = (o.obj.spec && o.obj.spec.predictor && o.obj.spec.predictor.model) || {};
+    const p = (o.obj.spec && o.obj.spec.predictor) || {};
+    const m = p.model || {};
+    const mode = deploymentMode(o);
+    if (!DEPLOYMENT_MODES.includes(mode)) {
+      errors.push(`${label(o)}: ${DEPLOYMENT_MODE} "${mode}" is not one of ${DEPLOYMENT_MODES.join(', ')}`);
+    }
+    const rt = m.runtime ? runtimes.find((r) => r.obj.metadata.name === m.runtime) : null;
+    if (mode === 'Serverless') {
+      // the predictor's pod fields, its containers and the model's
+      // container fields (merged into the runtime's first container), and
+      // the runtime's pod fields and containers
+      const pod = pick(p, (k) => !PREDICTOR_KSERVE_FIELDS.has(k) && k !== 'containers');
+      const mc = pick(m, (k) => !MODEL_KSERVE_FIELDS.has(k));
+      errors.push(...knativeRules(`${label(o)} (Serverless)`, pod,
+        [...(p.containers || []), ...(Object.keys(mc).length ? [{ name: 'kserve-container (model)', ...mc }] : [])]));
+      if (rt) {
+        const rs = rt.obj.spec || {};
+        errors.push(...knativeRules(`${label(rt)} (runtime of Serverless ${o.obj.metadata.name})`,
+          pick(rs, (k) => !SR_KSERVE_FIELDS.has(k) && k !== 'containers'), rs.containers || []));
+      }
+    }
     if (!m.runtime) continue;
-    const rt = runtimes.find((r) => r.obj.metadata.name === m.runtime);
     if (!rt) {
       errors.push(`${label(o)}: runtime ${m.runtime} is not a ServingRuntime of this set`);
       continue;
@@ -590,10 +664,13 @@ function kserveRules(objects) {
       const env = Object.fromEntries((c.env || []).map((v) => [v.name, v.value]));
       const delay = Number(env.ATTND_SHUTDOWN_DELAY_MS || 0);
       const drain = Number(env.ATTND_DRAIN_TIMEOUT_MS || 30000);
-      const g = o.obj.spec.predictor.terminationGracePeriodSeconds;
-      const grace = g === undefined ? 30 : g;
+      // Serverless: Knative sets the pod's grace period to the revision's
+      // timeout (the predictor's timeout, 300 s by default)
+      const g = mode === 'Serverless' ? p.timeout : p.terminationGracePeriodSeconds;
+      const grace = g === undefined ? (mode === 'Serverless' ? 300 : 30) : g;
+      const what = mode === 'Serverless' ? 'timeout (Knative\'s grace period)' : 'terminationGracePeriodSeconds';
       if (grace * 1000 <= delay + drain) {
-        errors.push(`${label(o)}: terminationGracePeriodSeconds ${grace} must be longer than the runtime's shutdown delay + drain (${delay} + ${drain} ms)`);
+        errors.push(`${label(o)}: ${what} ${grace} must be longer than the runtime's shutdown delay + drain (${delay} + ${drain} ms)`);
       }
     }
     const fmt = m.modelFormat && m.modelFormat.name;
