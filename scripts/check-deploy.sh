@@ -14,14 +14,28 @@
 #
 #  1. yamllint --strict (.yamllint) on every YAML file under deploy/;
 #  2. the kustomizations deploy/k8s and deploy/k8s-overlays/* (models-pvc,
-#     ingress-nginx: the Ingresses that keep each session on its pod),
+#     ingress-nginx: the Ingresses that keep each session on its pod,
+#     network-policy: ingress-nginx's and a NetworkPolicy),
 #     rendered and validated against the Kubernetes schemas
 #     (kubernetes-models; unknown kinds and unknown fields are errors) and
 #     attnd's rules (scripts/deploy-check/validate.cjs says which: for the
 #     Ingresses, backends that exist, upstream-hash-by on the affinity
 #     header, the session paths hashed, no Service both hashed and not);
 #  3. deploy/kserve/*.yaml against deploy/kserve/schema/*.json (ajv) and
-#     the Kubernetes schemas of their core parts;
+#     the Kubernetes schemas of their core parts, and Knative's field rules
+#     for a Serverless InferenceService (the default mode) and its
+#     ServingRuntime: no terminationGracePeriodSeconds, restartPolicy,
+#     activeDeadlineSeconds, nodeName, hostname, subdomain, priority,
+#     readinessGates, preemptionPolicy, overhead, ephemeralContainers in
+#     the pod; none of the fields behind a feature flag that is off by
+#     default (securityContext, initContainers, hostNetwork, hostPID,
+#     hostIPC, shareProcessNamespace, dnsPolicy, dnsConfig, schedulerName,
+#     priorityClassName, runtimeClassName, hostAliases,
+#     topologySpreadConstraints); no lifecycle, stdin, stdinOnce, tty,
+#     volumeDevices, resizePolicy in a container; one container port, on
+#     one container, named http1 or h2c if named, without hostPort or
+#     hostIP; and Knative's grace period (the predictor's timeout, 300 s
+#     by default) longer than the runtime's shutdown delay + drain;
 #  4. the Kubernetes objects in docs/deploy.md's yaml blocks;
 #  5. attnd --check-config on the ConfigMap's and the systemd attnd.json;
 #  6. systemd-analyze verify on deploy/systemd/attnd.service, its exposure
@@ -430,7 +444,10 @@ k8s_case() {
   mutate "$d/k8s/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
   expect_fail "Kubernetes: $name" "$text" "${VALIDATE[@]}" kustomize "$d/k8s"
 }
-k8s_case 'replicas: "three"' '/spec/replicas must be integer' deployment.yaml 's/^  replicas: 2$/  replicas: "three"/'
+k8s_case 'replicas: "three"' '/spec/replicas must be integer' deployment.yaml \
+  's/^  revisionHistoryLimit: 5$/  replicas: "three"\n&/'
+k8s_case 'replicas beside the autoscaler' 'sets replicas (2) beside this autoscaler' deployment.yaml \
+  's/^  revisionHistoryLimit: 5$/  replicas: 2\n&/'
 k8s_case 'containerPort misspelt' 'contanerPort: unknown field' deployment.yaml 's/containerPort: 8080/contanerPort: 8080/'
 k8s_case 'imagePullPolicy misspelt (an optional field)' 'imagePulPolicy: unknown field' deployment.yaml \
   's/imagePullPolicy:/imagePulPolicy:/'
@@ -456,7 +473,9 @@ overlay_case() {
   d=$(mktemp -d "$TMP/overlay.XXXXXX")
   mkdir -p "$d/k8s-overlays"
   cp -r deploy/k8s "$d/k8s"
-  cp -r "deploy/k8s-overlays/$overlay" "$d/k8s-overlays/$overlay"
+  # all the overlays: one may stand on another (network-policy on
+  # ingress-nginx)
+  cp -r deploy/k8s-overlays/. "$d/k8s-overlays/"
   mutate "$d/k8s-overlays/$overlay/$file" "$expr" || { fail "self-test: $name: could not break the copy"; return; }
   expect_fail "Kubernetes $overlay: $name" "$text" "${VALIDATE[@]}" kustomize "$d/k8s-overlays/$overlay"
 }
@@ -471,6 +490,17 @@ if [ -d deploy/k8s-overlays/ingress-nginx ]; then
     ingress-sessions.yaml '0,/name: attnd-sessions$/!s/name: attnd-sessions$/name: attnd/'
   overlay_case ingress-nginx 'service-upstream on' 'service-upstream "true"' \
     ingress-sessions.yaml 's#^    nginx.ingress.kubernetes.io/proxy-body-size: 256m$#&\n    nginx.ingress.kubernetes.io/service-upstream: "true"#'
+fi
+
+if [ -d deploy/k8s-overlays/network-policy ]; then
+  overlay_case network-policy 'a port misspelt' 'port htp is not a port of the attnd container' \
+    networkpolicy.yaml 's/^        - port: http$/        - port: htp/'
+  overlay_case network-policy 'the serving port left out' 'no ingress rule allows port http' \
+    networkpolicy.yaml 's/^        - port: http$/        - port: metrics/'
+  overlay_case network-policy 'a podSelector that selects nothing' 'podSelector selects no attnd pod' \
+    networkpolicy.yaml 's/^      app.kubernetes.io\/instance: attnd$/      app.kubernetes.io\/instance: attnd-v2/'
+  overlay_case network-policy 'a misspelt field' 'namespaceSelecter: unknown field' \
+    networkpolicy.yaml '0,/namespaceSelector:/s/namespaceSelector:/namespaceSelecter:/'
 fi
 
 # kserve_case NAME TEXT FILE SED-EXPR: a broken copy of deploy/kserve
@@ -491,14 +521,32 @@ kserve_case 'multiModel: "no"' '/spec/multiModel: must be boolean' servingruntim
 kserve_case 'a misspelt container field' 'imagePulPolicy: unknown field' servingruntime.yaml 's/imagePullPolicy:/imagePulPolicy:/'
 kserve_case 'models not read from /mnt/models' 'must read its models from /mnt/models' servingruntime.yaml \
   's#value: /mnt/models#value: /models#'
-kserve_case 'modelFormat misspelt' "must have required property 'modelFormat'" inferenceservice.yaml \
+kserve_case 'modelFormat misspelt' "must have required property 'modelFormat'" inferenceservice-serverless.yaml \
   's/^      modelFormat:$/      modelFormats:/'
-kserve_case 'minReplica' "must NOT have additional properties 'minReplica'" inferenceservice.yaml \
+kserve_case 'minReplica' "must NOT have additional properties 'minReplica'" inferenceservice-serverless.yaml \
   's/minReplicas: 1/minReplica: 1/'
-kserve_case 'grace period 30 s' 'terminationGracePeriodSeconds 30 must be longer' inferenceservice.yaml \
+kserve_case 'RawDeployment: grace period 30 s' 'terminationGracePeriodSeconds 30 must be longer' inferenceservice-raw.yaml \
   's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 30/'
-kserve_case 'a runtime that is not there' 'runtime attnd-v2 is not a ServingRuntime of this set' inferenceservice.yaml \
+kserve_case 'a runtime that is not there' 'runtime attnd-v2 is not a ServingRuntime of this set' inferenceservice-raw.yaml \
   's/runtime: attnd$/runtime: attnd-v2/'
+kserve_case 'deploymentMode misspelt' '"Rawdeployment" is not one of Serverless, RawDeployment, ModelMesh' \
+  inferenceservice-raw.yaml 's/deploymentMode: RawDeployment$/deploymentMode: Rawdeployment/'
+# Knative's field rules, on the Serverless InferenceService and its runtime
+kserve_case 'Serverless: terminationGracePeriodSeconds' \
+  'terminationGracePeriodSeconds: Knative (Serverless mode) refuses this pod spec field' inferenceservice-serverless.yaml \
+  's/^    enableServiceLinks: false$/&\n    terminationGracePeriodSeconds: 45/'
+kserve_case 'Serverless: the annotation left out (the default mode)' \
+  'terminationGracePeriodSeconds: Knative (Serverless mode) refuses this pod spec field' inferenceservice-serverless.yaml \
+  '/deploymentMode: Serverless$/d; s/^    enableServiceLinks: false$/&\n    terminationGracePeriodSeconds: 45/'
+kserve_case 'Serverless: a pod securityContext (feature flag off)' \
+  'securityContext: Knative (Serverless mode) refuses this pod spec field unless its feature flag is on' \
+  inferenceservice-serverless.yaml 's/^    enableServiceLinks: false$/&\n    securityContext:\n      runAsNonRoot: true/'
+kserve_case 'Serverless: a second port on the runtime' '2 ports: Knative (Serverless mode) allows one container port' \
+  servingruntime.yaml 's/^        - containerPort: 8080$/        - containerPort: 8002\n          protocol: TCP\n&/'
+kserve_case 'Serverless: a lifecycle hook on the runtime' 'lifecycle: Knative (Serverless mode) refuses this container field' \
+  servingruntime.yaml 's/^      imagePullPolicy: IfNotPresent$/&\n      lifecycle:\n        preStop:\n          exec:\n            command: [sleep, "5"]/'
+kserve_case 'Serverless: a timeout of 30 s' "timeout (Knative's grace period) 30 must be longer" inferenceservice-serverless.yaml \
+  's/^    scaleTarget: 2$/&\n    timeout: 30/'
 
 # haproxy: a config that does not parse (the session backend's hash)
 if [ -f deploy/haproxy/haproxy.cfg ]; then

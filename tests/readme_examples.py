@@ -9,8 +9,16 @@ command with bash; then the same for the block under "Calling with a key"
 of README.md, against an attnd started with ATTND_API_KEY=change-me as
 that section says.  Each must print JSON (a command that reads /metrics:
 Prometheus text lines instead); the examples marked as mistakes must
-answer {"error": ...}, all others must not.  Ends with the line
-`N passed, M failed`.  Standard library only."""
+answer {"error": ...}, all others must not.  Then every ```python block
+under README.md's "From Python: numpy and tritonclient", against an attnd
+of its own, localhost:8080 pointed there too: each must exit 0.  They
+need numpy: run by /usr/bin/python3 (Debian's python3-numpy) when it has
+numpy, else by this interpreter; where neither has it they are skipped
+(said, not failed).  Where tritonclient is not installed, its block
+imports tests/tritonclient_shim (tritonclient.http's API over
+tests/integration/tritonclient_imitation.py, which sends what the real
+client sends).  Ends with the line `N passed, M failed`.  Standard
+library only."""
 import argparse
 import json
 import os
@@ -31,6 +39,10 @@ SECTIONS = (("README.md", "## Try it with curl", {}, 5),
             ("docs/api.md", "### Model repository", {}, 5),
             ("README.md", "## Calling with a key",
              {"ATTND_API_KEY": "change-me"}, 2))
+
+
+# The section of README.md whose ```python blocks are run, and how many.
+PY_SECTION = ("README.md", "## From Python: numpy and tritonclient", 2)
 
 
 def start(attnd, source_dir, env):
@@ -97,8 +109,73 @@ def main():
         p, f = run_section(attnd, a.source_dir, env, cmds)
         passed += p
         failed += f
+    p, f = run_python_blocks(attnd, a.source_dir)
+    passed += p
+    failed += f
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
+
+
+def python_blocks(path, heading):
+    text = open(path, encoding="utf-8").read()
+    if heading not in text:
+        return []
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+
+
+def has_module(python, module):
+    return subprocess.run([python, "-c", "import " + module],
+                          capture_output=True).returncode == 0
+
+
+def run_python_blocks(attnd, source_dir):
+    """README.md's Python snippets, each must exit 0: (passed, failed)."""
+    path, heading, fewest = PY_SECTION
+    blocks = python_blocks(os.path.join(source_dir, path), heading)
+    if len(blocks) < fewest:
+        print("FAIL found only %d python blocks under %r" %
+              (len(blocks), heading))
+        return 0, 1
+    python = next((p for p in ("/usr/bin/python3", sys.executable)
+                   if os.path.exists(p) and has_module(p, "numpy")), None)
+    if python is None:
+        print("skip the %d python blocks under %r: no Python with numpy "
+              "(python3-numpy)" % (len(blocks), heading))
+        return 0, 0
+    env = dict(os.environ)
+    if not has_module(python, "tritonclient.http"):
+        shim = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "tritonclient_shim")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [shim] + [x for x in [env.get("PYTHONPATH")] if x])
+        print("(tritonclient is not installed: its block runs on "
+              "tests/tritonclient_shim)")
+    proc, port = start(attnd, source_dir, {})
+    passed = failed = 0
+    try:
+        for b in blocks:
+            code = b.replace("localhost:8080", "127.0.0.1:%d" % port)
+            name = "python: " + next(
+                (l for l in b.splitlines() if "import" in l and
+                 ("tritonclient" in l or "urllib" in l)), b.splitlines()[0])
+            r = subprocess.run([python, "-c", code], capture_output=True,
+                               text=True, timeout=60, env=env)
+            if r.returncode == 0:
+                print("ok   %s: %s" % (name, r.stdout.strip().replace(
+                    "\n", " | ")[:150]))
+                passed += 1
+            else:
+                print("FAIL %s: exit %d\n%s" % (name, r.returncode,
+                                                r.stderr[-1500:]))
+                failed += 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return passed, failed
 
 
 def run_section(attnd, source_dir, env, cmds):

@@ -422,6 +422,8 @@ function attndRules(objects) {
       if (min !== null && typeof x.spec.minAvailable === 'number' && x.spec.minAvailable >= min) {
         errors.push(`${label(o)}: minAvailable ${x.spec.minAvailable} >= the autoscaler's minReplicas ${min}: no pod could ever be evicted`);
       }
+    } else if (x.kind === 'NetworkPolicy') {
+      errors.push(...networkPolicyRules(o, ourPods(x.spec && x.spec.podSelector && x.spec.podSelector.matchLabels), objects));
     } else if (x.kind === 'HorizontalPodAutoscaler') {
       const ref = (x.spec && x.spec.scaleTargetRef) || {};
       const d = pods.find((p) => p.deployment.kind === ref.kind && p.deployment.metadata.name === ref.name);
@@ -431,9 +433,51 @@ function attndRules(objects) {
         errors.push(`${label(o)}: scales on CPU utilisation but the container requests no CPU`);
       }
       if ((x.spec.minReplicas || 1) > x.spec.maxReplicas) errors.push(`${label(o)}: minReplicas > maxReplicas`);
+      // the autoscaler owns the count: a replicas field in the Deployment
+      // resets it on every `kubectl apply`
+      if (d && d.deployment.spec.replicas !== undefined) {
+        errors.push(`${label(o)}: Deployment ${ref.name} sets replicas (${d.deployment.spec.replicas}) beside this autoscaler: every kubectl apply would reset the count; leave it out (minReplicas rules)`);
+      }
     }
   }
   errors.push(...ingressRules(objects));
+  return errors;
+}
+
+// A NetworkPolicy over the attnd pods: it selects some, every port it
+// names is one of the attnd container's, and (when it restricts ingress)
+// the serving port of every Service in front of those pods is allowed by
+// some rule: a policy that forgets it cuts the Service off.
+function networkPolicyRules(o, ps, objects) {
+  const errors = [];
+  const x = o.obj;
+  const spec = x.spec || {};
+  if (!ps.length) return [`${label(o)}: podSelector selects no attnd pod of this set`];
+  const types = spec.policyTypes || ['Ingress'];
+  const rules = spec.ingress || [];
+  for (const [i, r] of rules.entries()) for (const p of r.ports || []) {
+    for (const pod of ps) {
+      if (!portResolves(p.port, pod.container)) {
+        errors.push(`${label(o)}: ingress rule ${i}: port ${p.port} is not a port of the attnd container`);
+      }
+    }
+  }
+  if (!types.includes('Ingress')) return errors;
+  const allows = (port, c) => rules.some((r) => !r.ports || !r.ports.length
+    || r.ports.some((p) => p.port === undefined || p.port === port
+      || (c.ports || []).some((cp) => (cp.name === p.port || cp.containerPort === p.port) && (cp.name === port || cp.containerPort === port))));
+  for (const s of objects.filter((y) => y.obj.kind === 'Service')) {
+    const sel = (s.obj.spec && s.obj.spec.selector) || {};
+    for (const pod of ps) {
+      if (!matches(sel, pod.labels) || !Object.keys(sel).length) continue;
+      for (const sp of (s.obj.spec && s.obj.spec.ports) || []) {
+        const tp = sp.targetPort === undefined ? sp.port : sp.targetPort;
+        if (!allows(tp, pod.container)) {
+          errors.push(`${label(o)}: no ingress rule allows port ${tp}, which Service ${s.obj.metadata.name} sends to: the policy would cut the Service off`);
+        }
+      }
+    }
+  }
   return errors;
 }
 
@@ -510,6 +554,61 @@ function ingressRules(objects) {
   return errors;
 }
 
+// KServe's deployment modes: the annotation serving.kserve.io/deploymentMode
+// (Serverless when absent: KServe's default).  In Serverless mode Knative
+// builds the pod and its webhook refuses pod spec and container fields it
+// does not manage (knative.dev/serving pkg/apis/serving/fieldmask.go and
+// k8s_validation.go).  Checked here, on the predictor's pod fields, its
+// containers and the ServingRuntime's (merged into the same pod):
+const DEPLOYMENT_MODE = 'serving.kserve.io/deploymentMode';
+const DEPLOYMENT_MODES = ['Serverless', 'RawDeployment', 'ModelMesh'];
+// pod fields Knative always refuses
+const KNATIVE_POD_NEVER = [
+  'terminationGracePeriodSeconds', 'restartPolicy', 'activeDeadlineSeconds', 'nodeName', 'hostname', 'subdomain',
+  'priority', 'readinessGates', 'preemptionPolicy', 'overhead', 'ephemeralContainers',
+];
+// pod fields behind a Knative feature flag (config-features) that is off
+// by default: kubernetes.podspec-<name>
+const KNATIVE_POD_FLAGGED = [
+  'securityContext', 'initContainers', 'hostNetwork', 'hostPID', 'hostIPC', 'shareProcessNamespace', 'dnsPolicy',
+  'dnsConfig', 'schedulerName', 'priorityClassName', 'runtimeClassName', 'hostAliases', 'topologySpreadConstraints',
+];
+// container fields Knative refuses
+const KNATIVE_CONTAINER_NEVER = ['lifecycle', 'stdin', 'stdinOnce', 'tty', 'volumeDevices', 'resizePolicy'];
+
+function knativeRules(where, pod, containers) {
+  const errors = [];
+  for (const k of KNATIVE_POD_NEVER) {
+    if (pod[k] !== undefined) errors.push(`${where}: ${k}: Knative (Serverless mode) refuses this pod spec field; use RawDeployment, or leave it out`);
+  }
+  for (const k of KNATIVE_POD_FLAGGED) {
+    if (pod[k] !== undefined) errors.push(`${where}: ${k}: Knative (Serverless mode) refuses this pod spec field unless its feature flag is on (config-features, off by default)`);
+  }
+  let withPorts = 0;
+  for (const c of containers) {
+    const cw = `${where}: container ${c.name || '(unnamed)'}`;
+    for (const k of KNATIVE_CONTAINER_NEVER) {
+      if (c[k] !== undefined) errors.push(`${cw}: ${k}: Knative (Serverless mode) refuses this container field`);
+    }
+    const ports = c.ports || [];
+    if (ports.length) withPorts++;
+    if (ports.length > 1) errors.push(`${cw}: ${ports.length} ports: Knative (Serverless mode) allows one container port (the serving one)`);
+    for (const p of ports) {
+      if (p.hostPort !== undefined || p.hostIP !== undefined) errors.push(`${cw}: port ${p.containerPort}: Knative refuses hostPort and hostIP`);
+      if (p.name !== undefined && !['http1', 'h2c'].includes(p.name)) {
+        errors.push(`${cw}: port name "${p.name}": Knative allows only http1 or h2c`);
+      }
+    }
+  }
+  if (withPorts > 1) errors.push(`${where}: ${withPorts} containers with ports: Knative (Serverless mode) allows ports on one container only`);
+  return errors;
+}
+
+function deploymentMode(o) {
+  const a = (o.obj.metadata && o.obj.metadata.annotations) || {};
+  return a[DEPLOYMENT_MODE] === undefined ? 'Serverless' : a[DEPLOYMENT_MODE];
+}
+
 function kserveRules(objects) {
   const errors = [];
   const runtimes = objects.filter((o) => o.obj.kind === 'ServingRuntime' || o.obj.kind === 'ClusterServingRuntime');
@@ -533,9 +632,28 @@ function kserveRules(objects) {
     }
   }
   for (const o of objects.filter((x) => x.obj.kind === 'InferenceService')) {
-    const m = (o.obj.spec && o.obj.spec.predictor && o.obj.spec.predictor.model) || {};
+    const p = (o.obj.spec && o.obj.spec.predictor) || {};
+    const m = p.model || {};
+    const mode = deploymentMode(o);
+    if (!DEPLOYMENT_MODES.includes(mode)) {
+      errors.push(`${label(o)}: ${DEPLOYMENT_MODE} "${mode}" is not one of ${DEPLOYMENT_MODES.join(', ')}`);
+    }
+    const rt = m.runtime ? runtimes.find((r) => r.obj.metadata.name === m.runtime) : null;
+    if (mode === 'Serverless') {
+      // the predictor's pod fields, its containers and the model's
+      // container fields (merged into the runtime's first container), and
+      // the runtime's pod fields and containers
+      const pod = pick(p, (k) => !PREDICTOR_KSERVE_FIELDS.has(k) && k !== 'containers');
+      const mc = pick(m, (k) => !MODEL_KSERVE_FIELDS.has(k));
+      errors.push(...knativeRules(`${label(o)} (Serverless)`, pod,
+        [...(p.containers || []), ...(Object.keys(mc).length ? [{ name: 'kserve-container (model)', ...mc }] : [])]));
+      if (rt) {
+        const rs = rt.obj.spec || {};
+        errors.push(...knativeRules(`${label(rt)} (runtime of Serverless ${o.obj.metadata.name})`,
+          pick(rs, (k) => !SR_KSERVE_FIELDS.has(k) && k !== 'containers'), rs.containers || []));
+      }
+    }
     if (!m.runtime) continue;
-    const rt = runtimes.find((r) => r.obj.metadata.name === m.runtime);
     if (!rt) {
       errors.push(`${label(o)}: runtime ${m.runtime} is not a ServingRuntime of this set`);
       continue;
@@ -546,10 +664,13 @@ function kserveRules(objects) {
       const env = Object.fromEntries((c.env || []).map((v) => [v.name, v.value]));
       const delay = Number(env.ATTND_SHUTDOWN_DELAY_MS || 0);
       const drain = Number(env.ATTND_DRAIN_TIMEOUT_MS || 30000);
-      const g = o.obj.spec.predictor.terminationGracePeriodSeconds;
-      const grace = g === undefined ? 30 : g;
+      // Serverless: Knative sets the pod's grace period to the revision's
+      // timeout (the predictor's timeout, 300 s by default)
+      const g = mode === 'Serverless' ? p.timeout : p.terminationGracePeriodSeconds;
+      const grace = g === undefined ? (mode === 'Serverless' ? 300 : 30) : g;
+      const what = mode === 'Serverless' ? 'timeout (Knative\'s grace period)' : 'terminationGracePeriodSeconds';
       if (grace * 1000 <= delay + drain) {
-        errors.push(`${label(o)}: terminationGracePeriodSeconds ${grace} must be longer than the runtime's shutdown delay + drain (${delay} + ${drain} ms)`);
+        errors.push(`${label(o)}: ${what} ${grace} must be longer than the runtime's shutdown delay + drain (${delay} + ${drain} ms)`);
       }
     }
     const fmt = m.modelFormat && m.modelFormat.name;
@@ -714,18 +835,35 @@ function canonical(v) {
   return JSON.stringify(v);
 }
 
-function kubectlAvailable() {
+// null when kubectl can cross-check, else why not.  Debian 12 packages
+// kubectl (kubernetes-client) at 1.20, whose built-in kustomize (v2.0.3)
+// renders the base but not the overlays (a folder as a resource, patches
+// with a target): kustomize v4 came with kubectl 1.21.
+let kubectlWhyNot;
+function kubectlUnusable() {
+  if (kubectlWhyNot !== undefined) return kubectlWhyNot;
+  let v;
   try {
-    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore', timeout: 20000 });
-    return true;
+    v = JSON.parse(execFileSync('kubectl', ['version', '--client', '-o', 'json'],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 20000 }));
   } catch (e) {
-    return false;
+    kubectlWhyNot = 'kubectl is not installed (1.21 or later would cross-check; the kubernetes-client of Debian 12 is 1.20, too old for the overlays): rendered by this script only';
+    return kubectlWhyNot;
   }
+  const cv = v.clientVersion || {};
+  const minor = parseInt(cv.minor, 10);
+  if (cv.major === '1' && minor < 21) {
+    kubectlWhyNot = `kubectl ${cv.gitVersion} has kustomize v2 built in, which cannot render the overlays (kubectl 1.21 or later): rendered by this script only`;
+  } else {
+    kubectlWhyNot = null;
+  }
+  return kubectlWhyNot;
 }
 
 function crossCheckKubectl(dir, objects) {
   const lbl = `${rel(dir)}: kubectl kustomize gives the same objects`;
-  if (!kubectlAvailable()) return skip(lbl, 'kubectl is not installed (Debian 12 does not package it): rendered by this script only');
+  const whyNot = kubectlUnusable();
+  if (whyNot) return skip(lbl, whyNot);
   let out;
   try {
     out = execFileSync('kubectl', ['kustomize', dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 60000 });
