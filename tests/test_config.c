@@ -798,8 +798,8 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
     flag_of(key, flag, sizeof flag);
     int optional =
         !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
-        !strcmp(key, "admin_api_keys_file") ||
-        !strcmp(key, "tls_key_file") || !strcmp(key, "tls_client_ca_file") ||
+        !strcmp(key, "admin_api_keys_file") || !strcmp(key, "tls_key_file") ||
+        !strcmp(key, "tls_client_ca_file") ||
         !strcmp(key, "cors_allow_origins");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};

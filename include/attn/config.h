@@ -86,7 +86,7 @@ typedef struct attn_config {
   bool metrics_require_key;                  /* GET /metrics needs a key */
   /* Keys that may also change the repository (load, unload). */
   char admin_api_keys_file[ATTN_MAX_PATH_LEN + 1];
-  attn_model_control model_control; /* load and unload over HTTP */
+  attn_model_control model_control;          /* load and unload over HTTP */
   char tls_cert_file[ATTN_MAX_PATH_LEN + 1]; /* PEM; with tls_key_file */
   char tls_key_file[ATTN_MAX_PATH_LEN + 1];
   char tls_client_ca_file[ATTN_MAX_PATH_LEN + 1]; /* mutual TLS */
