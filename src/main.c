@@ -18,9 +18,10 @@
  * creation and attnd exits 0.  A signal during the drain is ignored.  If
  * the drain runs out of time attnd exits 0 without waiting further.
  * SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
- * reloads every model file (reload_keys, reload_models) while serving; at
- * other times it waits, blocked.  ATTND_API_KEY
- * is read here, never a config key: --check-config must not print it.
+ * admin_api_keys_file and reloads every model file (reload_keys,
+ * reload_models; whatever model_control says) while serving; at other
+ * times it waits, blocked.  ATTND_API_KEY and ATTND_ADMIN_API_KEY
+ * are read here, never config keys: --check-config must not print them.
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
  * asks a running attnd whether it is ready and exits 0 or 1.
  * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
@@ -544,15 +545,21 @@ static const char *prepare_process(const attn_config *cfg,
 /* One line on how clients get in: keys, TLS, CORS (never a key). */
 static void log_access_settings(const attn_config *cfg, attn_server *server) {
   size_t keys = attn_server_key_count(server);
-  if (!keys && !*cfg->tls_cert_file && !*cfg->cors_allow_origins) return;
-  attn_log(ATTN_LOG_INFO, "access: %zu API keys%s%s, %s%s, CORS %s%s", keys,
-           keys ? " (from " : " (every route open)",
-           keys ? (*cfg->api_keys_file && getenv("ATTND_API_KEY")
+  size_t admin = attn_server_admin_key_count(server);
+  const char *env = getenv("ATTND_API_KEY");
+  if (!keys && !admin && !*cfg->tls_cert_file && !*cfg->cors_allow_origins)
+    return;
+  attn_log(ATTN_LOG_INFO,
+           "access: %zu API keys%s%s, %zu admin keys, %s%s, CORS %s%s", keys,
+           keys    ? " (from "
+           : admin ? ""
+                   : " (every route open)",
+           keys ? (*cfg->api_keys_file && env && *env
                        ? "api_keys_file and ATTND_API_KEY)"
                    : *cfg->api_keys_file ? "api_keys_file)"
                                          : "ATTND_API_KEY)")
                 : "",
-           *cfg->tls_cert_file ? "HTTPS" : "plain HTTP",
+           admin, *cfg->tls_cert_file ? "HTTPS" : "plain HTTP",
            *cfg->tls_client_ca_file ? " with client certificates" : "",
            *cfg->cors_allow_origins ? "for " : "off", cfg->cors_allow_origins);
 }
@@ -662,10 +669,11 @@ static int start(const attn_config *cfg, const char *policy, attnd *a) {
   int64_t budget = attn_config_body_budget(cfg, memory);
   if (!make_sessions(cfg, memory, &a->sessions)) return 0;
   if (*cfg->session_dir) attn_sessions_load(a->sessions, cfg->session_dir);
-  attn_server_deps deps = {
-      cfg,        a->models, a->queue, a->pool,
-      budget,     cpus,      workers,  getenv("ATTND_API_KEY"),
-      a->sessions};
+  attn_server_deps deps = {cfg,         a->models,
+                           a->queue,    a->pool,
+                           budget,      cpus,
+                           workers,     getenv("ATTND_API_KEY"),
+                           a->sessions, getenv("ATTND_ADMIN_API_KEY")};
   if (attn_server_create(&deps, &a->server, &d) != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "%s", d.msg);
     return 0;
@@ -724,7 +732,8 @@ static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
   if (mi.fordblks > TRIM_ABOVE_BYTES) malloc_trim(0);
 }
 
-/* SIGHUP: the API keys again from api_keys_file. */
+/* SIGHUP: the API keys again from api_keys_file, the admin keys from
+ * admin_api_keys_file. */
 static void reload_keys(attn_server *server) {
   attn_diag d = {{0}};
   size_t n;
@@ -736,6 +745,13 @@ static void reload_keys(attn_server *server) {
   else
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: %s; the keys in force stay",
              d.msg);
+  d = (attn_diag){{0}};
+  st = attn_server_reload_admin_keys(server, &n, &d);
+  if (st == ATTN_OK)
+    attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu admin keys in force", n);
+  else if (st != ATTN_ENOTFOUND)
+    attn_log(ATTN_LOG_ERROR,
+             "received SIGHUP: %s; the admin keys in force stay", d.msg);
 }
 
 static void report_model(void *arg, const char *name, const char *path,

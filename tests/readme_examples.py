@@ -7,7 +7,8 @@ Starts attnd on an ephemeral 127.0.0.1 port, takes the ```sh block under
 (each section against an attnd of its own, its commands in order), points `localhost:8080` at that port and runs every
 command with bash; then the same for the block under "Calling with a key"
 of README.md, against an attnd started with ATTND_API_KEY=change-me as
-that section says.  Each must print JSON (a command that reads /metrics:
+that section says ("Model repository": with ATTND_MODEL_CONTROL=explicit,
+as its block's first comment says).  Each must print JSON (a command that reads /metrics:
 Prometheus text lines instead); the examples marked as mistakes must
 answer {"error": ...}, all others must not.  Then every ```python block
 under README.md's "From Python: numpy and tritonclient", against an attnd
@@ -36,7 +37,8 @@ SECTIONS = (("README.md", "## Try it with curl", {}, 5),
             ("README.md", "## Sessions", {}, 6),
             ("docs/api.md", "## Attention variants", {}, 10),
             ("docs/api.md", "## Sessions", {}, 25),
-            ("docs/api.md", "### Model repository", {}, 5),
+            ("docs/api.md", "### Model repository",
+             {"ATTND_MODEL_CONTROL": "explicit"}, 5),
             ("README.md", "## Calling with a key",
              {"ATTND_API_KEY": "change-me"}, 2))
 

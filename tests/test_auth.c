@@ -157,6 +157,67 @@ START_TEST(test_headers_and_reload) {
 }
 END_TEST
 
+/* The admin keys' set: its own names in messages, its own reload; the
+ * owner tag of a key is the same in either set. */
+START_TEST(test_admin_named) {
+  char path[] = "/tmp/attnd-admin-XXXXXX";
+  ck_assert_int_ge(mkstemp(path), 0);
+  attn__auth *a = NULL, *inf = NULL;
+  attn_diag d = {{0}};
+  FILE *f = fopen(path, "w");
+  fputs("# admins\n", f);
+  fclose(f);
+  ck_assert_int_eq(attn__auth_named("admin_api_keys_file",
+                                    "ATTND_ADMIN_API_KEY", path, NULL, &a, &d),
+                   ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "admin_api_keys_file '"));
+  ck_assert_ptr_nonnull(strstr(d.msg, "unset admin_api_keys_file"));
+  char big[ATTN_MAX_API_KEY_LEN + 2];
+  memset(big, 'k', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  ck_assert_int_eq(attn__auth_named("admin_api_keys_file",
+                                    "ATTND_ADMIN_API_KEY", "", big, &a, &d),
+                   ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "ATTND_ADMIN_API_KEY: the key is"));
+  f = fopen(path, "w");
+  fputs("boss-1\n", f);
+  fclose(f);
+  ck_assert_int_eq(
+      attn__auth_named("admin_api_keys_file", "ATTND_ADMIN_API_KEY", path,
+                       "boss-env", &a, &d),
+      ATTN_OK);
+  ck_assert_uint_eq(attn__auth_count(a), 2);
+  ck_assert_int_eq(attn__auth_check(a, "Bearer boss-1", NULL), ATTN_AUTH_OK);
+  f = fopen(path, "w");
+  fputs("boss-2\nbad key\n", f);
+  fclose(f);
+  size_t n = 0;
+  ck_assert_int_eq(attn__auth_reload(a, &n, &d), ATTN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(d.msg, "admin_api_keys_file '"));
+  ck_assert_ptr_nonnull(strstr(d.msg, "line 2"));
+  ck_assert_int_eq(attn__auth_check(a, NULL, "boss-1"), ATTN_AUTH_OK);
+  f = fopen(path, "w");
+  fputs("boss-2\n", f);
+  fclose(f);
+  ck_assert_int_eq(attn__auth_reload(a, &n, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_int_eq(attn__auth_check(a, NULL, "boss-1"), ATTN_AUTH_WRONG);
+  ck_assert_int_eq(attn__auth_check(a, NULL, "boss-2"), ATTN_AUTH_OK);
+  ck_assert_int_eq(attn__auth_create("", "user", &inf, &d), ATTN_OK);
+  uint64_t tag = attn__auth_owner_of(inf, a, "Bearer boss-2", NULL);
+  ck_assert_uint_ne(tag, 0);
+  ck_assert_uint_eq(tag, attn__auth_owner(a, "Bearer boss-2", NULL));
+  ck_assert_uint_eq(attn__auth_owner_of(inf, a, NULL, "user"),
+                    attn__auth_owner(inf, NULL, "user"));
+  ck_assert_uint_eq(attn__auth_owner_of(inf, a, NULL, "who"), 0);
+  ck_assert_uint_eq(attn__auth_owner_of(NULL, a, NULL, "boss-env"),
+                    attn__auth_owner(a, NULL, "boss-env"));
+  attn__auth_destroy(inf);
+  attn__auth_destroy(a);
+  unlink(path);
+}
+END_TEST
+
 START_TEST(test_cors_allowed) {
   const char *list = "https://app.example, http://localhost:3000 https://b.c";
   ck_assert(attn__cors_allowed(list, "https://app.example"));
@@ -181,6 +242,7 @@ Suite *auth_suite(void) {
   tcase_add_test(t, test_file_format);
   tcase_add_test(t, test_file_errors);
   tcase_add_test(t, test_headers_and_reload);
+  tcase_add_test(t, test_admin_named);
   tcase_add_test(t, test_cors_allowed);
   suite_add_tcase(s, t);
   return s;

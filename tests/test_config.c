@@ -125,6 +125,9 @@ static void non_default(attn_config *c) {
   c->access_log = false;
   snprintf(c->api_keys_file, sizeof c->api_keys_file, "/etc/attnd/keys");
   c->metrics_require_key = true;
+  snprintf(c->admin_api_keys_file, sizeof c->admin_api_keys_file,
+           "/etc/attnd/admin-keys");
+  c->model_control = ATTN_MODEL_CONTROL_EXPLICIT;
   snprintf(c->tls_cert_file, sizeof c->tls_cert_file, "/tls/crt.pem");
   snprintf(c->tls_key_file, sizeof c->tls_key_file, "/tls/key.pem");
   snprintf(c->tls_client_ca_file, sizeof c->tls_client_ca_file, "/tls/ca.pem");
@@ -168,6 +171,8 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.log_format, ATTN_LOG_JSON);
   ck_assert(c.access_log);
   ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_BATCH);
+  ck_assert_int_eq(c.model_control, ATTN_MODEL_CONTROL_NONE);
+  ck_assert_str_eq(c.admin_api_keys_file, "");
 }
 END_TEST
 
@@ -204,6 +209,8 @@ START_TEST(test_key_names) {
                                      "access_log",
                                      "api_keys_file",
                                      "metrics_require_key",
+                                     "admin_api_keys_file",
+                                     "model_control",
                                      "tls_cert_file",
                                      "tls_key_file",
                                      "tls_client_ca_file",
@@ -246,6 +253,15 @@ START_TEST(test_set_each_type) {
   ck_assert_int_eq(c.log_level, ATTN_LOG_ERROR);
   ck_assert_int_eq(attn_config_set(&c, "log_format", "text", &d), ATTN_OK);
   ck_assert_int_eq(c.log_format, ATTN_LOG_TEXT);
+  ck_assert_int_eq(attn_config_set(&c, "model_control", "explicit", &d),
+                   ATTN_OK);
+  ck_assert_int_eq(c.model_control, ATTN_MODEL_CONTROL_EXPLICIT);
+  ck_assert_str_eq(attn_model_control_name(c.model_control), "explicit");
+  ck_assert_int_eq(attn_config_set(&c, "model_control", "poll", &d),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "none, explicit");
+  ck_assert_int_eq(attn_config_set(&c, "model_control", "none", &d), ATTN_OK);
+  ck_assert_int_eq(c.model_control, ATTN_MODEL_CONTROL_NONE);
   ck_assert_int_eq(attn_config_set(&c, "cpu_scheduling_policy", "other", &d),
                    ATTN_OK);
   ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_OTHER);
@@ -784,7 +800,8 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
     flag_of(key, flag, sizeof flag);
     int optional =
         !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
-        !strcmp(key, "tls_key_file") || !strcmp(key, "tls_client_ca_file") ||
+        !strcmp(key, "admin_api_keys_file") || !strcmp(key, "tls_key_file") ||
+        !strcmp(key, "tls_client_ca_file") ||
         !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};

@@ -609,6 +609,7 @@ START_TEST(test_admit_before_body) {
   attn__http_resp r;
   size_t max = 1;
   cfg.max_body_bytes = 1 << 20;
+  cfg.model_control = ATTN_MODEL_CONTROL_EXPLICIT; /* load takes its body */
   /* what each route takes */
   static const struct {
     const char *method, *path;
@@ -724,6 +725,90 @@ START_TEST(test_admit_before_body) {
 }
 END_TEST
 
+/* attn__route_admit with X-Api-Key key (NULL: none) refuses with status. */
+static void admit_refused(const char *path, const char *key, int status,
+                          const char *says) {
+  attn__http_resp r;
+  size_t max;
+  ck_assert_int_eq(admit("POST", path, key, 10, &max, &r), ATTN_ROUTE_DONE);
+  ck_assert_int_eq(r.status, status);
+  EXPECT_BODY(r, says);
+}
+
+/* model_control and the admin keys: load and unload only. */
+START_TEST(test_model_control) {
+  static const char *const changes[] = {"/v2/repository/models/x/load",
+                                        "/v2/repository/models/x/unload"};
+  attn__http_resp r;
+  size_t max;
+  /* "none" (the default): 403 naming the setting, before the body; the
+   * index still answers; a wrong method is still a 405 */
+  ck_assert_int_eq(cfg.model_control, ATTN_MODEL_CONTROL_NONE);
+  for (size_t i = 0; i < 2; i++) {
+    admit_refused(changes[i], NULL, 403,
+                  "model_control is \\\"none\\\": this server does not "
+                  "load or unload models over HTTP");
+    r = route("POST", changes[i], "application/json", "{}", ATTN_ROUTE_DONE);
+    ck_assert_int_eq(r.status, 403);
+    EXPECT_BODY(r, "--model-control explicit");
+    r = route("GET", changes[i], NULL, NULL, ATTN_ROUTE_DONE);
+    ck_assert_int_eq(r.status, 405);
+    free(r.body);
+  }
+  route("POST", "/v2/repository/index", "application/json", "{}",
+        ATTN_ROUTE_DEFER);
+  /* "explicit", keys off: open */
+  cfg.model_control = ATTN_MODEL_CONTROL_EXPLICIT;
+  for (size_t i = 0; i < 2; i++)
+    route("POST", changes[i], "application/json", "{}", ATTN_ROUTE_DEFER);
+  /* inference keys and admin keys */
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn__auth_create("", "sesame", &srv.auth, &d), ATTN_OK);
+  ck_assert_int_eq(
+      attn__auth_named("admin_api_keys_file", "ATTND_ADMIN_API_KEY", "", "boss",
+                       &srv.admin_auth, &d),
+      ATTN_OK);
+  for (size_t i = 0; i < 2; i++) {
+    admit_refused(changes[i], "sesame", 403,
+                  "needs an admin key (admin_api_keys_file / "
+                  "ATTND_ADMIN_API_KEY)");
+    ck_assert_int_eq(admit("POST", changes[i], "boss", 10, &max, &r),
+                     ATTN_ROUTE_DEFER);
+    admit_refused(changes[i], NULL, 401, "needs an API key");
+    admit_refused(changes[i], "nope", 401, "is not valid");
+  }
+  /* an admin key is an API key everywhere; the index takes either */
+  ck_assert_int_eq(admit("POST", "/v1/attention", "boss", 10, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  ck_assert_int_eq(
+      admit("POST", "/v2/repository/index", "sesame", 10, &max, &r),
+      ATTN_ROUTE_DEFER);
+  r = route_with("GET", "/v1/models", "Bearer boss", NULL);
+  ck_assert_int_eq(r.status, 200);
+  free(r.body);
+  /* refused: 2 x (an API key, none, a wrong one) */
+  ck_assert_uint_eq(attn__auth_failures(srv.auth), 6);
+  /* inference keys alone: nobody may load */
+  attn__auth_destroy(srv.admin_auth);
+  srv.admin_auth = NULL;
+  admit_refused(changes[0], "sesame", 403, "needs an admin key");
+  /* admin keys alone: they are the only keys */
+  attn__auth_destroy(srv.auth);
+  srv.auth = NULL;
+  ck_assert_int_eq(
+      attn__auth_named("admin_api_keys_file", "ATTND_ADMIN_API_KEY", "", "boss",
+                       &srv.admin_auth, &d),
+      ATTN_OK);
+  admit_refused("/v1/attention", NULL, 401, "needs an API key");
+  admit_refused("/v1/attention", "sesame", 401, "is not valid");
+  ck_assert_int_eq(admit("POST", changes[1], "boss", 10, &max, &r),
+                   ATTN_ROUTE_DEFER);
+  ck_assert_uint_eq(attn__auth_failures(srv.admin_auth), 2);
+  attn__auth_destroy(srv.admin_auth);
+  srv.admin_auth = NULL;
+}
+END_TEST
+
 static attn__http_resp preflight(const char *origin, const char *method) {
   return answer((attn__http_req){.method = "OPTIONS",
                                  .path = "/v1/attention",
@@ -780,6 +865,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_stats_routes);
   tcase_add_test(tc, test_api_keys);
   tcase_add_test(tc, test_admit_before_body);
+  tcase_add_test(tc, test_model_control);
   tcase_add_test(tc, test_session_routes);
   tcase_add_test(tc, test_cors_preflight);
   suite_add_tcase(s, tc);

@@ -34,6 +34,14 @@
  * attnd was started with (SCHED_OTHER unless chosen otherwise). */
 typedef enum { ATTN_SCHED_BATCH, ATTN_SCHED_OTHER } attn_sched_policy;
 
+/* Who may change the model repository over HTTP (Triton's
+ * --model-control-mode): nobody (load and unload answer 403), or clients
+ * (with an admin key when keys are set). */
+typedef enum {
+  ATTN_MODEL_CONTROL_NONE,
+  ATTN_MODEL_CONTROL_EXPLICIT
+} attn_model_control;
+
 /* The effective configuration.  Field names are the key names; units are in
  * the names or the comments.  Ranges are enforced when a value is set, so a
  * filled struct is always within them. */
@@ -78,6 +86,9 @@ typedef struct attn_config {
   /* Access (docs/configuration.md, "Access"): "" = none / off. */
   char api_keys_file[ATTN_MAX_PATH_LEN + 1]; /* one key per line */
   bool metrics_require_key;                  /* GET /metrics needs a key */
+  /* Keys that may also change the repository (load, unload). */
+  char admin_api_keys_file[ATTN_MAX_PATH_LEN + 1];
+  attn_model_control model_control;          /* load and unload over HTTP */
   char tls_cert_file[ATTN_MAX_PATH_LEN + 1]; /* PEM; with tls_key_file */
   char tls_key_file[ATTN_MAX_PATH_LEN + 1];
   char tls_client_ca_file[ATTN_MAX_PATH_LEN + 1]; /* mutual TLS */
@@ -217,5 +228,6 @@ const char *attn_config_key_name(size_t i);
 /* Text name of the enum ("batch"); NULL for foreign values.  The log's
  * enums name themselves (attn_log_level_name, include/attn/log.h). */
 const char *attn_sched_policy_name(attn_sched_policy p);
+const char *attn_model_control_name(attn_model_control m);
 
 #endif /* ATTN_CONFIG_H */

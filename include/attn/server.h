@@ -38,6 +38,9 @@ typedef struct attn_server_deps {
   /* The sessions' store (session.h), main's: made before the server,
    * destroyed after it; NULL: the session routes answer 503. */
   struct attn_session_store *sessions;
+  /* ATTND_ADMIN_API_KEY's value, an admin key beside those of
+   * cfg->admin_api_keys_file; NULL or "" for none. */
+  const char *admin_api_key;
 } attn_server_deps;
 
 /* Bind and start serving.  On success *out owns a running server (stop it
@@ -89,6 +92,14 @@ size_t attn_server_key_count(attn_server *s);
  * naming lines, never keys.  Main thread. */
 attn_status attn_server_reload_keys(attn_server *s, size_t *count,
                                     attn_diag *d);
+
+/* Admin keys in force (0: none).  Any thread. */
+size_t attn_server_admin_key_count(attn_server *s);
+
+/* Re-read admin_api_keys_file (SIGHUP), as attn_server_reload_keys does
+ * api_keys_file (ATTN_ENOTFOUND: no admin keys).  Main thread. */
+attn_status attn_server_reload_admin_keys(attn_server *s, size_t *count,
+                                          attn_diag *d);
 
 /* Requests refused for want of a valid API key so far (the metrics'
  * attnd_auth_failures_total).  Any thread. */

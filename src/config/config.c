@@ -70,10 +70,15 @@ static const char *const sched_policy_names[] = {"batch", "other", NULL};
 
 _Static_assert(ATTN_SCHED_BATCH == 0 && ATTN_SCHED_OTHER == 1,
                "sched_policy_names[] is indexed by attn_sched_policy");
+static const char *const model_control_names[] = {"none", "explicit", NULL};
+
+_Static_assert(ATTN_MODEL_CONTROL_NONE == 0 && ATTN_MODEL_CONTROL_EXPLICIT == 1,
+               "model_control_names[] is indexed by attn_model_control");
 /* Enum fields are stored through memcpy of an int. */
 _Static_assert(sizeof(attn_log_level) == sizeof(int) &&
                    sizeof(attn_log_format) == sizeof(int) &&
-                   sizeof(attn_sched_policy) == sizeof(int),
+                   sizeof(attn_sched_policy) == sizeof(int) &&
+                   sizeof(attn_model_control) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(ATTN_MAX_WORKERS <= INT_MAX &&
                    ATTN_MAX_BLAS_THREADS <= INT_MAX &&
@@ -224,6 +229,17 @@ static const cfg_key keys[] = {
            "\"\" = none"),
     K_BOOL(metrics_require_key, "ATTND_METRICS_REQUIRE_KEY", 0,
            "GET /metrics needs an API key too (when keys are set)"),
+    K_FILE(admin_api_keys_file, "ATTND_ADMIN_API_KEYS_FILE",
+           "admin API keys, one per line as api_keys_file (re-read on "
+           "SIGHUP): with keys set, loading and unloading models needs one "
+           "of these (or ATTND_ADMIN_API_KEY); an admin key is also "
+           "accepted wherever an API key is; \"\" = none"),
+    K_ENUM(model_control, "ATTND_MODEL_CONTROL", attn_model_control,
+           ATTN_MODEL_CONTROL_NONE, model_control_names,
+           "the repository's load and unload over HTTP, as Triton's "
+           "--model-control-mode: none (they answer 403; SIGHUP still "
+           "reloads the models) or explicit (they work, with an admin key "
+           "when keys are set)"),
     K_FILE(tls_cert_file, "ATTND_TLS_CERT_FILE",
            "serve HTTPS with this PEM certificate (chain); needs "
            "tls_key_file; \"\" = plain HTTP"),
@@ -690,6 +706,10 @@ const char *attn_config_env_unknown(const char *name) {
 
 const char *attn_sched_policy_name(attn_sched_policy p) {
   return (unsigned)p < 2 ? sched_policy_names[p] : NULL;
+}
+
+const char *attn_model_control_name(attn_model_control m) {
+  return (unsigned)m < 2 ? model_control_names[m] : NULL;
 }
 
 /* ---- Public: file ------------------------------------------------------- */

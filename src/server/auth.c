@@ -1,4 +1,5 @@
-/* auth.c - API keys: read from api_keys_file and ATTND_API_KEY, checked in
+/* auth.c - API keys: read from api_keys_file and ATTND_API_KEY (or, for
+ * the admin keys, admin_api_keys_file and ATTND_ADMIN_API_KEY), checked in
  * constant time, swapped whole on SIGHUP.
  *
  * DESIGN
@@ -19,6 +20,9 @@
  * on where the bytes differ, and without stopping at the first match.
  * Refusals are counted here (attn__auth_failures), the one counter the
  * metrics read.
+ * The server holds two: the inference keys and the admin keys (which may
+ * also change the repository); routes.c decides which a route needs.
+ * Each names its file key and variable in its messages (attn__auth_named).
  * Threads: check and the counter on any thread; create, reload and
  * destroy on main (reload while HTTP threads check).
  */
@@ -46,6 +50,8 @@ struct attn__auth {
   attn__keyset *set;                /* under lock; never NULL */
   char path[ATTN_MAX_PATH_LEN + 1]; /* api_keys_file; "" for none */
   char env_key[ATTN_MAX_API_KEY_LEN + 1];
+  const char *file_key; /* "api_keys_file", for messages */
+  const char *env_name; /* "ATTND_API_KEY" */
   atomic_uint_fast64_t failures;
 };
 
@@ -77,9 +83,11 @@ static attn_status add_key(attn__keyset *set, const char *k, size_t n,
   return ATTN_OK;
 }
 
-attn_status attn__keys_parse(const char *text, size_t len, const char *where,
-                             const char *env_key, attn__keyset **out,
-                             attn_diag *d) {
+/* attn__keys_parse, with the names of the file's key and the variable. */
+static attn_status parse_named(const char *text, size_t len, const char *where,
+                               const char *env_key, const char *file_key,
+                               const char *env_name, attn__keyset **out,
+                               attn_diag *d) {
   attn__keyset *set = calloc(1, sizeof *set);
   attn_status st = ATTN_OK;
   *out = NULL;
@@ -98,18 +106,25 @@ attn_status attn__keys_parse(const char *text, size_t len, const char *where,
     i = end + 1;
   }
   if (st == ATTN_OK && env_key && *env_key)
-    st = add_key(set, env_key, strlen(env_key), "ATTND_API_KEY", 0, d);
+    st = add_key(set, env_key, strlen(env_key), env_name, 0, d);
   if (st == ATTN_OK && set->n == 0)
     st = attn_diag_set(d, ATTN_EINVAL,
                        "%s holds no key (only blank lines and # comments): "
-                       "add one, or unset api_keys_file",
-                       where);
+                       "add one, or unset %s",
+                       where, file_key);
   if (st != ATTN_OK) {
     free(set);
     return st;
   }
   *out = set;
   return ATTN_OK;
+}
+
+attn_status attn__keys_parse(const char *text, size_t len, const char *where,
+                             const char *env_key, attn__keyset **out,
+                             attn_diag *d) {
+  return parse_named(text, len, where, env_key, "api_keys_file",
+                     "ATTND_API_KEY", out, d);
 }
 
 void attn__keys_free(attn__keyset *set) {
@@ -208,6 +223,12 @@ uint64_t attn__auth_owner(attn__auth *a, const char *authorization,
   return tag;
 }
 
+uint64_t attn__auth_owner_of(attn__auth *a, attn__auth *admin,
+                             const char *authorization, const char *api_key) {
+  uint64_t tag = attn__auth_owner(a, authorization, api_key);
+  return tag ? tag : attn__auth_owner(admin, authorization, api_key);
+}
+
 void attn__auth_refused(attn__auth *a) {
   if (a) atomic_fetch_add(&a->failures, 1);
 }
@@ -219,13 +240,13 @@ uint64_t attn__auth_failures(attn__auth *a) {
 /* The file's bytes (NULL and 0 when path is ""), malloc'd.  Opened
  * without blocking and refused unless a regular file: it is re-read on
  * SIGHUP, by the main thread, which must never wait on a FIFO. */
-static attn_status read_keys_file(const char *path, char **text, size_t *len,
-                                  attn_diag *d) {
+static attn_status read_keys_file(const char *file_key, const char *path,
+                                  char **text, size_t *len, attn_diag *d) {
   char label[ATTN_MAX_PATH_LEN + 32];
   *text = NULL;
   *len = 0;
   if (!*path) return ATTN_OK;
-  snprintf(label, sizeof label, "api_keys_file '%s'", path);
+  snprintf(label, sizeof label, "%s '%s'", file_key, path);
   return attn_read_file(path, label, ATTN_MAX_KEYS_FILE_BYTES, text, len, d);
 }
 
@@ -234,25 +255,28 @@ static attn_status load(const attn__auth *a, attn__keyset **out, attn_diag *d) {
   char *text;
   size_t len;
   char where[ATTN_MAX_PATH_LEN + 32];
-  attn_status st = read_keys_file(a->path, &text, &len, d);
+  attn_status st = read_keys_file(a->file_key, a->path, &text, &len, d);
   if (st != ATTN_OK) return st;
-  snprintf(where, sizeof where, "api_keys_file '%s'", a->path);
-  st = attn__keys_parse(text, len, *a->path ? where : "ATTND_API_KEY",
-                        a->env_key, out, d);
+  snprintf(where, sizeof where, "%s '%s'", a->file_key, a->path);
+  st = parse_named(text, len, *a->path ? where : a->env_name, a->env_key,
+                   a->file_key, a->env_name, out, d);
   free(text);
   return st;
 }
 
-attn_status attn__auth_create(const char *path, const char *env_key,
-                              attn__auth **out, attn_diag *d) {
+attn_status attn__auth_named(const char *file_key, const char *env_name,
+                             const char *path, const char *env_key,
+                             attn__auth **out, attn_diag *d) {
   *out = NULL;
   if ((!path || !*path) && (!env_key || !*env_key)) return ATTN_OK;
   if (env_key && strlen(env_key) > ATTN_MAX_API_KEY_LEN)
     return attn_diag_set(d, ATTN_EINVAL,
-                         "ATTND_API_KEY: the key is %zu bytes, more than %d",
+                         "%s: the key is %zu bytes, more than %d", env_name,
                          strlen(env_key), ATTN_MAX_API_KEY_LEN);
   attn__auth *a = calloc(1, sizeof *a);
   if (!a) return attn_diag_set(d, ATTN_ENOMEM, "out of memory for keys");
+  a->file_key = file_key;
+  a->env_name = env_name;
   attn__copy_str(a->path, sizeof a->path, path ? path : "");
   attn__copy_str(a->env_key, sizeof a->env_key, env_key ? env_key : "");
   attn_status st = load(a, &a->set, d);
@@ -264,6 +288,12 @@ attn_status attn__auth_create(const char *path, const char *env_key,
   atomic_init(&a->failures, 0);
   *out = a;
   return ATTN_OK;
+}
+
+attn_status attn__auth_create(const char *path, const char *env_key,
+                              attn__auth **out, attn_diag *d) {
+  return attn__auth_named("api_keys_file", "ATTND_API_KEY", path, env_key, out,
+                          d);
 }
 
 attn_status attn__auth_reload(attn__auth *a, size_t *count, attn_diag *d) {

@@ -26,6 +26,12 @@ int attn__keys_match(const attn__keyset *set, const char *tok, size_t n);
  * cannot be read, or see attn__keys_parse.  Main thread. */
 attn_status attn__auth_create(const char *path, const char *env_key,
                               attn__auth **out, attn_diag *d);
+/* attn__auth_create with other names in messages: file_key for the file
+ * ("admin_api_keys_file"), env_name for the variable
+ * ("ATTND_ADMIN_API_KEY"); both must outlive *out (literals). */
+attn_status attn__auth_named(const char *file_key, const char *env_name,
+                             const char *path, const char *env_key,
+                             attn__auth **out, attn_diag *d);
 /* Re-read the file: on success the new keys are in force and *count says
  * how many; on error the old ones stay.  Main thread, while serving. */
 attn_status attn__auth_reload(attn__auth *a, size_t *count, attn_diag *d);
@@ -47,6 +53,9 @@ attn__auth_result attn__auth_check(attn__auth *a, const char *authorization,
  * is not kept.  Any thread. */
 uint64_t attn__auth_owner(attn__auth *a, const char *authorization,
                           const char *api_key);
+/* The owner tag of the key matched in a, else in admin (either NULL). */
+uint64_t attn__auth_owner_of(attn__auth *a, attn__auth *admin,
+                             const char *authorization, const char *api_key);
 /* Count one refused request / read the count (0 for NULL).  Any thread. */
 void attn__auth_refused(attn__auth *a);
 uint64_t attn__auth_failures(attn__auth *a);

@@ -77,6 +77,9 @@
 #include "cors.h"
 #include "peers.h"
 
+/* Are keys on (either kind)?  Then the key headers are read. */
+#define KEYS_ON(s) ((s)->ctx.auth || (s)->ctx.admin_auth)
+
 #define BODY_INITIAL (64 * 1024)
 /* How often peers.c looks at connections between requests (a client that
  * left is closed after two to three of these). */
@@ -791,8 +794,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .header_len = cx->ihcl_val,
       .pad = cx->pad,
       .request_id = cx->request_id,
-      .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
-      .api_key = s->ctx.auth ? header(cx->conn, "X-Api-Key") : NULL,
+      .authorization = KEYS_ON(s) ? header(cx->conn, "Authorization") : NULL,
+      .api_key = KEYS_ON(s) ? header(cx->conn, "X-Api-Key") : NULL,
       .origin = cx->origin,
       .cors_method =
           cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
@@ -890,8 +893,8 @@ static int admit(conn_ctx *cx, uint64_t body) {
       .path = cx->path,
       /* a session's PUT: JSON (64 KiB) or a session file (max_body_bytes) */
       .content_type = header(cx->conn, MHD_HTTP_HEADER_CONTENT_TYPE),
-      .authorization = s->ctx.auth ? header(cx->conn, "Authorization") : NULL,
-      .api_key = s->ctx.auth ? header(cx->conn, "X-Api-Key") : NULL,
+      .authorization = KEYS_ON(s) ? header(cx->conn, "Authorization") : NULL,
+      .api_key = KEYS_ON(s) ? header(cx->conn, "X-Api-Key") : NULL,
       .origin = cx->origin,
       .cors_method =
           cx->origin ? header(cx->conn, "Access-Control-Request-Method") : NULL,
@@ -1274,8 +1277,8 @@ static void metrics_port_answer(attn_server *s, struct MHD_Connection *conn,
         .method = method,
         .path = path,
         .request_id = "",
-        .authorization = s->ctx.auth ? header(conn, "Authorization") : NULL,
-        .api_key = s->ctx.auth ? header(conn, "X-Api-Key") : NULL,
+        .authorization = KEYS_ON(s) ? header(conn, "Authorization") : NULL,
+        .api_key = KEYS_ON(s) ? header(conn, "X-Api-Key") : NULL,
         .body = "",
         .start_ns = attn_now_ns()};
     attn__infer_target t; /* never: these routes answer at once */
@@ -1501,6 +1504,10 @@ static attn_status setup_access(attn_server *s, const attn_server_deps *deps,
   snprintf(s->id_prefix, sizeof s->id_prefix, "%08x", (unsigned)r);
   attn_status st =
       attn__auth_create(cfg->api_keys_file, deps->api_key, &s->ctx.auth, d);
+  if (st == ATTN_OK)
+    st = attn__auth_named("admin_api_keys_file", "ATTND_ADMIN_API_KEY",
+                          cfg->admin_api_keys_file, deps->admin_api_key,
+                          &s->ctx.admin_auth, d);
   if (st == ATTN_OK && *cfg->tls_cert_file) {
     if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
       return attn_diag_set(d, ATTN_EINVAL,
@@ -1537,6 +1544,7 @@ static void free_server(attn_server *s) {
   attn__peers_destroy(s->metrics_peers);
   attn_metrics_destroy(s->ctx.metrics);
   attn__auth_destroy(s->ctx.auth);
+  attn__auth_destroy(s->ctx.admin_auth);
   free(s->tls_cert);
   free(s->tls_key);
   free(s->tls_ca);
@@ -1716,15 +1724,32 @@ size_t attn_server_key_count(attn_server *s) {
   return attn__auth_count(s->ctx.auth);
 }
 
+/* Re-read a's file; none says why there is nothing to re-read. */
+static attn_status reload_set(attn__auth *a, const char *none, size_t *count,
+                              attn_diag *d) {
+  *count = 0;
+  if (!a) return attn_diag_set(d, ATTN_ENOTFOUND, "%s", none);
+  return attn__auth_reload(a, count, d);
+}
+
 attn_status attn_server_reload_keys(attn_server *s, size_t *count,
                                     attn_diag *d) {
-  *count = 0;
-  if (!s->ctx.auth)
-    return attn_diag_set(d, ATTN_ENOTFOUND,
-                         "no api_keys_file to re-read (keys are off)");
-  return attn__auth_reload(s->ctx.auth, count, d);
+  return reload_set(s->ctx.auth, "no api_keys_file to re-read (keys are off)",
+                    count, d);
+}
+
+size_t attn_server_admin_key_count(attn_server *s) {
+  return attn__auth_count(s->ctx.admin_auth);
+}
+
+attn_status attn_server_reload_admin_keys(attn_server *s, size_t *count,
+                                          attn_diag *d) {
+  return reload_set(s->ctx.admin_auth,
+                    "no admin_api_keys_file to re-read (no admin keys)", count,
+                    d);
 }
 
 uint64_t attn_server_auth_failures(attn_server *s) {
-  return attn__auth_failures(s->ctx.auth);
+  return attn__auth_failures(s->ctx.auth) +
+         attn__auth_failures(s->ctx.admin_auth);
 }

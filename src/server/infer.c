@@ -307,7 +307,8 @@ attn__job_base *attn__infer_job(attn__srv_ctx *s, const attn__http_req *req,
   attn__copy_str(job->model, sizeof job->model, t->model);
   attn__copy_str(job->version, sizeof job->version, t->version);
   job->owner = strcmp(t->model, ATTN_KV_MODEL_NAME) == 0
-                   ? attn__auth_owner(s->auth, req->authorization, req->api_key)
+                   ? attn__auth_owner_of(s->auth, s->admin_auth,
+                                         req->authorization, req->api_key)
                    : 0;
   return &job->base;
 }

@@ -151,7 +151,11 @@ typedef struct attn__srv_ctx {
   const atomic_size_t *body_held; /* http.c's, for attnd_body_bytes_in_use */
   size_t body_budget;
   atomic_long connections; /* open now (http.c counts them) */
-  struct attn__auth *auth; /* API keys (auth.c); NULL: none, all open */
+  struct attn__auth *auth; /* API keys (auth.c); NULL: none */
+  /* Admin keys (admin_api_keys_file, ATTND_ADMIN_API_KEY): also accepted
+   * wherever auth's are, and the only ones that may load and unload.
+   * auth and admin_auth both NULL: keys off, every route open. */
+  struct attn__auth *admin_auth;
   struct attn_session_store *sessions; /* main's (session.h); NULL: none */
 } attn__srv_ctx;
 

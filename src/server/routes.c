@@ -23,6 +23,11 @@
  * health, the page and its files are public, /metrics is unless
  * metrics_require_key, the rest and every unknown path need a key: 401
  * with WWW-Authenticate); a CORS preflight is answered before any of it.
+ * An admin key (s->admin_auth) is accepted wherever an API key is; the
+ * repository's load and unload (ADMIN) need one: a valid API key that is
+ * not an admin key gets 403.  Before that, model_control "none" refuses
+ * them with a 403 for every client (refused(), from the headers alone,
+ * so before the body is read or a job queued).
  * Answers are written with respond.c's helpers.
  */
 #include <pthread.h>
@@ -571,6 +576,8 @@ typedef enum {
   KEYED,   /* a key is needed (any path not in the table too) */
   PUBLIC,  /* health and the page's files: probes and browsers */
   METRICS, /* GET /metrics: public unless metrics_require_key */
+  ADMIN,   /* changes the repository: model_control explicit and, when
+              keys are set, an admin key */
 } route_access;
 
 /* The body a route's POST or PUT takes (checked with the headers:
@@ -640,9 +647,9 @@ static const route routes[] = {
      KEYED, NO_BODY, ANSWER, 0, 0},
     {"/v2/repository/index", EXACT, POST, repo_index, KEYED, SMALL_BODY, REPO,
      1, 0},
-    {"/v2/repository/models/{model}/load", EXACT, POST, repo_load, KEYED,
+    {"/v2/repository/models/{model}/load", EXACT, POST, repo_load, ADMIN,
      SMALL_BODY, REPO, 1, 0},
-    {"/v2/repository/models/{model}/unload", EXACT, POST, repo_unload, KEYED,
+    {"/v2/repository/models/{model}/unload", EXACT, POST, repo_unload, ADMIN,
      SMALL_BODY, REPO, 1, 0},
     {"/v1/sessions", EXACT, GET, session_route, KEYED, NO_BODY, SESSION, 1, 0},
     {"/v1/sessions/{id}", EXACT, GET | PUT | DELETE, session_route, KEYED,
@@ -779,16 +786,27 @@ int attn__route_count(void) {
 /* ---- access: API keys, CORS preflights ---------------------------------- */
 
 /* Does a request to a route of this access need a key it did not bring?
- * Then *resp is the 401 (counted: attn__auth_refused). */
+ * Then *resp is the 401 (counted: attn__auth_refused).  *admin: the
+ * request may change the repository as far as keys go (keys off, or an
+ * admin key matched). */
 static bool unauthorized(attn__srv_ctx *s, const attn__http_req *req,
-                         route_access access, attn__http_resp *resp) {
-  if (!s->auth || access == PUBLIC ||
+                         route_access access, attn__http_resp *resp,
+                         bool *admin) {
+  *admin = true;
+  if ((!s->auth && !s->admin_auth) || access == PUBLIC ||
       (access == METRICS && !s->cfg->metrics_require_key))
     return 0;
+  /* both sets are asked, whatever the first answers (constant time) */
+  attn__auth_result ra =
+      s->admin_auth
+          ? attn__auth_check(s->admin_auth, req->authorization, req->api_key)
+          : ATTN_AUTH_WRONG;
   attn__auth_result r =
-      attn__auth_check(s->auth, req->authorization, req->api_key);
-  if (r == ATTN_AUTH_OK) return 0;
-  attn__auth_refused(s->auth);
+      s->auth ? attn__auth_check(s->auth, req->authorization, req->api_key)
+              : ra;
+  *admin = s->admin_auth && ra == ATTN_AUTH_OK;
+  if (r == ATTN_AUTH_OK || *admin) return 0;
+  attn__auth_refused(s->auth ? s->auth : s->admin_auth);
   attn_metrics_auth_failure(s->metrics); /* attnd_auth_failures_total */
   if (r == ATTN_AUTH_MISSING)
     attn__resp_error(resp, 401,
@@ -809,6 +827,30 @@ static bool unauthorized(attn__srv_ctx *s, const attn__http_req *req,
   resp->headers[0] = "WWW-Authenticate";
   resp->headers[1] =
       r == ATTN_AUTH_WRONG ? "Bearer error=\"invalid_token\"" : "Bearer";
+  return 1;
+}
+
+/* A route that changes the repository, asked by a client with a valid
+ * key: 403 when model_control is "none", or when keys are on and the key
+ * is not an admin key (counted as a refused key). */
+static bool not_allowed(attn__srv_ctx *s, const attn__http_req *req, bool admin,
+                        attn__http_resp *resp) {
+  if (s->cfg->model_control == ATTN_MODEL_CONTROL_NONE) {
+    attn__resp_error(resp, 403,
+                     "model_control is \"none\": this server does not load "
+                     "or unload models over HTTP (start it with "
+                     "--model-control explicit; SIGHUP reloads the model "
+                     "files)");
+    return 1;
+  }
+  if (admin) return 0;
+  attn__auth_refused(s->auth);
+  attn_metrics_auth_failure(s->metrics);
+  attn__resp_error(resp, 403,
+                   "%s %s changes the model repository: it needs an admin "
+                   "key (admin_api_keys_file / ATTND_ADMIN_API_KEY), not an "
+                   "API key",
+                   req->method, req->path);
   return 1;
 }
 
@@ -864,15 +906,20 @@ static const char *allow_of(unsigned methods) {
   return "GET, HEAD, POST, PUT, DELETE"; /* a row of another mix */
 }
 
-/* The key, then the route's methods: 0, or 1 with *resp the 401 or 405.
+/* The key, then the route's methods, then (load, unload) model_control
+ * and the admin key: 0, or 1 with *resp the 401, 405 or 403.
  * The 404 of a path that no row matches (r NULL) is the caller's; such a
  * path needs a key as the keyed routes do. */
 static bool refused(attn__srv_ctx *s, const attn__http_req *req, const route *r,
                     attn__http_resp *resp) {
-  if (unauthorized(s, req, r ? r->access : KEYED, resp)) return 1;
-  if (!r || method_bit(req) & r->methods) return 0;
-  wrong_method(resp, req, allow_of(r->methods));
-  return 1;
+  bool admin;
+  if (unauthorized(s, req, r ? r->access : KEYED, resp, &admin)) return 1;
+  if (!r) return 0;
+  if (!(method_bit(req) & r->methods)) {
+    wrong_method(resp, req, allow_of(r->methods));
+    return 1;
+  }
+  return r->access == ADMIN && not_allowed(s, req, admin, resp);
 }
 
 static void no_route(const attn__http_req *req, attn__http_resp *resp) {

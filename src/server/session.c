@@ -348,7 +348,8 @@ attn__job_base *attn__session_job(attn__srv_ctx *s, const attn__http_req *req,
           : 0;
   job->base.srv = s;
   job->op = t->session_op;
-  job->owner = attn__auth_owner(s->auth, req->authorization, req->api_key);
+  job->owner = attn__auth_owner_of(s->auth, s->admin_auth, req->authorization,
+                                   req->api_key);
   job->body = req->body;
   job->body_len = req->body_len;
   attn__copy_str(job->id, sizeof job->id, t->session);

@@ -169,6 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!reg) {
     attn_diag d = {{0}};
     attn_config_defaults(&cfg);
+    cfg.model_control = ATTN_MODEL_CONTROL_EXPLICIT; /* load, unload run */
     if (attn_registry_create("../config/models", &reg, &d))
       fail("registry", d.msg);
     const char *names[64];

@@ -447,7 +447,8 @@ def openapi_v2_infer():
 @test
 def openapi_too_large_bodies():
     """413 from max_body_bytes on both protocols."""
-    with Server("--max-body-bytes", "4096", name="openapi-413") as s:
+    with Server("--max-body-bytes", "4096", "--model-control", "explicit",
+                name="openapi-413") as s:
         big = {"query": [[0.5] * 2000]}
         answer(request(s.port, "POST", _V1_PATH, big), _V1_PATH, "post", 413)
         for url, path in _v2_paths():
@@ -464,7 +465,8 @@ def openapi_too_large_bodies():
 def openapi_while_draining():
     """Readiness 503 (server and model, GET and HEAD) and inference 503
     while attnd drains behind a slow request."""
-    s = Server("--workers", "1", name="openapi-drain")
+    s = Server("--workers", "1", "--model-control", "explicit",
+               name="openapi-drain")
     slow = None
     try:
         slow, _ = slow_running(s)
@@ -525,8 +527,17 @@ _REPO = ("/v2/repository/index", "/v2/repository/models/{model}/load",
 def openapi_repository():
     """The repository's answers: 200 (index, load, unload), 400 (a body
     that is not an object, an override, a built-in), 404 (no file names
-    the model), 415; 405 for GET."""
-    with Server(name="openapi-repo") as s:
+    the model), 415; 405 for GET; 403 for load and unload under
+    model_control "none" (the default; the admin key's 403 is
+    openapi_with_api_keys')."""
+    with Server(name="openapi-repo-none") as s:
+        index, load, unload = _REPO
+        for tmpl in (load, unload):
+            r = request(s.port, "POST", _concrete(tmpl), b"{}")
+            answer(r, tmpl, "post", 403)
+            check("model_control" in r.json()["error"], "403: %r" % r.body)
+        answer(request(s.port, "POST", index), index, "post", 200)
+    with Server("--model-control", "explicit", name="openapi-repo") as s:
         index, load, unload = _REPO
         for body in (None, b"{}", b'{"ready": true}'):
             answer(request(s.port, "POST", index, body), index, "post", 200)
@@ -687,10 +698,13 @@ def openapi_with_api_keys():
     """With an API key set (and metrics_require_key): every operation the
     document marks `security: []` answers without a key as it documents;
     every other one answers 401 with WWW-Authenticate, as the document's
-    Unauthorized response says; with the key, the keyed ones answer."""
-    key = "openapi-test-key"
-    s = Server("--metrics-require-key", "true",
-               env=dict(os.environ, ATTND_API_KEY=key), name="openapi-keys")
+    Unauthorized response says; with the key, the keyed ones answer, but
+    load and unload (model_control explicit) answer 403 to it and need the
+    admin key."""
+    key, admin = "openapi-test-key", "openapi-admin-key"
+    s = Server("--metrics-require-key", "true", "--model-control", "explicit",
+               env=dict(os.environ, ATTND_API_KEY=key,
+                        ATTND_ADMIN_API_KEY=admin), name="openapi-keys")
     try:
         for path, item in doc()["paths"].items():
             for method, op in item.items():
@@ -713,8 +727,17 @@ def openapi_with_api_keys():
                 answer(r, path, method, 401, what=what)
                 if path.startswith("/v1/sessions"):
                     _fresh_session(s.port, {"X-Api-Key": key})
+                use = key
+                if path in _REPO[1:]:
+                    r = request(s.port, method.upper(), url, body,
+                                headers={"X-Api-Key": key})
+                    answer(r, path, method, 403, what="%s with an API key" %
+                           method.upper())
+                    check("needs an admin key" in r.json()["error"],
+                          "%s: %r" % (what, r.body))
+                    use = admin
                 r = request(s.port, method.upper(), url, body,
-                            headers={"X-Api-Key": key})
+                            headers={"X-Api-Key": use})
                 answer(r, path, method, what="%s with the key" %
                        method.upper())
                 check(r.status < 400, "%s %s with the key: %d" %

@@ -4,7 +4,8 @@
 and SIGHUP's reload of every model file: a new or changed file is loaded
 without a restart, requests in flight finish on the weights they started
 with, a file that fails leaves the old model serving, built-ins cannot be
-unloaded.
+unloaded.  Load and unload need model_control "explicit" (CONTROL; the
+default, "none", answers 403) and, with API keys on, an admin key.
 
 Run alone: python3 tests/integration/test_repository.py --attnd PATH
 """
@@ -21,6 +22,7 @@ from harness import (Pending, Server, check, decode_v2, expect_error,
                      expect_status, main, request, test, v2_binary, wait_log)
 
 E, H = 64, 4  # the resident model of these tests
+CONTROL = ("--model-control", "explicit")  # load and unload over HTTP
 
 
 def model_file(d, name="rep", seed=1, fname=None, **extra):
@@ -70,7 +72,7 @@ def repository_index_load_unload():
     with tempfile.TemporaryDirectory() as d:
         model_file(d)
         body, hdrs = query_body(8)
-        with Server("--models-dir", d, name="repo") as s:
+        with Server("--models-dir", d, *CONTROL, name="repo") as s:
             rows = index(s.port)
             check(sorted(rows) == ["kv_attention", "mha", "rep", "sdpa"],
                   "index %r" % rows)
@@ -144,7 +146,7 @@ def repository_load_new_and_changed():
     with tempfile.TemporaryDirectory() as d:
         model_file(d)
         body, hdrs = query_body(8)
-        with Server("--models-dir", d, name="repo-new") as s:
+        with Server("--models-dir", d, *CONTROL, name="repo-new") as s:
             one = infer(s.port, "rep", body, hdrs, "seed 1")
             model_file(d, name="fresh", seed=1)
             check(index(s.port)["fresh"] == {"name": "fresh",
@@ -192,7 +194,7 @@ def repository_reload_in_flight():
     Two workers: the load runs beside the request."""
     with tempfile.TemporaryDirectory() as d:
         model_file(d, seed=1, embed_dim=256)
-        with Server("--models-dir", d, "--workers", "2",
+        with Server("--models-dir", d, *CONTROL, "--workers", "2",
                     "--blas-threads-per-worker", "1", name="repo-flight") as s:
             L = 1024
             while True:  # long enough to be running while the load runs
@@ -230,7 +232,7 @@ def repository_loads_under_traffic():
     with tempfile.TemporaryDirectory() as d:
         model_file(d, seed=1)
         body, hdrs = query_body(16)
-        with Server("--models-dir", d, "--workers", "2",
+        with Server("--models-dir", d, *CONTROL, "--workers", "2",
                     name="repo-traffic") as s:
             outs = [infer(s.port, "rep", body, hdrs, "seed 1")]
             model_file(d, seed=2)
@@ -328,7 +330,8 @@ def repository_files_not_regular_at_start():
         os.symlink(os.path.join(d, "pipe.json"), os.path.join(d, "link.json"))
         os.mkdir(os.path.join(d, "folder.json"))
         body, hdrs = query_body(8)
-        with Server("--models-dir", d, name="repo-fifo-start") as s:
+        with Server("--models-dir", d, *CONTROL,
+                    name="repo-fifo-start") as s:
             infer(s.port, "rep", body, hdrs, "beside a FIFO")
             rows = index(s.port)
             want = {"pipe": "models/pipe.json: not a regular file (a FIFO)",
@@ -385,7 +388,8 @@ def repository_weights_not_regular_files():
     with tempfile.TemporaryDirectory() as d:
         model_file(d)
         body, hdrs = query_body(8)
-        with Server("--models-dir", d, name="repo-fifo-weights") as s:
+        with Server("--models-dir", d, *CONTROL,
+                    name="repo-fifo-weights") as s:
             os.mkfifo(os.path.join(d, "w.fifo"))
             os.symlink("w.fifo", os.path.join(d, "link.safetensors"))
             os.mkdir(os.path.join(d, "sub"))
@@ -424,7 +428,7 @@ def repository_messages_name_no_server_path():
         with open(passwd, "wb") as f:
             f.write(text)
         model_file(d)
-        with Server("--models-dir", d, name="repo-paths") as s:
+        with Server("--models-dir", d, *CONTROL, name="repo-paths") as s:
             with open(os.path.join(d, "leak.json"), "w") as f:
                 json.dump({"name": "leak", "embed_dim": E, "num_heads": H,
                            "weights": passwd}, f)
@@ -478,6 +482,127 @@ def repository_messages_name_no_server_path():
                          outside)
             check(rows["broken"]["reason"] == "models/broken.json: invalid "
                   "JSON", "index %r" % rows)
+
+
+@test
+def repository_model_control_none():
+    """model_control "none" (the default): load and unload answer 403
+    naming the setting, and change nothing; the index answers; SIGHUP
+    still reloads the files."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1)
+        body, hdrs = query_body(8)
+        with Server("--models-dir", d, name="repo-none") as s:
+            one = infer(s.port, "rep", body, hdrs, "seed 1")
+            for op in ("load", "unload"):
+                expect_error(post(s.port, "/v2/repository/models/rep/" + op,
+                                  b"{}"), 403,
+                             'model_control is "none": this server does not '
+                             "load or unload models over HTTP",
+                             "--model-control explicit", what=op)
+            check(index(s.port)["rep"]["state"] == "READY",
+                  "rep after the refused unload")
+            check(infer(s.port, "rep", body, hdrs, "after the 403s") == one,
+                  "a refused load changed the model")
+            model_file(d, seed=2)
+            s.signal(signal.SIGHUP)
+            wait_log(s, lambda l: "model 'rep'" in l.get("msg", "") and
+                     "SIGHUP" in l.get("msg", ""), "the reload of rep", 10)
+            check(infer(s.port, "rep", body, hdrs, "after SIGHUP") != one,
+                  "SIGHUP did not reload under model_control none")
+
+
+def _keyed(port, op, key, body=b"{}"):
+    return request(port, "POST", "/v2/repository/models/rep/" + op, body,
+                   headers={"X-Api-Key": key} if key else None)
+
+
+@test
+def repository_admin_keys():
+    """With keys on, load and unload need an admin key: none or a wrong
+    one is a 401, an inference key a 403 naming the admin settings; an
+    admin key (from admin_api_keys_file or ATTND_ADMIN_API_KEY) loads and
+    is accepted where an inference key is.  SIGHUP re-reads
+    admin_api_keys_file: a removed admin key is refused at once, a new one
+    works."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1)
+        keys, admins = os.path.join(d, "keys"), os.path.join(d, "admins")
+        with open(keys, "w") as f:
+            f.write("user-key\n")
+        with open(admins, "w") as f:
+            f.write("# admins\nboss-1\n")
+        body, hdrs = query_body(8)
+        env = dict(os.environ, ATTND_ADMIN_API_KEY="boss-env")
+        with Server("--models-dir", d, *CONTROL, "--api-keys-file", keys,
+                    "--admin-api-keys-file", admins, env=env,
+                    name="repo-admin") as s:
+            wait_log(s, lambda l: "1 API keys (from api_keys_file), 2 admin "
+                     "keys" in l.get("msg", ""), "the access line")
+            for op in ("load", "unload"):
+                expect_error(_keyed(s.port, op, None), 401,
+                             "needs an API key", what=op + " without a key")
+                expect_error(_keyed(s.port, op, "nope"), 401, "not valid",
+                             what=op + " with a wrong key")
+                expect_error(_keyed(s.port, op, "user-key"), 403,
+                             "needs an admin key (admin_api_keys_file / "
+                             "ATTND_ADMIN_API_KEY)",
+                             what=op + " with an inference key")
+            r = request(s.port, "POST", "/v2/repository/index", b"",
+                        headers={"X-Api-Key": "user-key"})
+            expect_status(r, 200, "the index with an inference key")
+            expect_status(_keyed(s.port, "unload", "boss-1"), 200,
+                          "unload with an admin key")
+            expect_status(_keyed(s.port, "load", "boss-env"), 200,
+                          "load with ATTND_ADMIN_API_KEY")
+            for key in ("user-key", "boss-1", "boss-env"):
+                r = request(s.port, "POST", "/v2/models/rep/infer", body,
+                            headers=dict(hdrs, Authorization="Bearer " + key))
+                expect_status(r, 200, "infer with %s" % key)
+            # SIGHUP: boss-1 out, boss-2 in (the variable's key stays)
+            with open(admins, "w") as f:
+                f.write("boss-2\n")
+            s.signal(signal.SIGHUP)
+            wait_log(s, lambda l: "2 admin keys in force" in
+                     l.get("msg", ""), "the admin keys' reload", 10)
+            expect_error(_keyed(s.port, "load", "boss-1"), 401, "not valid",
+                         what="load with a removed admin key")
+            expect_status(_keyed(s.port, "load", "boss-2"), 200,
+                          "load with the new admin key")
+            # a file that no longer reads keeps the admin keys in force
+            with open(admins, "w") as f:
+                f.write("two words\n")
+            s.signal(signal.SIGHUP)
+            line = wait_log(s, lambda l: "admin keys in force stay" in
+                            l.get("msg", ""), "the failed reload", 10)
+            check("admin_api_keys_file" in line["msg"] and
+                  "boss" not in line["msg"], "log line %r" % line)
+            expect_status(_keyed(s.port, "unload", "boss-2"), 200,
+                          "unload after a failed reload")
+
+
+@test
+def repository_admin_keys_alone_or_none():
+    """Admin keys alone turn keys on: every keyed route needs one.
+    Inference keys alone: nobody may load or unload over HTTP."""
+    with tempfile.TemporaryDirectory() as d:
+        model_file(d, seed=1)
+        with Server("--models-dir", d, *CONTROL,
+                    env=dict(os.environ, ATTND_ADMIN_API_KEY="boss"),
+                    name="repo-admin-only") as s:
+            expect_status(request(s.port, "GET", "/v1/models"), 401,
+                          "/v1/models without a key")
+            expect_status(request(s.port, "GET", "/v1/models",
+                                  headers={"X-Api-Key": "boss"}), 200,
+                          "/v1/models with the admin key")
+            expect_status(request(s.port, "GET", "/v2/health/ready"), 200,
+                          "health stays open")
+            expect_status(_keyed(s.port, "load", "boss"), 200, "load")
+        with Server("--models-dir", d, *CONTROL,
+                    env=dict(os.environ, ATTND_API_KEY="user"),
+                    name="repo-user-only") as s:
+            expect_error(_keyed(s.port, "load", "user"), 403,
+                         "needs an admin key", what="load, no admin keys")
 
 
 if __name__ == "__main__":

@@ -336,7 +336,8 @@ def tritonclient_model_repository():
         with open(os.path.join(d, "tc.json"), "w") as f:
             json.dump({"name": "tc", "embed_dim": 8, "num_heads": 2,
                        "seed": 5}, f)
-        with Server("--models-dir", d, name="tc-repo") as s, \
+        with Server("--models-dir", d, "--model-control", "explicit",
+                    name="tc-repo") as s, \
                 TcClient(s.port) as c:
             idx = c.get_model_repository_index()
             check({"name": "tc", "version": "1", "state": "READY"} in idx and
