@@ -49,8 +49,12 @@ COPY --from=build /out/ /
 COPY config/container/attnd.json /etc/attnd/attnd.json
 COPY config/models/ /models/
 # uid 10001 owns nothing it runs: any --user works, and so does --read-only.
+# /var/lib/attnd/sessions: where a volume for session_dir goes (off unless
+# ATTND_SESSION_DIR is set); uid 10001 and gid 0 may write it, and a new
+# named volume mounted there starts with that owner and mode.
 RUN useradd --uid 10001 --gid 0 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin attnd
+      --shell /usr/sbin/nologin attnd \
+ && install -d -o 10001 -g 0 -m 0770 /var/lib/attnd/sessions
 USER 10001
 ENV ATTND_CONFIG=/etc/attnd/attnd.json
 EXPOSE 8080

@@ -18,6 +18,16 @@
 #     kept to one replica; attnd-3 is killed halfway: its groups' sessions
 #     answer 404 "not found" and are created and prefilled again, every
 #     other session's steps succeed on the replica they had.
+#  5. Sessions across a rolling restart (each replica's session_dir is a
+#     volume of its own): 30 sessions in 10 groups decode through HAProxy
+#     (tests/deploy/sessions_restart.py) while each replica in turn gets
+#     SIGTERM (it drains and saves its sessions; exit code 0) and is
+#     started again (it loads them).  A group's steps are held while its
+#     replica is away (HAProxy sends them elsewhere: 404, sent again with
+#     a backoff) and resume on it when it is back: no step fails, no
+#     session is lost, every answer after the restarts matches the
+#     float64 reference, and the replicas' logs count 30 sessions saved
+#     and 30 loaded.
 # The load is tests/deploy/client.py: 4 threads of small /v1 and v2
 # requests to 127.0.0.1:8080, bounded in time.  Prints the counts, then
 # "N passed, M failed" last.
@@ -44,7 +54,7 @@ cleanup() {
     echo "compose logs (last 40 lines of $(wc -l <"$work/compose.log")):"
     tail -40 "$work/compose.log"
   fi
-  $COMPOSE down --timeout 5 >/dev/null 2>&1 || true
+  $COMPOSE down -v --timeout 5 >/dev/null 2>&1 || true
   rm -rf "$work"
   [ -z "${ATTND_DOCKER_STARTED:-}" ] || scripts/docker-engine.sh stop
 }
@@ -59,6 +69,8 @@ done
 
 scripts/build-image.sh
 $COMPOSE build lb >/dev/null
+# no session_dir volume left by an earlier run (its sessions would load)
+$COMPOSE down -v --timeout 5 >/dev/null 2>&1 || true
 $COMPOSE up -d --no-build
 for p in 8081 8082 8083 $LB; do $CLIENT wait-ready $p 60; done
 
@@ -166,6 +178,67 @@ else
     ok "sessions: the killed replica's sessions answered 404 not found and were re-created; no other session failed" ||
     bad "sessions: replica loss" "$(s "'groups_on_killed'") groups on attnd-3, $(s "'recreated'") re-created"
 fi
+
+# ---- 5. sessions across a rolling restart: none lost --------------------------
+# attnd-3 was killed in phase 4: start it again and let HAProxy see it.
+$COMPOSE start attnd-3 >/dev/null 2>&1
+$CLIENT wait-ready 8083 60
+sleep 3
+start=$(date +%s)
+python3 tests/deploy/sessions_restart.py $LB --ready-file "$work/restart-ready" \
+  --stop-file "$work/restart-stop" --deadline 150 >"$work/restart.json" &
+pid=$!
+for _ in $(seq 600); do
+  { [ -e "$work/restart-ready" ] || ! kill -0 "$pid" 2>/dev/null; } && break
+  sleep 0.1
+done
+codes=""
+if [ -e "$work/restart-ready" ] &&
+  [ "$(python3 -c "import json; print(json.load(open('$work/restart-ready'))['ok'])")" = True ]; then
+  for r in attnd-1 attnd-2 attnd-3; do
+    t0=$(date +%s%N)
+    id=$($COMPOSE ps -q $r)
+    $COMPOSE stop --timeout 45 $r >/dev/null 2>&1
+    code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
+    codes="$codes $r=$code"
+    $COMPOSE start $r >/dev/null 2>&1
+    $CLIENT wait-ready "808${r#attnd-}" 60
+    echo "  $r: SIGTERM, exit code $code, started again, ready after $((($(date +%s%N) - t0) / 1000000)) ms"
+    sleep 2 # HAProxy's checks put it back in rotation; its groups resume
+  done
+fi
+touch "$work/restart-stop"
+rc=0
+wait "$pid" || rc=$?
+s() { field restart "c.get($1)"; }
+if [ ! -s "$work/restart.json" ]; then
+  bad "sessions across a rolling restart" "tests/deploy/sessions_restart.py printed nothing (exit $rc)"
+else
+  echo "  $(s "'sessions'") sessions in $(s "'groups'") groups (by replica $(s "'groups_by_replica'")), in $(($(date +%s) - start)) s:" \
+    "$(s "'steps'") group steps, $(s "'requests'") requests, $(s "'checked_rows'") rows checked against the reference," \
+    "lengths $(s "'min_length'")-$(s "'max_length'")"
+  echo "  held while their replica was away: $(s "'held_steps'") steps of $(s "'held_groups_n'") groups," \
+    "$(s "'held_requests'") answers sent again ($(s "'held_by_status'")), longest hold $(s "'max_hold_s'") s;" \
+    "$(s "'lost'") sessions lost, $(s "'deleted'") deleted at the end"
+  [ "$(s "'failed'")" = 0 ] || field restart "'\n'.join(c['failures'])"
+  [ "$rc" = 0 ] && [ "$(s "'failed'")" = 0 ] && [ "$(s "'lost'")" = 0 ] && [ "$(s "'steps'")" -gt 0 ] &&
+    ok "sessions across a rolling restart: no failed step, no session lost, every answer matches the reference" ||
+    bad "sessions across a rolling restart" "exit $rc, $(s "'failed'") failed, $(s "'lost'") lost"
+  [ "$rc" = 0 ] && [ "$(s "'held_groups_n'")" = "$(s "'groups'")" ] &&
+    ok "sessions across a rolling restart: every group was held while its replica restarted, then went on there" ||
+    bad "sessions: held groups" "$(s "'held_groups_n'") of $(s "'groups'") groups held"
+fi
+[ "$codes" = " attnd-1=0 attnd-2=0 attnd-3=0" ] &&
+  ok "sessions across a rolling restart: every replica exited 0 on SIGTERM" || bad "exit codes (phase 5)" "'$codes'"
+# phases 2-4 save and load no session (their sessions are deleted or killed)
+logs=$($COMPOSE logs --no-color attnd-1 attnd-2 attnd-3 2>&1)
+count() { echo "$logs" | sed -n "s/.*session_dir: \([0-9]*\) sessions\{0,1\} $1 .*/\1/p" | awk '{n += $1} END {print n + 0}'; }
+saved=$(count saved)
+loaded=$(count loaded)
+echo "  the replicas' logs: $saved sessions saved, $loaded loaded"
+[ "$saved" = 30 ] && [ "$loaded" = 30 ] &&
+  ok "sessions across a rolling restart: 30 sessions saved and 30 loaded" ||
+  bad "session_dir" "$saved saved, $loaded loaded (expected 30 and 30)"
 
 echo "compose test: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

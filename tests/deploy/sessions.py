@@ -276,7 +276,9 @@ class Run:
             st, by, data = self.request(
                 t, "PUT", "/v1/sessions/%s" % s.id,
                 {"layers": 1, "num_heads": H, "num_kv_heads": HKV,
-                 "head_dim": D, "max_tokens": 256, "kv_dtype": "fp32"},
+                 "head_dim": D,
+                 "max_tokens": getattr(self.a, "max_tokens", 256),
+                 "kv_dtype": "fp32"},
                 group, mode != "path")
             if st != 201:
                 self.failure("PUT %s: HTTP %d %s (expected 201)"
