@@ -97,15 +97,30 @@ def slow_and_queued(s, slow_id=None, queued_id=None):
     if slow_id:
         hdrs = dict(hdrs, **{"X-Request-Id": slow_id})
     slow = Pending(s.port, "/v2/models/sdpa/infer", body, hdrs)
-    time.sleep(0.15)
+    _wait_gauge(s, "attnd_workers_busy", 1)  # the slow one is running
     hdrs = {"Content-Type": "application/json"}
     if queued_id:
         hdrs["X-Request-Id"] = queued_id
     queued = Pending(s.port, "/v2/models/sdpa/infer",
                      small_v2_body(id_="queued"), hdrs)
-    time.sleep(0.1)
+    _wait_gauge(s, "attnd_queue_depth", 1)  # and the small one queued
     check(not slow.answered(), "the slow request finished before SIGTERM")
     return slow, queued, shape
+
+
+def _wait_gauge(s, name, want, secs=10):
+    """Until GET /metrics shows the gauge at want (bounded): a loaded
+    machine may take longer than a fixed sleep to read a body and queue
+    it."""
+    deadline = time.monotonic() + secs
+    while True:
+        r = request(s.port, "GET", "/metrics", timeout=5)
+        for line in r.body.decode("utf-8", "replace").splitlines():
+            if line.startswith(name + " ") and float(line.split()[1]) == want:
+                return
+        check(time.monotonic() < deadline, "%s never reached %s" %
+              (name, want))
+        time.sleep(0.02)
 
 
 @test
