@@ -271,9 +271,7 @@ static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
 static void set_deadline(attn_infer_job *job, const attn__http_req *req,
                          const attn__infer_target *t) {
   const attn_config *cfg = job->base.srv->cfg;
-  uint64_t now = attn_now_ns(), dl = 0;
-  if (cfg->queue_timeout_ms > 0)
-    dl = now + (uint64_t)cfg->queue_timeout_ms * 1000000u;
+  uint64_t now = attn_now_ns(), dl = attn__queue_deadline(cfg, now);
   job->timeout_us = -1;
   if (t->proto == ATTN_JOB_V2 && t->encoding == ATTN_ENC_IDENTITY)
     job->timeout_us =

@@ -260,6 +260,15 @@ typedef struct attn__job_base {
   uint64_t start_ns; /* when the request's headers came */
 } attn__job_base;
 
+/* A job's deadline in the queue from now: now + queue_timeout_ms, or 0
+ * (none) when that is 0.  Every kind of job starts from it. */
+static inline uint64_t attn__queue_deadline(const attn_config *cfg,
+                                            uint64_t now) {
+  return cfg->queue_timeout_ms > 0
+             ? now + (uint64_t)cfg->queue_timeout_ms * 1000000u
+             : 0;
+}
+
 /* Hand the answer over (the completion takes resp's body) and free the
  * job.  Exactly once per job, by the worker that ran or expired it, or
  * the reaper. */

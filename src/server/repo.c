@@ -148,12 +148,8 @@ attn__job_base *attn__repo_job(attn__srv_ctx *s, const attn__http_req *req,
                                const attn__infer_target *t) {
   repo_job *job = malloc(sizeof *job);
   if (!job) return NULL;
-  const attn_config *cfg = s->cfg;
   job->base.job = (attn_job){.run = job_run, .expire = job_expire};
-  job->base.job.deadline_ns =
-      cfg->queue_timeout_ms > 0
-          ? attn_now_ns() + (uint64_t)cfg->queue_timeout_ms * 1000000u
-          : 0;
+  job->base.job.deadline_ns = attn__queue_deadline(s->cfg, attn_now_ns());
   job->base.srv = s;
   job->op = t->proto;
   job->body = req->body;

@@ -308,17 +308,23 @@ typedef struct session_job {
   char id[ATTN_SESSION_ID_MAX + 1];
 } session_job;
 
+/* A step's answer counts under kv_attention's series (observe.c): its
+ * wait in the queue, its model. */
+static void trace_queued(const session_job *job, uint64_t waited_ns,
+                         attn__http_resp *resp) {
+  if (job->op != ATTN_SESSION_ATTEND) return;
+  resp->trace.queued = true;
+  resp->trace.queue_ns = waited_ns;
+  resp->trace.model = kv_model(job->base.srv);
+}
+
 static void job_run(attn_job *j, int worker, uint64_t waited_ns) {
   session_job *job = (session_job *)j;
-  attn__srv_ctx *s = job->base.srv;
   attn__http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
   (void)worker;
-  session_run(s, job->op, job->owner, job->id, job->body, job->body_len, &resp);
-  if (job->op == ATTN_SESSION_ATTEND) {
-    resp.trace.queued = true;
-    resp.trace.queue_ns = waited_ns;
-    resp.trace.model = kv_model(s);
-  }
+  session_run(job->base.srv, job->op, job->owner, job->id, job->body,
+              job->body_len, &resp);
+  trace_queued(job, waited_ns, &resp);
   attn__job_finish(&job->base, &resp);
 }
 
@@ -327,12 +333,9 @@ static void job_expire(attn_job *j, uint64_t waited_ns) {
   attn__http_resp resp = {.queue_ms = (double)waited_ns / 1e6};
   attn__resp_waited(&resp, resp.queue_ms, -1,
                     job->base.srv->cfg->queue_timeout_ms);
-  if (job->op == ATTN_SESSION_ATTEND) {
-    resp.trace.queued = true;
-    resp.trace.queue_ns = waited_ns;
+  trace_queued(job, waited_ns, &resp);
+  if (job->op == ATTN_SESSION_ATTEND)
     resp.trace.hint = ATTN_OUTCOME_TIMEOUT + 1;
-    resp.trace.model = kv_model(job->base.srv);
-  }
   attn__job_finish(&job->base, &resp);
 }
 
@@ -340,12 +343,8 @@ attn__job_base *attn__session_job(attn__srv_ctx *s, const attn__http_req *req,
                                   const attn__infer_target *t) {
   session_job *job = malloc(sizeof *job);
   if (!job) return NULL;
-  const attn_config *cfg = s->cfg;
   job->base.job = (attn_job){.run = job_run, .expire = job_expire};
-  job->base.job.deadline_ns =
-      cfg->queue_timeout_ms > 0
-          ? attn_now_ns() + (uint64_t)cfg->queue_timeout_ms * 1000000u
-          : 0;
+  job->base.job.deadline_ns = attn__queue_deadline(s->cfg, attn_now_ns());
   job->base.srv = s;
   job->op = t->session_op;
   job->owner = attn__auth_owner_of(s->auth, s->admin_auth, req->authorization,
