@@ -268,7 +268,7 @@ typedef struct attn__kv_job {
   const int64_t *lo, *hi, *pos;
   const float *slope; /* [nheads * rows] ALiBi slopes, or NULL */
   float scale, softcap;
-  float *pbuf; /* scratch: [4][16] probabilities, [16] scores */
+  float *pbuf; /* scratch: [2][4][16] probabilities, [16] scores */
 } attn__kv_job;
 
 void attn__kv_run(const attn__kv_job *j);

@@ -299,7 +299,7 @@ static size_t scratch_bytes(int64_t rows, int64_t D, int64_t half) {
                     (size_t)rows * 16 * sizeof(float),
                     (size_t)rows * sizeof(float),
                     (size_t)rows * sizeof(float),
-                    5 * 16 * sizeof(float),
+                    9 * 16 * sizeof(float),
                     3 * (size_t)rows * sizeof(int64_t),
                     (2 * (size_t)half + (size_t)D) * sizeof(double)};
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
@@ -321,7 +321,7 @@ static void scratch_carve(unsigned char *m, int64_t rows, int64_t D,
   s->slope = (float *)m;
   m += up64((size_t)rows * sizeof(float));
   s->pbuf = (float *)m;
-  m += up64(5 * 16 * sizeof(float));
+  m += up64(9 * 16 * sizeof(float));
   s->lo = (int64_t *)m;
   s->hi = s->lo + rows;
   s->pos = s->hi + rows;
