@@ -624,6 +624,37 @@ END_TEST
 
 /* Encoding: the bytes depend on the rows and the position only (one step
  * or many); NaN, Inf and values beyond fp16's range are refused, named. */
+/* A non-finite query value is named wherever it is: the scan looks at 256
+ * values at a time, then within them (here past the first 256, and the
+ * first of two). */
+START_TEST(kv_attend_names_nonfinite_query) {
+  attn_attend_opts o = {0};
+  sess s;
+  sess_init(&s, 2, 32, 8, 16, ATTN_KV_FP32, &o);
+  sess_append(&s, 0, 1);
+  sess_append(&s, 1, 1);
+  float *q = rnd_buf(2 * 32 * 16, 1.0f), out[2 * 32 * 16], lse[2 * 32];
+  int64_t idx[2] = {0, 1};
+  attn_kv_view vw[2];
+  attn_exec x = {0};
+  attn_diag d;
+  attn_kv_problem p = sess_problem(&s, idx, 2, 1, q, vw);
+  q[700] = -INFINITY; /* sequence 1, head 11, value 12 */
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][11][12] is -inf");
+  q[1000] = NAN;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][11][12] is -inf");
+  q[700] = 0.5f;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][30][8] is nan");
+  q[1000] = 0.5f;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_OK);
+  free(q);
+  sess_free(&s);
+}
+END_TEST
+
 START_TEST(kv_encode_checks) {
   attn_attend_opts o = {.rotary = {.on = 1}};
   float k[3 * 2 * 4], v[3 * 2 * 4];
@@ -666,6 +697,7 @@ Suite *kv_attend_suite(void) {
   tcase_add_test(tc, kv_attend_batch_invariant);
   tcase_add_test(tc, kv_prefill_one_step_or_many);
   tcase_add_test(tc, kv_attend_refuses);
+  tcase_add_test(tc, kv_attend_names_nonfinite_query);
   tcase_add_test(tc, kv_encode_checks);
   suite_add_tcase(s, tc);
   return s;

@@ -439,8 +439,9 @@ static void chunk_finish(const kv_ctx *c, const kv_unit_at *u, int64_t i0,
       c->lse[at] = -INFINITY;
       continue;
     }
+    double inv = 1.0 / sum; /* a multiply a value: vectorised, unlike / */
     for (int64_t k = 0; k < D; k++)
-      out[k] = (float)((double)s->o[r * D + k] / sum);
+      out[k] = (float)((double)s->o[r * D + k] * inv);
     c->lse[at] = (float)((double)s->m[r] + log(sum));
   }
 }
@@ -490,10 +491,24 @@ static void kv_unit(void *vctx, int64_t unit, int tid) {
   }
 }
 
+/* The first query value that is not finite, or -1.  Exponent bits all
+ * ones is inf or NaN: an OR over 256 values at a time, which the compiler
+ * vectorises (isfinite per value it does not: 1.3 us of a B 1 step's 8
+ * at T 16), then the value found within them. */
 static int64_t q_nonfinite(const attn_kv_problem *p) {
   size_t n = (size_t)(p->B * p->t * p->H * p->D);
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(p->q[i])) return (int64_t)i;
+  for (size_t i0 = 0; i0 < n; i0 += 256) {
+    size_t m = n - i0 < 256 ? n - i0 : 256;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < m; i++) {
+      uint32_t u;
+      memcpy(&u, p->q + i0 + i, sizeof u);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad)
+      for (size_t i = i0; i < i0 + m; i++)
+        if (!isfinite(p->q[i])) return (int64_t)i;
+  }
   return -1;
 }
 
