@@ -572,12 +572,18 @@ END_TEST
 /* ---- checks ----------------------------------------------------------------
  */
 
-START_TEST(kv_attend_refuses) {
+/* Two fp32 sequences of len0 tokens and 1 token. */
+static void two_sessions(sess *s, int64_t H, int64_t Hkv, int64_t D,
+                         int64_t len0) {
   attn_attend_opts o = {0};
+  sess_init(s, 2, H, Hkv, D, ATTN_KV_FP32, &o);
+  sess_append(s, 0, len0);
+  sess_append(s, 1, 1);
+}
+
+START_TEST(kv_attend_refuses) {
   sess s;
-  sess_init(&s, 2, 4, 2, 8, ATTN_KV_FP32, &o);
-  sess_append(&s, 0, 5);
-  sess_append(&s, 1, 1);
+  two_sessions(&s, 4, 2, 8, 5);
   float q[2 * 2 * 4 * 8] = {0}, out[2 * 2 * 4 * 8], lse[2 * 2 * 4];
   int64_t idx[2] = {0, 1};
   attn_kv_view vw[2];
@@ -622,17 +628,12 @@ START_TEST(kv_attend_refuses) {
 }
 END_TEST
 
-/* Encoding: the bytes depend on the rows and the position only (one step
- * or many); NaN, Inf and values beyond fp16's range are refused, named. */
 /* A non-finite query value is named wherever it is: the scan looks at 256
  * values at a time, then within them (here past the first 256, and the
  * first of two). */
 START_TEST(kv_attend_names_nonfinite_query) {
-  attn_attend_opts o = {0};
   sess s;
-  sess_init(&s, 2, 32, 8, 16, ATTN_KV_FP32, &o);
-  sess_append(&s, 0, 1);
-  sess_append(&s, 1, 1);
+  two_sessions(&s, 32, 8, 16, 1);
   float *q = rnd_buf(2 * 32 * 16, 1.0f), out[2 * 32 * 16], lse[2 * 32];
   int64_t idx[2] = {0, 1};
   attn_kv_view vw[2];
@@ -655,6 +656,8 @@ START_TEST(kv_attend_names_nonfinite_query) {
 }
 END_TEST
 
+/* Encoding: the bytes depend on the rows and the position only (one step
+ * or many); NaN, Inf and values beyond fp16's range are refused, named. */
 START_TEST(kv_encode_checks) {
   attn_attend_opts o = {.rotary = {.on = 1}};
   float k[3 * 2 * 4], v[3 * 2 * 4];
