@@ -792,7 +792,14 @@ AVX2 static void run_avx2(const attn__kv_job *j) {
  * the two alternating in one process, 3 runs of 20 calls, medians 21.3,
  * 21.1, 23.2 GB/s against 18.2, 19.5, 20.2 with 512 bits (bf16: 512 bits
  * 19.8, 19.7, 19.9 against 19.0, 18.9, 18.8).  Why the 512-bit fp32 loop
- * is slower was not found (no performance counters in this VM). */
+ * is slower was not found (no performance counters in this VM).  With the
+ * blocks in cache it is the other way (2026-12-07, B 1, 1 thread, CPU
+ * time): 512 bits 41, 44, 42 GB/s at T 256, 1024, 4096 against 36.7,
+ * 39, 37 (repeated calls), but from memory 19, 23.7, 24.6 against 20.5,
+ * 25.2, 26.6 (96 MiB read between calls).  Not chosen by T: whether a
+ * step's blocks are in cache depends on the whole step and what ran
+ * before (a model's other layers), not on one sequence's length, and a
+ * choice by the batch would break batch invariance. */
 static void run_avx512(const attn__kv_job *j) {
   if (j->dtype == ATTN_KV_FP32)
     run_avx2(j);
