@@ -724,6 +724,32 @@ static void values_tail(const unsigned char *vp, int64_t D, int R,
     }
 }
 
+/* update8 for a full 4-row tile, as update16_x4 (the same operations as
+ * update8 there). */
+AVX2 INLINE int update8_x4(const attn__kv_job *j, int64_t r0, const __m256 *s,
+                           float *p) {
+  const __m256 sc = _mm256_set1_ps(j->scale);
+  __m256 x[2 * TILE], mv[TILE], grow = _mm256_setzero_ps();
+  for (int r = 0; r < TILE; r++) {
+    x[2 * r] = _mm256_mul_ps(s[2 * r], sc);
+    x[2 * r + 1] = _mm256_mul_ps(s[2 * r + 1], sc);
+    mv[r] = _mm256_set1_ps(j->m[r0 + r]);
+    grow = _mm256_or_ps(grow, _mm256_cmp_ps(x[2 * r], mv[r], _CMP_GT_OQ));
+    grow = _mm256_or_ps(grow, _mm256_cmp_ps(x[2 * r + 1], mv[r], _CMP_GT_OQ));
+  }
+  if (_mm256_movemask_ps(grow)) return 0;
+  for (int r = 0; r < TILE; r++) {
+    __m256 p0 = attn__exp8(_mm256_sub_ps(x[2 * r], mv[r]));
+    __m256 p1 = attn__exp8(_mm256_sub_ps(x[2 * r + 1], mv[r]));
+    float *l = j->l + (r0 + r) * BT;
+    _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), p0));
+    _mm256_storeu_ps(l + 8, _mm256_add_ps(_mm256_loadu_ps(l + 8), p1));
+    _mm256_storeu_ps(p + r * BT, p0);
+    _mm256_storeu_ps(p + r * BT + 8, p1);
+  }
+  return 1;
+}
+
 /* Rows [r0, r0 + R) against one block, the first half: scores and the
  * online softmax into t (KV_WALK). */
 AVX2 INLINE void tile8_scores(const attn__kv_job *j, const unsigned char *kp,
@@ -736,16 +762,19 @@ AVX2 INLINE void tile8_scores(const attn__kv_job *j, const unsigned char *kp,
   int64_t D = j->D;
   __m256 s[2 * TILE];
   scores8(kp, j->q + r0 * D, D, R, dt, s, pf);
+  t->kp = kp, t->pf = pf, t->r0 = r0, t->R = R;
+  t->jlo = __builtin_ctz(any), t->jhi = 31 - __builtin_clz(any);
+  for (int r = 0; r < R; r++) t->alpha[r] = 1.0f;
+  if (R == TILE && (mask[0] & mask[1] & mask[2] & mask[3]) == 0xFFFFu &&
+      !(j->softcap > 0.0f) && !j->slope && update8_x4(j, r0, s, t->p))
+    return;
   for (int r = 0; r < R; r++) {
-    t->alpha[r] = 1.0f;
     if (mask[r])
       t->alpha[r] = update8(j, r0 + r, kb, s[2 * r], s[2 * r + 1], mask[r],
                             t->p + r * BT);
     else
       memset(t->p + r * BT, 0, BT * sizeof(float));
   }
-  t->kp = kp, t->pf = pf, t->r0 = r0, t->R = R;
-  t->jlo = __builtin_ctz(any), t->jhi = 31 - __builtin_clz(any);
 }
 
 /* The second half: the values. */
