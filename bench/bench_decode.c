@@ -7,21 +7,26 @@
  * once.  So the measure is the bytes of keys and values read per second,
  * and its ratio to a STREAM-style read (a sum of every 64-byte line of a
  * buffer far larger than the last-level cache, on huge pages as the
- * pool's chunks are, by the same number of threads, each its share) measured in
- * the same run: the kernel's calls and the streaming reads alternate, and each
- * line gives the median of each and the median of the rounds' own ratios (the
- * machine is shared and drifts).  Shape: Llama-3-8B's layer (32 query heads, 8
- * kv heads, head dim 128), one query row per sequence (t = 1), B sequences of T
- * cached tokens each, storage fp32, bf16, fp16, 1 and 2 threads.  One
+ * pool's chunks are, by the same number of threads, each its share)
+ * measured in the same run: the kernel's calls and the streaming reads
+ * alternate, and each line gives the median of each and the median of the
+ * rounds' own ratios (the machine is shared and drifts); then "hot": the
+ * median of as many calls back to back, the cache warm when it fits (a
+ * small step's case).  Shape: Llama-3-8B's layer (32 query heads, 8 kv
+ * heads, head dim 128), one query row per sequence (t = 1), B sequences of
+ * T cached tokens each, storage fp32, bf16, fp16, 1 and 2 threads.  One
  * thread is timed in the process's CPU time (the engine runs in this
  * thread: other work on the machine does not count), more in wall time.
  * The caches are filled by attn_kv_encode and attn_kv_seq_append (random
  * U(-1, 1) rows, the same for every sequence), as a session would.
  * Shapes whose cache exceeds the memory cap are skipped, with a line.
+ *
  * Usage:
  *   bench_decode [rounds] [cap_mib] [B] [T]
+ *
  * Defaults: 7 rounds; 1536 MiB; B in {1, 8, 32} and T in {1024, 4096,
- * 16384, 32768}, or only the given B (and T).  Reports only. */
+ * 16384, 32768}, or only the given B (and T), any B >= 1 and T >= 1 (T
+ * 256: the cache-resident small step).  Reports only. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -229,13 +234,18 @@ static void line(const batch *bt, attn_kv_dtype dt, int threads, int rounds,
     ratio[r] = (bytes / tk[r]) / ((double)STREAM_BYTES / ts[r]);
   }
   double mk = bench_median(tk, rounds), ms = bench_median(ts, rounds);
+  decode(&p, threads, out, lse); /* back to back: warm when it fits */
+  decode(&p, threads, out, lse);
+  for (int r = 0; r < rounds; r++) tk[r] = decode(&p, threads, out, lse);
+  double mh = bench_median(tk, rounds);
   bench_sink += sink;
   printf(
       "B %3lld  T %5lld  %s  %d thread%s  %8.2f ms  K/V %6.2f GB/s  "
-      "stream %6.2f GB/s  ratio %.2f\n",
+      "stream %6.2f GB/s  ratio %.2f  hot %6.2f GB/s\n",
       (long long)bt->B, (long long)bt->T, attn_kv_dtype_name(dt), threads,
       threads > 1 ? "s" : " ", mk * 1e3, bytes / mk * 1e-9,
-      (double)STREAM_BYTES / ms * 1e-9, bench_median(ratio, rounds));
+      (double)STREAM_BYTES / ms * 1e-9, bench_median(ratio, rounds),
+      bytes / mh * 1e-9);
   fflush(stdout);
   free(out);
   free(lse);
@@ -246,7 +256,10 @@ int main(int argc, char **argv) {
   size_t cap = (size_t)bench_arg(argc, argv, 2, 1536, 1) << 20;
   long onlyB = bench_arg(argc, argv, 3, 0, 0),
        onlyT = bench_arg(argc, argv, 4, 0, 0);
-  static const int64_t Bs[] = {1, 8, 32}, Ts[] = {1024, 4096, 16384, 32768};
+  int64_t Bs[] = {1, 8, 32}, Ts[] = {1024, 4096, 16384, 32768};
+  size_t nB = 3, nT = 4;
+  if (onlyB) Bs[0] = onlyB, nB = 1; /* any B and T given */
+  if (onlyT) Ts[0] = onlyT, nT = 1;
   static const attn_kv_dtype dts[] = {ATTN_KV_FP32, ATTN_KV_BF16, ATTN_KV_FP16};
   if (rounds > 64) rounds = 64;
   unsigned char *sbuf = stream_buffer();
@@ -256,11 +269,10 @@ int main(int argc, char **argv) {
       "bench_decode: H %d, Hkv %d, D %d, t 1; kernel %s; stream buffer "
       "%zu MiB; %d rounds; medians\n",
       H, HKV, D, attn_engine_kv_kernel_name(), STREAM_BYTES >> 20, rounds);
-  for (size_t bi = 0; bi < 3; bi++)
-    for (size_t ti = 0; ti < 4; ti++)
+  for (size_t bi = 0; bi < nB; bi++)
+    for (size_t ti = 0; ti < nT; ti++)
       for (size_t di = 0; di < 3; di++) {
         int64_t B = Bs[bi], T = Ts[ti];
-        if ((onlyB && B != onlyB) || (onlyT && T != onlyT)) continue;
         double kv = (double)B * (double)T * HKV * D * 2.0 *
                     (double)attn_kv_dtype_size(dts[di]);
         if (kv > (double)cap) {

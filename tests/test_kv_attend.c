@@ -260,6 +260,7 @@ START_TEST(kv_attend_matches_reference) {
   attn_diag d;
   ck_assert_msg(attn_ref_kv_attend(&p, ro, rl, &d) == ATTN_OK, "%s", d.msg);
   const char *was = attn__kv_kernel_name();
+  double bytes = attn__kv_set_step_bytes(0.0); /* 3 threads, however small */
   char ctx[200];
   for (int k = 0; k < NSETS; k++) {
     if (!attn__kv_set_kernel(kernel_sets[k])) {
@@ -275,6 +276,7 @@ START_TEST(kv_attend_matches_reference) {
     }
   }
   ck_assert(attn__kv_set_kernel(was));
+  attn__kv_set_step_bytes(bytes);
   free(ro);
   free(rl);
   free(out);
@@ -444,6 +446,7 @@ END_TEST
 START_TEST(kv_attend_batch_invariant) {
   static const attn_kv_dtype dts[] = {ATTN_KV_FP32, ATTN_KV_BF16, ATTN_KV_FP16};
   const char *was = attn__kv_kernel_name();
+  double bytes = attn__kv_set_step_bytes(0.0); /* the threads, however small */
   for (int k = 0; k < NSETS; k++) {
     if (!attn__kv_set_kernel(kernel_sets[k])) {
       UNIT_SKIPPED(kernel_sets[k]);
@@ -497,6 +500,7 @@ START_TEST(kv_attend_batch_invariant) {
     }
   }
   ck_assert(attn__kv_set_kernel(was));
+  attn__kv_set_step_bytes(bytes);
 }
 END_TEST
 
@@ -572,12 +576,18 @@ END_TEST
 /* ---- checks ----------------------------------------------------------------
  */
 
-START_TEST(kv_attend_refuses) {
+/* Two fp32 sequences of len0 tokens and 1 token. */
+static void two_sessions(sess *s, int64_t H, int64_t Hkv, int64_t D,
+                         int64_t len0) {
   attn_attend_opts o = {0};
+  sess_init(s, 2, H, Hkv, D, ATTN_KV_FP32, &o);
+  sess_append(s, 0, len0);
+  sess_append(s, 1, 1);
+}
+
+START_TEST(kv_attend_refuses) {
   sess s;
-  sess_init(&s, 2, 4, 2, 8, ATTN_KV_FP32, &o);
-  sess_append(&s, 0, 5);
-  sess_append(&s, 1, 1);
+  two_sessions(&s, 4, 2, 8, 5);
   float q[2 * 2 * 4 * 8] = {0}, out[2 * 2 * 4 * 8], lse[2 * 2 * 4];
   int64_t idx[2] = {0, 1};
   attn_kv_view vw[2];
@@ -618,6 +628,34 @@ START_TEST(kv_attend_refuses) {
   ck_assert_uint_gt(by.workspace, 0);
   p.B = 0;
   ck_assert_int_eq(attn_kv_attend(&p, &x, NULL, NULL, &d), ATTN_OK);
+  sess_free(&s);
+}
+END_TEST
+
+/* A non-finite query value is named wherever it is: the scan looks at 256
+ * values at a time, then within them (here past the first 256, and the
+ * first of two). */
+START_TEST(kv_attend_names_nonfinite_query) {
+  sess s;
+  two_sessions(&s, 32, 8, 16, 1);
+  float *q = rnd_buf(2 * 32 * 16, 1.0f), out[2 * 32 * 16], lse[2 * 32];
+  int64_t idx[2] = {0, 1};
+  attn_kv_view vw[2];
+  attn_exec x = {0};
+  attn_diag d;
+  attn_kv_problem p = sess_problem(&s, idx, 2, 1, q, vw);
+  q[700] = -INFINITY; /* sequence 1, head 11, value 12 */
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][11][12] is -inf");
+  q[1000] = NAN;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][11][12] is -inf");
+  q[700] = 0.5f;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_ENONFINITE);
+  ck_assert_str_eq(d.msg, "query[1][0][30][8] is nan");
+  q[1000] = 0.5f;
+  ck_assert_int_eq(attn_kv_attend(&p, &x, out, lse, &d), ATTN_OK);
+  free(q);
   sess_free(&s);
 }
 END_TEST
@@ -666,6 +704,7 @@ Suite *kv_attend_suite(void) {
   tcase_add_test(tc, kv_attend_batch_invariant);
   tcase_add_test(tc, kv_prefill_one_step_or_many);
   tcase_add_test(tc, kv_attend_refuses);
+  tcase_add_test(tc, kv_attend_names_nonfinite_query);
   tcase_add_test(tc, kv_encode_checks);
   suite_add_tcase(s, tc);
   return s;

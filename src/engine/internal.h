@@ -268,7 +268,7 @@ typedef struct attn__kv_job {
   const int64_t *lo, *hi, *pos;
   const float *slope; /* [nheads * rows] ALiBi slopes, or NULL */
   float scale, softcap;
-  float *pbuf; /* scratch: [4][16] probabilities, [16] scores */
+  float *pbuf; /* scratch: [2][4][16] probabilities, [16] scores */
 } attn__kv_job;
 
 void attn__kv_run(const attn__kv_job *j);
@@ -278,6 +278,10 @@ const char *attn__kv_kernel_name(void);
 /* Use the named kernel set; 0 (nothing changed) when unknown or the CPU
  * lacks it.  For tests and benchmarks: before engine calls. */
 int attn__kv_set_kernel(const char *name);
+/* Bytes of keys and values a decode step reads per thread it takes
+ * (kv_attend.c, 1 MiB; 0: every thread it is given, whatever its size).
+ * Returns the value before.  For tests: before engine calls. */
+double attn__kv_set_step_bytes(double bytes);
 
 /* ---- parallel.c-like helper in attention.c --------------------------- */
 typedef void (*attn__unit_fn)(void *ctx, int64_t unit, int tid);
