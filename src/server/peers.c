@@ -76,6 +76,7 @@
  *     the MHD thread; eof_sweeps, begun_seen, shut and the header clock
  *     are the sweeper's, under mu (admit reads them under mu too).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -216,7 +217,10 @@ static int cut_slow(attn__peers *p, attn__peer *e, int from, int why,
   mark_shut(p, e);
   if (why == ATTN_PEER_CUT_HEADERS && p->lim.access_log) {
     /* no request began: the access line is written here */
-    attn_access a = {.method = "-",
+    char client[INET6_ADDRSTRLEN];
+    attn__peer_address(e, client, sizeof client);
+    attn_access a = {.client = client,
+                     .method = "-",
                      .path = "-",
                      .request_id = "-",
                      .status = 408,
@@ -494,6 +498,15 @@ attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa) {
   p->open++;
   pthread_mutex_unlock(&p->mu);
   return e;
+}
+
+void attn__peer_address(const attn__peer *e, char *out, size_t cap) {
+  if (!cap) return;
+  out[0] = '\0';
+  if (!e || !e->ip_len) return;
+  if (!inet_ntop(e->ip_len == 4 ? AF_INET : AF_INET6, e->ip, out,
+                 (socklen_t)cap))
+    out[0] = '\0';
 }
 
 void attn__peer_close(attn__peers *p, attn__peer *e) {
