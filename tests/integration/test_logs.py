@@ -213,11 +213,30 @@ def hostile_user_agent_never_breaks_a_line():
                     m = re.search(r' user_agent=("(?:[^"\\]|\\.)*") id=\S+$',
                                   l)
                     got = json.loads(m.group(1)) if m else None
-                if b"\x01" in agents[i]:
-                    continue  # refused before its headers were kept
                 want = agents[i][:256].decode("utf-8", "replace")
                 check(got == want, "%s: user_agent %r, sent %r" %
                       (fmt, got, agents[i][:40]))
+            # a newline and a quote in the path, once decoded: the path
+            # and the model stay in their fields too
+            r = request(s.port, "GET", "/v2/models/a%0Ab%22c/ready")
+            check(r.status in (400, 404), "path with %%0A: %r" % r)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and \
+                    s.log_text().count(marker) < len(agents) + 1:
+                time.sleep(0.05)
+            lines = [l for l in s.log_text().splitlines() if marker in l]
+            check(len(lines) == len(agents) + 1, "%s: %r" % (fmt, lines[-2:]))
+            l = lines[-1]
+            if fmt == "json":
+                e = json.loads(l)
+                path, model = e["path"], e["model"]
+            else:
+                m = re.match(r'\S+ access GET ("(?:[^"\\]|\\.)*") .* '
+                             r'model=("(?:[^"\\]|\\.)*") ', l)
+                check(m, "text line %r" % l)
+                path, model = json.loads(m.group(1)), json.loads(m.group(2))
+            check(path == '/v2/models/a\nb"c/ready' and model == 'a\nb"c',
+                  "%s: path %r, model %r" % (fmt, path, model))
 
 
 def counter(port, route, code="200"):
