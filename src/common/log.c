@@ -320,10 +320,16 @@ static void text_word(attn_buf *b, const char *v) {
 }
 
 /* The client fields of an access line: client, model, user_agent (each
- * omitted when NULL or ""). */
+ * omitted when NULL or "").  client is an address (peers.c made it), so
+ * it is written as it is. */
 static void client_fields(attn_buf *b, const attn_access *a) {
   bool json = g_format == ATTN_LOG_JSON;
-  if (a->client && *a->client) text_field(b, "client", "client", a->client);
+  if (a->client && *a->client) { /* digits, '.', ':', hex: never escaped */
+    key(b, "client", "client");
+    if (json) attn_buf_puts(b, "\"");
+    attn_buf_puts(b, a->client);
+    if (json) attn_buf_puts(b, "\"");
+  }
   if (a->model && *a->model) {
     key(b, "model", "model");
     if (json)
@@ -351,7 +357,8 @@ void attn_log_access(const attn_access *a) {
   bool json = g_format == ATTN_LOG_JSON;
   timestamp(ts);
   begin_line(&b, attn_log_priority(ATTN_LOG_INFO));
-  if (attn_buf_reserve(&b, 320) != ATTN_OK) return;
+  /* room for a typical line (with a short User-Agent) at once */
+  if (attn_buf_reserve(&b, 512) != ATTN_OK) return;
   if (json) {
     attn_buf_puts(&b, "{\"time\":\"");
     attn_buf_puts(&b, ts);

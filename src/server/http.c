@@ -1145,17 +1145,15 @@ static int access_excluded(const char *list, const char *path) {
   return 0;
 }
 
-/* Of cx's request, the access line's client (into client, cap
- * INET6_ADDRSTRLEN), its model (the one the worker ran, when resp is
- * its answer's, else the one its path names: routes.c; into model, cap
- * bytes) and its User-Agent, into *a.  The request's MHD thread, or
- * attn_server_abandon's (under mu, while cx lives). */
+/* Of cx's request, the access line's client (peers.c made it), its model
+ * (the one the worker ran, when resp is its answer's, else the one its
+ * path names: routes.c; into model, cap bytes) and its User-Agent, into
+ * *a.  The request's MHD thread, or attn_server_abandon's (under mu,
+ * while cx lives). */
 static void access_client(const conn_ctx *cx, const attn__http_resp *resp,
-                          attn_access *a, char *client, char *model,
-                          size_t cap) {
+                          attn_access *a, char *model, size_t cap) {
   const attn__srv_ctx *s = &cx->srv->ctx;
-  attn__peer_address(cx->peer, client, INET6_ADDRSTRLEN);
-  a->client = client;
+  a->client = attn__peer_address(cx->peer);
   a->user_agent = cx->user_agent;
   if (resp && resp->trace.model > 0) {
     a->model =
@@ -1192,7 +1190,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (log) attn__observe(&s->ctx, &e);
   if (log && s->ctx.cfg->access_log &&
       !access_excluded(s->ctx.cfg->access_log_exclude, cx->path)) {
-    char client[INET6_ADDRSTRLEN], model[ATTN_MAX_NAME_LEN + 1];
+    char model[ATTN_MAX_NAME_LEN + 1];
     attn_access a = {
         .method = cx->method,
         .path = cx->path,
@@ -1210,7 +1208,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
                 ? "client"
                 : closed_reason(toe)};
-    access_client(cx, &cx->resp, &a, client, model, sizeof model);
+    access_client(cx, &cx->resp, &a, model, sizeof model);
     attn_log_access(&a);
   }
   free(cx->resp.body);
@@ -1740,7 +1738,7 @@ int attn_server_abandon(attn_server *s) {
         access_excluded(s->ctx.cfg->access_log_exclude, cx->path))
       continue;
     int done = atomic_load(&cx->done);
-    char client[INET6_ADDRSTRLEN], model[ATTN_MAX_NAME_LEN + 1];
+    char model[ATTN_MAX_NAME_LEN + 1];
     attn_access a = {.method = cx->method,
                      .path = cx->path,
                      .request_id = cx->request_id,
@@ -1750,7 +1748,7 @@ int attn_server_abandon(attn_server *s) {
                      .compute_ms = done ? cx->resp.compute_ms : 0,
                      .total_ms = (double)(now - cx->start_ns) / 1e6,
                      .closed = "shutdown"};
-    access_client(cx, done ? &cx->resp : NULL, &a, client, model, sizeof model);
+    access_client(cx, done ? &cx->resp : NULL, &a, model, sizeof model);
     attn_log_access(&a);
   }
   pthread_mutex_unlock(&s->mu);
