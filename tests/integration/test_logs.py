@@ -371,6 +371,27 @@ def notify_socket_abstract():
 
 
 @test
+def notify_stopping_at_the_shutdown_delay():
+    """With shutdown_delay_ms, STOPPING=1 comes as the delay begins (the
+    readiness answers 503 from then on), before the drain."""
+    n = Notifications()
+    try:
+        with Server("--shutdown-delay-ms", "3000", name="notify-delay",
+                    env={"NOTIFY_SOCKET": n.name}) as s:
+            check(n.next().get("READY") == "1", "READY first: %r" % n.got)
+            s.signal(signal.SIGTERM)
+            m = n.next()
+            check(m.get("STOPPING") == "1", "after SIGTERM: %r" % m)
+            r = request(s.port, "GET", "/v2/health/ready")
+            expect_status(r, 503, "readiness in the delay")
+            expect_status(request(s.port, "GET", "/v2/health/live"), 200,
+                          "still serving in the delay")
+            s.signal(signal.SIGTERM)  # ends the delay now
+    finally:
+        n.close()
+
+
+@test
 def notify_socket_unusable_is_one_warning():
     """A NOTIFY_SOCKET nobody listens on: one warning, attnd serves on and
     stops cleanly."""
