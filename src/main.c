@@ -857,7 +857,9 @@ static void serve(attn_server *server, attn_registry *models,
  * otherwise returns, for teardown. */
 static void drain(const attnd *a, const attn_config *cfg) {
   uint64_t t0 = attn_now_ns();
-  notify("STOPPING=1\nSTATUS=draining");
+  /* after a shutdown delay, which sent STOPPING=1 already: the status */
+  notify(cfg->shutdown_delay_ms > 0 ? "STATUS=draining"
+                                    : "STOPPING=1\nSTATUS=draining");
   attn_server_begin_drain(a->server);
   if (attn_pool_drain(a->pool, cfg->drain_timeout_ms) != ATTN_OK) {
     attn_queue_stats st;

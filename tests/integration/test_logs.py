@@ -397,6 +397,8 @@ def notify_stopping_at_the_shutdown_delay():
             expect_status(request(s.port, "GET", "/v2/health/live"), 200,
                           "still serving in the delay")
             s.signal(signal.SIGTERM)  # ends the delay now
+            m = n.next()
+            check(m == {"STATUS": "draining"}, "at the drain: %r" % m)
     finally:
         n.close()
 
