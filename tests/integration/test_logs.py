@@ -10,13 +10,16 @@ Run alone: python3 tests/integration/test_logs.py --attnd PATH
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 
-from harness import (HOST, Server, check, expect_status, main, raw_exchange,
-                     request, run_attnd, small_v2_body, test, v1, wait_log)
+from harness import (HOST, Server, cfg, check, expect_status, main,
+                     raw_exchange, request, run_attnd, small_v2_body, test, v1,
+                     wait_log)
 
 # journald's reading of a stream line (SyslogLevelPrefix=): a "<N>" at its
 # start is the line's priority, and is stripped
@@ -95,6 +98,100 @@ def journal_priority_prefix_matches_each_level():
                     seen.add(kind)
                 check(seen >= {"error", "warn", "info", "access"},
                       "%s: levels seen %r" % (fmt, sorted(seen)))
+
+
+# A real journald, in a mount namespace of its own (tmpfs over
+# /run/systemd, /run/log and /var/log/journal: nothing outside sees it),
+# and attnd's stderr on its stream through systemd-cat, with
+# JOURNAL_STREAM naming that socket as systemd would (systemd-cat does not
+# set it).  Prints journalctl's JSON of attnd's lines, then "---", then
+# those `journalctl -p err` shows.
+_JOURNALD_SCRIPT = r"""
+set -eu
+attnd=$1 models=$2 keys=$3
+mount -t tmpfs tmpfs /run/systemd
+mkdir -p /run/log /var/log/journal
+mount -t tmpfs tmpfs /run/log
+mount -t tmpfs tmpfs /var/log/journal
+/lib/systemd/systemd-journald >/dev/null 2>&1 &
+jd=$! pid=""
+# whatever happens, attnd and journald end with the script
+trap 'kill -9 $pid $jd 2>/dev/null; wait 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -S /run/systemd/journal/stdout ] && break; sleep 0.05; done
+NOTIFY_SOCKET=relative/path systemd-cat -t attnd-it-journal sh -c \
+  'JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$@"' sh \
+  "$attnd" --host 127.0.0.1 --port 0 --models-dir "$models" \
+  --api-keys-file "$keys" --log-format json &
+pid=$!
+port=""
+for _ in $(seq 200); do
+  port=$(journalctl -q --no-pager -t attnd-it-journal -o cat |
+         sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' | head -1)
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+[ -n "$port" ]
+curl -fsS -o /dev/null -H 'Authorization: Bearer key-one' \
+  "http://127.0.0.1:$port/v1/models"
+echo 'bad key with spaces' >"$keys"
+kill -HUP $pid
+sleep 0.5
+kill -TERM $pid
+wait $pid
+sleep 0.3
+journalctl -q --no-pager -t attnd-it-journal -o json
+echo ---
+journalctl -q --no-pager -t attnd-it-journal -p err -o cat
+"""
+
+
+@test
+def journald_stores_each_line_at_its_priority():
+    """Under a real journald (when one can be started here: root, unshare,
+    systemd-journald, systemd-cat, curl): each line is stored at its
+    level's priority with the <N> stripped, and `journalctl -p err` shows
+    the errors alone."""
+    need = ["unshare", "systemd-cat", "journalctl", "curl", "stat"]
+    if os.geteuid() != 0 or not os.path.exists(
+            "/lib/systemd/systemd-journald") or \
+            any(shutil.which(n) is None for n in need) or \
+            subprocess.run(["unshare", "-m", "--propagation", "private",
+                            "true"], capture_output=True).returncode != 0:
+        print("    skipped: journald_stores_each_line_at_its_priority: "
+              "needs root, unshare -m, systemd-journald, systemd-cat, curl")
+        return
+    with tempfile.TemporaryDirectory(prefix="logs-it-jd-") as d:
+        keys = keys_file(d, "key-one\n")
+        script = os.path.join(d, "journald.sh")
+        with open(script, "w") as f:
+            f.write(_JOURNALD_SCRIPT)
+        r = subprocess.run(["unshare", "-m", "--propagation", "private",
+                            "bash", script, cfg.attnd, cfg.models_dir, keys],
+                           capture_output=True, timeout=90,
+                           stdin=subprocess.DEVNULL)
+        out = r.stdout.decode("utf-8", "replace")
+        check(r.returncode == 0 and "\n---\n" in out,
+              "journald script rc %d: %s %s" %
+              (r.returncode, out[-300:], r.stderr.decode()[-300:]))
+        stored, errors = out.split("\n---\n", 1)
+        seen, n_err = set(), 0
+        for rec in (json.loads(l) for l in stored.splitlines() if l):
+            msg = rec["MESSAGE"]
+            check(isinstance(msg, str) and msg.startswith("{"),
+                  "stored message %r" % msg)
+            e = json.loads(msg)  # the <N> was stripped
+            kind = "access" if e.get("type") == "access" else e["level"]
+            want = 6 if kind == "access" else _LEVEL_PRIO[kind]
+            check(int(rec["PRIORITY"]) == want, "PRIORITY %s for %r" %
+                  (rec["PRIORITY"], msg))
+            seen.add(kind)
+            n_err += kind == "error"
+        check(seen >= {"error", "warn", "info", "access"}, "seen %r" %
+              sorted(seen))
+        err_lines = [l for l in errors.splitlines() if l]
+        check(len(err_lines) == n_err and
+              all('"level":"error"' in l for l in err_lines),
+              "journalctl -p err: %r (%d errors stored)" % (err_lines, n_err))
 
 
 @test
