@@ -4,7 +4,7 @@
 
 Usage: bench/callgrind_requests.py --a PATH --b PATH [--n1 N] [--n2 N]
                                    [--endpoint v1|v2|both] [--b-key KEY]
-                                   [--b-tls tls|mtls]
+                                   [--b-tls tls|mtls] [--access-log]
 
 --b-key KEY starts B with ATTND_API_KEY=KEY and sends every request to it
 with Authorization: Bearer KEY (--a and --b may then be the same build:
@@ -13,7 +13,8 @@ an EC P-256 certificate of a CA made here with openssl), and with mtls
 also asks for a client certificate of that CA (tls_client_ca_file), which
 the client presents: what TLS, and a client certificate, cost a request
 on a kept-alive connection (the handshake, once per connection, is left
-out with start-up).
+out with start-up).  --access-log runs both builds with the access log on
+(to a file) and sends a User-Agent: what writing the line costs.
 
 For each build and each count N (n1, then n2) it starts
 `valgrind --tool=callgrind attnd` (one HTTP thread, one worker, access log
@@ -39,6 +40,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACCESS_LOG = False  # --access-log
 
 
 def make_pki(work):
@@ -86,7 +88,8 @@ def start(attnd, work, tag, key=None, flags=()):
     p = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
          attnd, "--host", "127.0.0.1", "--port", "0", "--workers", "1",
-         "--http-threads", "1", "--access-log", "false",
+         "--http-threads", "1", "--access-log",
+         "true" if ACCESS_LOG else "false",
          "--drain-timeout-ms", "60000"] + list(flags),
         stdout=subprocess.DEVNULL, stderr=logf, env=env)
     deadline = time.monotonic() + 180
@@ -117,6 +120,8 @@ def send(port, n, bodies, key=None, ctx=None):
                                      context=ctx) if ctx else
          http.client.HTTPConnection("127.0.0.1", port, timeout=60))
     headers = {"Content-Type": "application/json"}
+    if ACCESS_LOG:
+        headers["User-Agent"] = "callgrind-requests/1.0 (bench)"
     if key:
         headers["Authorization"] = "Bearer " + key
     try:
@@ -158,7 +163,11 @@ def main():
     ap.add_argument("--b-key", help="API key of B (ATTND_API_KEY, and sent)")
     ap.add_argument("--b-tls", choices=("tls", "mtls"),
                     help="B over HTTPS; mtls: with a client certificate")
+    ap.add_argument("--access-log", action="store_true",
+                    help="both with the access log on, and a User-Agent")
     a = ap.parse_args()
+    global ACCESS_LOG
+    ACCESS_LOG = a.access_log
     with tempfile.TemporaryDirectory(prefix="attn_cg.") as work:
         subprocess.run([sys.executable, os.path.join(ROOT, "bench",
                                                      "gen_payloads.py"), work],

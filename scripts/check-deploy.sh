@@ -260,6 +260,17 @@ stop_timeout() {
 }
 run "$UNIT: TimeoutStopSec outlasts shutdown delay + drain" stop_timeout "$UNIT" deploy/systemd/attnd.json
 
+# attnd sends READY=1 (src/main.c, notify): the unit must wait for it, and
+# take it from attnd's own process; journald must read the <N> prefixes.
+notify_unit() {
+  local unit=$1 k
+  for k in Type=notify NotifyAccess=main SyslogLevelPrefix=yes; do
+    grep -qx "$k" "$unit" || { echo "$unit lacks $k"; return 1; }
+  done
+  echo "Type=notify, NotifyAccess=main, SyslogLevelPrefix=yes"
+}
+run "$UNIT: Type=notify (attnd tells READY=1)" notify_unit "$UNIT"
+
 # The sandbox against what attnd really does.  allowed_syscalls expands a
 # SystemCallFilter group; check_trace reads an strace -f log.
 expand_group() {
@@ -303,7 +314,9 @@ sandbox_fit() {
   local trace=$TMP/trace log=$TMP/attnd.log spid apid port base
   # --workers 2: the system calls do not depend on it, and it keeps this
   # check independent of the automatic count.
-  strace -f -qq -o "$trace" "$ATTND" --config deploy/systemd/attnd.json --models-dir config/models \
+  # NOTIFY_SOCKET as under Type=notify (no one listens there: attnd's
+  # socket and sendto are traced all the same, then it warns once)
+  NOTIFY_SOCKET=$TMP/notify.sock strace -f -qq -o "$trace" "$ATTND" --config deploy/systemd/attnd.json --models-dir config/models \
     --host 127.0.0.1 --port 0 --workers 2 --log-format json >"$log" 2>&1 &
   spid=$!
   port=""
@@ -574,6 +587,9 @@ mutate "$TMP/sd/attnd.service" '/^\(DynamicUser\|NoNewPrivileges\|ProtectSystem\
 cp "$UNIT" "$TMP/sd/attnd.service"
 mutate "$TMP/sd/attnd.service" 's/^TimeoutStopSec=45s$/TimeoutStopSec=30s/' &&
   expect_fail "systemd: TimeoutStopSec=30s" "drain_timeout_ms=30000" stop_timeout "$TMP/sd/attnd.service" deploy/systemd/attnd.json
+cp "$UNIT" "$TMP/sd/attnd.service"
+mutate "$TMP/sd/attnd.service" 's/^Type=notify$/Type=exec/' &&
+  expect_fail "systemd: Type=exec" "lacks Type=notify" notify_unit "$TMP/sd/attnd.service"
 cat >"$TMP/sd/trace" <<'EOF'
 100 openat(AT_FDCWD, "/etc/attnd/attnd.json", O_RDONLY|O_CLOEXEC) = 3
 100 mount("none", "/mnt", "tmpfs", 0, NULL) = -1 EPERM (Operation not permitted)

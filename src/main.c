@@ -22,6 +22,10 @@
  * reload_models; whatever model_control says) while serving; at other
  * times it waits, blocked.  ATTND_API_KEY and ATTND_ADMIN_API_KEY
  * are read here, never config keys: --check-config must not print them.
+ * systemd (Type=notify): when NOTIFY_SOCKET is set, main tells it
+ * READY=1 once attnd listens with its models loaded, RELOADING=1 and
+ * READY=1 around each SIGHUP's reload, STOPPING=1 when the shutdown
+ * begins (notify(); a failure is logged once, then ignored).
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
  * asks a running attnd whether it is ready and exits 0 or 1.
  * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
@@ -50,6 +54,7 @@
 #include "attn/healthcheck.h"
 #include "attn/log.h"
 #include "attn/model.h"
+#include "attn/notify.h"
 #include "attn/queue.h"
 #include "attn/server.h"
 #include "attn/session.h"
@@ -383,6 +388,28 @@ static const char *set_sched_policy(attn_sched_policy p) {
 #endif
 }
 
+/* Tell systemd (sd_notify(3)'s protocol) msg, when it asked to be told
+ * (NOTIFY_SOCKET is set).  The first failure is logged; later ones are
+ * not (the socket will not come back).  Main thread. */
+static void notify(const char *msg) {
+  static int failed;
+  const char *sock = getenv("NOTIFY_SOCKET");
+  attn_diag d = {{0}};
+  if (!sock || !*sock || failed) return;
+  if (attn_notify_send(sock, msg, &d) != ATTN_OK) {
+    failed = 1;
+    attn_log(ATTN_LOG_WARN, "systemd notification: %s (not sent again)", d.msg);
+  }
+}
+
+/* READY=1 with a STATUS= line naming where attnd serves. */
+static void notify_ready(const attn_config *cfg, const attn_server *server) {
+  char msg[400];
+  snprintf(msg, sizeof msg, "READY=1\nSTATUS=serving on %s:%d", cfg->host,
+           attn_server_port(server));
+  notify(msg);
+}
+
 /* "SIGTERM" or "SIGINT", as the log names it. */
 static const char *sig_name(int sig) {
   return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
@@ -395,6 +422,7 @@ static const char *sig_name(int sig) {
 static void shutdown_delay(attn_server *server, const sigset_t *sigs, int sig,
                            int64_t delay_ms) {
   attn_server_set_unready(server);
+  notify("STOPPING=1\nSTATUS=shutdown delay: readiness 503, still serving");
   attn_log(ATTN_LOG_INFO,
            "received %s: readiness is 503, still serving every request for "
            "shutdown_delay_ms=%lld ms, then the drain (a second signal ends "
@@ -533,6 +561,10 @@ static const char *prepare_process(const attn_config *cfg,
   sigaction(SIGHUP, &sa, NULL);
 
   attn_log_init(cfg->log_level, cfg->log_format);
+  attn_log_set_priority_prefix(
+      cfg->log_priority_prefix == ATTN_LOG_PREFIX_ALWAYS ||
+      (cfg->log_priority_prefix == ATTN_LOG_PREFIX_AUTO &&
+       attn_log_stream_is_journal(getenv("JOURNAL_STREAM"), STDERR_FILENO)));
   report_blas_core(blas_before);
   env_warnings(warn_log);
   fit_open_files(cfg->max_connections);
@@ -792,8 +824,15 @@ static void serve(attn_server *server, attn_registry *models,
     struct timespec tick = {1, 0};
     sig = sigtimedwait(&with_hup, NULL, &tick);
     if (sig == SIGHUP) {
+      char msg[160];
+      snprintf(msg, sizeof msg,
+               "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading keys "
+               "and models (SIGHUP)",
+               (unsigned long long)(attn_now_ns() / 1000u));
+      notify(msg);
       reload_keys(server);
       reload_models(models);
+      notify_ready(cfg, server);
     } else if (sig > 0)
       break;
     else if (errno == EAGAIN) {
@@ -818,6 +857,9 @@ static void serve(attn_server *server, attn_registry *models,
  * otherwise returns, for teardown. */
 static void drain(const attnd *a, const attn_config *cfg) {
   uint64_t t0 = attn_now_ns();
+  /* after a shutdown delay, which sent STOPPING=1 already: the status */
+  notify(cfg->shutdown_delay_ms > 0 ? "STATUS=draining"
+                                    : "STOPPING=1\nSTATUS=draining");
   attn_server_begin_drain(a->server);
   if (attn_pool_drain(a->pool, cfg->drain_timeout_ms) != ATTN_OK) {
     attn_queue_stats st;
@@ -867,6 +909,7 @@ int main(int argc, char **argv) {
   attnd a = {0};
   rc = 1;
   if (start(&cfg, policy, &a)) {
+    notify_ready(&cfg, a.server);
     serve(a.server, a.models, a.pool, a.sessions, &cfg, &sigs);
     drain(&a, &cfg);
     if (*cfg.session_dir) attn_sessions_save(a.sessions, cfg.session_dir);

@@ -122,7 +122,10 @@ static void non_default(attn_config *c) {
   c->cpu_scheduling_policy = ATTN_SCHED_OTHER;
   c->log_level = ATTN_LOG_ERROR;
   c->log_format = ATTN_LOG_TEXT;
+  c->log_priority_prefix = ATTN_LOG_PREFIX_NEVER;
   c->access_log = false;
+  snprintf(c->access_log_exclude, sizeof c->access_log_exclude,
+           "/v2/health/, /metrics");
   snprintf(c->api_keys_file, sizeof c->api_keys_file, "/etc/attnd/keys");
   c->metrics_require_key = true;
   snprintf(c->admin_api_keys_file, sizeof c->admin_api_keys_file,
@@ -169,7 +172,9 @@ START_TEST(test_defaults) {
   ck_assert_str_eq(c.models_dir_from, "");
   ck_assert_int_eq(c.log_level, ATTN_LOG_INFO);
   ck_assert_int_eq(c.log_format, ATTN_LOG_JSON);
+  ck_assert_int_eq(c.log_priority_prefix, ATTN_LOG_PREFIX_AUTO);
   ck_assert(c.access_log);
+  ck_assert_str_eq(c.access_log_exclude, "");
   ck_assert_int_eq(c.cpu_scheduling_policy, ATTN_SCHED_BATCH);
   ck_assert_int_eq(c.model_control, ATTN_MODEL_CONTROL_NONE);
   ck_assert_str_eq(c.admin_api_keys_file, "");
@@ -206,7 +211,9 @@ START_TEST(test_key_names) {
                                      "models_dir",
                                      "log_level",
                                      "log_format",
+                                     "log_priority_prefix",
                                      "access_log",
+                                     "access_log_exclude",
                                      "api_keys_file",
                                      "metrics_require_key",
                                      "admin_api_keys_file",
@@ -802,7 +809,8 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
         !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
         !strcmp(key, "admin_api_keys_file") || !strcmp(key, "tls_key_file") ||
         !strcmp(key, "tls_client_ca_file") ||
-        !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir");
+        !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir") ||
+        !strcmp(key, "access_log_exclude");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};
     attn_config c;
@@ -887,6 +895,41 @@ START_TEST(test_cli_access_keys) {
   /* ATTND_API_KEY is read (by main), not a key: never printed */
   ck_assert_ptr_null(attn_config_env_unknown("ATTND_API_KEY"));
   ck_assert_int_eq(attn_config_set(&c, "api_key", "x", &d), ATTN_EINVAL);
+}
+END_TEST
+
+/* access_log_exclude: path prefixes, split as cors_allow_origins (flag,
+ * environment, a JSON list in a file); one that is not a path stops the
+ * start with a message naming the setting and the item. */
+START_TEST(test_cli_access_log_exclude) {
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--access-log-exclude",
+                       "/v2/health/,/metrics"),
+                   ATTN_OK);
+  ck_assert_str_eq(c.access_log_exclude, "/v2/health/,/metrics");
+  const char *env[] = {"ATTND_ACCESS_LOG_EXCLUDE", "/v2/health/ /metrics",
+                       NULL};
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd"), ATTN_OK);
+  ck_assert_str_eq(c.access_log_exclude, "/v2/health/ /metrics");
+  static const char *const bad[] = {"v2/health/", "/metrics,health", "/a, *"};
+  static const char *const named[] = {"'v2/health/'", "'health'", "'*'"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(
+        CLI(&c, &a, NULL, &d, "attnd", "--access-log-exclude", bad[i]),
+        ATTN_EINVAL);
+    ASSERT_DIAG_HAS(d, "access_log_exclude: ");
+    ASSERT_DIAG_HAS(d, named[i]);
+    ASSERT_DIAG_HAS(d, "does not begin with '/'");
+  }
+  static const char list[] =
+      "{\"access_log_exclude\": [\"/v2/health/\", \"/metrics\"]}";
+  const char *p = write_tmp(0, list, strlen(list));
+  attn_config_defaults(&c);
+  ck_assert_int_eq(attn_config_load_file(&c, p, &d), ATTN_OK);
+  unlink(p);
+  ck_assert_str_eq(c.access_log_exclude, "/v2/health/, /metrics");
 }
 END_TEST
 
@@ -1435,6 +1478,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_every_key_has_env_and_flag);
   tcase_add_test(t, test_env_unknown);
   tcase_add_test(t, test_cli_access_keys);
+  tcase_add_test(t, test_cli_access_log_exclude);
   tcase_add_test(t, test_cli_flag_forms);
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);

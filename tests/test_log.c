@@ -1,11 +1,14 @@
 /* test_log.c - the log (src/common/log.c): the names of its levels and
  * formats, its time stamps against gmtime_r + strftime, and the access line
  * in both formats, byte for byte, and repeated lines counted instead of
- * written (attn_log_repeated).  Lines go to stderr, which a test points at
- * a mkstemp() file under /tmp for the call. */
+ * written (attn_log_repeated), the client fields of access lines (a hostile
+ * User-Agent escaped and cut), and journald's priority prefixes and how
+ * the journal's stream is told apart.  Lines go to stderr, which a test points
+ * at a mkstemp() file under /tmp for the call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,6 +134,68 @@ START_TEST(test_access_line) {
 }
 END_TEST
 
+/* client, model and user_agent: after trace_id, before request_id; the
+ * User-Agent always escaped (JSON string, in text too) and cut to
+ * ATTN_LOG_USER_AGENT_MAX bytes; a model name with a space or a control
+ * byte quoted in text; each left out when NULL or "". */
+START_TEST(test_access_client_fields) {
+  static const char *const nums =
+      "\"status\":200,\"bytes_in\":0,\"bytes_out\":0,\"queue_ms\":0.000,"
+      "\"compute_ms\":0.000,\"total_ms\":0.000";
+  static const char *const text_nums =
+      "200 in=0 out=0 queue_ms=0.000 compute_ms=0.000 total_ms=0.000";
+  const attn_access hostile = {.method = "POST",
+                               .path = "/v2/models/m x/infer",
+                               .request_id = "r",
+                               .status = 200,
+                               .client = "::1",
+                               .model = "m x",
+                               .user_agent = "ev\"il\n\x01\\ua"};
+  /* a plain model name as it is; no user agent, no client: left out */
+  const attn_access plain = {.method = "POST",
+                             .path = "/v1/attention",
+                             .request_id = "r",
+                             .status = 200,
+                             .client = "",
+                             .model = "attention"};
+  const struct {
+    const attn_access *a;
+    attn_log_format fmt;
+    const char *head, *tail; /* around the numbers */
+  } cases[] = {
+      {&hostile, ATTN_LOG_JSON,
+       "\"type\":\"access\",\"method\":\"POST\",\"path\":"
+       "\"/v2/models/m x/infer\",",
+       ",\"client\":\"::1\",\"model\":\"m x\",\"user_agent\":"
+       "\"ev\\\"il\\n\\u0001\\\\ua\",\"request_id\":\"r\"}\n"},
+      {&hostile, ATTN_LOG_TEXT, "access POST \"/v2/models/m x/infer\" ",
+       " client=::1 model=\"m x\" user_agent=\"ev\\\"il\\n\\u0001\\\\ua\" "
+       "id=r\n"},
+      {&plain, ATTN_LOG_TEXT, "access POST /v1/attention ",
+       " model=attention id=r\n"}};
+  char want[1024];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(want, sizeof want, "%s%s%s", cases[i].head,
+             cases[i].fmt == ATTN_LOG_JSON ? nums : text_nums, cases[i].tail);
+    check_access_line(cases[i].fmt, cases[i].a, want);
+  }
+  /* a long User-Agent is cut to ATTN_LOG_USER_AGENT_MAX bytes */
+  char ua[4 * ATTN_LOG_USER_AGENT_MAX];
+  memset(ua, 'u', sizeof ua - 1);
+  ua[sizeof ua - 1] = '\0';
+  attn_access c = {.method = "GET",
+                   .path = "/",
+                   .request_id = "r",
+                   .status = 200,
+                   .user_agent = ua};
+  snprintf(want, sizeof want,
+           "\"type\":\"access\",\"method\":\"GET\",\"path\":\"/\",%s,"
+           "\"user_agent\":\"%.*s\",\"request_id\":\"r\"}\n",
+           nums, ATTN_LOG_USER_AGENT_MAX, ua);
+  check_access_line(ATTN_LOG_JSON, &c, want);
+}
+END_TEST
+
 /* ---- repeated lines ---------------------------------------------------- */
 
 /* stderr into a new temporary file for a while (text lines). */
@@ -149,16 +214,22 @@ static void capture_begin(capture *c) {
   attn_log_init(ATTN_LOG_INFO, ATTN_LOG_TEXT);
 }
 
-/* Ends the capture; what was written, without the time stamps ("LEVEL
- * msg" lines). */
-static void capture_end(capture *c, char *out, size_t n) {
+/* Ends the capture; what was written as it is, into out (n bytes). */
+static void capture_raw(capture *c, char *out, size_t n) {
   dup2(c->saved, STDERR_FILENO);
   close(c->saved);
   attn_log_init(ATTN_LOG_INFO, ATTN_LOG_JSON);
-  char raw[8192] = {0};
-  ck_assert_int_ge(pread(c->fd, raw, sizeof raw - 1, 0), 0);
+  memset(out, 0, n);
+  ck_assert_int_ge(pread(c->fd, out, n - 1, 0), 0);
   close(c->fd);
   unlink(c->path);
+}
+
+/* Ends the capture; what was written, without the time stamps ("LEVEL
+ * msg" lines). */
+static void capture_end(capture *c, char *out, size_t n) {
+  char raw[8192];
+  capture_raw(c, raw, sizeof raw);
   size_t k = 0;
   out[0] = '\0';
   for (char *line = raw, *end; *line; line = end + 1) {
@@ -244,12 +315,89 @@ START_TEST(test_log_repeated_kinds) {
 }
 END_TEST
 
+/* ---- priority prefixes -------------------------------------------------- */
+
+/* With prefixes on, each line begins with its level's syslog priority, as
+ * journald parses it ("<N>" at the line's start): error 3, warn 4, info
+ * 6, debug 7, access lines 6; off, none. */
+START_TEST(test_priority_prefix) {
+  capture c;
+  char got[4096];
+  capture_begin(&c);
+  attn_log_init(ATTN_LOG_DEBUG, ATTN_LOG_JSON);
+  attn_log_set_priority_prefix(1);
+  attn_log(ATTN_LOG_ERROR, "e");
+  attn_log(ATTN_LOG_WARN, "w");
+  attn_log(ATTN_LOG_INFO, "i");
+  attn_log(ATTN_LOG_DEBUG, "d");
+  attn_access a = {.method = "GET", .path = "/", .status = 200};
+  attn_log_access(&a);
+  attn_log_init(ATTN_LOG_DEBUG, ATTN_LOG_TEXT);
+  attn_log(ATTN_LOG_ERROR, "te");
+  attn_log_set_priority_prefix(0);
+  attn_log(ATTN_LOG_ERROR, "plain");
+  capture_raw(&c, got, sizeof got);
+  static const char *const want[][2] = {
+      {"<3>{", "\"level\":\"error\",\"msg\":\"e\"}"},
+      {"<4>{", "\"level\":\"warn\",\"msg\":\"w\"}"},
+      {"<6>{", "\"level\":\"info\",\"msg\":\"i\"}"},
+      {"<7>{", "\"level\":\"debug\",\"msg\":\"d\"}"},
+      {"<6>{", "\"type\":\"access\""},
+      {"<3>2", "error te"},
+      {"2", "error plain"}};
+  char *line = got;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    char *end = strchr(line, '\n');
+    ck_assert_ptr_nonnull(end);
+    *end = '\0';
+    ck_assert_msg(strncmp(line, want[i][0], strlen(want[i][0])) == 0,
+                  "line %zu: '%s'", i, line);
+    ck_assert_msg(strstr(line, want[i][1]) != NULL, "line %zu: '%s'", i, line);
+    line = end + 1;
+  }
+  ck_assert_str_eq(line, "");
+  ck_assert_int_eq(attn_log_priority(ATTN_LOG_ERROR), 3);
+  ck_assert_int_eq(attn_log_priority(ATTN_LOG_DEBUG), 7);
+}
+END_TEST
+
+/* JOURNAL_STREAM names the journal's stream by device and inode: a match
+ * with fd's fstat only; anything malformed, or another file, is not. */
+START_TEST(test_stream_is_journal) {
+  char path[] = "/tmp/attn-test-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  struct stat st;
+  ck_assert_int_eq(fstat(fd, &st), 0);
+  unsigned long long dev = (unsigned long long)st.st_dev,
+                     ino = (unsigned long long)st.st_ino;
+  char v[64];
+  snprintf(v, sizeof v, "%llu:%llu", dev, ino);
+  ck_assert_int_eq(attn_log_stream_is_journal(v, fd), 1);
+  ck_assert_int_eq(attn_log_stream_is_journal(v, -1), 0);
+  snprintf(v, sizeof v, "%llu:%llu", dev, ino + 1);
+  ck_assert_int_eq(attn_log_stream_is_journal(v, fd), 0);
+  snprintf(v, sizeof v, "%llu:%llu ", dev, ino);
+  ck_assert_int_eq(attn_log_stream_is_journal(v, fd), 0);
+  static const char *const junk[] = {
+      "", ":", "1:", ":1", "x:1", "1:x", "1:2:3", "99999999999999999999999:1"};
+  for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++)
+    ck_assert_int_eq(attn_log_stream_is_journal(junk[i], fd), 0);
+  ck_assert_int_eq(attn_log_stream_is_journal(NULL, fd), 0);
+  close(fd);
+  unlink(path);
+}
+END_TEST
+
 Suite *log_suite(void) {
   Suite *s = suite_create("log");
   TCase *t = tcase_create("log");
   tcase_add_test(t, test_names);
   tcase_add_test(t, test_log_time);
   tcase_add_test(t, test_access_line);
+  tcase_add_test(t, test_access_client_fields);
+  tcase_add_test(t, test_priority_prefix);
+  tcase_add_test(t, test_stream_is_journal);
   tcase_add_test(t, test_log_repeated);
   tcase_add_test(t, test_log_repeated_kinds);
   suite_add_tcase(s, t);

@@ -128,6 +128,44 @@ START_TEST(test_peer_admit) {
 }
 END_TEST
 
+/* The client's address as the access lines give it, made when the
+ * connection opens with the access log on (IPv4 digits by hand, against
+ * inet_ntop's); "" with it off, for no address, or for no peer. */
+START_TEST(test_peer_address) {
+  attn__peers *p;
+  attn_diag d = {{0}};
+  ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
+  attn__peer_limits lim = {.max_connections = 100, .access_log = 1};
+  attn__peers_set_limits(p, &lim);
+  static const char *const v4[] = {"0.0.0.0", "10.0.255.1", "127.0.0.1",
+                                   "192.168.100.9", "255.255.255.255"};
+  for (size_t i = 0; i < sizeof v4 / sizeof v4[0]; i++) {
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, v4[i], &sa.sin_addr), 1);
+    attn__peer *e = attn__peer_open(p, -1, (struct sockaddr *)&sa);
+    ck_assert_str_eq(attn__peer_address(e), v4[i]);
+    attn__peer_close(p, e);
+  }
+  struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6};
+  ck_assert_int_eq(inet_pton(AF_INET6, "2001:db8::7", &sa6.sin6_addr), 1);
+  attn__peer *e = attn__peer_open(p, -1, (struct sockaddr *)&sa6);
+  ck_assert_str_eq(attn__peer_address(e), "2001:db8::7");
+  attn__peer_close(p, e);
+  e = attn__peer_open(p, -1, NULL);
+  ck_assert_str_eq(attn__peer_address(e), "");
+  attn__peer_close(p, e);
+  lim.access_log = 0;
+  attn__peers_set_limits(p, &lim);
+  struct sockaddr_in one = {.sin_family = AF_INET};
+  one.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  e = attn__peer_open(p, -1, (struct sockaddr *)&one);
+  ck_assert_str_eq(attn__peer_address(e), "");
+  attn__peer_close(p, e);
+  ck_assert_str_eq(attn__peer_address(NULL), "");
+  attn__peers_destroy(p);
+}
+END_TEST
+
 /* The time limits: a new connection whose headers do not come within
  * header_timeout_s, and a body slower than body_min_rate_bytes_s for
  * longer than that, get a 408; a request being handled is left alone.
@@ -173,6 +211,7 @@ Suite *peers_suite(void) {
   tcase_add_test(tc, test_peer_sweeps);
   tcase_add_test(tc, test_peer_admit);
   tcase_add_test(tc, test_peer_time_limits);
+  tcase_add_test(tc, test_peer_address);
   suite_add_tcase(s, tc);
   return s;
 }

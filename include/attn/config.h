@@ -79,7 +79,11 @@ typedef struct attn_config {
   char models_dir_from[ATTN_MAX_PATH_LEN + 1];
   attn_log_level log_level;
   attn_log_format log_format;
-  bool access_log;                         /* one log line per request */
+  attn_log_prefix_mode log_priority_prefix; /* "<N>" before each line */
+  bool access_log;                          /* one log line per request */
+  /* path prefixes whose requests get no access line ("/v2/health/,
+   * /metrics"); "" = none */
+  char access_log_exclude[ATTN_MAX_ACCESS_LOG_EXCLUDE_LEN + 1];
   attn_sched_policy cpu_scheduling_policy; /* of every attnd thread */
   /* A second port, on host, serving only GET /metrics; 0 = none. */
   int metrics_port;

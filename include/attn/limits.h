@@ -244,6 +244,10 @@
 /* `cors_allow_origins`: the list as text (attn_config holds it inline). */
 #define ATTN_MAX_CORS_ORIGINS_LEN 2047
 
+/* `access_log_exclude`: the list of path prefixes as text (inline too);
+ * scanned for each request's access line, so kept short. */
+#define ATTN_MAX_ACCESS_LOG_EXCLUDE_LEN 1023
+
 /* An X-Request-Id taken from a request: at most this many bytes (longer,
  * or with a byte outside printable ASCII, and attnd makes its own). */
 #define ATTN_MAX_REQUEST_ID_LEN 128

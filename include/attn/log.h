@@ -36,6 +36,35 @@ const char *attn_log_format_name(attn_log_format f);
 
 void attn_log_init(attn_log_level level, attn_log_format format);
 
+/* Syslog priority prefixes (config key log_priority_prefix): every line
+ * begins with "<N>", its level's syslog priority (error 3, warn 4, info 6,
+ * debug 7; access lines 6), which journald reads off a stream and strips
+ * (systemd.exec(5), SyslogLevelPrefix=, on by default), so that
+ * `journalctl -p err` finds the errors.  auto: only when stderr is the
+ * journal (attn_log_stream_is_journal); a terminal or `docker logs` would
+ * show the "<3>". */
+typedef enum {
+  ATTN_LOG_PREFIX_AUTO,
+  ATTN_LOG_PREFIX_ALWAYS,
+  ATTN_LOG_PREFIX_NEVER
+} attn_log_prefix_mode;
+extern const char *const attn_log_prefix_names[ATTN_LOG_PREFIX_NEVER + 2];
+
+/* The syslog priority of a level's lines (3, 4, 6 or 7). */
+int attn_log_priority(attn_log_level level);
+
+/* Prefix every line from now on (on) or none.  Set by main before threads
+ * start, as attn_log_init. */
+void attn_log_set_priority_prefix(int on);
+
+/* Whether fd is the journal's stream: journal_stream is the value of
+ * JOURNAL_STREAM ("DEV:INODE" in decimal, which systemd sets for a
+ * service whose stdout or stderr it connects to the journal) and fd's
+ * fstat(2) has that device and inode (not so when the service's stderr
+ * was redirected elsewhere).  0 for NULL, a malformed value or another
+ * file.  Any thread. */
+int attn_log_stream_is_journal(const char *journal_stream, int fd);
+
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
@@ -71,9 +100,16 @@ void attn_log_flush_repeats(int all);
 void attn__log_repeat_interval(uint64_t ns);
 void attn__log_repeat_forget(void);
 
+/* The bytes of a User-Agent an access line keeps (the rest is cut). */
+#define ATTN_LOG_USER_AGENT_MAX 256
+
 /* One access-log line (always JSON fields, or key=value in text format). */
 typedef struct attn_access {
   const char *method, *path, *request_id;
+  /* the peer's address as libmicrohttpd saw it ("127.0.0.1", "::1"), the
+   * model the request named or ran, and its User-Agent (escaped, cut to
+   * ATTN_LOG_USER_AGENT_MAX bytes); each NULL or "": omitted */
+  const char *client, *model, *user_agent;
   int status;
   uint64_t bytes_in, bytes_out;
   double queue_ms, compute_ms, total_ms;

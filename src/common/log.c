@@ -12,7 +12,13 @@
  * are written after it.  Why: libmicrohttpd reports each failed TLS
  * handshake (src/server/http.c, mhd_log), so 200 junk handshakes wrote
  * 200 warnings; now 2 lines, the second with "(199 more like this
- * suppressed)" after ATTN_LOG_REPEAT_S. */
+ * suppressed)" after ATTN_LOG_REPEAT_S.
+ *
+ * Priority prefixes: with attn_log_set_priority_prefix on, each line
+ * starts with "<N>" (attn_log_priority), in the same write(2): journald
+ * reads a stream line by line and takes a leading "<N>" as the line's
+ * priority (and strips it).  main turns it on when stderr is the journal
+ * (attn_log_stream_is_journal) or log_priority_prefix says always. */
 #include "attn/log.h"
 
 #include <pthread.h>
@@ -20,6 +26,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,12 +36,17 @@ const char *const attn_log_level_names[ATTN_LOG_ERROR + 2] = {
     "debug", "info", "warn", "error", NULL};
 const char *const attn_log_format_names[ATTN_LOG_TEXT + 2] = {"json", "text",
                                                               NULL};
+const char *const attn_log_prefix_names[ATTN_LOG_PREFIX_NEVER + 2] = {
+    "auto", "always", "never", NULL};
 
 _Static_assert(ATTN_LOG_DEBUG == 0 && ATTN_LOG_INFO == 1 &&
                    ATTN_LOG_WARN == 2 && ATTN_LOG_ERROR == 3,
                "attn_log_level_names[] is indexed by attn_log_level");
 _Static_assert(ATTN_LOG_JSON == 0 && ATTN_LOG_TEXT == 1,
                "attn_log_format_names[] is indexed by attn_log_format");
+_Static_assert(ATTN_LOG_PREFIX_AUTO == 0 && ATTN_LOG_PREFIX_ALWAYS == 1 &&
+                   ATTN_LOG_PREFIX_NEVER == 2,
+               "attn_log_prefix_names[] is indexed by attn_log_prefix_mode");
 
 const char *attn_log_level_name(attn_log_level l) {
   return (unsigned)l <= ATTN_LOG_ERROR ? attn_log_level_names[l] : NULL;
@@ -46,10 +58,65 @@ const char *attn_log_format_name(attn_log_format f) {
 
 static attn_log_level g_level = ATTN_LOG_INFO;
 static attn_log_format g_format = ATTN_LOG_JSON;
+static int g_prefix; /* "<N>" before each line */
 
 void attn_log_init(attn_log_level level, attn_log_format format) {
   g_level = level;
   g_format = format;
+}
+
+/* syslog(3)'s LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
+int attn_log_priority(attn_log_level level) {
+  switch (level) {
+    case ATTN_LOG_ERROR:
+      return 3;
+    case ATTN_LOG_WARN:
+      return 4;
+    case ATTN_LOG_DEBUG:
+      return 7;
+    default:
+      return 6;
+  }
+}
+
+void attn_log_set_priority_prefix(int on) {
+  g_prefix = on != 0;
+}
+
+/* A decimal number of *p up to the byte stop, into *out; 0 when there is
+ * none or it does not fit. */
+static int parse_decimal(const char **p, char stop, unsigned long long *out) {
+  const char *s = *p;
+  unsigned long long v = 0;
+  if (*s < '0' || *s > '9') return 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (~0ull - 9) / 10) return 0;
+    v = v * 10 + (unsigned)(*s - '0');
+  }
+  if (*s != stop) return 0;
+  *p = s;
+  *out = v;
+  return 1;
+}
+
+int attn_log_stream_is_journal(const char *journal_stream, int fd) {
+  unsigned long long dev, ino;
+  struct stat st;
+  const char *p = journal_stream;
+  if (!p || !parse_decimal(&p, ':', &dev)) return 0;
+  p++;
+  if (!parse_decimal(&p, '\0', &ino) || fstat(fd, &st) != 0) return 0;
+  return (unsigned long long)st.st_dev == dev &&
+         (unsigned long long)st.st_ino == ino;
+}
+
+/* A new line into b, with its priority prefix when they are on. */
+static void begin_line(attn_buf *b, int priority) {
+  attn_buf_init(b, 0);
+  if (g_prefix) {
+    char pre[4] = {'<', (char)('0' + priority), '>', '\0'};
+    attn_buf_puts(b, pre);
+  }
 }
 
 size_t attn__log_time(const struct timespec *ts, char *out) {
@@ -96,7 +163,7 @@ static void write_line(attn_log_level level, const char *msg) {
   char ts[ATTN_LOG_TIME_MAX];
   attn_buf b;
   timestamp(ts);
-  attn_buf_init(&b, 0);
+  begin_line(&b, attn_log_priority(level));
   if (g_format == ATTN_LOG_JSON) {
     attn_buf_printf(&b, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts,
                     attn_log_level_name(level));
@@ -237,6 +304,49 @@ static void text_field(attn_buf *b, const char *json_key, const char *text_key,
     attn_buf_puts(b, v);
 }
 
+/* A text line's value that a client chose (a model name from the URL):
+ * as it is when it is a plain word, else quoted and escaped as a JSON
+ * string, so that a space, a quote or a control byte cannot forge a field
+ * or a line. */
+static void text_word(attn_buf *b, const char *v) {
+  const unsigned char *p = (const unsigned char *)v;
+  for (; *p; p++)
+    if (*p <= 0x20 || *p == '"' || *p == '\\' || *p == 0x7f) break;
+  if (*v && !*p)
+    attn_buf_puts(b, v);
+  else
+    attn_buf_json_string(b, v);
+}
+
+/* The client fields of an access line: client, model, user_agent (each
+ * omitted when NULL or "").  client is an address (peers.c made it), so
+ * it is written as it is. */
+static void client_fields(attn_buf *b, const attn_access *a) {
+  bool json = g_format == ATTN_LOG_JSON;
+  if (a->client && *a->client) { /* digits, '.', ':', hex: never escaped */
+    key(b, "client", "client");
+    if (json) attn_buf_puts(b, "\"");
+    attn_buf_puts(b, a->client);
+    if (json) attn_buf_puts(b, "\"");
+  }
+  if (a->model && *a->model) {
+    key(b, "model", "model");
+    if (json)
+      attn_buf_json_string(b, a->model);
+    else
+      text_word(b, a->model);
+  }
+  if (a->user_agent && *a->user_agent) {
+    /* cut (a sequence cut in two becomes U+FFFD), always quoted */
+    char ua[ATTN_LOG_USER_AGENT_MAX + 1];
+    size_t n = strnlen(a->user_agent, ATTN_LOG_USER_AGENT_MAX);
+    memcpy(ua, a->user_agent, n);
+    ua[n] = '\0';
+    key(b, "user_agent", "user_agent");
+    attn_buf_json_string(b, ua);
+  }
+}
+
 /* Access lines are written for every request, on the HTTP threads: no
  * printf (its %.3f alone took ~0.3 us a number here), the time from
  * attn__log_time. */
@@ -245,8 +355,9 @@ void attn_log_access(const attn_access *a) {
   attn_buf b;
   bool json = g_format == ATTN_LOG_JSON;
   timestamp(ts);
-  attn_buf_init(&b, 0);
-  if (attn_buf_reserve(&b, 320) != ATTN_OK) return;
+  begin_line(&b, attn_log_priority(ATTN_LOG_INFO));
+  /* room for a typical line (with a short User-Agent) at once */
+  if (attn_buf_reserve(&b, 512) != ATTN_OK) return;
   if (json) {
     attn_buf_puts(&b, "{\"time\":\"");
     attn_buf_puts(&b, ts);
@@ -260,7 +371,7 @@ void attn_log_access(const attn_access *a) {
     attn_buf_puts(&b, " access ");
     attn_buf_puts(&b, a->method ? a->method : "(null)");
     attn_buf_puts(&b, " ");
-    attn_buf_puts(&b, a->path ? a->path : "(null)");
+    text_word(&b, a->path ? a->path : "(null)");
     attn_buf_puts(&b, " ");
   }
   attn_buf_i64(&b, a->status);
@@ -276,6 +387,7 @@ void attn_log_access(const attn_access *a) {
   attn_buf_fixed3(&b, a->total_ms);
   if (a->closed) text_field(&b, "closed", "closed", a->closed);
   if (a->trace_id) text_field(&b, "trace_id", "trace", a->trace_id);
+  client_fields(&b, a);
   text_field(&b, "request_id", "id", a->request_id ? a->request_id : "");
   if (json) attn_buf_puts(&b, "}");
   emit(&b);

@@ -77,6 +77,7 @@ _Static_assert(ATTN_MODEL_CONTROL_NONE == 0 && ATTN_MODEL_CONTROL_EXPLICIT == 1,
 /* Enum fields are stored through memcpy of an int. */
 _Static_assert(sizeof(attn_log_level) == sizeof(int) &&
                    sizeof(attn_log_format) == sizeof(int) &&
+                   sizeof(attn_log_prefix_mode) == sizeof(int) &&
                    sizeof(attn_sched_policy) == sizeof(int) &&
                    sizeof(attn_model_control) == sizeof(int),
                "enum fields must be int-sized");
@@ -221,7 +222,16 @@ static const cfg_key keys[] = {
            attn_log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
            attn_log_format_names, "log line format"),
+    K_ENUM(log_priority_prefix, "ATTND_LOG_PRIORITY_PREFIX",
+           attn_log_prefix_mode, ATTN_LOG_PREFIX_AUTO, attn_log_prefix_names,
+           "begin each line with its syslog priority (<3> error ... <7> "
+           "debug) for journald: auto = when stderr is the journal "
+           "(JOURNAL_STREAM), always, never"),
     K_BOOL(access_log, "ATTND_ACCESS_LOG", 1, "log one line per request"),
+    K_TEXT(access_log_exclude, "ATTND_ACCESS_LOG_EXCLUDE",
+           "path prefixes whose requests get no access line (still "
+           "counted in the metrics), comma-separated (/v2/health/,/metrics); "
+           "\"\" = none"),
     K_FILE(api_keys_file, "ATTND_API_KEYS_FILE",
            "API keys, one per line (blank lines and # comments skipped; "
            "re-read on SIGHUP): when it or ATTND_API_KEY gives a key, every "
@@ -552,8 +562,9 @@ static const char *json_type_name(const cJSON *it) {
   return "an invalid value";
 }
 
-/* A list key (cors_allow_origins) given as a JSON array of strings in the
- * config file: its items joined with ", ", as the text form lists them. */
+/* A list key (cors_allow_origins, access_log_exclude) given as a JSON array of
+ * strings in the config file: its items joined with ", ", as the text form
+ * lists them. */
 static attn_status set_list(attn_config *c, const cfg_key *k, const char *src,
                             const cJSON *it, attn_diag *d) {
   size_t n = 0, i = 0;
@@ -582,7 +593,8 @@ static attn_status set_list(attn_config *c, const cfg_key *k, const char *src,
  * src is "FILE: key". */
 static attn_status set_json(attn_config *c, const cfg_key *k, const char *src,
                             const cJSON *it, const char *file, attn_diag *d) {
-  if (cJSON_IsArray(it) && strcmp(k->key, "cors_allow_origins") == 0)
+  if (cJSON_IsArray(it) && (strcmp(k->key, "cors_allow_origins") == 0 ||
+                            strcmp(k->key, "access_log_exclude") == 0))
     return set_list(c, k, src, it, d);
   static const char *const want[] = {
       [CFG_INT] = "an integer",     [CFG_I64] = "an integer",
@@ -991,6 +1003,27 @@ static attn_status check_access(const attn_config *c, attn_diag *d) {
   return ATTN_OK;
 }
 
+/* Each prefix of access_log_exclude (split as cors_allow_origins is:
+ * commas or spaces) is a path: it begins with '/' (set_text refused
+ * control bytes already). */
+static attn_status check_access_log_exclude(const attn_config *c,
+                                            attn_diag *d) {
+  const char *p = c->access_log_exclude;
+  while (*p) {
+    p += strspn(p, " \t,");
+    size_t n = strcspn(p, " \t,");
+    if (!n) break;
+    if (*p != '/')
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "access_log_exclude: '%.*s' does not begin with "
+                           "'/' (each item is a path prefix, such as "
+                           "/v2/health/ or /metrics)",
+                           (int)(n < 80 ? n : 80), p);
+    p += n;
+  }
+  return ATTN_OK;
+}
+
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d) {
@@ -1061,6 +1094,7 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
         (long long)tmp.max_total_body_bytes, (long long)tmp.max_body_bytes);
 
   if ((st = check_access(&tmp, d)) != ATTN_OK) return st;
+  if ((st = check_access_log_exclude(&tmp, d)) != ATTN_OK) return st;
 
   *c = tmp;
   *action = act;

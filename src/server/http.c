@@ -143,9 +143,10 @@ typedef struct conn_ctx {
   uint64_t start_ns;
   int status;
   size_t bytes_out;
-  int id_given;       /* request_id is the request's X-Request-Id */
-  int cors;           /* the Origin is allowed: answers get CORS headers */
-  const char *origin; /* Origin, when CORS is on */
+  int id_given;           /* request_id is the request's X-Request-Id */
+  int cors;               /* the Origin is allowed: answers get CORS headers */
+  const char *origin;     /* Origin, when CORS is on */
+  const char *user_agent; /* User-Agent, when the access log is on */
   char request_id[ATTN_MAX_REQUEST_ID_LEN + 1];
   char trace_id[33]; /* of a valid traceparent; "" for none */
 } conn_ctx;
@@ -404,6 +405,7 @@ static void request_ids(conn_ctx *cx) {
   else
     make_id(cx, atomic_fetch_add(&s->ctx.next_id, 1));
   trace_id(header(cx->conn, "traceparent"), cx->trace_id);
+  if (s->ctx.cfg->access_log) cx->user_agent = header(cx->conn, "User-Agent");
   if (s->ctx.cfg->cors_allow_origins[0]) {
     cx->origin = header(cx->conn, "Origin");
     cx->cors = attn__cors_allowed(s->ctx.cfg->cors_allow_origins, cx->origin);
@@ -1129,6 +1131,39 @@ static int ended_status(conn_ctx *cx, enum MHD_RequestTerminationCode toe) {
                                                       : 499;
 }
 
+/* Does access_log_exclude (prefixes split as cors_allow_origins is, by
+ * commas or spaces; config.c checked each begins with '/') name a prefix
+ * of path?  Any thread. */
+static int access_excluded(const char *list, const char *path) {
+  for (const char *p = list; *p;) {
+    p += strspn(p, " \t,");
+    size_t n = strcspn(p, " \t,");
+    if (!n) break;
+    if (strncmp(path, p, n) == 0) return 1;
+    p += n;
+  }
+  return 0;
+}
+
+/* Of cx's request, the access line's client (peers.c made it), its model
+ * (the one the worker ran, when resp is its answer's, else the one its
+ * path names: routes.c; into model, cap bytes) and its User-Agent, into
+ * *a.  The request's MHD thread, or attn_server_abandon's (under mu,
+ * while cx lives). */
+static void access_client(const conn_ctx *cx, const attn__http_resp *resp,
+                          attn_access *a, char *model, size_t cap) {
+  const attn__srv_ctx *s = &cx->srv->ctx;
+  a->client = attn__peer_address(cx->peer);
+  a->user_agent = cx->user_agent;
+  if (resp && resp->trace.model > 0) {
+    a->model =
+        attn_registry_slot_name(s->models, (size_t)(resp->trace.model - 1));
+    return;
+  }
+  int row = cx->admitted ? cx->adm.route : attn__route_template(cx->path);
+  a->model = attn__route_model(cx->path, row, model, cap);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   attn_server *s = cls;
@@ -1153,7 +1188,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                    .trace = &cx->resp.trace,
                    .route = cx->admitted ? &cx->adm : NULL};
   if (log) attn__observe(&s->ctx, &e);
-  if (log && s->ctx.cfg->access_log) {
+  if (log && s->ctx.cfg->access_log &&
+      !access_excluded(s->ctx.cfg->access_log_exclude, cx->path)) {
+    char model[ATTN_MAX_NAME_LEN + 1];
     attn_access a = {
         .method = cx->method,
         .path = cx->path,
@@ -1171,6 +1208,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
                 ? "client"
                 : closed_reason(toe)};
+    access_client(cx, &cx->resp, &a, model, sizeof model);
     attn_log_access(&a);
   }
   free(cx->resp.body);
@@ -1696,8 +1734,11 @@ int attn_server_abandon(attn_server *s) {
   pthread_mutex_lock(&s->mu);
   s->abandoned = 1;
   for (conn_ctx *cx = s->live; cx; cx = cx->next, n++) {
-    if (!s->ctx.cfg->access_log) continue;
+    if (!s->ctx.cfg->access_log ||
+        access_excluded(s->ctx.cfg->access_log_exclude, cx->path))
+      continue;
     int done = atomic_load(&cx->done);
+    char model[ATTN_MAX_NAME_LEN + 1];
     attn_access a = {.method = cx->method,
                      .path = cx->path,
                      .request_id = cx->request_id,
@@ -1707,6 +1748,7 @@ int attn_server_abandon(attn_server *s) {
                      .compute_ms = done ? cx->resp.compute_ms : 0,
                      .total_ms = (double)(now - cx->start_ns) / 1e6,
                      .closed = "shutdown"};
+    access_client(cx, done ? &cx->resp : NULL, &a, model, sizeof model);
     attn_log_access(&a);
   }
   pthread_mutex_unlock(&s->mu);

@@ -76,6 +76,7 @@
  *     the MHD thread; eof_sweeps, begun_seen, shut and the header clock
  *     are the sweeper's, under mu (admit reads them under mu too).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -103,6 +104,9 @@ struct attn__peer {
   uint64_t open_ns;
   unsigned char ip[16]; /* the client's address (ip_len bytes) */
   int ip_len;
+  /* ip as text for the access lines, made once when it opens (with the
+   * access log on): "" when not */
+  char ip_text[INET6_ADDRSTRLEN];
   /* the sweeper's */
   int eof_sweeps;      /* consecutive sweeps that saw the socket's end */
   unsigned begun_seen; /* begun at the first of those sweeps */
@@ -216,7 +220,8 @@ static int cut_slow(attn__peers *p, attn__peer *e, int from, int why,
   mark_shut(p, e);
   if (why == ATTN_PEER_CUT_HEADERS && p->lim.access_log) {
     /* no request began: the access line is written here */
-    attn_access a = {.method = "-",
+    attn_access a = {.client = attn__peer_address(e),
+                     .method = "-",
                      .path = "-",
                      .request_id = "-",
                      .status = 408,
@@ -470,6 +475,26 @@ void attn__peers_set_limits(attn__peers *p, const attn__peer_limits *lim) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* e->ip as text into e->ip_text: IPv4 digits by hand (glibc's inet_ntop
+ * formats them with sprintf, some 2,000 instructions), IPv6 with
+ * inet_ntop; "" for none.  Once per connection, when it opens. */
+static void address_text(attn__peer *e) {
+  char *o = e->ip_text;
+  if (e->ip_len == 4) {
+    for (int i = 0; i < 4; i++) {
+      unsigned v = e->ip[i];
+      if (i) *o++ = '.';
+      if (v >= 100) *o++ = (char)('0' + v / 100);
+      if (v >= 10) *o++ = (char)('0' + v / 10 % 10);
+      *o++ = (char)('0' + v % 10);
+    }
+    *o = '\0';
+  } else if (e->ip_len != 16 ||
+             !inet_ntop(AF_INET6, e->ip, o, sizeof e->ip_text)) {
+    *o = '\0';
+  }
+}
+
 attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa) {
   attn__peer *e = calloc(1, sizeof *e);
   if (!e) return NULL; /* untracked: libmicrohttpd's timeout still holds */
@@ -487,6 +512,7 @@ attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa) {
     memcpy(e->ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
     e->ip_len = 16;
   }
+  if (p->lim.access_log) address_text(e);
   pthread_mutex_lock(&p->mu);
   e->next = p->head;
   if (p->head) p->head->prev = e;
@@ -494,6 +520,10 @@ attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa) {
   p->open++;
   pthread_mutex_unlock(&p->mu);
   return e;
+}
+
+const char *attn__peer_address(const attn__peer *e) {
+  return e ? e->ip_text : "";
 }
 
 void attn__peer_close(attn__peers *p, attn__peer *e) {

@@ -62,6 +62,10 @@ void attn__peers_set_limits(attn__peers *p, const attn__peer_limits *lim);
  * thread, when it opens. */
 struct sockaddr;
 attn__peer *attn__peer_open(attn__peers *p, int fd, const struct sockaddr *sa);
+/* e's client address as text ("127.0.0.1", "::1"), made when it opened;
+ * "" when unknown (e NULL, not IP) or when the limits' access_log is off.
+ * Lives as long as e.  Any thread. */
+const char *attn__peer_address(const attn__peer *e);
 /* Admit the connection e just opened: 0, or the status (429 past
  * max_per_ip, 503 when max_connections are all handling requests) already
  * written on its socket, which is shut down.  Makes room at the limit by

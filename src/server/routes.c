@@ -752,6 +752,20 @@ attn__route_role attn__route_role_of(int row) {
   return row >= 0 && row < N_ROUTES ? routes[row].role : ATTN_ROLE_ANSWER;
 }
 
+const char *attn__route_model(const char *path, int row, char *buf,
+                              size_t cap) {
+  if (row < 0 || row >= N_ROUTES || !path || cap == 0) return NULL;
+  if (routes[row].role == ATTN_ROLE_INFER_V1) return "attention";
+  const char *tpl = routes[row].path, *at = strstr(tpl, "{model}");
+  /* the template's text before {model} is plain, so the path's is the
+   * same length (it matched the row) */
+  if (!at || strncmp(path, tpl, (size_t)(at - tpl)) != 0) return NULL;
+  const char *seg = path + (at - tpl);
+  size_t n = strcspn(seg, "/");
+  if (!copy_segment(seg, n < cap ? n : cap - 1, buf, cap)) return NULL;
+  return buf;
+}
+
 bool attn__route_row_ok(int i, char *why, size_t cap) {
   const route *r = &routes[i];
   const char *p = r->path;

@@ -35,6 +35,14 @@ void attn__route_resolve(const attn__srv_ctx *s, const char *path,
 const char *const *attn__route_templates(size_t *n);
 int attn__route_template(const char *path);
 attn__route_role attn__route_role_of(int route);
+/* routes.c: the model a request to path names, for the access log: on a
+ * row whose template has {model} (v2's model routes, the repository's
+ * load and unload) the path's segment there, copied into buf (cap bytes;
+ * a longer one is cut); "attention" on /v1/attention; NULL on other
+ * rows (route: the row path matched, attn__route_template).  Any
+ * thread. */
+const char *attn__route_model(const char *path, int route, char *buf,
+                              size_t cap);
 /* routes.c, for its unit test: the rows, and whether row i (< count) has
  * what the metrics and GET /'s list need (why, when not). */
 int attn__route_count(void);

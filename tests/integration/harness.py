@@ -103,13 +103,18 @@ class Server:
     """One attnd process.  Extra flags come after the defaults set here, so
     they win (attnd reads flags left to right).  models_dir=None leaves
     --models-dir out (the config file's or the default then counts); cwd is
-    its working directory (default: ours)."""
+    its working directory (default: ours).  journal_stream: JOURNAL_STREAM
+    names its log file (device:inode), as systemd names the journal's
+    stream, so attnd takes its stderr for the journal.  NOTIFY_SOCKET and
+    JOURNAL_STREAM of our own environment are never passed on (a run
+    under systemd would tell its manager, or prefix every line)."""
 
     def __init__(self, *flags, name="attnd", wrap=(), env=None, unset=(),
-                 models_dir=True, cwd=None):
+                 models_dir=True, cwd=None, journal_stream=False):
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix="attnd-it-%s-" % name,
                                              suffix=".log")
+        st = os.fstat(fd)
         self._log = os.fdopen(fd, "wb")
         # read through our own handle: works even if the file is unlinked
         self._log_r = open(self.log_path, "rb")
@@ -117,7 +122,12 @@ class Server:
         cmd = list(wrap) + [cfg.attnd, "--host", HOST, "--port", "0"] + md + [
             "--log-format", "json", "--access-log", "true"] + list(flags)
         self.cmd = cmd
-        environ = dict(os.environ, **(env or {}))
+        environ = dict(os.environ)
+        for k in ("NOTIFY_SOCKET", "JOURNAL_STREAM"):
+            environ.pop(k, None)
+        if journal_stream:
+            environ["JOURNAL_STREAM"] = "%d:%d" % (st.st_dev, st.st_ino)
+        environ.update(env or {})
         for k in unset:
             environ.pop(k, None)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,

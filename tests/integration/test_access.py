@@ -77,8 +77,9 @@ def api_keys_guard_every_route_but_the_public_ones():
                         headers={"Authorization": "Basic c2VjcmV0"})
             expect_status(r, 401, "Basic")
             check("Bearer" in r.json()["error"], repr(r))
-            wait_log(s, lambda l: l.get("status") == 401 and
-                     l.get("path") == "/v1/models", "for the 401s")
+            line = wait_log(s, lambda l: l.get("status") == 401 and
+                            l.get("path") == "/v1/models", "for the 401s")
+            check(line.get("client") == "127.0.0.1", "401 line %r" % line)
             check("secret-key" not in s.log_text(), "a key is in the log")
 
 
@@ -269,6 +270,10 @@ def traceparent_trace_id_in_the_access_line():
     line = wait_log(s, lambda l: l.get("request_id") == "tp-good",
                     "for tp-good")
     check(line.get("trace_id") == trace, "trace_id %r" % line.get("trace_id"))
+    # then the client fields (issue 44), then request_id; /v2 names no model
+    fields = list(line)
+    check(fields[-3:] == ["trace_id", "client", "request_id"] and
+          line["client"] == "127.0.0.1", "access line %r" % line)
     for i, bad in enumerate(("00-%s-0000000000000000-01" % trace,
                              "00-%s-00f067aa0ba902b7-01" % ("0" * 32),
                              "ff-%s-00f067aa0ba902b7-01" % trace,

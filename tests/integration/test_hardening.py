@@ -243,9 +243,12 @@ def slow_headers_cut_with_408():
         finally:
             s.close()
             ka.close()
-        wait_log(srv, lambda l: l.get("status") == 408 and
-                 l.get("closed") == "header_timeout",
-                 "for the header timeout (408, closed header_timeout)")
+        line = wait_log(srv, lambda l: l.get("status") == 408 and
+                        l.get("closed") == "header_timeout",
+                        "for the header timeout (408, closed header_timeout)")
+        # no request began, but the peer is known (issue 44)
+        check(line.get("client") == "127.0.0.1" and "model" not in line,
+              "408 line %r" % line)
         m = request(srv.port, "GET", "/metrics").body.decode()
         n408 = [l for l in m.splitlines()
                 if l.startswith("attnd_http_requests_total{") and

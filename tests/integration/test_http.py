@@ -532,8 +532,10 @@ def access_log_line():
     r404 = request(s.port, "GET", "/v2/models/nosuchmodel",
                    headers={"X-Request-Id": rid + "-404"})
     expect_status(r404, 404, "404 to log")
-    want = {rid: (r, "POST", "/v1/attention", 200, len(body)),
-            rid + "-404": (r404, "GET", "/v2/models/nosuchmodel", 404, 0)}
+    # the model run (a /v1 body naming none runs sdpa), or the URL's
+    want = {rid: (r, "POST", "/v1/attention", 200, len(body), "sdpa"),
+            rid + "-404": (r404, "GET", "/v2/models/nosuchmodel", 404, 0,
+                           "nosuchmodel")}
     found = {}
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and len(found) < len(want):
@@ -542,12 +544,16 @@ def access_log_line():
                 found[line["request_id"]] = line
         if len(found) < len(want):
             time.sleep(0.05)
-    for key, (resp, method, path, status, nin) in want.items():
+    for key, (resp, method, path, status, nin, model) in want.items():
         line = found.get(key)
         check(line is not None, "no access log line with request_id %r" % key)
         for f in ("method", "path", "status", "bytes_in", "bytes_out",
-                  "queue_ms", "compute_ms", "request_id"):
+                  "queue_ms", "compute_ms", "client", "request_id"):
             check(f in line, "access line lacks %r: %r" % (f, line))
+        # the peer as libmicrohttpd sees it; http.client sends no
+        # User-Agent, so the line has none
+        check(line["client"] == "127.0.0.1" and line.get("model") == model
+              and "user_agent" not in line, "access line %r" % line)
         check(line["method"] == method and line["path"] == path and
               line["status"] == status, "access line %r" % line)
         check(line["bytes_in"] == nin, "bytes_in %r, sent %d" %
