@@ -126,16 +126,20 @@ AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
   }
 }
 
-/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask. */
-AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, int acc, float *c,
-                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask, B's
+ * loads unmasked when full (all 32 columns: the masks then live in no
+ * register, which left the loop short of registers). */
+AVX512 INLINE void tile_nn(const int mr, const int full, int64_t k,
+                           const float *a, int64_t lda, const float *b,
+                           int64_t ldb, int acc, float *c, int64_t ldc,
+                           __mmask16 m0, __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk++) {
-    __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
-    __m512 b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    __m512 b0 = full ? _mm512_loadu_ps(b) : _mm512_maskz_loadu_ps(m0, b);
+    __m512 b1 =
+        full ? _mm512_loadu_ps(b + 16) : _mm512_maskz_loadu_ps(m1, b + 16);
     b += ldb;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
       __m512 x = _mm512_set1_ps(a[r * lda + kk]);
@@ -178,9 +182,12 @@ static AVX512 void block_nn(int mr, int64_t k, const float *a, int64_t lda,
                             const float *b, int64_t ldb, int acc, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                            \
-  case n:                                               \
-    tile_nn(n, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
+#define X(n)                                                 \
+  case n:                                                    \
+    if (m1 == 0xFFFF)                                        \
+      tile_nn(n, 1, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
+    else                                                     \
+      tile_nn(n, 0, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X
