@@ -413,7 +413,7 @@ typedef struct core_ctx {
   const attn_attend_opts *o;
   float scale, softcap;
   float *weights;
-  int64_t tq, tk, nqb;
+  int64_t tq, tk, sld, nqb; /* sld: the streaming scores' row stride */
   int streaming;
   float **scratch;   /* per thread */
   float *kpack;      /* keys packed per (b, key head), or NULL: see scores() */
@@ -703,7 +703,7 @@ typedef struct stream_unit {
  * last one. */
 static void streaming_rows(const core_ctx *c, const stream_unit *su, int64_t r0,
                            int64_t r1, int64_t j0, int64_t w) {
-  int64_t tk = c->tk, Dv = c->Dv, b = su->b, h = su->h, i0 = su->i0;
+  int64_t tk = c->sld, Dv = c->Dv, b = su->b, h = su->h, i0 = su->i0;
   float *S = su->S, *O = su->O, *mrun = su->mrun;
   double *lrun = su->lrun;
   uint16_t *qb = su->qb;
@@ -772,11 +772,11 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
             c->vpack_at;
     su.vld = Dv;
   }
-  /* scratch: l [tq] doubles first (malloc alignment), then S [tq, tk],
+  /* scratch: l [tq] doubles first (malloc alignment), then S [tq, sld],
    * O [tq, Dv], m [tq] floats, then (fp32) the unit's query rows */
   su.lrun = (double *)(void *)c->scratch[tid];
   su.S = c->scratch[tid] + 2 * c->tq;
-  su.O = su.S + c->tq * tk;
+  su.O = su.S + c->tq * c->sld;
   su.mrun = su.O + c->tq * Dv;
   if (c->qcopy_at && su.qld != c->Dk) {
     /* heads side by side: rows H * Dk floats apart, often a multiple of
@@ -852,7 +852,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
  * and the number of units. */
 typedef struct core_plan {
   int streaming;
-  int64_t tq, tk, nqb, units;
+  int64_t tq, tk, sld, nqb, units;
   int threads;
   size_t scratch_floats;
   size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
@@ -921,9 +921,12 @@ static attn_status plan_unit_scratch(const attn_attend_opts *o, int64_t Lq,
                                      int64_t Lk, int64_t Dk, int64_t Dv, int bf,
                                      core_plan *pl, size_t *f, attn_diag *d) {
   if (pl->streaming) {
-    /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq], and in fp32 the
-     * query rows [tq, Dk] on a line */
-    *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
+    /* l [tq] doubles, S [tq, sld], O [tq, Dv], m [tq], and in fp32 the
+     * query rows [tq, Dk] on a line.  S's rows are a line longer than
+     * whole lines of tk floats: 2 KiB apart (tk 512), a register tile's
+     * 12 rows of scores fell in two sets of L1. */
+    pl->sld = (pl->tk + 15) / 16 * 16 + 16;
+    *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->sld +
          (size_t)pl->tq * (size_t)Dv + (size_t)pl->tq;
     if (!bf) {
       pl->qcopy_at = (*f + 15) / 16 * 16;
@@ -1102,6 +1105,7 @@ static void pack_unit(void *vctx, int64_t u, int tid) {
 static attn_status run_core(core_ctx *c, const core_plan *pl) {
   c->tq = pl->tq;
   c->tk = pl->tk;
+  c->sld = pl->sld;
   c->nqb = pl->nqb;
   c->streaming = pl->streaming;
   c->upack_at = pl->upack_at;

@@ -94,6 +94,15 @@ void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE __attribute__((always_inline)) static inline
 
+/* c += broadcast(*a) * b, the scalar broadcast by the FMA's own memory
+ * operand ({1to16}): GCC loads a broadcast used twice into a register
+ * with a separate vbroadcastss, which on Zen 4 takes an FP pipe slot
+ * beside the FMAs. */
+#define FMA_BCAST(c, b, a)                          \
+  __asm__("vfmadd231ps %[x]%{1to16%}, %[y], %[acc]" \
+          : [acc] "+v"(c)                           \
+          : [y] "v"(b), [x] "m"(*(a)))
+
 static AVX512 inline __mmask16 lane_mask(int64_t n) {
   return n >= 16  ? (__mmask16)0xFFFF
          : n <= 0 ? (__mmask16)0
@@ -113,9 +122,8 @@ AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
     __m512 b0 = _mm512_load_ps(p + kk * w);
     __m512 b1 = w > 16 ? _mm512_load_ps(p + kk * w + 16) : b0;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
-      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      if (w > 16) c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      FMA_BCAST(c0[r], b0, a + r * lda + kk);
+      if (w > 16) FMA_BCAST(c1[r], b1, a + r * lda + kk);
     }
   }
   __m512 al = _mm512_set1_ps(alpha);
@@ -142,9 +150,8 @@ AVX512 INLINE void tile_nn(const int mr, const int full, int64_t k,
         full ? _mm512_loadu_ps(b + 16) : _mm512_maskz_loadu_ps(m1, b + 16);
     b += ldb;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
-      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      FMA_BCAST(c0[r], b0, a + r * lda + kk);
+      FMA_BCAST(c1[r], b1, a + r * lda + kk);
     }
   }
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
