@@ -1410,6 +1410,71 @@ static void check_deterministic(attn_precision prec, uint64_t seed,
   free_masks(&m);
 }
 
+/* The streaming core copies a unit's query rows and packs each key head's
+ * values when heads sit side by side ([L, H * D], rows H * D floats
+ * apart): the same numbers laid out head by head ([H, L, D]) give the same
+ * bits, grouped heads, ragged key tiles, causal or not, 1 and 2 threads. */
+START_TEST(test_sdpa_layouts_same_bits) {
+  enum { H = 4, HKV = 2, LQ = 300, LK = 700, DK = 64, DV = 48 };
+  rng_seed(45);
+  float *qa = rnd_buf((size_t)LQ * H * DK),
+        *ka = rnd_buf((size_t)LK * HKV * DK);
+  float *va = rnd_buf((size_t)LK * HKV * DV);
+  float *qb = malloc(sizeof(float) * LQ * H * DK),
+        *kb = malloc(sizeof(float) * LK * HKV * DK),
+        *vb = malloc(sizeof(float) * LK * HKV * DV);
+  float *oa = malloc(sizeof(float) * LQ * H * DV),
+        *ob = malloc(sizeof(float) * LQ * H * DV);
+  for (int h = 0; h < H; h++)
+    for (int i = 0; i < LQ; i++)
+      memcpy(qb + ((size_t)h * LQ + i) * DK, qa + ((size_t)i * H + h) * DK,
+             DK * sizeof(float));
+  for (int h = 0; h < HKV; h++)
+    for (int j = 0; j < LK; j++) {
+      memcpy(kb + ((size_t)h * LK + j) * DK, ka + ((size_t)j * HKV + h) * DK,
+             DK * sizeof(float));
+      memcpy(vb + ((size_t)h * LK + j) * DV, va + ((size_t)j * HKV + h) * DV,
+             DV * sizeof(float));
+    }
+  attn_sdpa_problem pa = {.B = 1,
+                          .H = H,
+                          .Hkv = HKV,
+                          .Lq = LQ,
+                          .Lk = LK,
+                          .Dk = DK,
+                          .Dv = DV,
+                          .q = {qa, 0, DK, H * DK},
+                          .k = {ka, 0, DK, HKV * DK},
+                          .v = {va, 0, DV, HKV * DV}};
+  attn_sdpa_problem pb = pa;
+  pb.q = (attn_view){qb, 0, LQ * DK, DK};
+  pb.k = (attn_view){kb, 0, LK * DK, DK};
+  pb.v = (attn_view){vb, 0, LK * DV, DV};
+  attn_mview outa = {oa, 0, DV, H * DV}, outb = {ob, 0, LQ * DV, DV};
+  for (int causal = 0; causal < 2; causal++)
+    for (int threads = 1; threads <= 2; threads++) {
+      attn_exec x = {.threads = threads, .path = ATTN_PATH_STREAMING};
+      pa.o.causal = pb.o.causal = causal;
+      ck_assert_int_eq(attn_sdpa(&pa, &x, outa, NULL, NULL), ATTN_OK);
+      ck_assert_int_eq(attn_sdpa(&pb, &x, outb, NULL, NULL), ATTN_OK);
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < LQ; i++)
+          ck_assert_msg(
+              memcmp(oa + ((size_t)i * H + h) * DV,
+                     ob + ((size_t)h * LQ + i) * DV, DV * sizeof(float)) == 0,
+              "causal %d threads %d head %d row %d", causal, threads, h, i);
+    }
+  free(qa);
+  free(ka);
+  free(va);
+  free(qb);
+  free(kb);
+  free(vb);
+  free(oa);
+  free(ob);
+}
+END_TEST
+
 START_TEST(test_deterministic) {
   check_deterministic(ATTN_PRECISION_FP32, 42, 2);
 }
@@ -2299,6 +2364,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_sdpa_aliased_inputs);
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);
+  tcase_add_test(tc, test_sdpa_layouts_same_bits);
   tcase_add_test(tc, test_expf);
   tcase_add_test(tc, test_sdpa_score_overflow);
   tcase_add_test(tc, test_row_kernels_agree);
