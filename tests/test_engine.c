@@ -1436,16 +1436,18 @@ START_TEST(test_sdpa_layouts_same_bits) {
       memcpy(vb + ((size_t)h * LK + j) * DV, va + ((size_t)j * HKV + h) * DV,
              DV * sizeof(float));
     }
-  attn_sdpa_problem pa = {.B = 1,
-                          .H = H,
-                          .Hkv = HKV,
-                          .Lq = LQ,
-                          .Lk = LK,
-                          .Dk = DK,
-                          .Dv = DV,
-                          .q = {qa, 0, DK, H * DK},
-                          .k = {ka, 0, DK, HKV * DK},
-                          .v = {va, 0, DV, HKV * DV}};
+  /* B H Hkv Lq Lk Dk Dv, then the views [L, H * D] */
+  attn_sdpa_problem pa = {1,
+                          H,
+                          HKV,
+                          LQ,
+                          LK,
+                          DK,
+                          DV,
+                          {qa, 0, DK, H * DK},
+                          {ka, 0, DK, HKV * DK},
+                          {va, 0, DV, HKV * DV},
+                          {0}};
   attn_sdpa_problem pb = pa;
   pb.q = (attn_view){qb, 0, LQ * DK, DK};
   pb.k = (attn_view){kb, 0, LK * DK, DK};
