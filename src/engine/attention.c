@@ -840,8 +840,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
     float *dst = op + r * c->out.ld;
     if (lrun[r] != 0.0) { /* 0: no key attended; NaN (overflowed
                              scores) stays NaN, as in materialised_unit */
-      float inv = (float)(1.0 / lrun[r]);
-      for (int64_t j = 0; j < Dv; j++) dst[j] = O[r * Dv + j] * inv;
+      attn__row_scale_to(dst, O + r * Dv, Dv, (float)(1.0 / lrun[r]));
     } else {
       memset(dst, 0, Dv * sizeof *dst);
     }

@@ -111,10 +111,12 @@ static AVX512 inline __mmask16 lane_mask(int64_t n) {
 
 /* C[mr, w] = alpha * A[mr, k] P^T for one panel P [k][w], w = 32 (NR, the
  * packed panels) or 16 (nt_small's): one FMA chain per element over k in
- * order, then alpha, so a column's bits do not depend on w. */
-AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
-                           int64_t lda, const float *p, float alpha, float *c,
-                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+ * order, then alpha, so a column's bits do not depend on w.  full: all w
+ * columns stored, without masks. */
+AVX512 INLINE void tile_nt(const int mr, const int w, const int full, int64_t k,
+                           const float *a, int64_t lda, const float *p,
+                           float alpha, float *c, int64_t ldc, __mmask16 m0,
+                           __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
@@ -128,15 +130,20 @@ AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
   }
   __m512 al = _mm512_set1_ps(alpha);
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-    _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
-    if (w > 16)
-      _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+    if (full) {
+      _mm512_storeu_ps(c + r * ldc, _mm512_mul_ps(c0[r], al));
+      if (w > 16) _mm512_storeu_ps(c + r * ldc + 16, _mm512_mul_ps(c1[r], al));
+    } else {
+      _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
+      if (w > 16)
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+    }
   }
 }
 
-/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask, B's
- * loads unmasked when full (all 32 columns: the masks then live in no
- * register, which left the loop short of registers). */
+/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask, or
+ * all 32 without masks when full (the masks then live in no register,
+ * which left the loop short of registers). */
 AVX512 INLINE void tile_nn(const int mr, const int full, int64_t k,
                            const float *a, int64_t lda, const float *b,
                            int64_t ldb, int acc, float *c, int64_t ldc,
@@ -155,12 +162,22 @@ AVX512 INLINE void tile_nn(const int mr, const int full, int64_t k,
     }
   }
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-    if (acc) {
-      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, c + r * ldc));
-      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, c + r * ldc + 16));
+    float *cr = c + r * ldc;
+    if (full) {
+      if (acc) {
+        c0[r] = _mm512_add_ps(c0[r], _mm512_loadu_ps(cr));
+        c1[r] = _mm512_add_ps(c1[r], _mm512_loadu_ps(cr + 16));
+      }
+      _mm512_storeu_ps(cr, c0[r]);
+      _mm512_storeu_ps(cr + 16, c1[r]);
+      continue;
     }
-    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
-    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+    if (acc) {
+      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
+      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, c0[r]);
+    _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
   }
 }
 
@@ -173,12 +190,14 @@ static AVX512 void block_nt(int mr, int narrow, int64_t k, const float *a,
                             int64_t lda, const float *p, float alpha, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                               \
-  case n:                                                  \
-    if (narrow)                                            \
-      tile_nt(n, 16, k, a, lda, p, alpha, c, ldc, m0, m1); \
-    else                                                   \
-      tile_nt(n, NR, k, a, lda, p, alpha, c, ldc, m0, m1); \
+#define X(n)                                                  \
+  case n:                                                     \
+    if (narrow)                                               \
+      tile_nt(n, 16, 0, k, a, lda, p, alpha, c, ldc, m0, m1); \
+    else if (m1 == 0xFFFF)                                    \
+      tile_nt(n, NR, 1, k, a, lda, p, alpha, c, ldc, m0, m1); \
+    else                                                      \
+      tile_nt(n, NR, 0, k, a, lda, p, alpha, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X
