@@ -1197,6 +1197,48 @@ START_TEST(test_sdpa_aliased_inputs) {
 }
 END_TEST
 
+/* Inputs of a million floats or more are scanned for NaN and Inf on the
+ * call's threads: a value anywhere (the last row of a head in the middle,
+ * heads side by side or head by head, the last column of the value only)
+ * is found, in the right row, with 1 and 2 threads. */
+START_TEST(test_sdpa_nonfinite_threads) {
+  enum { H = 4, L = 4096, D = 64 };
+  size_t n = (size_t)H * L * D;
+  float *q = calloc(n, sizeof *q), *k = calloc(n, sizeof *k),
+        *v = calloc(n, sizeof *v), *o = malloc(n * sizeof *o);
+  attn_diag d = {{0}};
+  char want[96];
+  for (int layout = 0; layout < 2; layout++)
+    for (int threads = 1; threads <= 2; threads++) {
+      /* [L, H * D] (heads side by side) or [H, L, D] */
+      int64_t sh = layout ? (int64_t)L * D : D, ld = layout ? D : H * D;
+      attn_sdpa_problem p = {
+          1,  H, H, L, L, D, D, {q, 0, sh, ld}, {k, 0, sh, ld}, {v, 0, sh, ld},
+          {0}};
+      attn_exec x = {.threads = threads};
+      attn_mview out = {o, 0, sh, ld};
+      size_t at = (size_t)2 * sh + (size_t)(L - 1) * ld; /* head 2, last row */
+      k[at + 5] = NAN;
+      ck_assert_int_eq(attn_sdpa(&p, &x, out, NULL, &d), ATTN_ENONFINITE);
+      snprintf(want, sizeof want, "key contains NaN or Inf (row %d of",
+               2 * L + L - 1);
+      ck_assert_msg(strstr(d.msg, want), "%s (threads %d)", d.msg, threads);
+      k[at + 5] = 0.0f;
+      v[at + D - 1] = -INFINITY;
+      p.Dk = D - 1; /* the key's last column is not read */
+      ck_assert_int_eq(attn_sdpa(&p, &x, out, NULL, &d), ATTN_ENONFINITE);
+      snprintf(want, sizeof want, "value contains NaN or Inf (row %d of",
+               2 * L + L - 1);
+      ck_assert_msg(strstr(d.msg, want), "%s (threads %d)", d.msg, threads);
+      v[at + D - 1] = 0.0f;
+    }
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+}
+END_TEST
+
 START_TEST(test_sdpa_misuse) {
   tiny t;
   uint8_t bm[6] = {0};
@@ -2363,6 +2405,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_sdpa_causal_alignment);
   tcase_add_test(tc, test_mha_table);
   tcase_add_test(tc, test_sdpa_misuse);
+  tcase_add_test(tc, test_sdpa_nonfinite_threads);
   tcase_add_test(tc, test_sdpa_aliased_inputs);
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);

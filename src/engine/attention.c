@@ -1331,10 +1331,56 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
 /* sdpa's value checks, after its shape checks and plan: q, k and v (a view
  * that is the one before it is not looked at twice), then the options'
  * values. */
-static attn_status sdpa_check_values(const attn_sdpa_problem *p, attn_diag *d) {
+/* view_nonfinite's scan on threads: the view as matrices of rows x cols
+ * (rows ld apart), in units of FINITE_ROWS rows; a unit that finds a
+ * non-finite value sets bad.  Only the answer "all finite" is taken from
+ * here: the first bad row is found again by view_nonfinite. */
+#define FINITE_ROWS 256
+#define FINITE_MIN_FLOATS ((int64_t)1 << 20) /* below: one thread scans */
+
+typedef struct finite_ctx {
+  const float *data;
+  int64_t n1, s0, s1, rows, ld, cols, per; /* per: units per matrix */
+  atomic_int bad;
+} finite_ctx;
+
+static void finite_unit(void *vctx, int64_t u, int tid) {
+  finite_ctx *f = vctx;
+  int64_t m = u / f->per, i0 = u % f->per * FINITE_ROWS;
+  int64_t i1 = i0 + FINITE_ROWS < f->rows ? i0 + FINITE_ROWS : f->rows;
+  const float *p = f->data + m / f->n1 * f->s0 + m % f->n1 * f->s1;
+  int ok = 1;
+  (void)tid;
+  if (f->ld == f->cols)
+    ok = row_finite(p + i0 * f->ld, (i1 - i0) * f->cols);
+  else
+    for (int64_t i = i0; i < i1 && ok; i++)
+      ok = row_finite(p + i * f->ld, f->cols);
+  if (!ok) atomic_store(&f->bad, 1);
+}
+
+static int64_t view_nonfinite_on(int threads, const float *data, int64_t n0,
+                                 int64_t s0, int64_t n1, int64_t s1,
+                                 int64_t rows, int64_t ld, int64_t cols) {
+  if (threads > 1 && n0 * n1 * rows * cols >= FINITE_MIN_FLOATS) {
+    finite_ctx f = {data, n1, s0, s1, rows, ld, cols, 0, 0};
+    if (n1 > 1 && s1 == cols && ld == n1 * cols) { /* heads side by side */
+      f.n1 = 1;
+      f.cols = f.ld;
+    }
+    f.per = (rows + FINITE_ROWS - 1) / FINITE_ROWS;
+    atomic_init(&f.bad, 0);
+    attn__parallel_for(threads, n0 * f.n1 * f.per, finite_unit, &f);
+    if (!atomic_load(&f.bad)) return -1;
+  }
+  return view_nonfinite(data, n0, s0, n1, s1, rows, ld, cols);
+}
+
+static attn_status sdpa_check_values(const attn_sdpa_problem *p, int threads,
+                                     attn_diag *d) {
   int64_t at;
-  if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
-                           p->q.ld, p->Dk)) >= 0)
+  if ((at = view_nonfinite_on(threads, p->q.data, p->B, p->q.sb, p->H, p->q.sh,
+                              p->Lq, p->q.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "query contains NaN or Inf (row %lld of [B*H*Lq])",
                          (long long)at);
@@ -1342,13 +1388,15 @@ static attn_status sdpa_check_values(const attn_sdpa_problem *p, attn_diag *d) {
    * value: the same elements need no second look */
   bool k_is_q = p->Hkv == p->H && p->Lk == p->Lq && same_view(&p->k, &p->q);
   bool v_is_k = p->Dv == p->Dk && same_view(&p->v, &p->k);
-  if (!k_is_q && (at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh,
-                                      p->Lk, p->k.ld, p->Dk)) >= 0)
+  if (!k_is_q &&
+      (at = view_nonfinite_on(threads, p->k.data, p->B, p->k.sb, p->Hkv,
+                              p->k.sh, p->Lk, p->k.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "key contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
-  if (!v_is_k && (at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh,
-                                      p->Lk, p->v.ld, p->Dv)) >= 0)
+  if (!v_is_k &&
+      (at = view_nonfinite_on(threads, p->v.data, p->B, p->v.sb, p->Hkv,
+                              p->v.sh, p->Lk, p->v.ld, p->Dv)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
@@ -1396,7 +1444,7 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
   if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o, x,
                      &pl, d)) ||
-      (s = sdpa_check_values(p, d)))
+      (s = sdpa_check_values(p, pl.threads, d)))
     return s;
   if ((s = alloc_scratch(&pl, &scratch)))
     return attn_diag_set(d, s, "cannot allocate attention workspace");
