@@ -751,6 +751,16 @@ static void streaming_rows(const core_ctx *c, const stream_unit *su, int64_t r0,
                   su->vp + (j0 + jv) * su->vld, su->vld, 1, O + r0 * Dv, Dv);
 }
 
+/* The lines of rows [p, p + rows * ld) (cols floats each) asked for ahead,
+ * for writing: the output's, before the unit's last key tile, so that its
+ * stores at the end do not each wait for a line from memory (1% of the
+ * call at n 2048, h 8, d 64). */
+static void prefetch_rows(float *p, int64_t rows, int64_t ld, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j += 16)
+      __builtin_prefetch(p + r * ld + j, 1, 2);
+}
+
 static void streaming_unit(void *vctx, int64_t u, int tid) {
   const core_ctx *c = vctx;
   stream_unit su = {0};
@@ -821,6 +831,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
       int64_t tn = jend - j0 < tk ? jend - j0 : tk;
+      if (j0 + tk >= jend) prefetch_rows(op, m, c->out.ld, Dv);
       /* Row groups as in materialised_unit: DIAG_ROWS at a time when a
        * causal diagonal crosses this tile, each only as wide as its last
        * row sees. */
