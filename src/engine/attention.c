@@ -7,7 +7,12 @@
  * products: gemm.c's AVX-512 kernels where the CPU has them, else (and for
  * the shapes those do not take) OpenBLAS's cblas_sgemm.  For the scores
  * product the keys of each (b, key head) are packed once, before the units
- * run, when the query has at least PACK_MIN_ROWS rows per head.
+ * run, when the query has at least PACK_MIN_ROWS rows per head; for the
+ * streaming path's P V product the values too (rows of Dv floats side by
+ * side), and each streaming unit copies its query rows into its scratch
+ * when heads sit side by side (issue 45: rows H * D floats apart strode
+ * over a page every few rows and, 4 KiB apart, put a register tile's rows
+ * in one set of L1).
  * The bits a unit produces do not depend on which thread ran it, so results
  * are identical from run to run.  Which kernels a call's products ran
  * (gemm.c's thread-local bits, handed to the calling thread by
