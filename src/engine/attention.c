@@ -793,9 +793,10 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   su.S = c->scratch[tid] + 2 * c->tq;
   su.O = su.S + c->tq * c->sld;
   su.mrun = su.O + c->tq * Dv;
-  if (c->qcopy_at && su.qld != c->Dk) {
+  if (c->qcopy_at && c->kpack && su.qld != c->Dk) {
     /* heads side by side: rows H * Dk floats apart, often a multiple of
-     * 4 KiB, put the 12 rows of a register tile in one set of L1 */
+     * 4 KiB, put the 12 rows of a register tile in one set of L1 (with
+     * the packed keys only: a small call's few rows are not worth it) */
     float *qc = c->scratch[tid] + c->qcopy_at;
     for (int64_t r = 0; r < m; r++)
       memcpy(qc + r * c->Dk, su.qp + r * su.qld, (size_t)c->Dk * sizeof *qc);
@@ -836,7 +837,7 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
       int64_t tn = jend - j0 < tk ? jend - j0 : tk;
-      if (j0 + tk >= jend) prefetch_rows(op, m, c->out.ld, Dv);
+      if (j0 > 0 && j0 + tk >= jend) prefetch_rows(op, m, c->out.ld, Dv);
       /* Row groups as in materialised_unit: DIAG_ROWS at a time when a
        * causal diagonal crosses this tile, each only as wide as its last
        * row sees. */
