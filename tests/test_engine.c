@@ -1197,6 +1197,48 @@ START_TEST(test_sdpa_aliased_inputs) {
 }
 END_TEST
 
+/* Inputs of a million floats or more are scanned for NaN and Inf on the
+ * call's threads: a value anywhere (the last row of a head in the middle,
+ * heads side by side or head by head, the last column of the value only)
+ * is found, in the right row, with 1 and 2 threads. */
+START_TEST(test_sdpa_nonfinite_threads) {
+  enum { H = 4, L = 4096, D = 64 };
+  size_t n = (size_t)H * L * D;
+  float *q = calloc(n, sizeof *q), *k = calloc(n, sizeof *k),
+        *v = calloc(n, sizeof *v), *o = malloc(n * sizeof *o);
+  attn_diag d = {{0}};
+  char want[96];
+  for (int layout = 0; layout < 2; layout++)
+    for (int threads = 1; threads <= 2; threads++) {
+      /* [L, H * D] (heads side by side) or [H, L, D] */
+      int64_t sh = layout ? (int64_t)L * D : D, ld = layout ? D : H * D;
+      attn_sdpa_problem p = {
+          1,  H, H, L, L, D, D, {q, 0, sh, ld}, {k, 0, sh, ld}, {v, 0, sh, ld},
+          {0}};
+      attn_exec x = {.threads = threads};
+      attn_mview out = {o, 0, sh, ld};
+      size_t at = (size_t)2 * sh + (size_t)(L - 1) * ld; /* head 2, last row */
+      k[at + 5] = NAN;
+      ck_assert_int_eq(attn_sdpa(&p, &x, out, NULL, &d), ATTN_ENONFINITE);
+      snprintf(want, sizeof want, "key contains NaN or Inf (row %d of",
+               2 * L + L - 1);
+      ck_assert_msg(strstr(d.msg, want), "%s (threads %d)", d.msg, threads);
+      k[at + 5] = 0.0f;
+      v[at + D - 1] = -INFINITY;
+      p.Dk = D - 1; /* the key's last column is not read */
+      ck_assert_int_eq(attn_sdpa(&p, &x, out, NULL, &d), ATTN_ENONFINITE);
+      snprintf(want, sizeof want, "value contains NaN or Inf (row %d of",
+               2 * L + L - 1);
+      ck_assert_msg(strstr(d.msg, want), "%s (threads %d)", d.msg, threads);
+      v[at + D - 1] = 0.0f;
+    }
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+}
+END_TEST
+
 START_TEST(test_sdpa_misuse) {
   tiny t;
   uint8_t bm[6] = {0};
@@ -1409,6 +1451,73 @@ static void check_deterministic(attn_precision prec, uint64_t seed,
   free(o2);
   free_masks(&m);
 }
+
+/* The streaming core copies a unit's query rows and packs each key head's
+ * values when heads sit side by side ([L, H * D], rows H * D floats
+ * apart): the same numbers laid out head by head ([H, L, D]) give the same
+ * bits, grouped heads, ragged key tiles, causal or not, 1 and 2 threads. */
+START_TEST(test_sdpa_layouts_same_bits) {
+  enum { H = 4, HKV = 2, LQ = 300, LK = 700, DK = 64, DV = 48 };
+  rng_seed(45);
+  float *qa = rnd_buf((size_t)LQ * H * DK),
+        *ka = rnd_buf((size_t)LK * HKV * DK);
+  float *va = rnd_buf((size_t)LK * HKV * DV);
+  float *qb = malloc(sizeof(float) * LQ * H * DK),
+        *kb = malloc(sizeof(float) * LK * HKV * DK),
+        *vb = malloc(sizeof(float) * LK * HKV * DV);
+  float *oa = malloc(sizeof(float) * LQ * H * DV),
+        *ob = malloc(sizeof(float) * LQ * H * DV);
+  for (int h = 0; h < H; h++)
+    for (int i = 0; i < LQ; i++)
+      memcpy(qb + ((size_t)h * LQ + i) * DK, qa + ((size_t)i * H + h) * DK,
+             DK * sizeof(float));
+  for (int h = 0; h < HKV; h++)
+    for (int j = 0; j < LK; j++) {
+      memcpy(kb + ((size_t)h * LK + j) * DK, ka + ((size_t)j * HKV + h) * DK,
+             DK * sizeof(float));
+      memcpy(vb + ((size_t)h * LK + j) * DV, va + ((size_t)j * HKV + h) * DV,
+             DV * sizeof(float));
+    }
+  /* B H Hkv Lq Lk Dk Dv, then the views [L, H * D] */
+  attn_sdpa_problem pa = {1,
+                          H,
+                          HKV,
+                          LQ,
+                          LK,
+                          DK,
+                          DV,
+                          {qa, 0, DK, H * DK},
+                          {ka, 0, DK, HKV * DK},
+                          {va, 0, DV, HKV * DV},
+                          {0}};
+  attn_sdpa_problem pb = pa;
+  pb.q = (attn_view){qb, 0, LQ * DK, DK};
+  pb.k = (attn_view){kb, 0, LK * DK, DK};
+  pb.v = (attn_view){vb, 0, LK * DV, DV};
+  attn_mview outa = {oa, 0, DV, H * DV}, outb = {ob, 0, LQ * DV, DV};
+  for (int causal = 0; causal < 2; causal++)
+    for (int threads = 1; threads <= 2; threads++) {
+      attn_exec x = {.threads = threads, .path = ATTN_PATH_STREAMING};
+      pa.o.causal = pb.o.causal = causal;
+      ck_assert_int_eq(attn_sdpa(&pa, &x, outa, NULL, NULL), ATTN_OK);
+      ck_assert_int_eq(attn_sdpa(&pb, &x, outb, NULL, NULL), ATTN_OK);
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < LQ; i++)
+          ck_assert_msg(
+              memcmp(oa + ((size_t)i * H + h) * DV,
+                     ob + ((size_t)h * LQ + i) * DV, DV * sizeof(float)) == 0,
+              "causal %d threads %d head %d row %d", causal, threads, h, i);
+    }
+  free(qa);
+  free(ka);
+  free(va);
+  free(qb);
+  free(kb);
+  free(vb);
+  free(oa);
+  free(ob);
+}
+END_TEST
 
 START_TEST(test_deterministic) {
   check_deterministic(ATTN_PRECISION_FP32, 42, 2);
@@ -2296,9 +2405,11 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_sdpa_causal_alignment);
   tcase_add_test(tc, test_mha_table);
   tcase_add_test(tc, test_sdpa_misuse);
+  tcase_add_test(tc, test_sdpa_nonfinite_threads);
   tcase_add_test(tc, test_sdpa_aliased_inputs);
   tcase_add_test(tc, test_mha_misuse);
   tcase_add_test(tc, test_deterministic);
+  tcase_add_test(tc, test_sdpa_layouts_same_bits);
   tcase_add_test(tc, test_expf);
   tcase_add_test(tc, test_sdpa_score_overflow);
   tcase_add_test(tc, test_row_kernels_agree);

@@ -7,7 +7,12 @@
  * products: gemm.c's AVX-512 kernels where the CPU has them, else (and for
  * the shapes those do not take) OpenBLAS's cblas_sgemm.  For the scores
  * product the keys of each (b, key head) are packed once, before the units
- * run, when the query has at least PACK_MIN_ROWS rows per head.
+ * run, when the query has at least PACK_MIN_ROWS rows per head; for the
+ * streaming path's P V product the values too (rows of Dv floats side by
+ * side), and each streaming unit copies its query rows into its scratch
+ * when heads sit side by side (issue 45: rows H * D floats apart strode
+ * over a page every few rows and, 4 KiB apart, put a register tile's rows
+ * in one set of L1).
  * The bits a unit produces do not depend on which thread ran it, so results
  * are identical from run to run.  Which kernels a call's products ran
  * (gemm.c's thread-local bits, handed to the calling thread by
@@ -413,13 +418,17 @@ typedef struct core_ctx {
   const attn_attend_opts *o;
   float scale, softcap;
   float *weights;
-  int64_t tq, tk, nqb;
+  int64_t tq, tk, sld, nqb; /* sld: the streaming scores' row stride */
   int streaming;
   float **scratch;   /* per thread */
   float *kpack;      /* keys packed per (b, key head), or NULL: see scores() */
   size_t kpack_head; /* floats per (b, key head) in kpack */
+  size_t vpack_at;   /* > 0: the streaming path's values, rows of Dv floats
+                        side by side, at this float of each head's kpack */
   size_t upack_at;   /* > 0: a window's units pack their band's keys at this
                         float of their scratch (see plan_unit_scratch) */
+  size_t qcopy_at;   /* > 0: fp32 streaming units copy their query rows to
+                        this float of their scratch */
   /* bf16 (attn_precision): keys and values packed per (b, key head) as
    * bf16 panels (gemm.c), and in each thread's scratch from float bf_at
    * on the unit's query rows in bf16 (tq rows of Dk2 values) and then a
@@ -435,8 +444,8 @@ typedef struct core_ctx {
  * on a panel: a unit's own (upan, keys from ub on) or the call's; other
  * calls go to cblas_sgemm. */
 static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
-                   int64_t j0, int64_t w, const float *qrow, float *S,
-                   int64_t lds, const float *upan, int64_t ub,
+                   int64_t j0, int64_t w, const float *qrow, int64_t qld,
+                   float *S, int64_t lds, const float *upan, int64_t ub,
                    const uint16_t *qb) {
   if (c->bf16) { /* qb: the rows in bf16 */
     int64_t ps = attn__bf16_panel_stride(c->Dk);
@@ -446,16 +455,16 @@ static void scores(const core_ctx *c, int64_t b, int64_t hk, int64_t rows,
                     pan + (j0 / ATTN__PANEL) * ps, ps, j0 % ATTN__PANEL, 0, S,
                     lds);
   } else if (upan && (j0 - ub) % ATTN__PANEL == 0) {
-    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
+    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, qld,
                          upan + (j0 - ub) * c->Dk, S, lds);
   } else if (c->kpack && j0 % ATTN__PANEL == 0) {
     const float *pan =
         c->kpack + (size_t)(b * (c->H / c->group) + hk) * c->kpack_head;
-    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, c->q.ld,
-                         pan + j0 * c->Dk, S, lds);
+    attn__gemm_nt_packed(rows, w, c->Dk, c->scale, qrow, qld, pan + j0 * c->Dk,
+                         S, lds);
   } else {
     const float *kp = c->k.data + b * c->k.sb + hk * c->k.sh + j0 * c->k.ld;
-    attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, c->q.ld, kp, c->k.ld, S, lds);
+    attn__gemm_nt(rows, w, c->Dk, c->scale, qrow, qld, kp, c->k.ld, S, lds);
   }
 }
 
@@ -630,7 +639,7 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
       int64_t w = row_end(c, b, i0 + r1 - 1);
       int64_t jv = row_vbeg(c, b, i0 + r0), j0 = panel_floor(jv);
       if (w > j0)
-        scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld,
+        scores(c, b, hk, r1 - r0, j0, w - j0, qp + r0 * c->q.ld, c->q.ld,
                S + r0 * Lk + j0, Lk, NULL, 0, qb ? qb + r0 * c->Dk2 : NULL);
       for (int64_t r = r0; r < r1; r++) {
         int64_t i = i0 + r, e = row_end(c, b, i), v0 = row_vbeg(c, b, i);
@@ -676,19 +685,35 @@ static void materialised_unit(void *vctx, int64_t u, int tid) {
   }
 }
 
+/* A streaming unit: head (b, h) of key head hk, query rows [i0, i0 + m)
+ * at qp (rows qld apart: the caller's, or a copy in the scratch), values
+ * from vp (rows vld apart: the caller's, or packed), the online softmax's
+ * state in the thread's scratch, and a window's own packed keys (upan,
+ * from key ub) or bf16 rows (qb) when used. */
+typedef struct stream_unit {
+  int64_t b, h, hk, i0;
+  const float *qp, *vp;
+  int64_t qld, vld;
+  float *S, *O, *mrun;
+  double *lrun;
+  const float *upan;
+  int64_t ub;
+  uint16_t *qb;
+} stream_unit;
+
 /* One step of the online softmax for rows [r0, r1) of a streaming unit
  * (query rows i0 + r) against keys [j0, j0 + w): scores into S, the running
  * max mrun and sum lrun updated (O rescaled where the max grew), then
  * O += P V.  Rows that see fewer than w of these keys get zeros past their
  * last one. */
-static void streaming_rows(const core_ctx *c, int64_t b, int64_t h, int64_t i0,
-                           int64_t r0, int64_t r1, int64_t j0, int64_t w,
-                           float *S, float *O, float *mrun, double *lrun,
-                           int64_t hk, const float *qp, const float *vp,
-                           const float *upan, int64_t ub, uint16_t *qb) {
-  int64_t tk = c->tk, Dv = c->Dv;
-  scores(c, b, hk, r1 - r0, j0, w, qp + r0 * c->q.ld, S + r0 * tk, tk, upan, ub,
-         qb ? qb + r0 * c->Dk2 : NULL);
+static void streaming_rows(const core_ctx *c, const stream_unit *su, int64_t r0,
+                           int64_t r1, int64_t j0, int64_t w) {
+  int64_t tk = c->sld, Dv = c->Dv, b = su->b, h = su->h, i0 = su->i0;
+  float *S = su->S, *O = su->O, *mrun = su->mrun;
+  double *lrun = su->lrun;
+  uint16_t *qb = su->qb;
+  scores(c, b, su->hk, r1 - r0, j0, w, su->qp + r0 * su->qld, su->qld,
+         S + r0 * tk, tk, su->upan, su->ub, qb ? qb + r0 * c->Dk2 : NULL);
   for (int64_t r = r0; r < r1; r++) {
     /* this row's keys of the tile: [v0, e) (relative to j0) */
     int64_t i = i0 + r, e = row_end(c, b, i) - j0, v0 = row_vbeg(c, b, i) - j0;
@@ -724,38 +749,69 @@ static void streaming_rows(const core_ctx *c, int64_t b, int64_t h, int64_t i0,
   int64_t jv = row_vbeg(c, b, i0 + r0) - j0;
   if (jv < 0) jv = 0;
   if (jv < w && qb)
-    pv_bf16(c, b, hk, r1 - r0, S + r0 * tk + jv, tk, j0 + jv, j0 + w,
+    pv_bf16(c, b, su->hk, r1 - r0, S + r0 * tk + jv, tk, j0 + jv, j0 + w,
             O + r0 * Dv, Dv, 1, qb + c->pb_at);
   else if (jv < w)
     attn__gemm_nn(r1 - r0, Dv, w - jv, S + r0 * tk + jv, tk,
-                  vp + (j0 + jv) * c->v.ld, c->v.ld, 1, O + r0 * Dv, Dv);
+                  su->vp + (j0 + jv) * su->vld, su->vld, 1, O + r0 * Dv, Dv);
+}
+
+/* The lines of rows [p, p + rows * ld) (cols floats each) asked for ahead,
+ * for writing: the output's, before the unit's last key tile, so that its
+ * stores at the end do not each wait for a line from memory (1% of the
+ * call at n 2048, h 8, d 64). */
+static void prefetch_rows(float *p, int64_t rows, int64_t ld, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j += 16)
+      __builtin_prefetch(p + r * ld + j, 1, 2);
 }
 
 static void streaming_unit(void *vctx, int64_t u, int tid) {
   const core_ctx *c = vctx;
+  stream_unit su = {0};
   int64_t b, h, i0, i1;
   unit_coords(c, u, 1, &b, &h, &i0, &i1);
   int64_t m = i1 - i0, hk = h / c->group, tk = c->tk, Dv = c->Dv;
   int64_t jend = row_end(c, b, i1 - 1);
-  const float *qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
-  const float *vp = c->v.data + b * c->v.sb + hk * c->v.sh;
   float *op = c->out.data + b * c->out.sb + h * c->out.sh + i0 * c->out.ld;
-  /* scratch: l [tq] doubles first (malloc alignment), then S [tq, tk],
-   * O [tq, Dv], m [tq] floats */
-  double *lrun = (double *)(void *)c->scratch[tid];
-  float *S = c->scratch[tid] + 2 * c->tq;
-  float *O = S + c->tq * tk;
-  float *mrun = O + c->tq * Dv;
-  uint16_t *qb = NULL;
+  su.b = b;
+  su.h = h;
+  su.hk = hk;
+  su.i0 = i0;
+  su.qp = c->q.data + b * c->q.sb + h * c->q.sh + i0 * c->q.ld;
+  su.qld = c->q.ld;
+  su.vp = c->v.data + b * c->v.sb + hk * c->v.sh;
+  su.vld = c->v.ld;
+  if (c->kpack && c->vpack_at) {
+    su.vp = c->kpack + (size_t)(b * (c->H / c->group) + hk) * c->kpack_head +
+            c->vpack_at;
+    su.vld = Dv;
+  }
+  /* scratch: l [tq] doubles first (malloc alignment), then S [tq, sld],
+   * O [tq, Dv], m [tq] floats, then (fp32) the unit's query rows */
+  su.lrun = (double *)(void *)c->scratch[tid];
+  su.S = c->scratch[tid] + 2 * c->tq;
+  su.O = su.S + c->tq * c->sld;
+  su.mrun = su.O + c->tq * Dv;
+  if (c->qcopy_at && c->kpack && su.qld != c->Dk) {
+    /* heads side by side: rows H * Dk floats apart, often a multiple of
+     * 4 KiB, put the 12 rows of a register tile in one set of L1 (with
+     * the packed keys only: a small call's few rows are not worth it) */
+    float *qc = c->scratch[tid] + c->qcopy_at;
+    for (int64_t r = 0; r < m; r++)
+      memcpy(qc + r * c->Dk, su.qp + r * su.qld, (size_t)c->Dk * sizeof *qc);
+    su.qp = qc;
+    su.qld = c->Dk;
+  }
   if (c->bf16) {
-    qb = bf_area(c, tid);
-    q_bf16(c, b, h, i0, m, qb);
+    su.qb = bf_area(c, tid);
+    q_bf16(c, b, h, i0, m, su.qb);
   }
 
-  memset(O, 0, m * Dv * sizeof *O);
+  memset(su.O, 0, m * Dv * sizeof *su.O);
   for (int64_t r = 0; r < m; r++) {
-    mrun[r] = -INFINITY;
-    lrun[r] = 0.0;
+    su.mrun[r] = -INFINITY;
+    su.lrun[r] = 0.0;
   }
   if (band_left(c)) {
     /* A window's left edge: groups of WINDOW_ROWS rows, each over its own
@@ -764,25 +820,24 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
      * computed, and a group's band (rows + window) is often one tile.
      * When planned, the unit first packs its own band's keys (cache-sized)
      * instead of reading the call's packed keys. */
-    const float *upan = NULL;
-    int64_t ub = panel_floor(row_vbeg(c, b, i0));
-    if (c->upack_at && jend > ub) {
+    su.ub = panel_floor(row_vbeg(c, b, i0));
+    if (c->upack_at && jend > su.ub) {
       float *pp = c->scratch[tid] + c->upack_at;
-      attn__pack_nt(jend - ub, c->Dk,
-                    c->k.data + b * c->k.sb + hk * c->k.sh + ub * c->k.ld,
+      attn__pack_nt(jend - su.ub, c->Dk,
+                    c->k.data + b * c->k.sb + hk * c->k.sh + su.ub * c->k.ld,
                     c->k.ld, pp);
-      upan = pp;
+      su.upan = pp;
     }
     for (int64_t r0 = 0; r0 < m; r0 += WINDOW_ROWS) {
       int64_t r1 = r0 + WINDOW_ROWS < m ? r0 + WINDOW_ROWS : m;
       int64_t hi = row_end(c, b, i0 + r1 - 1);
       for (int64_t j0 = panel_floor(row_vbeg(c, b, i0 + r0)); j0 < hi; j0 += tk)
-        streaming_rows(c, b, h, i0, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk, S,
-                       O, mrun, lrun, hk, qp, vp, upan, ub, qb);
+        streaming_rows(c, &su, r0, r1, j0, hi - j0 < tk ? hi - j0 : tk);
     }
   } else {
     for (int64_t j0 = 0; j0 < jend; j0 += tk) {
       int64_t tn = jend - j0 < tk ? jend - j0 : tk;
+      if (j0 > 0 && j0 + tk >= jend) prefetch_rows(op, m, c->out.ld, Dv);
       /* Row groups as in materialised_unit: DIAG_ROWS at a time when a
        * causal diagonal crosses this tile, each only as wide as its last
        * row sees. */
@@ -792,17 +847,17 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
         int64_t w = row_end(c, b, i0 + r1 - 1) - j0;
         if (w > tn) w = tn;
         if (w <= 0) continue; /* these rows see no key of this tile */
-        streaming_rows(c, b, h, i0, r0, r1, j0, w, S, O, mrun, lrun, hk, qp, vp,
-                       NULL, 0, qb);
+        streaming_rows(c, &su, r0, r1, j0, w);
       }
     }
   }
+  float *O = su.O;
+  double *lrun = su.lrun;
   for (int64_t r = 0; r < m; r++) {
     float *dst = op + r * c->out.ld;
     if (lrun[r] != 0.0) { /* 0: no key attended; NaN (overflowed
                              scores) stays NaN, as in materialised_unit */
-      float inv = (float)(1.0 / lrun[r]);
-      for (int64_t j = 0; j < Dv; j++) dst[j] = O[r * Dv + j] * inv;
+      attn__row_scale_to(dst, O + r * Dv, Dv, (float)(1.0 / lrun[r]));
     } else {
       memset(dst, 0, Dv * sizeof *dst);
     }
@@ -813,11 +868,13 @@ static void streaming_unit(void *vctx, int64_t u, int tid) {
  * and the number of units. */
 typedef struct core_plan {
   int streaming;
-  int64_t tq, tk, nqb, units;
+  int64_t tq, tk, sld, nqb, units;
   int threads;
   size_t scratch_floats;
   size_t kpack_head, kpack_floats; /* packed keys: per key head, in all */
+  size_t vpack_at;                 /* see core_ctx */
   size_t upack_at;                 /* see core_ctx */
+  size_t qcopy_at;                 /* see core_ctx */
   int bf16; /* attn_precision BF16: the fields below as in core_ctx */
   int64_t Dk2, pb_ld;
   size_t bf_at, pb_at, kb_head, vb_head;
@@ -880,9 +937,17 @@ static attn_status plan_unit_scratch(const attn_attend_opts *o, int64_t Lq,
                                      int64_t Lk, int64_t Dk, int64_t Dv, int bf,
                                      core_plan *pl, size_t *f, attn_diag *d) {
   if (pl->streaming) {
-    /* l [tq] doubles, S [tq, tk], O [tq, Dv], m [tq] */
-    *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->tk +
+    /* l [tq] doubles, S [tq, sld], O [tq, Dv], m [tq], and in fp32 the
+     * query rows [tq, Dk] on a line.  S's rows are a line longer than
+     * whole lines of tk floats: 2 KiB apart (tk 512), a register tile's
+     * 12 rows of scores fell in two sets of L1. */
+    pl->sld = (pl->tk + 15) / 16 * 16 + 16;
+    *f = 2 * (size_t)pl->tq + (size_t)pl->tq * (size_t)pl->sld +
          (size_t)pl->tq * (size_t)Dv + (size_t)pl->tq;
+    if (!bf) {
+      pl->qcopy_at = (*f + 15) / 16 * 16;
+      *f = pl->qcopy_at + (size_t)pl->tq * (size_t)Dk;
+    }
   } else if (o->weights == ATTN_WEIGHTS_PER_HEAD) {
     *f = 0;
   } else {
@@ -936,11 +1001,20 @@ static attn_status plan_bf16(int64_t B, int64_t Hkv, int64_t Lk, int64_t Dk,
 
 /* Keys packed once per (b, key head) for the AVX-512 NT kernel when
  * enough query rows reuse them (packing costs about what 32 rows of
- * scores do); not with a window's band packing nor in bf16. */
+ * scores do); not with a window's band packing nor in bf16.  The
+ * streaming path's values go beside them, each key head's rows side by
+ * side (the heads of an [L, H * Dv] matrix are Dv of every H * Dv floats:
+ * the P V kernel's loads then strode over a page every few keys, and the
+ * core took 4% longer than on one head, n 2048, d 64, h 8, issue 45). */
 static void plan_kpack(int64_t B, int64_t Hkv, int64_t Lq, int64_t Lk,
-                       int64_t Dk, int bf, core_plan *pl) {
+                       int64_t Dk, int64_t Dv, int bf, core_plan *pl) {
   if (attn__gemm_packs() && Lq >= PACK_MIN_ROWS && !pl->upack_at && !bf) {
-    size_t per = attn__pack_floats(Lk, Dk), all;
+    size_t per = attn__pack_floats(Lk, Dk), all, vf;
+    if (pl->streaming && attn_size_mul((size_t)Lk, (size_t)Dv, &vf) &&
+        attn_size_add(vf, per, &vf)) {
+      pl->vpack_at = per;
+      per = (vf + 15) / 16 * 16; /* the next head's panels on a line */
+    }
     if (attn_size_mul(per, (size_t)B * (size_t)Hkv, &all)) {
       pl->kpack_head = per;
       pl->kpack_floats = all;
@@ -965,7 +1039,7 @@ static attn_status plan_core(int64_t B, int64_t H, int64_t Hkv, int64_t Lq,
       (bf && (s = plan_bf16(B, Hkv, Lk, Dk, Dv, pl, &f, d))))
     return s;
   pl->scratch_floats = f;
-  plan_kpack(B, Hkv, Lq, Lk, Dk, bf, pl);
+  plan_kpack(B, Hkv, Lq, Lk, Dk, Dv, bf, pl);
   return ATTN_OK;
 }
 
@@ -1030,8 +1104,15 @@ static void pack_unit(void *vctx, int64_t u, int tid) {
                        c->v.ld, c->vb + (size_t)u * c->vb_head);
     return;
   }
+  float *kp = c->kpack + (size_t)u * c->kpack_head;
   attn__pack_nt(c->Lk, c->Dk, c->k.data + b * c->k.sb + hk * c->k.sh, c->k.ld,
-                c->kpack + (size_t)u * c->kpack_head);
+                kp);
+  if (c->vpack_at) {
+    const float *v = c->v.data + b * c->v.sb + hk * c->v.sh;
+    float *vp = kp + c->vpack_at;
+    for (int64_t j = 0; j < c->Lk; j++)
+      memcpy(vp + j * c->Dv, v + j * c->v.ld, (size_t)c->Dv * sizeof *vp);
+  }
 }
 
 /* Packs the keys when planned (if that memory cannot be had, the unpacked
@@ -1040,10 +1121,13 @@ static void pack_unit(void *vctx, int64_t u, int tid) {
 static attn_status run_core(core_ctx *c, const core_plan *pl) {
   c->tq = pl->tq;
   c->tk = pl->tk;
+  c->sld = pl->sld;
   c->nqb = pl->nqb;
   c->streaming = pl->streaming;
   c->upack_at = pl->upack_at;
+  c->qcopy_at = pl->qcopy_at;
   c->kpack = NULL;
+  c->vpack_at = 0;
   c->bf16 = pl->bf16;
   if (c->bf16) {
     float *mem = alloc_floats(pl->bf_panel_floats);
@@ -1066,6 +1150,7 @@ static attn_status run_core(core_ctx *c, const core_plan *pl) {
   if (pl->kpack_floats) {
     c->kpack = alloc_floats(pl->kpack_floats);
     c->kpack_head = pl->kpack_head;
+    c->vpack_at = pl->vpack_at;
     if (c->kpack)
       attn__parallel_for(pl->threads, c->B * (c->H / c->group), pack_unit, c);
   }
@@ -1263,10 +1348,56 @@ attn_status attn_sdpa_bytes(const attn_sdpa_problem *p, const attn_exec *x,
 /* sdpa's value checks, after its shape checks and plan: q, k and v (a view
  * that is the one before it is not looked at twice), then the options'
  * values. */
-static attn_status sdpa_check_values(const attn_sdpa_problem *p, attn_diag *d) {
+/* view_nonfinite's scan on threads: the view as matrices of rows x cols
+ * (rows ld apart), in units of FINITE_ROWS rows; a unit that finds a
+ * non-finite value sets bad.  Only the answer "all finite" is taken from
+ * here: the first bad row is found again by view_nonfinite. */
+#define FINITE_ROWS 256
+#define FINITE_MIN_FLOATS ((int64_t)1 << 20) /* below: one thread scans */
+
+typedef struct finite_ctx {
+  const float *data;
+  int64_t n1, s0, s1, rows, ld, cols, per; /* per: units per matrix */
+  atomic_int bad;
+} finite_ctx;
+
+static void finite_unit(void *vctx, int64_t u, int tid) {
+  finite_ctx *f = vctx;
+  int64_t m = u / f->per, i0 = u % f->per * FINITE_ROWS;
+  int64_t i1 = i0 + FINITE_ROWS < f->rows ? i0 + FINITE_ROWS : f->rows;
+  const float *p = f->data + m / f->n1 * f->s0 + m % f->n1 * f->s1;
+  int ok = 1;
+  (void)tid;
+  if (f->ld == f->cols)
+    ok = row_finite(p + i0 * f->ld, (i1 - i0) * f->cols);
+  else
+    for (int64_t i = i0; i < i1 && ok; i++)
+      ok = row_finite(p + i * f->ld, f->cols);
+  if (!ok) atomic_store(&f->bad, 1);
+}
+
+static int64_t view_nonfinite_on(int threads, const float *data, int64_t n0,
+                                 int64_t s0, int64_t n1, int64_t s1,
+                                 int64_t rows, int64_t ld, int64_t cols) {
+  if (threads > 1 && n0 * n1 * rows * cols >= FINITE_MIN_FLOATS) {
+    finite_ctx f = {data, n1, s0, s1, rows, ld, cols, 0, 0};
+    if (n1 > 1 && s1 == cols && ld == n1 * cols) { /* heads side by side */
+      f.n1 = 1;
+      f.cols = f.ld;
+    }
+    f.per = (rows + FINITE_ROWS - 1) / FINITE_ROWS;
+    atomic_init(&f.bad, 0);
+    attn__parallel_for(threads, n0 * f.n1 * f.per, finite_unit, &f);
+    if (!atomic_load(&f.bad)) return -1;
+  }
+  return view_nonfinite(data, n0, s0, n1, s1, rows, ld, cols);
+}
+
+static attn_status sdpa_check_values(const attn_sdpa_problem *p, int threads,
+                                     attn_diag *d) {
   int64_t at;
-  if ((at = view_nonfinite(p->q.data, p->B, p->q.sb, p->H, p->q.sh, p->Lq,
-                           p->q.ld, p->Dk)) >= 0)
+  if ((at = view_nonfinite_on(threads, p->q.data, p->B, p->q.sb, p->H, p->q.sh,
+                              p->Lq, p->q.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "query contains NaN or Inf (row %lld of [B*H*Lq])",
                          (long long)at);
@@ -1274,13 +1405,15 @@ static attn_status sdpa_check_values(const attn_sdpa_problem *p, attn_diag *d) {
    * value: the same elements need no second look */
   bool k_is_q = p->Hkv == p->H && p->Lk == p->Lq && same_view(&p->k, &p->q);
   bool v_is_k = p->Dv == p->Dk && same_view(&p->v, &p->k);
-  if (!k_is_q && (at = view_nonfinite(p->k.data, p->B, p->k.sb, p->Hkv, p->k.sh,
-                                      p->Lk, p->k.ld, p->Dk)) >= 0)
+  if (!k_is_q &&
+      (at = view_nonfinite_on(threads, p->k.data, p->B, p->k.sb, p->Hkv,
+                              p->k.sh, p->Lk, p->k.ld, p->Dk)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "key contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
-  if (!v_is_k && (at = view_nonfinite(p->v.data, p->B, p->v.sb, p->Hkv, p->v.sh,
-                                      p->Lk, p->v.ld, p->Dv)) >= 0)
+  if (!v_is_k &&
+      (at = view_nonfinite_on(threads, p->v.data, p->B, p->v.sb, p->Hkv,
+                              p->v.sh, p->Lk, p->v.ld, p->Dv)) >= 0)
     return attn_diag_set(d, ATTN_ENONFINITE,
                          "value contains NaN or Inf (row %lld of [B*Hkv*Lk])",
                          (long long)at);
@@ -1328,7 +1461,7 @@ attn_status attn_sdpa(const attn_sdpa_problem *p, const attn_exec *x,
     return attn_diag_set(d, ATTN_EINVAL, "weights requested but buffer NULL");
   if ((s = plan_core(p->B, p->H, p->Hkv, p->Lq, p->Lk, p->Dk, p->Dv, &p->o, x,
                      &pl, d)) ||
-      (s = sdpa_check_values(p, d)))
+      (s = sdpa_check_values(p, pl.threads, d)))
     return s;
   if ((s = alloc_scratch(&pl, &scratch)))
     return attn_diag_set(d, s, "cannot allocate attention workspace");

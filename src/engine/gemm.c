@@ -8,8 +8,11 @@
  * pinned to 256-bit kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU)
  * at half of what the core can do.  Both products here use one register
  * tile of 12 rows x 32 columns (24 zmm accumulators, 16 FMA lanes each):
- * per step of the inner dimension, two vector loads of B and 12 broadcasts
- * of A feed 24 FMAs, so the FMA units, not the loads, set the pace.
+ * per step of the inner dimension, two vector loads of B and 12 values of
+ * A feed 24 FMAs, so the FMA units, not the loads, set the pace.  Each FMA
+ * broadcasts its A value from memory itself ({1to16}, FMA_BCAST): with a
+ * vbroadcastss per row shared by two FMAs, the tiles ran at 90-94% of the
+ * Zen 4's FMA peak, and at 94-98% without (issue 45).
  *  - NT (S = alpha A B^T): B's rows are keys with Dk contiguous, but the
  *    kernel needs 32 keys side by side per Dk step, so B is first packed
  *    into panels of 32 keys stored [Dk][32] (attn__pack_nt; zeros past the
@@ -94,6 +97,15 @@ void attn__pack_nt(int64_t n, int64_t k, const float *b, int64_t ldb,
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE __attribute__((always_inline)) static inline
 
+/* c += broadcast(*a) * b, the scalar broadcast by the FMA's own memory
+ * operand ({1to16}): GCC loads a broadcast used twice into a register
+ * with a separate vbroadcastss, which on Zen 4 takes an FP pipe slot
+ * beside the FMAs. */
+#define FMA_BCAST(c, b, a)                          \
+  __asm__("vfmadd231ps %[x]%{1to16%}, %[y], %[acc]" \
+          : [acc] "+v"(c)                           \
+          : [y] "v"(b), [x] "m"(*(a)))
+
 static AVX512 inline __mmask16 lane_mask(int64_t n) {
   return n >= 16  ? (__mmask16)0xFFFF
          : n <= 0 ? (__mmask16)0
@@ -102,10 +114,12 @@ static AVX512 inline __mmask16 lane_mask(int64_t n) {
 
 /* C[mr, w] = alpha * A[mr, k] P^T for one panel P [k][w], w = 32 (NR, the
  * packed panels) or 16 (nt_small's): one FMA chain per element over k in
- * order, then alpha, so a column's bits do not depend on w. */
-AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
-                           int64_t lda, const float *p, float alpha, float *c,
-                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+ * order, then alpha, so a column's bits do not depend on w.  full: all w
+ * columns stored, without masks. */
+AVX512 INLINE void tile_nt(const int mr, const int w, const int full, int64_t k,
+                           const float *a, int64_t lda, const float *p,
+                           float alpha, float *c, int64_t ldc, __mmask16 m0,
+                           __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
@@ -113,43 +127,60 @@ AVX512 INLINE void tile_nt(const int mr, const int w, int64_t k, const float *a,
     __m512 b0 = _mm512_load_ps(p + kk * w);
     __m512 b1 = w > 16 ? _mm512_load_ps(p + kk * w + 16) : b0;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
-      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      if (w > 16) c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      FMA_BCAST(c0[r], b0, a + r * lda + kk);
+      if (w > 16) FMA_BCAST(c1[r], b1, a + r * lda + kk);
     }
   }
   __m512 al = _mm512_set1_ps(alpha);
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-    _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
-    if (w > 16)
-      _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+    if (full) {
+      _mm512_storeu_ps(c + r * ldc, _mm512_mul_ps(c0[r], al));
+      if (w > 16) _mm512_storeu_ps(c + r * ldc + 16, _mm512_mul_ps(c1[r], al));
+    } else {
+      _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(c0[r], al));
+      if (w > 16)
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(c1[r], al));
+    }
   }
 }
 
-/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask. */
-AVX512 INLINE void tile_nn(const int mr, int64_t k, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, int acc, float *c,
-                           int64_t ldc, __mmask16 m0, __mmask16 m1) {
+/* C[mr, <=32] = A[mr, k] B[k, <=32] (+ C when acc); columns by mask, or
+ * all 32 without masks when full (the masks then live in no register,
+ * which left the loop short of registers). */
+AVX512 INLINE void tile_nn(const int mr, const int full, int64_t k,
+                           const float *a, int64_t lda, const float *b,
+                           int64_t ldb, int acc, float *c, int64_t ldc,
+                           __mmask16 m0, __mmask16 m1) {
   __m512 c0[MR], c1[MR];
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) c0[r] = c1[r] =
       _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk++) {
-    __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
-    __m512 b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    __m512 b0 = full ? _mm512_loadu_ps(b) : _mm512_maskz_loadu_ps(m0, b);
+    __m512 b1 =
+        full ? _mm512_loadu_ps(b + 16) : _mm512_maskz_loadu_ps(m1, b + 16);
     b += ldb;
     _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-      __m512 x = _mm512_set1_ps(a[r * lda + kk]);
-      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      FMA_BCAST(c0[r], b0, a + r * lda + kk);
+      FMA_BCAST(c1[r], b1, a + r * lda + kk);
     }
   }
   _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {
-    if (acc) {
-      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, c + r * ldc));
-      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, c + r * ldc + 16));
+    float *cr = c + r * ldc;
+    if (full) {
+      if (acc) {
+        c0[r] = _mm512_add_ps(c0[r], _mm512_loadu_ps(cr));
+        c1[r] = _mm512_add_ps(c1[r], _mm512_loadu_ps(cr + 16));
+      }
+      _mm512_storeu_ps(cr, c0[r]);
+      _mm512_storeu_ps(cr + 16, c1[r]);
+      continue;
     }
-    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
-    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+    if (acc) {
+      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
+      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, c0[r]);
+    _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
   }
 }
 
@@ -162,12 +193,14 @@ static AVX512 void block_nt(int mr, int narrow, int64_t k, const float *a,
                             int64_t lda, const float *p, float alpha, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                               \
-  case n:                                                  \
-    if (narrow)                                            \
-      tile_nt(n, 16, k, a, lda, p, alpha, c, ldc, m0, m1); \
-    else                                                   \
-      tile_nt(n, NR, k, a, lda, p, alpha, c, ldc, m0, m1); \
+#define X(n)                                                  \
+  case n:                                                     \
+    if (narrow)                                               \
+      tile_nt(n, 16, 0, k, a, lda, p, alpha, c, ldc, m0, m1); \
+    else if (m1 == 0xFFFF)                                    \
+      tile_nt(n, NR, 1, k, a, lda, p, alpha, c, ldc, m0, m1); \
+    else                                                      \
+      tile_nt(n, NR, 0, k, a, lda, p, alpha, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X
@@ -178,9 +211,12 @@ static AVX512 void block_nn(int mr, int64_t k, const float *a, int64_t lda,
                             const float *b, int64_t ldb, int acc, float *c,
                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
   switch (mr) {
-#define X(n)                                            \
-  case n:                                               \
-    tile_nn(n, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
+#define X(n)                                                 \
+  case n:                                                    \
+    if (m1 == 0xFFFF)                                        \
+      tile_nn(n, 1, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
+    else                                                     \
+      tile_nn(n, 0, k, a, lda, b, ldb, acc, c, ldc, m0, m1); \
     break;
     ROW_CASES(X)
 #undef X

@@ -26,6 +26,9 @@ double attn__row_exp_sum(float *s, int64_t n, float m);
 /* s[j] *= f. */
 void attn__row_scale(float *s, int64_t n, float f);
 
+/* dst[j] = src[j] * f. */
+void attn__row_scale_to(float *dst, const float *src, int64_t n, float f);
+
 /* dst[j] += f * src[j]. */
 void attn__row_axpy(float *dst, const float *src, int64_t n, float f);
 

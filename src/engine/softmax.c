@@ -346,6 +346,11 @@ void attn__row_scale(float *s, int64_t n, float f) {
 }
 
 ATTN_CLONES
+void attn__row_scale_to(float *dst, const float *src, int64_t n, float f) {
+  for (int64_t j = 0; j < n; j++) dst[j] = src[j] * f;
+}
+
+ATTN_CLONES
 void attn__row_axpy(float *dst, const float *src, int64_t n, float f) {
   for (int64_t j = 0; j < n; j++) dst[j] += f * src[j];
 }
