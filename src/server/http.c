@@ -20,7 +20,12 @@
  * never resume a connection that is not yet suspended.  The worker's
  * completion stores the response in the connection's context and resumes
  * it; the access handler runs again and queues that response.  A full
- * queue is answered with 503 right away.
+ * queue is answered with 503 right away.  The worker that takes the job
+ * first asks client_gone() whether the client has left (peers.c peeks
+ * the socket, which libmicrohttpd neither reads nor closes while the
+ * connection is suspended); if so the job is dropped (jobs.c) and the
+ * resumed connection is closed with nothing sent, logged 499
+ * "dropped_queued".
  * Threads: on_request and on_completed run on MHD threads; complete() runs
  * on a worker and touches only its own connection's context before
  * MHD_resume_connection (a release point for libmicrohttpd's ITC).
@@ -136,6 +141,7 @@ typedef struct conn_ctx {
   int answering;      /* counted in inflight (see answering()) */
   int must_close;     /* answer with Connection: close (see check_framing()) */
   const char *closed; /* the access log's "closed" when attnd cut it */
+  int dropped;        /* its client left while it was queued: not run */
   atomic_int done;    /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
   attn__peer *peer;             /* the connection's, in srv->peers */
@@ -455,6 +461,17 @@ static void complete(void *arg, attn__http_resp *resp) {
   atomic_store(&cx->done, 1);
   pthread_mutex_unlock(&cx->srv->mu);
   MHD_resume_connection(cx->conn);
+}
+
+/* Worker thread, as it takes the job: has the client left?  The
+ * connection is suspended until this worker's complete(), so
+ * libmicrohttpd cannot have closed its socket; peers.c peeks it under
+ * the registry's lock all the same (attn__peer_left: FIN well after the
+ * request's last byte, or a reset; a client that half-closed after its
+ * request is still answered).  Under TLS never (cx->fd is -1). */
+static bool client_gone(void *arg) {
+  conn_ctx *cx = arg;
+  return cx->fd >= 0 && attn__peer_left(cx->srv->peers, cx->peer);
 }
 
 /* Content-Length, Inference-Header-Content-Length (see internal.h). */
@@ -822,7 +839,8 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
                             (unsigned)s->ctx.cfg->connection_timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
-  if (!attn__job_submit(&s->ctx, &req, &target, complete, cx, &resp)) {
+  if (!attn__job_submit(&s->ctx, &req, &target, complete, client_gone, cx,
+                        &resp)) {
     cx->resp = resp; /* a 503: answered now */
     atomic_store(&cx->done, 1);
     MHD_resume_connection(cx->conn);
@@ -1087,6 +1105,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;
+    if (cx->resp.status == ATTN_DROPPED_STATUS) { /* its client had left */
+      cx->status = ATTN_DROPPED_STATUS;
+      cx->dropped = 1;
+      cx->closed = "dropped_queued";
+      return MHD_NO; /* nothing to send: the connection is closed */
+    }
     /* the daemon's timeout again (see dispatch()) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)cx->srv->ctx.cfg->connection_timeout_s);
@@ -1145,7 +1169,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attn__ended e = {.method = cx->method,
                    .path = cx->path,
                    .status = status,
-                   .answered = cx->status != 0,
+                   .answered = cx->status != 0 && !cx->dropped,
                    .bytes_in = cx->received,
                    .bytes_out = cx->bytes_out,
                    .total_ns = end_ns - cx->start_ns,

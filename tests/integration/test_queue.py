@@ -7,6 +7,7 @@ Run alone: python3 tests/integration/test_queue.py --attnd PATH
 (the options of run.py; see harness.py and README.md).
 """
 
+import http.client
 import json
 import random
 import re
@@ -178,6 +179,133 @@ def client_gone_while_queued_or_running():
                       "ready after abandoned requests")
         decode_v2(request(s.port, "POST", "/v2/models/sdpa/infer",
                           small_v2_body()), "infer after abandoned requests")
+
+
+def metric(port, name, **labels):
+    """The sum of the samples of metric `name` on /metrics whose labels
+    include `labels` (0 when there is none)."""
+    r = request(port, "GET", "/metrics", timeout=10)
+    expect_status(r, 200, "/metrics")
+    total = 0.0
+    for line in r.body.decode("utf-8", "replace").splitlines():
+        m = re.match(r"([a-z_]+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == str(v) for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def wait_metric(port, name, want, secs=20, **labels):
+    """Until metric(name, labels) == want, polled (bounded)."""
+    deadline = time.monotonic() + secs
+    while True:
+        got = metric(port, name, **labels)
+        if got == want:
+            return
+        check(time.monotonic() < deadline, "%s%r stayed %s, not %s" %
+              (name, labels, got, want))
+        time.sleep(0.02)
+
+
+def raw_infer(port, body, hdrs, request_id):
+    """A socket that sent a whole v2 infer request (with X-Request-Id);
+    the caller reads or closes it."""
+    head = ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+            "X-Request-Id: %s\r\n" % request_id +
+            "".join("%s: %s\r\n" % kv for kv in hdrs.items()) +
+            "Content-Length: %d\r\n\r\n" % len(body)).encode()
+    c = socket.create_connection((HOST, port), timeout=HTTP_TIMEOUT_S)
+    c.sendall(head + body)
+    return c
+
+
+@test
+def client_gone_while_queued_is_not_computed():
+    """Issue 44: three large requests queued behind a running one whose
+    clients close before a worker takes them are dropped, not computed:
+    the compute counter grows by the two requests whose clients stayed
+    (the running one, which finishes although its own client left too,
+    and a small one queued behind the dropped ones, answered as a fresh
+    copy of it is; and one that half-closed, shutdown(SHUT_WR), right
+    after sending its request: still waiting for its answer, which it
+    gets), attnd_http_requests_total counts three 499s, each has
+    an access line 499 "closed":"dropped_queued" with no compute time,
+    and the queue gauges come back to 0."""
+    with Server("--workers", "1", name="dropped") as s:
+        body, hdrs, _ = slow_request(s.port)
+        count = "attnd_compute_duration_seconds_count"
+        c0 = metric(s.port, count)
+        gone0 = metric(s.port, "attnd_http_requests_total", code=499)
+        socks, live, half = [], None, None
+        try:
+            socks.append(raw_infer(s.port, body, hdrs, "running-left"))
+            wait_metric(s.port, "attnd_workers_busy", 1)
+            for i in range(3):
+                socks.append(raw_infer(s.port, body, hdrs, "left-%d" % i))
+            wait_metric(s.port, "attnd_queue_depth", 3)
+            half = raw_infer(s.port, small_v2_body(id_="half"),
+                             {"Content-Type": "application/json"}, "half")
+            half.shutdown(socket.SHUT_WR)
+            wait_metric(s.port, "attnd_queue_depth", 4)
+            live = Pending(s.port, "/v2/models/sdpa/infer",
+                           small_v2_body(id_="live"),
+                           {"Content-Type": "application/json",
+                            "X-Request-Id": "live"})
+            wait_metric(s.port, "attnd_queue_depth", 5)
+            # the clients leave well after their last byte (a FIN right
+            # after it is a half-close, still answered: test_http.py)
+            time.sleep(0.3)
+            for c in socks:
+                c.close()
+            socks = []
+            check(metric(s.port, count) == c0 and
+                  metric(s.port, "attnd_queue_depth") == 5,
+                  "the running request finished before the queued clients "
+                  "left: this test needs it to run longer")
+            r = live.response()
+            j, outs = decode_v2(r, "request queued behind dropped ones")
+            check(j.get("id") == "live", "answer id %r" % j.get("id"))
+            again = request(s.port, "POST", "/v2/models/sdpa/infer",
+                            small_v2_body(id_="live"))
+            check(again.status == 200 and again.body == r.body,
+                  "the live answer %r differs from a fresh one %r" %
+                  (r.body, again.body))
+            hr = http.client.HTTPResponse(half)
+            hr.begin()
+            check(hr.status == 200 and hr.read() == r.body.replace(
+                b'"live"', b'"half"'), "the half-closed client's answer")
+            wait_metric(s.port, "attnd_http_requests_total", gone0 + 3,
+                        code=499)
+            # running-left, half, live, again: none of the three dropped
+            wait_metric(s.port, count, c0 + 4)
+            wait_metric(s.port, "attnd_queue_depth", 0)
+            wait_metric(s.port, "attnd_workers_busy", 0)
+            log = s.log_json()
+            acc = {e.get("request_id"): e for e in log
+                   if e.get("type") == "access"}
+            for i in range(3):
+                e = acc.get("left-%d" % i, {})
+                check(e.get("status") == 499 and
+                      e.get("closed") == "dropped_queued" and
+                      not e.get("compute_ms") and e.get("queue_ms", 0) > 0,
+                      "access line of a dropped request: %r" % e)
+            e = acc.get("running-left", {})
+            check(e.get("status") == 200 and e.get("compute_ms", 0) > 0,
+                  "a running request whose client left finishes as before: "
+                  "%r" % e)
+            for rid in ("live", "half"):
+                check(acc.get(rid, {}).get("status") == 200 and
+                      "closed" not in acc[rid], "%s: %r" % (rid, acc.get(rid)))
+            check(metric(s.port, count) == c0 + 4,
+                  "a dropped request was computed after all")
+        finally:
+            for c in socks:
+                c.close()
+            for x in (live, half):
+                if x is not None:
+                    x.close()
 
 
 if __name__ == "__main__":
