@@ -37,9 +37,13 @@
  * (hold_answer frees the body then); a context gives its share back when
  * it stops keeping its body or ends.
  * `inflight` counts the requests being answered (routed, queued, running or
- * being sent: see answering()) for draining; a request whose body is still
- * arriving is not waited for, so a client that stops sending mid-body
- * cannot hold a shutdown for drain_timeout_ms.  The same requests are on
+ * being sent: see answering()) for draining.  `arriving` counts the
+ * requests whose headers came before the drain began and that are not
+ * routed yet (their body is still arriving; settle()):
+ * attn_server_wait_arrivals waits for them, within drain_timeout_ms,
+ * before main closes the queue, and routes.c serves them while draining
+ * (attn__http_req.before_drain); one that stalls past it is cut at exit.
+ * The same requests are on
  * the `live` list (under `mu`) until on_completed, so that when
  * drain_timeout_ms passes attn_server_abandon() can write the access line
  * of each one the exit cuts off; `abandoned` then keeps on_completed from
@@ -97,6 +101,10 @@ struct attn_server {
   int metrics_port;
   int port;
   atomic_int inflight;
+  /* requests whose headers came before the drain began and that are not
+   * routed yet (their body is arriving): attn_server_wait_arrivals waits
+   * for them before the queue is closed */
+  atomic_int arriving;
   /* while draining: when the latest request's headers came (attn_now_ns),
    * for attn_server_wait_idle's quiet period */
   atomic_uint_fast64_t drain_begun_ns;
@@ -140,6 +148,8 @@ typedef struct conn_ctx {
   int suspended;
   int answering;      /* counted in inflight (see answering()) */
   int must_close;     /* answer with Connection: close (see check_framing()) */
+  int before_drain;   /* its headers came before the drain began */
+  int arriving;       /* counted in srv->arriving (see settle()) */
   const char *closed; /* the access log's "closed" when attnd cut it */
   int dropped;        /* its client left while it was queued: not run */
   atomic_int done;    /* a worker stored resp */
@@ -215,6 +225,15 @@ static void answering(conn_ctx *cx) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* cx is routed (its job queued, or an answer chosen) or ended: it no
+ * longer counts in arriving.  After answering(), so that the drain never
+ * sees both at 0 in between.  MHD thread. */
+static void settle(conn_ctx *cx) {
+  if (!cx->arriving) return;
+  cx->arriving = 0;
+  atomic_fetch_sub(&cx->srv->arriving, 1);
+}
+
 /* Take cx off the live list; 1 when its access line is still to be
  * written (attn_server_abandon has not written it).  MHD thread. */
 static int unlink_live(conn_ctx *cx) {
@@ -272,6 +291,7 @@ static void resp_headers(struct MHD_Response *r, const attn__http_resp *resp) {
 static enum MHD_Result send_resp(conn_ctx *cx, attn__http_resp *resp) {
   struct MHD_Response *r;
   answering(cx);
+  settle(cx);
   if (!resp->body) { /* encoding failed for lack of memory */
     static const char oom[] = "{\"error\":\"out of memory\"}";
     resp->status = 503;
@@ -821,6 +841,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .body = cx->body ? cx->body : "",
       .body_len = cx->len,
       .start_ns = cx->start_ns,
+      .before_drain = cx->before_drain,
       .admitted = true,
       .route = cx->adm.route};
   attn__http_resp resp = {0};
@@ -845,6 +866,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
     atomic_store(&cx->done, 1);
     MHD_resume_connection(cx->conn);
   }
+  settle(cx); /* queued (or answered): the drain may close the queue */
   return MHD_YES;
 }
 
@@ -938,8 +960,18 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->srv = s;
   cx->conn = conn;
   cx->start_ns = attn_now_ns();
-  if (atomic_load_explicit(&s->ctx.draining, memory_order_relaxed))
+  /* counted first, then the drain looked at (both sequentially
+   * consistent, as attn_server_begin_drain's store and
+   * attn_server_wait_arrivals' load): either the drain waits for this
+   * request, or this request sees the drain and is refused */
+  atomic_fetch_add(&s->arriving, 1);
+  cx->arriving = 1;
+  if (atomic_load(&s->ctx.draining)) {
     atomic_store(&s->drain_begun_ns, cx->start_ns);
+    settle(cx);
+  } else {
+    cx->before_drain = 1;
+  }
   cx->expect = SIZE_MAX;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -949,6 +981,7 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   cx->peer = ci ? ci->socket_context : NULL;
   if (!attn__peer_begin(cx->peer)) { /* cut (and logged) by peers.c */
+    settle(cx);
     free(cx);
     *con_cls = NULL;
     return MHD_NO;
@@ -1201,6 +1234,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free_body(cx);
   reserve(cx, 0);
   if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
+  settle(cx);
   attn__peer_end(cx->peer);
   free(cx);
   *con_cls = NULL;
@@ -1614,6 +1648,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  atomic_init(&s->arriving, 0);
   atomic_init(&s->drain_begun_ns, 0);
   attn_status st = make_metrics(s, deps, d);
   attn__peer_limits lim = peer_limits(cfg);
@@ -1693,6 +1728,19 @@ void attn_server_begin_drain(attn_server *s) {
   atomic_store(&s->drain_begun_ns, attn_now_ns());
   atomic_store(&s->ctx.unready, true);
   atomic_store(&s->ctx.draining, true);
+}
+
+attn_status attn_server_wait_arrivals(attn_server *s, int64_t timeout_ms,
+                                      int *left) {
+  uint64_t end =
+      attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
+  int n;
+  while ((n = atomic_load(&s->arriving)) > 0 && attn_now_ns() < end) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (left) *left = n > 0 ? n : 0;
+  return n > 0 ? ATTN_ETIMEDOUT : ATTN_OK;
 }
 
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {

@@ -101,6 +101,9 @@ typedef struct attn__http_req {
   const char *body;          /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
+  /* its headers came before the drain began (http.c): still served
+   * while draining, its body read to its end; false: refused 503 then */
+  bool before_drain;
   /* attn__route_admit let it in with its headers: key and method are
    * checked already, and route is its row */
   bool admitted;
