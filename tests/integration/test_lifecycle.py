@@ -19,7 +19,7 @@ from harness import (Failure, HOST, Pending, START_TIMEOUT_S, STOP_TIMEOUT_S,
                      Server, cfg, check, check_slow_answer, decode_v2,
                      exits_cleanly, expect_error, expect_status, half_body,
                      main, rand_f32, request, slow_request, slow_running,
-                     small_v2_body, test, v1, v2_binary)
+                     small_v2_body, test, v1, v2_binary, wait_metric)
 
 
 @test
@@ -114,15 +114,7 @@ def _wait_gauge(s, name, want, secs=10):
     """Until GET /metrics shows the gauge at want (bounded): a loaded
     machine may take longer than a fixed sleep to read a body and queue
     it."""
-    deadline = time.monotonic() + secs
-    while True:
-        r = request(s.port, "GET", "/metrics", timeout=5)
-        for line in r.body.decode("utf-8", "replace").splitlines():
-            if line.startswith(name + " ") and float(line.split()[1]) == want:
-                return
-        check(time.monotonic() < deadline, "%s never reached %s" %
-              (name, want))
-        time.sleep(0.02)
+    wait_metric(s.port, name, want, secs)
 
 
 @test

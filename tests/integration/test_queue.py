@@ -18,8 +18,9 @@ import time
 
 from harness import (HOST, HTTP_TIMEOUT_S, Pending, Server, cfg, check,
                      check_slow_answer, decode_v2, expect_error, expect_status,
-                     main, request, shared, slow_request, small_v2_body, test,
-                     v2_in, v2_infer, v2_sdpa_case)
+                     main, metric, request, shared, slow_request,
+                     small_v2_body, test, v2_in, v2_infer, v2_sdpa_case,
+                     wait_metric)
 
 
 @test
@@ -179,34 +180,6 @@ def client_gone_while_queued_or_running():
                       "ready after abandoned requests")
         decode_v2(request(s.port, "POST", "/v2/models/sdpa/infer",
                           small_v2_body()), "infer after abandoned requests")
-
-
-def metric(port, name, **labels):
-    """The sum of the samples of metric `name` on /metrics whose labels
-    include `labels` (0 when there is none)."""
-    r = request(port, "GET", "/metrics", timeout=10)
-    expect_status(r, 200, "/metrics")
-    total = 0.0
-    for line in r.body.decode("utf-8", "replace").splitlines():
-        m = re.match(r"([a-z_]+)(?:\{(.*)\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(have.get(k) == str(v) for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
-
-
-def wait_metric(port, name, want, secs=20, **labels):
-    """Until metric(name, labels) == want, polled (bounded)."""
-    deadline = time.monotonic() + secs
-    while True:
-        got = metric(port, name, **labels)
-        if got == want:
-            return
-        check(time.monotonic() < deadline, "%s%r stayed %s, not %s" %
-              (name, labels, got, want))
-        time.sleep(0.02)
 
 
 def raw_infer(port, body, hdrs, request_id):
