@@ -24,7 +24,7 @@
  * first asks client_gone() whether the client has left (peers.c peeks
  * the socket, which libmicrohttpd neither reads nor closes while the
  * connection is suspended); if so the job is dropped (jobs.c) and the
- * resumed connection is closed with nothing sent, logged 499
+ * resumed connection answered 499 (to nobody) and closed, logged
  * "dropped_queued".
  * Threads: on_request and on_completed run on MHD threads; complete() runs
  * on a worker and touches only its own connection's context before
@@ -1138,16 +1138,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (atomic_load(&cx->done)) { /* resumed by a worker */
     atomic_store(&cx->done, 0);
     cx->suspended = 0;
-    if (cx->resp.status == ATTN_DROPPED_STATUS) { /* its client had left */
-      cx->status = ATTN_DROPPED_STATUS;
-      cx->dropped = 1;
-      cx->closed = "dropped_queued";
-      return MHD_NO; /* nothing to send: the connection is closed */
-    }
     /* the daemon's timeout again (see dispatch()) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)cx->srv->ctx.cfg->connection_timeout_s);
-    return send_resp(cx, &cx->resp);
+    if (cx->resp.status != ATTN_DROPPED_STATUS) return send_resp(cx, &cx->resp);
+    /* Its client had left: the 499 goes to a closed socket, the
+     * connection then ends.  Answered rather than refused (MHD_NO), which
+     * libmicrohttpd would log as an internal error each time. */
+    cx->dropped = 1;
+    cx->must_close = 1;
+    enum MHD_Result r = send_error(
+        cx, ATTN_DROPPED_STATUS,
+        "the client closed the connection while the request waited in the "
+        "queue: it was dropped, not computed");
+    cx->closed = "dropped_queued";
+    return r;
   }
   if (*upload_size > 0) {
     size_t n = *upload_size;

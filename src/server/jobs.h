@@ -36,9 +36,9 @@ bool attn__job_submit(attn__srv_ctx *s, const attn__http_req *req,
                       const attn__infer_target *t, attn__infer_done done,
                       attn__client_gone gone, void *arg, attn__http_resp *resp);
 
-/* The status of a job dropped because its client had left: nothing is
- * sent (the client is gone); the access log and the metrics count it
- * as 499, as nginx does. */
+/* The status of a job dropped because its client had left: written to
+ * the closed connection (nobody reads it), and what the access log and
+ * the metrics count it as, as nginx does. */
 #define ATTN_DROPPED_STATUS 499
 
 #endif

@@ -199,10 +199,14 @@ static int rx_bytes(int fd, uint64_t *out) {
 }
 
 /* See peers.h.  The FIN's time: a closed socket receives nothing after
- * it (nothing is sent to the client while its request waits, so it has
- * nothing to acknowledge), so the last segment with an ACK is the FIN;
- * the last data before it is the request's end (or a later pipelined
- * request's, which makes the gap smaller: answered). */
+ * it but acknowledgements of what attnd sends, and nothing is sent to
+ * the client while its request waits; so, when attnd has sent no data
+ * since the client's last byte, the last segment with an ACK is the FIN.
+ * The last data before it is the request's end (or a later pipelined
+ * request's, which makes the gap smaller: answered).  When attnd has
+ * sent data since (the answer to an earlier pipelined request, whose
+ * acknowledgements come after a FIN sent with the requests), the FIN's
+ * time is not known: not left, the request is answered. */
 int attn__peer_left(attn__peers *p, attn__peer *e) {
   int left = 0;
   char c;
@@ -218,8 +222,9 @@ int attn__peer_left(attn__peers *p, attn__peer *e) {
     if (getsockopt(e->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
         len >= offsetof(struct tcp_info, tcpi_last_ack_recv) +
                    sizeof ti.tcpi_last_ack_recv)
-      left = ti.tcpi_last_data_recv >=
-             ti.tcpi_last_ack_recv + (uint32_t)ATTN_PEER_LEFT_GAP_MS;
+      left = ti.tcpi_last_data_sent >= ti.tcpi_last_data_recv &&
+             ti.tcpi_last_data_recv >=
+                 ti.tcpi_last_ack_recv + (uint32_t)ATTN_PEER_LEFT_GAP_MS;
   }
   pthread_mutex_unlock(&p->mu);
   return left;

@@ -100,7 +100,9 @@ int attn__peer_body_end(attn__peer *e);
  * that half-closes right after sending its request (shutdown(SHUT_WR))
  * is still waiting for the answer, and such a FIN follows its last bytes
  * at once.  0 when bytes wait unread (a pipelined request), when the
- * socket is open, when that cannot be told (no TCP_INFO, a TLS listener:
+ * socket is open, when that cannot be told (no TCP_INFO; attnd sent data
+ * after the client's last byte, an answer to an earlier pipelined
+ * request, whose acknowledgements may follow the FIN; a TLS listener:
  * the library's close_notify bytes are data), or e is NULL.  Peeks under
  * the registry's lock, so never a descriptor already closed.  Any thread
  * (a worker, as it takes the job). */

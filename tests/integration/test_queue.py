@@ -182,15 +182,19 @@ def client_gone_while_queued_or_running():
                           small_v2_body()), "infer after abandoned requests")
 
 
-def raw_infer(port, body, hdrs, request_id):
-    """A socket that sent a whole v2 infer request (with X-Request-Id);
-    the caller reads or closes it."""
-    head = ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+def raw_head(body, hdrs, request_id):
+    """The request line and headers of a v2 infer request of body."""
+    return ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
             "X-Request-Id: %s\r\n" % request_id +
             "".join("%s: %s\r\n" % kv for kv in hdrs.items()) +
             "Content-Length: %d\r\n\r\n" % len(body)).encode()
+
+
+def raw_infer(port, body, hdrs, request_id):
+    """A socket that sent a whole v2 infer request (with X-Request-Id);
+    the caller reads or closes it."""
     c = socket.create_connection((HOST, port), timeout=HTTP_TIMEOUT_S)
-    c.sendall(head + body)
+    c.sendall(raw_head(body, hdrs, request_id) + body)
     return c
 
 
@@ -279,6 +283,61 @@ def client_gone_while_queued_is_not_computed():
             for x in (live, half):
                 if x is not None:
                     x.close()
+
+
+def _responses(data):
+    """The HTTP/1.1 responses, each with a Content-Length, in data: a list
+    of (status, headers lower-cased, body)."""
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        hdrs = dict((k.strip().lower(), v.strip()) for k, v in
+                    (x.split(":", 1) for x in lines[1:]))
+        n = int(hdrs.get("content-length", 0))
+        out.append((int(lines[0].split()[1]), hdrs, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+@test
+def pipelined_then_half_closed_is_answered():
+    """A client that pipelines a slow request and a small one on one
+    connection and half-closes right after sending both is still
+    waiting for both answers: the second is queued only once the first's
+    answer is sent, whose acknowledgements come after the client's FIN,
+    so the FIN's time is unknown and the client is not taken for gone.
+    Both answers arrive (the second as a fresh copy of it is), neither
+    is a 499."""
+    with Server("--workers", "1", name="pipelined") as s:
+        body, hdrs, shape = slow_request(s.port)
+        small = small_v2_body(id_="second")
+        ref = request(s.port, "POST", "/v2/models/sdpa/infer", small)
+        expect_status(ref, 200, "the small request alone")
+        c = socket.create_connection((HOST, s.port), timeout=120)
+        try:
+            c.sendall(raw_head(body, hdrs, "first") + body +
+                      raw_head(small, {"Content-Type": "application/json"},
+                               "second") + small)
+            c.shutdown(socket.SHUT_WR)
+            data = b""
+            while True:
+                chunk = c.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            c.close()
+        got = _responses(data)
+        check([g[0] for g in got] == [200, 200],
+              "statuses of the two pipelined requests: %r" %
+              [(g[0], g[2][:120]) for g in got])
+        check(got[1][2] == ref.body, "the second answer %r, alone %r" %
+              (got[1][2], ref.body))
+        acc = {e.get("request_id"): e.get("status") for e in s.log_json()
+               if e.get("type") == "access"}
+        check(acc.get("first") == 200 and acc.get("second") == 200,
+              "access lines: %r" % acc)
 
 
 if __name__ == "__main__":
