@@ -13,11 +13,12 @@
  * Shutdown: with shutdown_delay_ms, readiness turns 503 first while every
  * request is still served, for that long (load balancers stop sending);
  * a second signal ends that delay early.  Then the drain: new requests are
- * refused; queued and running requests finish within drain_timeout_ms; the
- * answers are sent; then everything is destroyed in reverse order of
- * creation and attnd exits 0.  A signal during the drain is ignored.  If
- * the drain runs out of time attnd exits 0 without waiting further.
- * SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
+ * refused; the bodies of those begun before it are read to their end and
+ * queued, queued and running requests finish, all within
+ * drain_timeout_ms; the answers are sent; then everything is destroyed in
+ * reverse order of creation and attnd exits 0.  A signal during the drain is
+ * ignored.  If the drain runs out of time attnd exits 0 without waiting
+ * further. SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
  * admin_api_keys_file and reloads every model file (reload_keys,
  * reload_models; whatever model_control says) while serving; at other
  * times it waits, blocked.  ATTND_API_KEY and ATTND_ADMIN_API_KEY
@@ -851,17 +852,32 @@ static void serve(attn_server *server, attn_registry *models,
   }
 }
 
-/* Drain: refuse new requests, let the queued and running ones finish and
- * their answers go out, within drain_timeout_ms.  Past it, attnd exits 0
- * here and now (_exit: the workers still hold what teardown would free);
- * otherwise returns, for teardown. */
+/* Drain: refuse new requests, read the bodies of those begun before the
+ * signal to their end and queue them, let the queued and running ones
+ * finish and their answers go out, within drain_timeout_ms.  A body
+ * still arriving when it passes is cut at exit (teardown closes its
+ * connection: 499, "closed":"shutdown").  Past it with work queued or
+ * running, attnd exits 0 here and now (_exit: the workers still hold
+ * what teardown would free); otherwise returns, for teardown. */
 static void drain(const attnd *a, const attn_config *cfg) {
   uint64_t t0 = attn_now_ns();
   /* after a shutdown delay, which sent STOPPING=1 already: the status */
   notify(cfg->shutdown_delay_ms > 0 ? "STATUS=draining"
                                     : "STOPPING=1\nSTATUS=draining");
+  int arriving = 0;
   attn_server_begin_drain(a->server);
-  if (attn_pool_drain(a->pool, cfg->drain_timeout_ms) != ATTN_OK) {
+  if (attn_server_wait_arrivals(a->server, cfg->drain_timeout_ms, &arriving) !=
+      ATTN_OK)
+    attn_log(ATTN_LOG_WARN,
+             "drain_timeout_ms=%lld passed with %d request bod%s still "
+             "arriving; cutting %s at exit (access line status 499, "
+             "\"closed\":\"shutdown\")",
+             (long long)cfg->drain_timeout_ms, arriving,
+             arriving == 1 ? "y" : "ies", arriving == 1 ? "it" : "them");
+  int64_t spent = (int64_t)((attn_now_ns() - t0) / 1000000u);
+  /* at least a moment for workers to see an empty queue closed */
+  int64_t rest = cfg->drain_timeout_ms - spent;
+  if (attn_pool_drain(a->pool, rest > 50 ? rest : 50) != ATTN_OK) {
     attn_queue_stats st;
     attn_pool_get_stats(a->pool, &st);
     int cut = attn_server_abandon(a->server);

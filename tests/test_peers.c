@@ -205,6 +205,80 @@ START_TEST(test_peer_time_limits) {
 }
 END_TEST
 
+/* A TCP connection on 127.0.0.1: fds[0] attnd's end, fds[1] the
+ * client's. */
+static void tcp_pair(int fds[2]) {
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t n = sizeof a;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(l, 0);
+  ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(listen(l, 4), 0);
+  ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &n), 0);
+  fds[1] = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_eq(connect(fds[1], (struct sockaddr *)&a, sizeof a), 0);
+  fds[0] = accept(l, NULL, NULL);
+  ck_assert_int_ge(fds[0], 0);
+  close(l);
+}
+
+/* Reads what the client sent (the request, read whole by attnd). */
+static void read_request(int fd, size_t n) {
+  char buf[64];
+  while (n) {
+    ssize_t r = recv(fd, buf, n < sizeof buf ? n : sizeof buf, 0);
+    ck_assert_int_gt(r, 0);
+    n -= (size_t)r;
+  }
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* attn__peer_left, a request read whole and waiting: a client that is
+ * still there, or half-closed right after its request, or has a
+ * pipelined request unread, has not left; one that closed well after
+ * its last byte, or reset, has. */
+START_TEST(test_peer_left) {
+  attn__peers *p = NULL;
+  attn_diag d;
+  ck_assert_int_eq(attn__peers_create(0, &p, &d), ATTN_OK);
+  enum { OPEN, HALF, PIPELINED, CLOSED, RESET, N };
+  int fd[N][2];
+  attn__peer *e[N];
+  for (int i = 0; i < N; i++) {
+    tcp_pair(fd[i]);
+    e[i] = attn__peer_open(p, fd[i][0], NULL);
+    ck_assert_int_eq(send(fd[i][1], "request", 7, 0), 7);
+    read_request(fd[i][0], 7);
+  }
+  shutdown(fd[HALF][1], SHUT_WR); /* right after its request */
+  ck_assert_int_eq(send(fd[PIPELINED][1], "next", 4, 0), 4);
+  shutdown(fd[PIPELINED][1], SHUT_WR);
+  sleep_ms(ATTN_PEER_LEFT_GAP_MS + 50); /* then the others leave */
+  close(fd[CLOSED][1]);
+  struct linger lg = {1, 0}; /* close with a reset */
+  setsockopt(fd[RESET][1], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  close(fd[RESET][1]);
+  sleep_ms(20); /* the FIN and the RST cross the loopback */
+  ck_assert(!attn__peer_left(p, e[OPEN]));
+  ck_assert(!attn__peer_left(p, e[HALF]));
+  ck_assert(!attn__peer_left(p, e[PIPELINED]));
+  ck_assert(attn__peer_left(p, e[CLOSED]));
+  ck_assert(attn__peer_left(p, e[RESET]));
+  ck_assert(!attn__peer_left(p, NULL));
+  attn__peers_destroy(p); /* frees the peers still registered */
+  for (int i = 0; i < N; i++) {
+    close(fd[i][0]);
+    if (i != CLOSED && i != RESET) close(fd[i][1]);
+  }
+}
+END_TEST
+
 Suite *peers_suite(void) {
   Suite *s = suite_create("peers");
   TCase *tc = tcase_create("peers");
@@ -212,6 +286,7 @@ Suite *peers_suite(void) {
   tcase_add_test(tc, test_peer_admit);
   tcase_add_test(tc, test_peer_time_limits);
   tcase_add_test(tc, test_peer_address);
+  tcase_add_test(tc, test_peer_left);
   suite_add_tcase(s, tc);
   return s;
 }

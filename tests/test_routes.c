@@ -272,7 +272,7 @@ static attn__http_resp run_one(const char *path, const char *body,
   set_header_len(&req, header_len);
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
   completions = 0;
-  ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, &r));
+  ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, NULL, &r));
   ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
   j->run(j, 0, 1000);
   ck_assert_int_eq(completions, 1);
@@ -319,20 +319,24 @@ START_TEST(test_infer_v1_and_v2) {
 }
 END_TEST
 
+/* A POST /v1/attention of body. */
+static attn__http_req v1_post(const char *body) {
+  return (attn__http_req){.method = "POST",
+                          .path = "/v1/attention",
+                          .body = body,
+                          .body_len = strlen(body)};
+}
+
 START_TEST(test_queue_full_and_expiry) {
-  const char *v1 = "{\"query\": [[1]]}";
-  attn__http_req req = {.method = "POST",
-                        .path = "/v1/attention",
-                        .body = v1,
-                        .body_len = strlen(v1)};
+  attn__http_req req = v1_post("{\"query\": [[1]]}");
   attn__infer_target t;
   attn__http_resp r = {0};
   for (int i = 0; i < 2; i++) {
     ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
-    ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, &r));
+    ck_assert(attn__job_submit(&srv, &req, &t, capture, NULL, NULL, &r));
   }
   ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
-  ck_assert(!attn__job_submit(&srv, &req, &t, capture, NULL, &r));
+  ck_assert(!attn__job_submit(&srv, &req, &t, capture, NULL, NULL, &r));
   /* capacity 2: full */
   ck_assert_int_eq(r.status, 503);
   ck_assert_int_eq(r.retry_after_s, 1);
@@ -344,6 +348,44 @@ START_TEST(test_queue_full_and_expiry) {
   ck_assert_int_eq(completions, 1);
   ck_assert_int_eq(got.status, 503);
   EXPECT_BODY(got, "waited");
+}
+END_TEST
+
+static int asked_gone;
+static bool client_left(void *arg) {
+  asked_gone++;
+  return *(const bool *)arg;
+}
+
+/* A job whose client has left when a worker takes it is dropped before
+ * its kind runs it: a 499 with no body, nothing computed; one whose
+ * client is there runs as ever. */
+START_TEST(test_gone_client_dropped) {
+  attn__http_req req = v1_post("{\"query\": [[1, 0]]}");
+  for (int left = 0; left < 2; left++) {
+    bool gone = left;
+    attn__infer_target t;
+    attn__http_resp r = {0};
+    attn_job *j;
+    ck_assert_int_eq(attn__route(&srv, &req, &r, &t), ATTN_ROUTE_DEFER);
+    ck_assert(
+        attn__job_submit(&srv, &req, &t, capture, client_left, &gone, &r));
+    ck_assert_int_eq(attn_queue_pop(q, &j), ATTN_OK);
+    completions = asked_gone = 0;
+    j->run(j, 0, 7000000);
+    ck_assert_int_eq(asked_gone, 1);
+    ck_assert_int_eq(completions, 1);
+    if (left) {
+      ck_assert_int_eq(got.status, ATTN_DROPPED_STATUS);
+      ck_assert_ptr_null(got.body);
+      ck_assert(got.trace.queued && !got.trace.computed);
+      ck_assert(got.queue_ms == 7.0);
+    } else {
+      ck_assert_int_eq(got.status, 200);
+      ck_assert(got.trace.computed);
+      free(got.body);
+    }
+  }
 }
 END_TEST
 
@@ -857,6 +899,7 @@ Suite *routes_suite(void) {
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_encoding_and_header_len);
   tcase_add_test(tc, test_draining);
+  tcase_add_test(tc, test_gone_client_dropped);
   tcase_add_test(tc, test_unready_still_serves);
   tcase_add_test(tc, test_infer_v1_and_v2);
   tcase_add_test(tc, test_queue_full_and_expiry);

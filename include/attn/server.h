@@ -64,15 +64,30 @@ int attn_server_metrics_port(const attn_server *s);
 void attn_server_set_unready(attn_server *s);
 
 /* Readiness turns 503 and new inference requests are refused with 503;
- * health, metadata and requests already accepted carry on.  Any thread. */
+ * health, metadata and requests already accepted carry on, those whose
+ * headers came before this call included: a body still arriving is read
+ * to its end and the request answered as ever (see
+ * attn_server_wait_arrivals).  Any thread. */
 void attn_server_begin_drain(attn_server *s);
+
+/* After attn_server_begin_drain: wait until every request whose headers
+ * came before it is past its body (routed: queued, answered, or cut),
+ * up to timeout_ms, so that the queue is closed only after they are in
+ * it.  Returns ATTN_OK, or ATTN_ETIMEDOUT with *left (may be NULL) the
+ * requests whose body was still arriving (attn_server_destroy closes
+ * their connections: access line 499, "closed":"shutdown").  Main
+ * thread. */
+attn_status attn_server_wait_arrivals(attn_server *s, int64_t timeout_ms,
+                                      int *left);
 
 /* Wait until no request is in flight (its body received, its answer not yet
  * sent) and, for up to ATTN_DRAIN_LINGER_MS, until no request has begun for
  * ATTN_DRAIN_QUIET_MS (one a client wrote just before the drain, still in
  * its socket, is then answered 503 rather than cut), up to timeout_ms.  A
- * request whose body is still arriving is not waited for: attn_server_destroy
- * closes its connection.  Returns ATTN_OK or ATTN_ETIMEDOUT.  Main thread. */
+ * request whose body is still arriving is not waited for here
+ * (attn_server_wait_arrivals does, for those begun before the drain):
+ * attn_server_destroy closes its connection.  Returns ATTN_OK or
+ * ATTN_ETIMEDOUT.  Main thread. */
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms);
 
 /* For an exit before the drain is done (drain_timeout_ms passed): write the

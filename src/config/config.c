@@ -161,8 +161,9 @@ static const cfg_key keys[] = {
           "still served, before the drain (so load balancers stop sending)"),
     K_I64(drain_timeout_ms, "ATTND_DRAIN_TIMEOUT_MS", 30000, 0,
           ATTN_MAX_TIMEOUT_MS, "ms",
-          "on SIGTERM (after shutdown_delay_ms), how long queued and running "
-          "requests may take to finish"),
+          "on SIGTERM (after shutdown_delay_ms), how long the requests "
+          "already accepted (bodies still arriving, queued, running) may "
+          "take to finish"),
     K_I64(max_body_bytes, "ATTND_MAX_BODY_BYTES", 256LL * 1024 * 1024, 1024,
           ATTN_MAX_BODY_BYTES, "bytes", "largest request body accepted"),
     K_INT(max_inflate_ratio, "ATTND_MAX_INFLATE_RATIO", 200, 0,

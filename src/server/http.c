@@ -20,7 +20,12 @@
  * never resume a connection that is not yet suspended.  The worker's
  * completion stores the response in the connection's context and resumes
  * it; the access handler runs again and queues that response.  A full
- * queue is answered with 503 right away.
+ * queue is answered with 503 right away.  The worker that takes the job
+ * first asks client_gone() whether the client has left (peers.c peeks
+ * the socket, which libmicrohttpd neither reads nor closes while the
+ * connection is suspended); if so the job is dropped (jobs.c) and the
+ * resumed connection answered 499 (to nobody) and closed, logged
+ * "dropped_queued".
  * Threads: on_request and on_completed run on MHD threads; complete() runs
  * on a worker and touches only its own connection's context before
  * MHD_resume_connection (a release point for libmicrohttpd's ITC).
@@ -32,9 +37,13 @@
  * (hold_answer frees the body then); a context gives its share back when
  * it stops keeping its body or ends.
  * `inflight` counts the requests being answered (routed, queued, running or
- * being sent: see answering()) for draining; a request whose body is still
- * arriving is not waited for, so a client that stops sending mid-body
- * cannot hold a shutdown for drain_timeout_ms.  The same requests are on
+ * being sent: see answering()) for draining.  `arriving` counts the
+ * requests whose headers came before the drain began and that are not
+ * routed yet (their body is still arriving; settle()):
+ * attn_server_wait_arrivals waits for them, within drain_timeout_ms,
+ * before main closes the queue, and routes.c serves them while draining
+ * (attn__http_req.before_drain); one that stalls past it is cut at exit.
+ * The same requests are on
  * the `live` list (under `mu`) until on_completed, so that when
  * drain_timeout_ms passes attn_server_abandon() can write the access line
  * of each one the exit cuts off; `abandoned` then keeps on_completed from
@@ -92,6 +101,10 @@ struct attn_server {
   int metrics_port;
   int port;
   atomic_int inflight;
+  /* requests whose headers came before the drain began and that are not
+   * routed yet (their body is arriving): attn_server_wait_arrivals waits
+   * for them before the queue is closed */
+  atomic_int arriving;
   /* while draining: when the latest request's headers came (attn_now_ns),
    * for attn_server_wait_idle's quiet period */
   atomic_uint_fast64_t drain_begun_ns;
@@ -135,7 +148,10 @@ typedef struct conn_ctx {
   int suspended;
   int answering;      /* counted in inflight (see answering()) */
   int must_close;     /* answer with Connection: close (see check_framing()) */
+  int before_drain;   /* its headers came before the drain began */
+  int arriving;       /* counted in srv->arriving (see settle()) */
   const char *closed; /* the access log's "closed" when attnd cut it */
+  int dropped;        /* its client left while it was queued: not run */
   atomic_int done;    /* a worker stored resp */
   struct conn_ctx *prev, *next; /* on srv->live while answering */
   attn__peer *peer;             /* the connection's, in srv->peers */
@@ -210,6 +226,15 @@ static void answering(conn_ctx *cx) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* cx is routed (its job queued, or an answer chosen) or ended: it no
+ * longer counts in arriving.  After answering(), so that the drain never
+ * sees both at 0 in between.  MHD thread. */
+static void settle(conn_ctx *cx) {
+  if (!cx->arriving) return;
+  cx->arriving = 0;
+  atomic_fetch_sub(&cx->srv->arriving, 1);
+}
+
 /* Take cx off the live list; 1 when its access line is still to be
  * written (attn_server_abandon has not written it).  MHD thread. */
 static int unlink_live(conn_ctx *cx) {
@@ -267,6 +292,7 @@ static void resp_headers(struct MHD_Response *r, const attn__http_resp *resp) {
 static enum MHD_Result send_resp(conn_ctx *cx, attn__http_resp *resp) {
   struct MHD_Response *r;
   answering(cx);
+  settle(cx);
   if (!resp->body) { /* encoding failed for lack of memory */
     static const char oom[] = "{\"error\":\"out of memory\"}";
     resp->status = 503;
@@ -457,6 +483,17 @@ static void complete(void *arg, attn__http_resp *resp) {
   atomic_store(&cx->done, 1);
   pthread_mutex_unlock(&cx->srv->mu);
   MHD_resume_connection(cx->conn);
+}
+
+/* Worker thread, as it takes the job: has the client left?  The
+ * connection is suspended until this worker's complete(), so
+ * libmicrohttpd cannot have closed its socket; peers.c peeks it under
+ * the registry's lock all the same (attn__peer_left: FIN well after the
+ * request's last byte, or a reset; a client that half-closed after its
+ * request is still answered).  Under TLS never (cx->fd is -1). */
+static bool client_gone(void *arg) {
+  conn_ctx *cx = arg;
+  return cx->fd >= 0 && attn__peer_left(cx->srv->peers, cx->peer);
 }
 
 /* Content-Length, Inference-Header-Content-Length (see internal.h). */
@@ -806,6 +843,7 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
       .body = cx->body ? cx->body : "",
       .body_len = cx->len,
       .start_ns = cx->start_ns,
+      .before_drain = cx->before_drain,
       .admitted = true,
       .route = cx->adm.route};
   attn__http_resp resp = {0};
@@ -824,11 +862,13 @@ static enum MHD_Result dispatch(conn_ctx *cx) {
                             (unsigned)s->ctx.cfg->connection_timeout_s + 1);
   MHD_suspend_connection(cx->conn);
   cx->suspended = 1;
-  if (!attn__job_submit(&s->ctx, &req, &target, complete, cx, &resp)) {
+  if (!attn__job_submit(&s->ctx, &req, &target, complete, client_gone, cx,
+                        &resp)) {
     cx->resp = resp; /* a 503: answered now */
     atomic_store(&cx->done, 1);
     MHD_resume_connection(cx->conn);
   }
+  settle(cx); /* queued (or answered): the drain may close the queue */
   return MHD_YES;
 }
 
@@ -922,8 +962,18 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   cx->srv = s;
   cx->conn = conn;
   cx->start_ns = attn_now_ns();
-  if (atomic_load_explicit(&s->ctx.draining, memory_order_relaxed))
+  /* counted first, then the drain looked at (both sequentially
+   * consistent, as attn_server_begin_drain's store and
+   * attn_server_wait_arrivals' load): either the drain waits for this
+   * request, or this request sees the drain and is refused */
+  atomic_fetch_add(&s->arriving, 1);
+  cx->arriving = 1;
+  if (atomic_load(&s->ctx.draining)) {
     atomic_store(&s->drain_begun_ns, cx->start_ns);
+    settle(cx);
+  } else {
+    cx->before_drain = 1;
+  }
   cx->expect = SIZE_MAX;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -933,6 +983,7 @@ static enum MHD_Result on_headers(attn_server *s, struct MHD_Connection *conn,
   ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   cx->peer = ci ? ci->socket_context : NULL;
   if (!attn__peer_begin(cx->peer)) { /* cut (and logged) by peers.c */
+    settle(cx);
     free(cx);
     *con_cls = NULL;
     return MHD_NO;
@@ -1092,7 +1143,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     /* the daemon's timeout again (see dispatch()) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)cx->srv->ctx.cfg->connection_timeout_s);
-    return send_resp(cx, &cx->resp);
+    if (cx->resp.status != ATTN_DROPPED_STATUS) return send_resp(cx, &cx->resp);
+    /* Its client had left: the 499 goes to a closed socket, the
+     * connection then ends.  Answered rather than refused (MHD_NO), which
+     * libmicrohttpd would log as an internal error each time. */
+    cx->dropped = 1;
+    cx->must_close = 1;
+    enum MHD_Result r = send_error(
+        cx, ATTN_DROPPED_STATUS,
+        "the client closed the connection while the request waited in the "
+        "queue: it was dropped, not computed");
+    cx->closed = "dropped_queued";
+    return r;
   }
   if (*upload_size > 0) {
     size_t n = *upload_size;
@@ -1180,7 +1242,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attn__ended e = {.method = cx->method,
                    .path = cx->path,
                    .status = status,
-                   .answered = cx->status != 0,
+                   .answered = cx->status != 0 && !cx->dropped,
                    .bytes_in = cx->received,
                    .bytes_out = cx->bytes_out,
                    .total_ns = end_ns - cx->start_ns,
@@ -1215,6 +1277,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free_body(cx);
   reserve(cx, 0);
   if (cx->answering) atomic_fetch_sub(&s->inflight, 1);
+  settle(cx);
   attn__peer_end(cx->peer);
   free(cx);
   *con_cls = NULL;
@@ -1628,6 +1691,7 @@ attn_status attn_server_create(const attn_server_deps *deps, attn_server **out,
   atomic_init(&s->ctx.draining, false);
   atomic_init(&s->ctx.next_id, 1);
   atomic_init(&s->inflight, 0);
+  atomic_init(&s->arriving, 0);
   atomic_init(&s->drain_begun_ns, 0);
   attn_status st = make_metrics(s, deps, d);
   attn__peer_limits lim = peer_limits(cfg);
@@ -1707,6 +1771,19 @@ void attn_server_begin_drain(attn_server *s) {
   atomic_store(&s->drain_begun_ns, attn_now_ns());
   atomic_store(&s->ctx.unready, true);
   atomic_store(&s->ctx.draining, true);
+}
+
+attn_status attn_server_wait_arrivals(attn_server *s, int64_t timeout_ms,
+                                      int *left) {
+  uint64_t end =
+      attn_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
+  int n;
+  while ((n = atomic_load(&s->arriving)) > 0 && attn_now_ns() < end) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (left) *left = n > 0 ? n : 0;
+  return n > 0 ? ATTN_ETIMEDOUT : ATTN_OK;
 }
 
 attn_status attn_server_wait_idle(attn_server *s, int64_t timeout_ms) {

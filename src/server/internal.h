@@ -101,6 +101,9 @@ typedef struct attn__http_req {
   const char *body;          /* borrowed; freed when the job completes */
   size_t body_len;
   uint64_t start_ns;
+  /* its headers came before the drain began (http.c): still served
+   * while draining, its body read to its end; false: refused 503 then */
+  bool before_drain;
   /* attn__route_admit let it in with its headers: key and method are
    * checked already, and route is its row */
   bool admitted;
@@ -247,6 +250,11 @@ typedef struct attn__infer_target {
  * it expired waiting. */
 typedef void (*attn__infer_done)(void *arg, attn__http_resp *resp);
 
+/* Has the client of the request whose completion gets arg left (closed
+ * or reset its connection)?  http.c's answer, asked by the worker that
+ * takes the job, once, before it runs (jobs.c); must not block. */
+typedef bool (*attn__client_gone)(void *arg);
+
 /* What every kind of job shares: the queue's link (first member, so that
  * the pool's attn_job is the job), the server, and whom to answer.  Each
  * kind (an inference: infer.c; an operation of the model repository:
@@ -257,6 +265,11 @@ typedef struct attn__job_base {
   attn__srv_ctx *srv;
   attn__infer_done done;
   void *done_arg;
+  /* asked (with done_arg) when a worker takes the job; NULL: never */
+  attn__client_gone gone;
+  /* the kind's run: jobs.c's run_or_drop calls it unless the client has
+   * gone (the queue's job.run is run_or_drop) */
+  void (*run)(attn_job *job, int worker, uint64_t waited_ns);
   uint64_t start_ns; /* when the request's headers came */
 } attn__job_base;
 

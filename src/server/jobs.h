@@ -25,12 +25,20 @@ bool attn__session_v2(attn__srv_ctx *s, uint64_t owner,
                       attn_infer_response *r, attn__http_resp *resp);
 
 /* jobs.c: make the job of the kind t names (attn__infer_job,
- * attn__repo_job) and queue it; done(arg, ...) gets the answer.  When it
- * cannot be queued (queue full or closed, or no memory for the job)
- * *resp is a 503, done is never called, and false is returned.  HTTP
- * thread. */
+ * attn__repo_job) and queue it; done(arg, ...) gets the answer.  gone
+ * (NULL: never asked) is asked with arg when a worker takes the job: when
+ * it says the client has left, the job is dropped without running (no
+ * side effect of any kind) and done gets a 499 with no body
+ * (ATTN_DROPPED_STATUS).  When it cannot be queued (queue full or closed,
+ * or no memory for the job) *resp is a 503, done is never called, and
+ * false is returned.  HTTP thread. */
 bool attn__job_submit(attn__srv_ctx *s, const attn__http_req *req,
                       const attn__infer_target *t, attn__infer_done done,
-                      void *arg, attn__http_resp *resp);
+                      attn__client_gone gone, void *arg, attn__http_resp *resp);
+
+/* The status of a job dropped because its client had left: written to
+ * the closed connection (nobody reads it), and what the access log and
+ * the metrics count it as, as nginx does. */
+#define ATTN_DROPPED_STATUS 499
 
 #endif

@@ -11,7 +11,9 @@
  *   sweeps of this file (http.c sweeps every PEER_SWEEP_MS = 500 ms).
  *   While a request is being handled http.c looks after its socket itself
  *   (peer_gone(), chunked_peer_check()); this file covers the time between
- *   requests, which is where libmicrohttpd reads headers.
+ *   requests, which is where libmicrohttpd reads headers.  It also tells
+ *   a worker whether the client of a request that waited in the queue
+ *   has left (attn__peer_left), peeking under the registry's lock.
  *
  *   Each listener has its own registry (an attn__peers, its limits and its
  *   sweeper): port, and metrics_port when set, whose scrapes and health
@@ -65,6 +67,8 @@
  *   attn__peer_end, attn__peers_admit, the body steps.  The sweeper thread
  *   (or a test): attn__peers_sweep.  main: attn__peers_create,
  *   attn__peers_destroy, attn__peers_set_limits (before connections).
+ *   Workers: attn__peer_left, on a connection suspended for their job
+ *   (libmicrohttpd neither reads nor closes it then).
  *
  * Invariants
  *   - Under mu: the list holds exactly the open peers; a peer's fd is open
@@ -196,6 +200,38 @@ static int rx_bytes(int fd, uint64_t *out) {
     return 0;
   *out = ti.tcpi_bytes_received;
   return 1;
+}
+
+/* See peers.h.  The FIN's time: a closed socket receives nothing after
+ * it but acknowledgements of what attnd sends, and nothing is sent to
+ * the client while its request waits; so, when attnd has sent no data
+ * since the client's last byte, the last segment with an ACK is the FIN.
+ * The last data before it is the request's end (or a later pipelined
+ * request's, which makes the gap smaller: answered).  When attnd has
+ * sent data since (the answer to an earlier pipelined request, whose
+ * acknowledgements come after a FIN sent with the requests), the FIN's
+ * time is not known: not left, the request is answered. */
+int attn__peer_left(attn__peers *p, attn__peer *e) {
+  int left = 0;
+  char c;
+  if (!e || p->lim.tls) return 0;
+  pthread_mutex_lock(&p->mu); /* e->fd is open while e is registered */
+  ssize_t r = e->shut ? 1 : recv(e->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    left = 1; /* reset */
+  } else if (r == 0) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(e->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        len >= offsetof(struct tcp_info, tcpi_last_ack_recv) +
+                   sizeof ti.tcpi_last_ack_recv)
+      left = ti.tcpi_last_data_sent >= ti.tcpi_last_data_recv &&
+             ti.tcpi_last_data_recv >=
+                 ti.tcpi_last_ack_recv + (uint32_t)ATTN_PEER_LEFT_GAP_MS;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return left;
 }
 
 /* Cut e (IDLE or BODY) with a 408: 1 when this call did.  Under mu. */

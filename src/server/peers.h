@@ -96,6 +96,22 @@ void attn__peer_end(attn__peer *e);
 void attn__peer_body_begin(attn__peer *e);
 int attn__peer_body_bytes(attn__peer *e, uint64_t received);
 int attn__peer_body_end(attn__peer *e);
+/* Has the client of e left while its request waits (the connection
+ * suspended, its request and body read whole)?  1 when its socket was
+ * reset, or is at its end (FIN, every byte read) and that FIN came
+ * ATTN_PEER_LEFT_GAP_MS or more after the last byte of data the client
+ * sent (TCP_INFO: tcpi_last_data_recv, tcpi_last_ack_recv): a client
+ * that half-closes right after sending its request (shutdown(SHUT_WR))
+ * is still waiting for the answer, and such a FIN follows its last bytes
+ * at once.  0 when bytes wait unread (a pipelined request), when the
+ * socket is open, when that cannot be told (no TCP_INFO; attnd sent data
+ * after the client's last byte, an answer to an earlier pipelined
+ * request, whose acknowledgements may follow the FIN; a TLS listener:
+ * the library's close_notify bytes are data), or e is NULL.  Peeks under
+ * the registry's lock, so never a descriptor already closed.  Any thread
+ * (a worker, as it takes the job). */
+int attn__peer_left(attn__peers *p, attn__peer *e);
+#define ATTN_PEER_LEFT_GAP_MS 100
 /* Why the connection was cut (ATTN_PEER_CUT_*), 0 when it was not. */
 int attn__peer_cut(const attn__peer *e);
 /* Mutual TLS: the verdict on the client certificate der[0, n) when this

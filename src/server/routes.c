@@ -2,7 +2,8 @@
  *
  * DESIGN
  * attn__route maps a plain attn__http_req to a plain attn__http_resp.  Health,
- * metadata and every refusal (404, 405, 413, 415, 503 while draining) are
+ * metadata and every refusal (404, 405, 413, 415, 503 while draining, for
+ * a request begun after the drain: req->before_drain) are
  * answered here, on the HTTP thread, from read-only state; an inference
  * comes back as an attn__infer_target (ATTN_ROUTE_DEFER) for http.c to hand
  * to infer.c, which makes the job.  Nothing here blocks, allocates a job
@@ -271,7 +272,7 @@ static bool refuse_infer(attn__srv_ctx *s, const attn__http_req *req,
                                : "");
     return true;
   }
-  if (atomic_load(&s->draining)) {
+  if (atomic_load(&s->draining) && !req->before_drain) {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
     resp->trace.hint = ATTN_OUTCOME_DRAINING + 1;
     return true;
@@ -450,7 +451,7 @@ static bool refuse_job(attn__srv_ctx *s, const attn__http_req *req,
                      req->content_type);
     return true;
   }
-  if (atomic_load(&s->draining)) {
+  if (atomic_load(&s->draining) && !req->before_drain) {
     attn__resp_error(resp, 503, "server is shutting down; retry elsewhere");
     return true;
   }

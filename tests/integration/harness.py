@@ -422,6 +422,34 @@ def half_body(port, request_id, chunked=False):
     return s
 
 
+def metric(port, name, **labels):
+    """The sum of the samples of metric `name` on /metrics whose labels
+    include `labels` (0 when there is none)."""
+    r = request(port, "GET", "/metrics", timeout=10)
+    expect_status(r, 200, "/metrics")
+    total = 0.0
+    for line in r.body.decode("utf-8", "replace").splitlines():
+        m = re.match(r"([a-z_]+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == str(v) for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def wait_metric(port, name, want, secs=20, **labels):
+    """Until metric(name, labels) == want, polled (bounded)."""
+    deadline = time.monotonic() + secs
+    while True:
+        got = metric(port, name, **labels)
+        if got == want:
+            return
+        check(time.monotonic() < deadline, "%s%r stayed %s, not %s" %
+              (name, labels, got, want))
+        time.sleep(0.02)
+
+
 def wait_log(s, pred, what, timeout=5.0):
     """The first JSON log line for which pred is true, within timeout."""
     deadline = time.monotonic() + timeout

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Integration tests: signals, drain and shutdown (SIGTERM drains,
-a second signal, SIGTERM at start-up, unfinished bodies, drain_timeout_ms,
-shutdown_delay_ms).
+a second signal, SIGTERM at start-up, uploads in progress at SIGTERM,
+drain_timeout_ms, shutdown_delay_ms).
 
 Run alone: python3 tests/integration/test_lifecycle.py --attnd PATH
 (the options of run.py; see harness.py and README.md).
 """
 
 import http.client
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,8 +18,8 @@ import time
 from harness import (Failure, HOST, Pending, START_TIMEOUT_S, STOP_TIMEOUT_S,
                      Server, cfg, check, check_slow_answer, decode_v2,
                      exits_cleanly, expect_error, expect_status, half_body,
-                     main, request, slow_request, slow_running, small_v2_body,
-                     test, v1)
+                     main, rand_f32, request, slow_request, slow_running,
+                     small_v2_body, test, v1, v2_binary, wait_metric)
 
 
 @test
@@ -112,15 +114,7 @@ def _wait_gauge(s, name, want, secs=10):
     """Until GET /metrics shows the gauge at want (bounded): a loaded
     machine may take longer than a fixed sleep to read a body and queue
     it."""
-    deadline = time.monotonic() + secs
-    while True:
-        r = request(s.port, "GET", "/metrics", timeout=5)
-        for line in r.body.decode("utf-8", "replace").splitlines():
-            if line.startswith(name + " ") and float(line.split()[1]) == want:
-                return
-        check(time.monotonic() < deadline, "%s never reached %s" %
-              (name, want))
-        time.sleep(0.02)
+    wait_metric(s.port, name, want, secs)
 
 
 @test
@@ -181,38 +175,148 @@ def sigterm_drains():
         s.cleanup()
 
 
+def _upload(i):
+    """(body, headers) of the i-th upload: a v2 sdpa request in binary,
+    its numbers its own (each answer differs), about 200 KB."""
+    rng = random.Random(4400 + i)
+    n, d = 512, 32
+    q, k, v = (rand_f32(rng, n * d) for _ in range(3))
+    return v2_binary([{"name": x, "datatype": "FP32", "shape": [1, n, d],
+                       "values": vals} for x, vals in
+                      (("query", q), ("key", k), ("value", v))],
+                     params={"binary_data_output": True})
+
+
+def _start_upload(port, body, hdrs, rid):
+    """A socket that sent the request's headers and the first half of its
+    body (Content-Length: all of it; X-Request-Id: rid)."""
+    head = ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: t\r\n"
+            "X-Request-Id: %s\r\n" % rid +
+            "".join("%s: %s\r\n" % kv for kv in hdrs.items()) +
+            "Content-Length: %d\r\n\r\n" % len(body)).encode()
+    c = socket.create_connection((HOST, port), timeout=30)
+    c.sendall(head + body[:len(body) // 2])
+    return c
+
+
+def _end(s, socks):
+    """Close the test's sockets, then stop and remove the server."""
+    for c in socks:
+        c.close()
+    s.kill()
+    s.cleanup()
+
+
+def _wait_drain(s):
+    """Until readiness says 503 (the signal is handled on attnd's main
+    thread, which a loaded machine may run late); bounded."""
+    deadline = time.monotonic() + 10
+    while request(s.port, "GET", "/v2/health/ready", timeout=5).status != 503:
+        check(time.monotonic() < deadline, "readiness never turned 503")
+        time.sleep(0.02)
+
+
 @test
-def sigterm_does_not_wait_for_unfinished_bodies():
-    """A request whose body is still arriving at SIGTERM is neither queued
-    nor running: the drain does not wait for it (up to drain_timeout_ms)
-    but closes it at exit, logged as 499.  One client keeps its connection
-    open, the other closed it right after its last byte (seen at once, see
-    client_gone_mid_body_seen_at_once)."""
-    s = Server("--drain-timeout-ms", "3000", name="unfinished-bodies")
+def sigterm_answers_uploads_in_progress():
+    """Issue 44: requests whose body is still arriving at SIGTERM (headers
+    and half the body sent, then the signal, then the rest) are read to
+    their end and answered in full, each as the same request was before
+    the signal, with Connection: close; a request begun after the signal
+    is still refused (503); attnd exits 0 with no drain warning.  Before,
+    the drain did not wait for them and closed them at exit."""
+    s = Server("--drain-timeout-ms", "30000", name="uploads")
     socks = []
     try:
+        ups = [_upload(i) for i in range(4)]
+        refs = []
+        for body, hdrs in ups:
+            r = request(s.port, "POST", "/v2/models/sdpa/infer", body,
+                        headers=hdrs)
+            expect_status(r, 200, "an upload before the signal")
+            refs.append(r.body)
+        check(len(set(refs)) == len(refs), "the uploads' answers differ")
+        socks = [_start_upload(s.port, b, h, "up-%d" % i)
+                 for i, (b, h) in enumerate(ups)]
+        # each body's Content-Length is held from its headers on: all four
+        # were read before the signal
+        _wait_gauge(s, "attnd_body_bytes_in_use",
+                    sum(len(b) for b, _ in ups))
+        s.signal(signal.SIGTERM)
+        _wait_drain(s)
+        r = request(s.port, "POST", "/v2/models/sdpa/infer", ups[0][0],
+                    headers=ups[0][1], timeout=5)
+        expect_error(r, 503, what="a request begun during the drain")
+        for c, (body, _) in zip(socks, ups):
+            c.sendall(body[len(body) // 2:])
+        for i, c in enumerate(socks):
+            r = http.client.HTTPResponse(c)
+            r.begin()
+            got = r.read()
+            check(r.status == 200 and got == refs[i],
+                  "upload %d in progress at SIGTERM: status %d, %d bytes "
+                  "(want %d)" % (i, r.status, len(got), len(refs[i])))
+            check((r.getheader("Connection") or "").lower() == "close",
+                  "upload %d: Connection %r during the drain" %
+                  (i, r.getheader("Connection")))
+        rc = s.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "exit code %d: %s" % (rc, s.log_tail()))
+        log = s.log_json()
+        warned = [e["msg"] for e in log if e.get("level") == "warn" and
+                  ("still" in e["msg"] or "drain_timeout_ms" in e["msg"])]
+        check(not warned, "the drain ran out of time: %r" % warned)
+        acc = {e.get("request_id"): e.get("status") for e in log
+               if e.get("type") == "access"}
+        check(all(acc.get("up-%d" % i) == 200 for i in range(4)),
+              "access lines of the uploads: %r" % acc)
+        rep = s.sanitizer_report()
+        check(rep is None, "sanitizer report: %s" % rep)
+    finally:
+        _end(s, socks)
+
+
+@test
+def sigterm_cuts_a_stalled_upload_at_drain_timeout():
+    """A body still arriving at SIGTERM is waited for up to
+    drain_timeout_ms: one that completes is answered, one that stalls is
+    cut when that passes (a warning counts it; access line 499,
+    "closed":"shutdown"), and attnd exits 0.  A client that closed
+    halfway before the signal is seen at once (499, "closed":"client";
+    see client_gone_mid_body_seen_at_once)."""
+    s = Server("--drain-timeout-ms", "1500", name="stalled-upload")
+    socks = []
+    try:
+        body, hdrs = _upload(0)
+        ref = request(s.port, "POST", "/v2/models/sdpa/infer", body,
+                      headers=hdrs)
+        expect_status(ref, 200, "the upload before the signal")
         socks = [half_body(s.port, rid) for rid in ("open", "closed")]
         socks.pop().close()
-        r = v1(s.port, {"query": [[1, 0]]})  # the server got this far
-        expect_status(r, 200, "v1 beside the unfinished bodies")
-        time.sleep(0.2)
-        s.stop_checked()
+        socks.append(_start_upload(s.port, body, hdrs, "finished"))
+        _wait_gauge(s, "attnd_body_bytes_in_use", 1000 + len(body))
+        s.signal(signal.SIGTERM)
+        _wait_drain(s)
+        socks[1].sendall(body[len(body) // 2:])
+        r = http.client.HTTPResponse(socks[1])
+        r.begin()
+        check(r.status == 200 and r.read() == ref.body,
+              "the upload finished during the drain: %d" % r.status)
+        rc = s.wait(STOP_TIMEOUT_S)
+        check(rc == 0, "exit code %d: %s" % (rc, s.log_tail()))
         log = s.log_json()
-        waited = [e["msg"] for e in log if e.get("level") == "warn" and
-                  ("still" in e.get("msg", "") or
-                   "drain_timeout_ms" in e.get("msg", ""))]
-        check(not waited, "the drain waited for unfinished bodies: %r" %
-              waited)
-        cut = {e.get("request_id"): e.get("closed") for e in log
-               if e.get("type") == "access" and
-               e.get("path") == "/v1/attention" and e.get("status") == 499}
-        check(cut == {"open": "shutdown", "closed": "client"},
-              "access lines with 499 for the two unfinished bodies (open: "
-              "closed at shutdown, closed: by the client): %r" % cut)
+        warned = [e["msg"] for e in log if e.get("level") == "warn" and
+                  "drain_timeout_ms" in e["msg"]]
+        check(len(warned) == 1 and "drain_timeout_ms=1500 passed with 1 "
+              "request body still arriving" in warned[0],
+              "the warning of the cut: %r" % warned)
+        cut = {e.get("request_id"): (e.get("status"), e.get("closed"))
+               for e in log if e.get("type") == "access" and
+               e.get("request_id") in ("open", "closed", "finished")}
+        check(cut == {"open": (499, "shutdown"), "closed": (499, "client"),
+                      "finished": (200, None)},
+              "access lines (open: cut at the bound, closed: by the "
+              "client, finished: answered): %r" % cut)
     finally:
-        for c in socks:
-            c.close()
-        s.cleanup()
+        _end(s, socks)
 
 
 @test

@@ -7,6 +7,7 @@ Run alone: python3 tests/integration/test_queue.py --attnd PATH
 (the options of run.py; see harness.py and README.md).
 """
 
+import http.client
 import json
 import random
 import re
@@ -17,8 +18,9 @@ import time
 
 from harness import (HOST, HTTP_TIMEOUT_S, Pending, Server, cfg, check,
                      check_slow_answer, decode_v2, expect_error, expect_status,
-                     main, request, shared, slow_request, small_v2_body, test,
-                     v2_in, v2_infer, v2_sdpa_case)
+                     main, metric, request, shared, slow_request,
+                     small_v2_body, test, v2_in, v2_infer, v2_sdpa_case,
+                     wait_metric)
 
 
 @test
@@ -178,6 +180,164 @@ def client_gone_while_queued_or_running():
                       "ready after abandoned requests")
         decode_v2(request(s.port, "POST", "/v2/models/sdpa/infer",
                           small_v2_body()), "infer after abandoned requests")
+
+
+def raw_head(body, hdrs, request_id):
+    """The request line and headers of a v2 infer request of body."""
+    return ("POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\n"
+            "X-Request-Id: %s\r\n" % request_id +
+            "".join("%s: %s\r\n" % kv for kv in hdrs.items()) +
+            "Content-Length: %d\r\n\r\n" % len(body)).encode()
+
+
+def raw_infer(port, body, hdrs, request_id):
+    """A socket that sent a whole v2 infer request (with X-Request-Id);
+    the caller reads or closes it."""
+    c = socket.create_connection((HOST, port), timeout=HTTP_TIMEOUT_S)
+    c.sendall(raw_head(body, hdrs, request_id) + body)
+    return c
+
+
+@test
+def client_gone_while_queued_is_not_computed():
+    """Issue 44: three large requests queued behind a running one whose
+    clients close before a worker takes them are dropped, not computed:
+    the compute counter grows by the two requests whose clients stayed
+    (the running one, which finishes although its own client left too,
+    and a small one queued behind the dropped ones, answered as a fresh
+    copy of it is; and one that half-closed, shutdown(SHUT_WR), right
+    after sending its request: still waiting for its answer, which it
+    gets), attnd_http_requests_total counts three 499s, each has
+    an access line 499 "closed":"dropped_queued" with no compute time,
+    and the queue gauges come back to 0."""
+    with Server("--workers", "1", name="dropped") as s:
+        body, hdrs, _ = slow_request(s.port)
+        count = "attnd_compute_duration_seconds_count"
+        c0 = metric(s.port, count)
+        gone0 = metric(s.port, "attnd_http_requests_total", code=499)
+        socks, live, half = [], None, None
+        try:
+            socks.append(raw_infer(s.port, body, hdrs, "running-left"))
+            wait_metric(s.port, "attnd_workers_busy", 1)
+            for i in range(3):
+                socks.append(raw_infer(s.port, body, hdrs, "left-%d" % i))
+            wait_metric(s.port, "attnd_queue_depth", 3)
+            half = raw_infer(s.port, small_v2_body(id_="half"),
+                             {"Content-Type": "application/json"}, "half")
+            half.shutdown(socket.SHUT_WR)
+            wait_metric(s.port, "attnd_queue_depth", 4)
+            live = Pending(s.port, "/v2/models/sdpa/infer",
+                           small_v2_body(id_="live"),
+                           {"Content-Type": "application/json",
+                            "X-Request-Id": "live"})
+            wait_metric(s.port, "attnd_queue_depth", 5)
+            # the clients leave well after their last byte (a FIN right
+            # after it is a half-close, still answered: test_http.py)
+            time.sleep(0.3)
+            for c in socks:
+                c.close()
+            socks = []
+            check(metric(s.port, count) == c0 and
+                  metric(s.port, "attnd_queue_depth") == 5,
+                  "the running request finished before the queued clients "
+                  "left: this test needs it to run longer")
+            r = live.response()
+            j, outs = decode_v2(r, "request queued behind dropped ones")
+            check(j.get("id") == "live", "answer id %r" % j.get("id"))
+            again = request(s.port, "POST", "/v2/models/sdpa/infer",
+                            small_v2_body(id_="live"))
+            check(again.status == 200 and again.body == r.body,
+                  "the live answer %r differs from a fresh one %r" %
+                  (r.body, again.body))
+            hr = http.client.HTTPResponse(half)
+            hr.begin()
+            check(hr.status == 200 and hr.read() == r.body.replace(
+                b'"live"', b'"half"'), "the half-closed client's answer")
+            wait_metric(s.port, "attnd_http_requests_total", gone0 + 3,
+                        code=499)
+            # running-left, half, live, again: none of the three dropped
+            wait_metric(s.port, count, c0 + 4)
+            wait_metric(s.port, "attnd_queue_depth", 0)
+            wait_metric(s.port, "attnd_workers_busy", 0)
+            log = s.log_json()
+            acc = {e.get("request_id"): e for e in log
+                   if e.get("type") == "access"}
+            for i in range(3):
+                e = acc.get("left-%d" % i, {})
+                check(e.get("status") == 499 and
+                      e.get("closed") == "dropped_queued" and
+                      not e.get("compute_ms") and e.get("queue_ms", 0) > 0,
+                      "access line of a dropped request: %r" % e)
+            e = acc.get("running-left", {})
+            check(e.get("status") == 200 and e.get("compute_ms", 0) > 0,
+                  "a running request whose client left finishes as before: "
+                  "%r" % e)
+            for rid in ("live", "half"):
+                check(acc.get(rid, {}).get("status") == 200 and
+                      "closed" not in acc[rid], "%s: %r" % (rid, acc.get(rid)))
+            check(metric(s.port, count) == c0 + 4,
+                  "a dropped request was computed after all")
+        finally:
+            for c in socks:
+                c.close()
+            for x in (live, half):
+                if x is not None:
+                    x.close()
+
+
+def _responses(data):
+    """The HTTP/1.1 responses, each with a Content-Length, in data: a list
+    of (status, headers lower-cased, body)."""
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        hdrs = dict((k.strip().lower(), v.strip()) for k, v in
+                    (x.split(":", 1) for x in lines[1:]))
+        n = int(hdrs.get("content-length", 0))
+        out.append((int(lines[0].split()[1]), hdrs, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+@test
+def pipelined_then_half_closed_is_answered():
+    """A client that pipelines a slow request and a small one on one
+    connection and half-closes right after sending both is still
+    waiting for both answers: the second is queued only once the first's
+    answer is sent, whose acknowledgements come after the client's FIN,
+    so the FIN's time is unknown and the client is not taken for gone.
+    Both answers arrive (the second as a fresh copy of it is), neither
+    is a 499."""
+    with Server("--workers", "1", name="pipelined") as s:
+        body, hdrs, shape = slow_request(s.port)
+        small = small_v2_body(id_="second")
+        ref = request(s.port, "POST", "/v2/models/sdpa/infer", small)
+        expect_status(ref, 200, "the small request alone")
+        c = socket.create_connection((HOST, s.port), timeout=120)
+        try:
+            c.sendall(raw_head(body, hdrs, "first") + body +
+                      raw_head(small, {"Content-Type": "application/json"},
+                               "second") + small)
+            c.shutdown(socket.SHUT_WR)
+            data = b""
+            while True:
+                chunk = c.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            c.close()
+        got = _responses(data)
+        check([g[0] for g in got] == [200, 200],
+              "statuses of the two pipelined requests: %r" %
+              [(g[0], g[2][:120]) for g in got])
+        check(got[1][2] == ref.body, "the second answer %r, alone %r" %
+              (got[1][2], ref.body))
+        acc = {e.get("request_id"): e.get("status") for e in s.log_json()
+               if e.get("type") == "access"}
+        check(acc.get("first") == 200 and acc.get("second") == 200,
+              "access lines: %r" % acc)
 
 
 if __name__ == "__main__":

@@ -25,16 +25,18 @@ import math
 import os
 import random
 import re
+import socket
 import struct
 import sys
 import tempfile
 import threading
 import time
 
-from harness import (Failure, Server, TOL, assert_bits, assert_close, cfg,
-                     check, decode_v2, expect_error, expect_status, f32,
-                     flatten, main, request, shared, test, v1, v1_ok,
-                     v2_binary, v2_in, v2_infer)
+from harness import (HOST, Failure, Pending, Server, TOL, assert_bits,
+                     assert_close, cfg, check, decode_v2, expect_error,
+                     expect_status, f32, flatten, main, request, shared,
+                     slow_request, test, v1, v1_ok, v2_binary, v2_in,
+                     v2_infer, wait_log)
 from tritonclient_imitation import TcClient, tc_expect_error, tc_input
 
 HALF_TOL = 2e-2     # bf16 and fp16 storage: |got - ref| <= 2e-2 (1 + |ref|)
@@ -1849,6 +1851,59 @@ def session_sixteen_clients_at_once():
                  what="final")
     finally:
         cleanup(p, sorted(ids) + [race.id])
+
+
+@test
+def session_step_dropped_while_queued_is_not_appended():
+    """Issue 44: a step whose client left while it waited in the queue
+    (behind a slow request on the only worker) is dropped: nothing is
+    appended (the session's length stays), its access line is 499
+    "dropped_queued"; the decoder's retry of the same step, at the same
+    position, is then appended and answered as the reference says."""
+    with Server("--workers", "1", name="session-dropped") as s:
+        p = s.port
+        rng = random.Random(4401)
+        ref = Ref("dropped-step", H=2, D=4)
+        create(p, ref)
+        step(p, ref, 0, *tokens(ref, rng, 3), what="first")
+        body, hdrs, _ = slow_request(p)
+        slow = Pending(p, "/v2/models/sdpa/infer", body, hdrs)
+        c = None
+        try:
+            wait_metric(p, "attnd_workers_busy", lambda x: x == 1,
+                        "the slow request running")
+            q, k, v = tokens(ref, rng, 2)
+            data = json.dumps(step_body(ref, 0, q, k, v)).encode()
+            c = socket.create_connection((HOST, p), timeout=30)
+            c.sendall(("POST %s HTTP/1.1\r\nHost: t\r\n"
+                       "Content-Type: application/json\r\n"
+                       "X-Request-Id: dropped-step\r\n"
+                       "Content-Length: %d\r\n\r\n" %
+                       (path(ref.id, "/attend"), len(data))).encode() + data)
+            wait_metric(p, "attnd_queue_depth", lambda x: x == 1,
+                        "the step queued")
+            time.sleep(0.3)  # leaves well after its last byte: not a half-close
+            c.close()
+            c = None
+            check(not slow.answered(), "the slow request finished before "
+                  "the step's client left: this test needs it to run longer")
+            expect_status(slow.response(), 200, "the slow request")
+            wait_log(s, lambda e: e.get("request_id") == "dropped-step",
+                     "for the dropped step")
+            e = [e for e in s.log_json() if e.get("request_id") ==
+                 "dropped-step"][0]
+            check(e.get("status") == 499 and
+                  e.get("closed") == "dropped_queued",
+                  "access line of the dropped step: %r" % e)
+            check(lengths(p, ref.id) == [3], "a dropped step was appended: "
+                  "%r" % lengths(p, ref.id))
+            step(p, ref, 0, q, k, v, what="the retry of the dropped step")
+            check(lengths(p, ref.id) == [5], "after the retry: %r" %
+                  lengths(p, ref.id))
+        finally:
+            if c is not None:
+                c.close()
+            slow.close()
 
 
 if __name__ == "__main__":
