@@ -50,6 +50,7 @@
 #include "attn/healthcheck.h"
 #include "attn/log.h"
 #include "attn/model.h"
+#include "attn/reload.h"
 #include "attn/queue.h"
 #include "attn/server.h"
 #include "attn/session.h"
@@ -203,14 +204,22 @@ static void fit_open_files(int max_connections) {
 
 static pthread_t main_thread;
 
+/* The process that asked for the SIGHUP in flight with sigqueue (attnd
+ * --reload) when the signal reached an OpenBLAS thread, which passes it on
+ * without its sender (forward_to_main); 0 when none.  serve() reads and
+ * clears it. */
+static volatile sig_atomic_t hup_asker;
+
 /* OpenBLAS starts its threads when the library loads, before main() can
  * block SIGTERM and SIGINT for them.  A signal sent to the process while
  * main is not in sigwait (just before it, or while draining) went to such a
  * thread and, with no handler, killed attnd.  Only those threads run this
  * handler (every other thread blocks both signals): it passes the signal
  * on to main, where it waits for sigwait. */
-static void forward_to_main(int sig) {
+static void forward_to_main(int sig, siginfo_t *si, void *ctx) {
   int saved = errno;
+  (void)ctx;
+  if (sig == SIGHUP && si && si->si_code == SI_QUEUE) hup_asker = si->si_pid;
   pthread_kill(main_thread, sig); /* async-signal-safe */
   errno = saved;
 }
@@ -324,6 +333,167 @@ static int healthcheck(const attn_config *cfg, const char *url) {
   }
   printf("attnd: healthcheck: %s: ready (HTTP 200)\n", url);
   return 0;
+}
+
+/* The environment of the attnd that --reload looks at (its
+ * /proc/PID/environ, NUL-separated), for cand_env.  The client is one
+ * thread. */
+static const char *cand_environ;
+static size_t cand_environ_len;
+
+/* getenv over cand_environ, as env() over ours (a service link is not a
+ * port). */
+static const char *cand_env(const char *name) {
+  size_t n = strlen(name);
+  const char *end = cand_environ + cand_environ_len;
+  for (const char *e = cand_environ; e && e < end; e += strlen(e) + 1)
+    if (strncmp(e, name, n) == 0 && e[n] == '=')
+      return port_var(name) && k8s_link_value(e + n + 1) ? NULL : e + n + 1;
+  return NULL;
+}
+
+/* The settings of the attnd of p into *c, as its command line and
+ * environment resolve (with the config file they name).  Returns 0 when
+ * they cannot be known (its environment unreadable, settings that do not
+ * resolve here), *c then unchanged. */
+static int proc_config(const attn_reload_proc *p, attn_config *c) {
+  if (!p->environ) return 0;
+  int argc = 0;
+  for (size_t i = 0; i < p->cmdline_len; i++) argc += p->cmdline[i] == '\0';
+  char **argv = calloc((size_t)argc + 1, sizeof *argv);
+  if (!argv) return 0;
+  const char *a = p->cmdline;
+  for (int i = 0; i < argc; i++, a += strlen(a) + 1) argv[i] = (char *)a;
+  attn_cli_action act;
+  cand_environ = p->environ;
+  cand_environ_len = p->environ_len;
+  attn_status st = attn_config_from_cli(c, argc, argv, cand_env, &act, NULL);
+  cand_environ = NULL;
+  free(argv);
+  return st == ATTN_OK;
+}
+
+/* The port the attnd of p listens on (proc_config), -1 when unknown. */
+static int proc_port(const attn_reload_proc *p) {
+  attn_config c;
+  return proc_config(p, &c) ? c.port : -1;
+}
+
+/* The settings of PID 1 into *c when PID 1 is a server of this binary
+ * (attnd in its container) whose settings resolve (proc_config); else 0.
+ * `docker run IMAGE --port 9000` gives the flag to PID 1 only, not to
+ * the HEALTHCHECK's `attnd --healthcheck`, which takes them from here. */
+static int pid1_config(attn_config *c) {
+  attn_reload_proc *v;
+  size_t n;
+  int ok = attn_reload_find(1, &v, &n, NULL, NULL) == ATTN_OK && n == 1 &&
+           proc_config(&v[0], c);
+  attn_reload_procs_free(v, n);
+  return ok;
+}
+
+/* "pid 12 on port 8080, pid 40 on port ?" into buf. */
+static void list_procs(const attn_reload_proc *v, const int *ports, size_t n,
+                       char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && at + 1 < size; i++) {
+    int w = ports[i] >= 0 ? snprintf(buf + at, size - at, "%spid %d on port %d",
+                                     i ? ", " : "", v[i].pid, ports[i])
+                          : snprintf(buf + at, size - at, "%spid %d on port ?",
+                                     i ? ", " : "", v[i].pid);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+}
+
+/* The attnd --reload is for, of the n found (ports: theirs): the only one,
+ * or the one listening on cfg's port.  Returns its index, or -1 after
+ * saying on stderr why none could be chosen. */
+static int choose_proc(const attn_config *cfg, const attn_reload_proc *v,
+                       const int *ports, size_t n) {
+  if (n == 1) return 0;
+  int pick = -1, same = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ports[i] == cfg->port) pick = (int)i, same++;
+  if (same == 1) return pick;
+  char list[600];
+  list_procs(v, ports, n, list, sizeof list);
+  fprintf(stderr,
+          "attnd: reload: %zu attnd of this binary are running (%s), and %s "
+          "on port %d (the port of these settings): give the one to reload "
+          "by its port (--port PORT, ATTND_PORT) or its pid (--reload=PID)\n",
+          n, list, same ? "several listen" : "none listens", cfg->port);
+  return -1;
+}
+
+/* No attnd of this binary was found (pid: the one asked for, or 0): say
+ * why on stderr. */
+static void none_found(int pid, const attn_reload_denied *den) {
+  char self[512];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = '\0';
+  if (den->n) {
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) runs as uid %u: permission denied "
+            "to look at it from uid %u (run --reload as uid %u, or as "
+            "root)\n",
+            den->pid[0], den->uid[0], (unsigned)geteuid(), den->uid[0]);
+  } else if (pid > 0) {
+    fprintf(stderr,
+            "attnd: reload: process %d is not a running attnd of this binary "
+            "(%s)\n",
+            pid, self);
+  } else {
+    fprintf(stderr,
+            "attnd: reload: no running attnd found (no other process runs "
+            "this binary, %s)\n",
+            self);
+  }
+}
+
+/* attnd --reload[=PID]: find the running attnd (the one of pid, when
+ * pid > 0), make it reload, and wait for it to say it has.  Exit status 0
+ * when it reloaded everything; else 1 with one line on stderr. */
+static int reload_cmd(const attn_config *cfg, int pid) {
+  attn_reload_proc *v;
+  attn_reload_denied den;
+  attn_diag d = {{0}};
+  size_t n;
+  int ports[ATTN_RELOAD_FOUND_MAX], failures = 0;
+  if (attn_reload_find(pid, &v, &n, &den, &d) != ATTN_OK) {
+    fprintf(stderr, "attnd: reload: %s\n", d.msg);
+    return 1;
+  }
+  if (n == 0) {
+    none_found(pid, &den);
+    attn_reload_procs_free(v, n);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) ports[i] = proc_port(&v[i]);
+  int i = choose_proc(cfg, v, ports, n);
+  attn_status st = ATTN_EINVAL;
+  if (i >= 0 && !v[i].takes_hup)
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) is still starting (it does not "
+            "take SIGHUP yet, which would end it): try again in a moment\n",
+            v[i].pid);
+  else if (i >= 0 && (st = attn_reload_signal(&v[i], ATTN_RELOAD_TIMEOUT_MS,
+                                              &failures, &d)) != ATTN_OK)
+    fprintf(stderr, "attnd: reload: %s\n", d.msg);
+  else if (i >= 0 && failures)
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) reloaded, but %d of its files "
+            "failed and kept what was in force: its log says which "
+            "(\"received SIGHUP: ...\")\n",
+            v[i].pid, failures);
+  else if (i >= 0)
+    printf(
+        "attnd: reload: attnd (pid %d, port %d) reloaded its keys and "
+        "models\n",
+        v[i].pid, ports[i]);
+  attn_reload_procs_free(v, n);
+  return i >= 0 && st == ATTN_OK && !failures ? 0 : 1;
 }
 
 #ifdef SCHED_BATCH
@@ -453,10 +623,15 @@ static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
   attn_diag d = {{0}};
   const char *probe_url = NULL;
   bool probe = attn_config_healthcheck_arg(argc, argv, &probe_url);
+  int reload_pid = attn_config_reload_arg(argc, argv);
   attn_config_defaults(cfg);
   if (attn_config_from_cli(cfg, argc, argv, env, &action, &d) != ATTN_OK) {
-    fprintf(stderr, "attnd: %s%s\n", probe ? "healthcheck: " : "", d.msg);
-    *exit_code = probe ? 1 : 2;
+    fprintf(stderr, "attnd: %s%s\n",
+            probe             ? "healthcheck: "
+            : reload_pid >= 0 ? "reload: "
+                              : "",
+            d.msg);
+    *exit_code = probe || reload_pid >= 0 ? 1 : 2;
     return 1;
   }
   switch (action) {
@@ -485,8 +660,16 @@ static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
       *exit_code = attn_config_write_json(cfg, stdout) == ATTN_OK ? 0 : 1;
       return 1;
     }
-    case ATTN_CLI_HEALTHCHECK:
-      *exit_code = healthcheck(cfg, probe_url);
+    case ATTN_CLI_HEALTHCHECK: {
+      /* `attnd --healthcheck` alone, in attnd's container: the settings
+       * of the server, PID 1, flags included */
+      attn_config pid1;
+      int own = probe_url || argc > 2 || !pid1_config(&pid1);
+      *exit_code = healthcheck(own ? cfg : &pid1, probe_url);
+      return 1;
+    }
+    case ATTN_CLI_RELOAD:
+      *exit_code = reload_cmd(cfg, reload_pid > 0 ? reload_pid : 0);
       return 1;
     case ATTN_CLI_RUN:
       break;
@@ -526,7 +709,8 @@ static const char *prepare_process(const attn_config *cfg,
   sigaddset(&hup, SIGHUP); /* taken in serve(); blocked everywhere */
   pthread_sigmask(SIG_BLOCK, &hup, NULL);
   main_thread = pthread_self();
-  struct sigaction sa = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
+  struct sigaction sa = {.sa_sigaction = forward_to_main,
+                         .sa_flags = SA_RESTART | SA_SIGINFO};
   sigfillset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
@@ -733,8 +917,10 @@ static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
 }
 
 /* SIGHUP: the API keys again from api_keys_file, the admin keys from
- * admin_api_keys_file. */
-static void reload_keys(attn_server *server) {
+ * admin_api_keys_file.  Returns how many of the two files failed (their
+ * keys in force stay). */
+static int reload_keys(attn_server *server) {
+  int failed = 0;
   attn_diag d = {{0}};
   size_t n;
   attn_status st = attn_server_reload_keys(server, &n, &d);
@@ -742,21 +928,27 @@ static void reload_keys(attn_server *server) {
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu API keys in force", n);
   else if (st == ATTN_ENOTFOUND)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %s", d.msg);
-  else
+  else {
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: %s; the keys in force stay",
              d.msg);
+    failed++;
+  }
   d = (attn_diag){{0}};
   st = attn_server_reload_admin_keys(server, &n, &d);
   if (st == ATTN_OK)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu admin keys in force", n);
-  else if (st != ATTN_ENOTFOUND)
+  else if (st != ATTN_ENOTFOUND) {
     attn_log(ATTN_LOG_ERROR,
              "received SIGHUP: %s; the admin keys in force stay", d.msg);
+    failed++;
+  }
+  return failed;
 }
 
+/* arg: the int count of models that failed. */
 static void report_model(void *arg, const char *name, const char *path,
                          attn_status s, const char *msg) {
-  (void)arg;
+  if (s != ATTN_OK) ++*(int *)arg;
   if (s == ATTN_OK)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: model '%s' %s (%s)", name,
              msg[0] ? msg : "loaded", path);
@@ -768,12 +960,40 @@ static void report_model(void *arg, const char *name, const char *path,
 
 /* SIGHUP: every model file of models_dir loaded again (attn_registry_
  * reload: a file that fails leaves its model serving the old weights;
- * requests in flight finish on what they started with). */
-static void reload_models(attn_registry *models) {
+ * requests in flight finish on what they started with).  Returns how many
+ * failed (models_dir unreadable counts one). */
+static int reload_models(attn_registry *models) {
   attn_diag d = {{0}};
-  attn_status st = attn_registry_reload(models, report_model, NULL, &d);
-  if (st != ATTN_OK)
+  int failed = 0;
+  attn_status st = attn_registry_reload(models, report_model, &failed, &d);
+  if (st != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: models: %s", d.msg);
+    failed++;
+  }
+  return failed;
+}
+
+/* SIGHUP, as si says it came: the keys and the models reloaded; then, when
+ * it was sent with sigqueue (attnd --reload), the sender is told how many
+ * parts failed (attn_reload_confirm). */
+static void reload(attn_server *server, attn_registry *models,
+                   const siginfo_t *si) {
+  int asker = si->si_code == SI_QUEUE  ? si->si_pid
+              : si->si_pid == getpid() ? hup_asker /* forwarded */
+                                       : 0;
+  hup_asker = 0;
+  int failed = reload_keys(server) + reload_models(models);
+  if (asker <= 0) return;
+  if (attn_reload_confirm(asker, failed) == 0)
+    attn_log(ATTN_LOG_INFO,
+             "received SIGHUP: reload done (%d failed), confirmed to pid %d "
+             "(attnd --reload)",
+             failed, asker);
+  else
+    attn_log(ATTN_LOG_WARN,
+             "received SIGHUP: reload done (%d failed), but pid %d, which "
+             "asked, cannot be told: %s",
+             failed, asker, strerror(errno));
 }
 
 /* Serve: the server's threads do the work; main waits for SIGTERM or
@@ -790,10 +1010,10 @@ static void serve(attn_server *server, attn_registry *models,
   sigaddset(&with_hup, SIGHUP);
   for (;;) {
     struct timespec tick = {1, 0};
-    sig = sigtimedwait(&with_hup, NULL, &tick);
+    siginfo_t si;
+    sig = sigtimedwait(&with_hup, &si, &tick);
     if (sig == SIGHUP) {
-      reload_keys(server);
-      reload_models(models);
+      reload(server, models, &si);
     } else if (sig > 0)
       break;
     else if (errno == EAGAIN) {

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Integration tests: attnd --reload, the way to reload where there is no
+shell or kill (issue 44): it finds the running attnd of this binary, sends
+it SIGHUP and waits for its confirmation; one that is not there, several,
+a reload that partly fails, a bad argument.
+
+Run alone: python3 tests/integration/test_reload.py --attnd PATH
+(the options of run.py; see harness.py and README.md).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from harness import (Server, cfg, check, expect_status, free_port, main,
+                     request, run_attnd, test)
+
+
+def _models(d):
+    """A models folder of its own in d: the demo model."""
+    m = os.path.join(d, "models")
+    os.mkdir(m)
+    for f in ("demo.json", "demo.safetensors"):
+        shutil.copy(os.path.join(cfg.models_dir, f), m)
+    return m
+
+
+@test
+def reload_finds_attnd_and_waits_for_it():
+    """attnd --reload with the settings of a running attnd (its port as a
+    flag, or as ATTND_PORT) makes it reload and exits 0 only once it has
+    confirmed: a model file added before is served right after, and the
+    server's log names the pid it confirmed to.  --reload=PID names it."""
+    with tempfile.TemporaryDirectory() as d:
+        models = _models(d)
+        port = free_port()
+        with Server("--models-dir", models, "--port", str(port),
+                    name="reload") as s:
+            expect_status(request(s.port, "GET", "/v2/models/mine/ready"),
+                          404, "before the file is there")
+            with open(os.path.join(models, "demo.json")) as f:
+                spec = json.load(f)
+            spec["name"] = "mine"
+            with open(os.path.join(models, "mine.json"), "w") as f:
+                json.dump(spec, f)
+            rc, out, err = run_attnd("--reload", "--port", str(port))
+            check(rc == 0 and err == "" and
+                  "attnd (pid %d, port %d) reloaded" % (s.proc.pid, port)
+                  in out, "rc %d out %r err %r" % (rc, out, err))
+            # no wait: the reload was done when --reload returned
+            expect_status(request(s.port, "GET", "/v2/models/mine/ready"),
+                          200, "the model added, right after --reload")
+            check("confirmed to pid" in s.log_text(),
+                  "no confirmation in the log: %s" % s.log_tail())
+            for args, env in ((["--reload"], {"ATTND_PORT": str(port)}),
+                              (["--reload=%d" % s.proc.pid], {})):
+                rc, out, err = run_attnd(*args, env=env)
+                check(rc == 0 and "reloaded its keys and models" in out,
+                      "%r %r: rc %d out %r err %r" % (args, env, rc, out, err))
+            check(s.log_text().count("confirmed to pid") == 3,
+                  "three reloads confirmed: %s" % s.log_tail(5))
+
+
+@test
+def reload_partial_failure_exits_1():
+    """A reload whose api_keys_file no longer reads still reloads the rest
+    and keeps the keys in force; --reload says how many files failed and
+    exits 1."""
+    with tempfile.TemporaryDirectory() as d:
+        keys = os.path.join(d, "keys")
+        with open(keys, "w") as f:
+            f.write("good-key\n")
+        port = free_port()
+        with Server("--api-keys-file", keys, "--port", str(port),
+                    name="reload-keys") as s:
+            with open(keys, "w") as f:
+                f.write("two words\n")
+            rc, out, err = run_attnd("--reload", "--port", str(port))
+            check(rc == 1 and out == "" and
+                  "reloaded, but 1 of its files failed" in err,
+                  "rc %d out %r err %r" % (rc, out, err))
+            expect_status(request(s.port, "GET", "/v2",
+                                  headers={"X-Api-Key": "good-key"}), 200,
+                          "the key in force after the failed reload")
+
+
+@test
+def reload_with_no_attnd_running():
+    """With no attnd of the binary running, --reload exits 1 with one line
+    saying so (the binary is copied: no process runs the copy).  A pid that
+    is not an attnd, and a bad --reload= value, are refused the same way
+    (1, not 2)."""
+    with tempfile.TemporaryDirectory() as d:
+        copy = os.path.join(d, "attnd")
+        shutil.copy(cfg.attnd, copy)
+        r = subprocess.run([copy, "--reload"], capture_output=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+        err = r.stderr.decode()
+        check(r.returncode == 1 and len(err.strip().splitlines()) == 1 and
+              "attnd: reload: no running attnd found" in err and
+              copy in err, "rc %d err %r" % (r.returncode, err))
+    rc, out, err = run_attnd("--reload=%d" % os.getpid())
+    check(rc == 1 and "process %d is not a running attnd" % os.getpid() in err,
+          "a pid that is not attnd: rc %d err %r" % (rc, err))
+    for bad in ("--reload=abc", "--reload=0", "--reload="):
+        rc, out, err = run_attnd(bad)
+        check(rc == 1 and err.startswith("attnd: reload: option '--reload="),
+              "%s: rc %d err %r" % (bad, rc, err))
+    rc, out, err = run_attnd("--reload", "--healthcheck")
+    check(rc == 1 and "cannot be used together" in err,
+          "--reload --healthcheck: rc %d err %r" % (rc, err))
+
+
+@test
+def reload_chooses_by_port():
+    """Of two attnd of the binary, --reload takes the one on the port of
+    its settings; with a port neither has it reloads neither and names
+    both (pid and port)."""
+    p1, p2 = free_port(), free_port()
+    with Server("--port", str(p1), name="reload-a") as a, \
+            Server("--port", str(p2), name="reload-b") as b:
+        rc, out, err = run_attnd("--reload", "--port", str(p2))
+        check(rc == 0 and "pid %d, port %d" % (b.proc.pid, p2) in out,
+              "rc %d out %r err %r" % (rc, out, err))
+        check("confirmed to pid" in b.log_text() and
+              "received SIGHUP" not in a.log_text(),
+              "the other one reloaded too: %s" % a.log_tail())
+        free = free_port()
+        rc, out, err = run_attnd("--reload", "--port", str(free))
+        check(rc == 1 and "none listens on port %d" % free in err and
+              "pid %d on port %d" % (a.proc.pid, p1) in err and
+              "pid %d on port %d" % (b.proc.pid, p2) in err,
+              "rc %d err %r" % (rc, err))
+        check("received SIGHUP" not in a.log_text(), "a reloaded")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
