@@ -265,8 +265,16 @@ static attn_status load_models(const attn_config *cfg, attn_registry **out,
     warn(d->msg); /* built-ins only; a load or SIGHUP may find it later */
   else if (st != ATTN_OK)
     return st;
-  st = attn_registry_create(cfg->models_dir, out, d);
+  st = attn_registry_create_named(cfg->models_dir, cfg->model_name, out, d);
   if (st == ATTN_OK) warn_unloaded(*out, cfg->models_dir, warn);
+  const char *from, *to;
+  if (st == ATTN_OK) attn_registry_renamed(*out, &from, &to);
+  if (st == ATTN_OK && from && strcmp(from, to) != 0)
+    attn_log(ATTN_LOG_INFO,
+             "model_name: the model '%s' of models_dir is served as '%s' "
+             "(its metadata, readiness, index and metrics say '%s'; '%s' is "
+             "unknown)",
+             from, to, to, from);
   return st;
 }
 

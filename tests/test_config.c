@@ -204,6 +204,7 @@ START_TEST(test_key_names) {
                                      "body_min_rate_bytes_s",
                                      "max_connections_per_ip",
                                      "models_dir",
+                                     "model_name",
                                      "log_level",
                                      "log_format",
                                      "access_log",
@@ -802,7 +803,8 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
         !strcmp(key, "api_keys_file") || !strcmp(key, "tls_cert_file") ||
         !strcmp(key, "admin_api_keys_file") || !strcmp(key, "tls_key_file") ||
         !strcmp(key, "tls_client_ca_file") ||
-        !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir");
+        !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir") ||
+        !strcmp(key, "model_name");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};
     attn_config c;

@@ -77,6 +77,9 @@ typedef struct attn_config {
    * else the source as diagnostics name it ("FILE: models_dir",
    * "ATTND_MODELS_DIR", "--models-dir", "models_dir"), cut to fit. */
   char models_dir_from[ATTN_MAX_PATH_LEN + 1];
+  /* The model of models_dir served under another name: "NEW" (the only
+   * one) or "FROM=NEW" (attn_registry_create_named); "" = none. */
+  char model_name[2 * ATTN_MODEL_MAX_NAME + 2];
   attn_log_level log_level;
   attn_log_format log_format;
   bool access_log;                         /* one log line per request */

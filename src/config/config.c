@@ -217,6 +217,12 @@ static const cfg_key keys[] = {
     K_PATH(models_dir, models_dir_from, "ATTND_MODELS_DIR", "config/models",
            "directory of model definitions; relative: to the config file's "
            "folder in a file, else to the working directory"),
+    K_TEXT(model_name, "ATTND_MODEL_NAME",
+           "serve a model of models_dir under this name, as KServe's "
+           "--model_name: NEW renames the only model its files name, "
+           "FROM=NEW the model named FROM; refused at start when "
+           "ambiguous or taken (a built-in such as sdpa, another model); "
+           "\"\" = none"),
     K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
            attn_log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
