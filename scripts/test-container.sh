@@ -38,6 +38,17 @@ work=$(mktemp -d /tmp/attnd-ct.XXXXXX)
 chmod 755 "$work"
 
 ok() { echo "ok $1"; passed=$((passed + 1)); }
+# $health: the Docker health of container $1 once healthy, gone or
+# stopped, or after 60 s
+wait_health() {
+  health=""
+  for _ in $(seq 120); do
+    health=$(docker inspect -f '{{.State.Health.Status}}' "$1" 2>/dev/null || echo gone)
+    [ "$health" = healthy ] || [ "$health" = gone ] && break
+    [ "$(docker inspect -f '{{.State.Running}}' "$1")" = true ] || break
+    sleep 0.5
+  done
+}
 bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
 eval "$(scripts/docker-engine.sh start)"
@@ -88,13 +99,7 @@ esac
 # ---- 2. read-only, non-root, memory and CPU limits -------------------------
 docker run -d --name "$NAME-1" --network host --read-only --memory 512m \
   --cpus 1 -e ATTND_HOST=127.0.0.1 -e ATTND_PORT="$PORT" attnd:latest >/dev/null
-health=""
-for _ in $(seq 120); do
-  health=$(docker inspect -f '{{.State.Health.Status}}' "$NAME-1" 2>/dev/null || echo gone)
-  [ "$health" = healthy ] || [ "$health" = gone ] && break
-  [ "$(docker inspect -f '{{.State.Running}}' "$NAME-1")" = true ] || break
-  sleep 0.5
-done
+wait_health "$NAME-1"
 if [ "$health" = healthy ]; then
   ok "HEALTHCHECK (attnd --healthcheck) healthy"
 else
@@ -154,13 +159,7 @@ fi
 # ---- 5. --port as a flag: HEALTHCHECK, and attnd --reload -------------------
 docker run -d --name "$NAME-3" --network host --read-only --user 4242:4242 \
   -e ATTND_HOST=127.0.0.1 attnd:latest --port "$PORT3" >/dev/null
-health=""
-for _ in $(seq 120); do
-  health=$(docker inspect -f '{{.State.Health.Status}}' "$NAME-3" 2>/dev/null || echo gone)
-  [ "$health" = healthy ] || [ "$health" = gone ] && break
-  [ "$(docker inspect -f '{{.State.Running}}' "$NAME-3")" = true ] || break
-  sleep 0.5
-done
+wait_health "$NAME-3"
 if [ "$health" = healthy ]; then
   ok "HEALTHCHECK healthy with --port $PORT3 given to PID 1 only"
 else
