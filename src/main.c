@@ -1004,6 +1004,37 @@ static void reload(attn_server *server, attn_registry *models,
              failed, asker, strerror(errno));
 }
 
+/* models_poll_s: where the polling of models_dir stands. */
+typedef struct models_poll {
+  uint64_t stamp;   /* of the files the models were last loaded from */
+  uint64_t seen;    /* at the last look, when it differed from stamp */
+  uint64_t next_ns; /* when to look again */
+} models_poll;
+
+/* models_poll_s, looked at once a second from serve: every poll_s
+ * seconds the stamp of models_dir (attn_registry_dir_stamp) is compared
+ * with that of the last load; a change is reloaded (reload_models, as
+ * SIGHUP does) once it has held still for one period (a file still being
+ * copied is not loaded half-written), as Triton's poll mode. */
+static void poll_models(attn_registry *models, int poll_s, models_poll *p) {
+  uint64_t now = attn_now_ns();
+  if (poll_s <= 0 || now < p->next_ns) return;
+  p->next_ns = now + (uint64_t)poll_s * 1000000000u;
+  uint64_t stamp = attn_registry_dir_stamp(models);
+  if (stamp == p->stamp) {
+    p->seen = 0;
+  } else if (stamp != p->seen) {
+    p->seen = stamp; /* changed: wait for it to hold still */
+  } else {
+    attn_log(ATTN_LOG_INFO,
+             "models_poll_s: models_dir changed; reloading every model file");
+    int failed = reload_models(models);
+    p->stamp = stamp;
+    p->seen = 0;
+    attn_log(ATTN_LOG_INFO, "models_poll_s: reload done (%d failed)", failed);
+  }
+}
+
 /* Serve: the server's threads do the work; main waits for SIGTERM or
  * SIGINT, re-reading the keys and the models on each SIGHUP, giving
  * memory back once a second when idle (idle_trim) and writing the counts
@@ -1014,6 +1045,9 @@ static void serve(attn_server *server, attn_registry *models,
                   const attn_config *cfg, const sigset_t *sigs) {
   int sig = 0;
   uint64_t last_pushed = UINT64_MAX;
+  models_poll poll = {
+      attn_registry_dir_stamp(models), 0,
+      attn_now_ns() + (uint64_t)cfg->models_poll_s * 1000000000u};
   sigset_t with_hup = *sigs;
   sigaddset(&with_hup, SIGHUP);
   for (;;) {
@@ -1021,11 +1055,16 @@ static void serve(attn_server *server, attn_registry *models,
     siginfo_t si;
     sig = sigtimedwait(&with_hup, &si, &tick);
     if (sig == SIGHUP) {
+      /* what this reload reads: the polling starts from it */
+      uint64_t stamp = cfg->models_poll_s ? attn_registry_dir_stamp(models) : 0;
       reload(server, models, &si);
+      poll.stamp = stamp;
+      poll.seen = 0;
     } else if (sig > 0)
       break;
     else if (errno == EAGAIN) {
       expire_sessions(sessions);
+      poll_models(models, cfg->models_poll_s, &poll);
       idle_trim(pool, &last_pushed);
       attn_log_flush_repeats(0);
     }

@@ -205,6 +205,7 @@ START_TEST(test_key_names) {
                                      "max_connections_per_ip",
                                      "models_dir",
                                      "model_name",
+                                     "models_poll_s",
                                      "log_level",
                                      "log_format",
                                      "access_log",

@@ -80,6 +80,7 @@ typedef struct attn_config {
   /* The model of models_dir served under another name: "NEW" (the only
    * one) or "FROM=NEW" (attn_registry_create_named); "" = none. */
   char model_name[2 * ATTN_MODEL_MAX_NAME + 2];
+  int models_poll_s; /* models_dir looked at for changes; 0 = never */
   attn_log_level log_level;
   attn_log_format log_format;
   bool access_log;                         /* one log line per request */

@@ -183,6 +183,9 @@
  * minute; the wait ends at once when that attnd exits. */
 #define ATTN_RELOAD_TIMEOUT_MS 60000
 
+/* models_poll_s: at most a day between two looks at models_dir. */
+#define ATTN_MAX_MODELS_POLL_S 86400
+
 /* Draining (attn_server_wait_idle): once nothing is in flight, attnd
  * still answers (503, Connection: close) the requests that keep arriving on
  * open connections until none has begun for ATTN_DRAIN_QUIET_MS, for at

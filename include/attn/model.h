@@ -152,6 +152,12 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
 attn_status attn_registry_create_named(const char *models_dir,
                                        const char *model_name,
                                        attn_registry **out, attn_diag *d);
+/* A stamp of the files directly in the models directory: their names,
+ * sizes, modification times and inodes, in any order; it changes when a
+ * file is added, removed, replaced or rewritten.  0 when there is no
+ * directory or it cannot be read.  Opens no file (stat only).  Any
+ * thread. */
+uint64_t attn_registry_dir_stamp(const attn_registry *r);
 /* The rename in force: *from and *to (NULL when none). */
 void attn_registry_renamed(const attn_registry *r, const char **from,
                            const char **to);

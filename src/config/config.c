@@ -223,6 +223,11 @@ static const cfg_key keys[] = {
            "FROM=NEW the model named FROM; refused at start when "
            "ambiguous or taken (a built-in such as sdpa, another model); "
            "\"\" = none"),
+    K_INT(models_poll_s, "ATTND_MODELS_POLL_S", 0, 0, ATTN_MAX_MODELS_POLL_S,
+          "s",
+          "look at models_dir this often and, once a change (a file added, "
+          "removed or rewritten) has held still for one period, reload "
+          "every model file as SIGHUP does (Triton's poll mode); 0 = off"),
     K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
            attn_log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,

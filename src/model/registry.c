@@ -540,6 +540,35 @@ static attn_status set_rename(attn_registry *r, const char *model_name,
   return ATTN_OK;
 }
 
+/* FNV-1a of n bytes at p, continuing h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211u;
+  return h;
+}
+
+uint64_t attn_registry_dir_stamp(const attn_registry *r) {
+  DIR *dp = r->dir ? opendir(r->dir) : NULL;
+  if (!dp) return 0;
+  uint64_t sum = 1; /* an empty folder is not "no folder" */
+  size_t dl = strlen(r->dir);
+  char path[ATTN_MAX_PATH_LEN + 300];
+  for (struct dirent *e; (e = readdir(dp)) != NULL;) {
+    struct stat st;
+    if (e->d_name[0] == '.' ||
+        (size_t)snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name) >=
+            sizeof path ||
+        stat(path, &st) != 0)
+      continue;
+    uint64_t h = fnv(14695981039346656037u, path + dl, strlen(path + dl));
+    int64_t v[4] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                    (int64_t)st.st_mtim.tv_nsec, (int64_t)st.st_ino};
+    sum += fnv(h, v, sizeof v); /* a sum: the order of readdir is not kept */
+  }
+  closedir(dp);
+  return sum;
+}
+
 void attn_registry_renamed(const attn_registry *r, const char **from,
                            const char **to) {
   *from = r->from;

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from harness import (Server, cfg, check, expect_status, free_port, main,
                      request, run_attnd, test)
@@ -135,6 +136,45 @@ def reload_chooses_by_port():
               "pid %d on port %d" % (b.proc.pid, p2) in err,
               "rc %d err %r" % (rc, err))
         check("received SIGHUP" not in a.log_text(), "a reloaded")
+
+
+
+def _ready_status(port, model):
+    return request(port, "GET", "/v2/models/%s/ready" % model).status
+
+
+@test
+def models_poll_reloads_a_changed_folder():
+    """models_poll_s 1: a model file added to models_dir is served without
+    a signal (within a bounded wait), and its removal unloads it; the log
+    says the poll reloaded."""
+    with tempfile.TemporaryDirectory() as d:
+        models = _models(d)
+        with Server("--models-dir", models, "--models-poll-s", "1",
+                    name="models-poll") as s:
+            check(_ready_status(s.port, "mine") == 404, "mine before")
+            with open(os.path.join(models, "demo.json")) as f:
+                spec = json.load(f)
+            spec["name"] = "mine"
+            with open(os.path.join(models, "mine.json"), "w") as f:
+                json.dump(spec, f)
+            deadline = time.monotonic() + 20
+            while (_ready_status(s.port, "mine") != 200 and
+                   time.monotonic() < deadline):
+                time.sleep(0.2)
+            check(_ready_status(s.port, "mine") == 200,
+                  "mine not served 20 s after its file: %s" % s.log_tail())
+            check("models_poll_s: models_dir changed" in s.log_text(),
+                  "no poll line: %s" % s.log_tail())
+            os.unlink(os.path.join(models, "mine.json"))
+            deadline = time.monotonic() + 20
+            while (_ready_status(s.port, "mine") == 200 and
+                   time.monotonic() < deadline):
+                time.sleep(0.2)
+            check(_ready_status(s.port, "mine") != 200,
+                  "mine still ready 20 s after its file went: %s" %
+                  s.log_tail())
+            check(_ready_status(s.port, "demo") == 200, "demo after")
 
 
 if __name__ == "__main__":
