@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,11 +205,14 @@ static void fit_open_files(int max_connections) {
 
 static pthread_t main_thread;
 
-/* The process that asked for the SIGHUP in flight with sigqueue (attnd
- * --reload) when the signal reached an OpenBLAS thread, which passes it on
- * without its sender (forward_to_main); 0 when none.  serve() reads and
- * clears it. */
-static volatile sig_atomic_t hup_asker;
+/* The processes that asked for a reload with sigqueue (attnd --reload)
+ * whose SIGHUP reached an OpenBLAS thread, which passes it on to main
+ * without its sender (forward_to_main): their pids, 0 in a free slot.
+ * Written by the handler, taken by serve() (reload) before it reloads;
+ * lock-free atomics, so async-signal-safe.  Past HUP_ASKERS waiting at
+ * once, an asker is not noted: it sends SIGHUP again (reload.c). */
+#define HUP_ASKERS 32
+static atomic_int hup_askers[HUP_ASKERS];
 
 /* OpenBLAS starts its threads when the library loads, before main() can
  * block SIGTERM and SIGINT for them.  A signal sent to the process while
@@ -219,7 +223,12 @@ static volatile sig_atomic_t hup_asker;
 static void forward_to_main(int sig, siginfo_t *si, void *ctx) {
   int saved = errno;
   (void)ctx;
-  if (sig == SIGHUP && si && si->si_code == SI_QUEUE) hup_asker = si->si_pid;
+  for (int i = 0;
+       sig == SIGHUP && si && si->si_code == SI_QUEUE && i < HUP_ASKERS; i++) {
+    int none = 0;
+    if (atomic_compare_exchange_strong(&hup_askers[i], &none, si->si_pid))
+      break;
+  }
   pthread_kill(main_thread, sig); /* async-signal-safe */
   errno = saved;
 }
@@ -981,27 +990,31 @@ static int reload_models(attn_registry *models) {
   return failed;
 }
 
-/* SIGHUP, as si says it came: the keys and the models reloaded; then, when
- * it was sent with sigqueue (attnd --reload), the sender is told how many
- * parts failed (attn_reload_confirm). */
+/* SIGHUP, as si says it came: the keys and the models reloaded; then
+ * every process that asked with sigqueue (attnd --reload) before the
+ * reload began, the sender of si and those forward_to_main noted, is told
+ * how many parts failed (attn_reload_confirm). */
 static void reload(attn_server *server, attn_registry *models,
                    const siginfo_t *si) {
-  int asker = si->si_code == SI_QUEUE  ? si->si_pid
-              : si->si_pid == getpid() ? hup_asker /* forwarded */
-                                       : 0;
-  hup_asker = 0;
+  int askers[HUP_ASKERS + 1], n = 0;
+  if (si->si_code == SI_QUEUE && si->si_pid > 0) askers[n++] = si->si_pid;
+  for (int i = 0; i < HUP_ASKERS; i++) {
+    int pid = atomic_exchange(&hup_askers[i], 0);
+    if (pid > 0) askers[n++] = pid;
+  }
   int failed = reload_keys(server) + reload_models(models);
-  if (asker <= 0) return;
-  if (attn_reload_confirm(asker, failed) == 0)
-    attn_log(ATTN_LOG_INFO,
-             "received SIGHUP: reload done (%d failed), confirmed to pid %d "
-             "(attnd --reload)",
-             failed, asker);
-  else
-    attn_log(ATTN_LOG_WARN,
-             "received SIGHUP: reload done (%d failed), but pid %d, which "
-             "asked, cannot be told: %s",
-             failed, asker, strerror(errno));
+  for (int i = 0; i < n; i++) {
+    if (attn_reload_confirm(askers[i], failed) == 0)
+      attn_log(ATTN_LOG_INFO,
+               "received SIGHUP: reload done (%d failed), confirmed to pid "
+               "%d (attnd --reload)",
+               failed, askers[i]);
+    else
+      attn_log(ATTN_LOG_WARN,
+               "received SIGHUP: reload done (%d failed), but pid %d, which "
+               "asked, cannot be told: %s",
+               failed, askers[i], strerror(errno));
+  }
 }
 
 /* models_poll_s: where the polling of models_dir stands. */

@@ -54,6 +54,14 @@ static void on_reply(int sig, siginfo_t *si, void *ctx) {
   reply_from = si->si_pid;
 }
 
+/* With no answer yet, SIGHUP is sent again after 1 s, then 2, 4, ... s
+ * (unless one is still pending).  Two SIGHUPs pending at once are one for
+ * the kernel: when several ask together, attnd may reload once, not
+ * knowing each asker; the one it did not answer asks again, and is
+ * answered by a reload that began after it asked.  A reload slower than
+ * that gets one more reload after it, no more (pending SIGHUPs merge). */
+#define RESEND_FIRST_NS 1000000000u
+
 /* Bytes read of a command line or an environment. */
 #define PROC_TEXT_MAX (256u << 10)
 
@@ -108,6 +116,16 @@ static unsigned status_id(const char *status, const char *field) {
 /* Is SIGHUP in mask (bit SIGHUP - 1)? */
 static int has_hup(unsigned long long mask) {
   return (int)((mask >> (SIGHUP - 1)) & 1u);
+}
+
+/* Is a SIGHUP pending in the process pid (shared, or its main thread's),
+ * not yet taken by a reload? */
+static int hup_pending(int pid) {
+  char *status = read_proc(pid, "status", NULL);
+  int pending = has_hup(status_mask(status, "\nShdPnd:")) ||
+                has_hup(status_mask(status, "\nSigPnd:"));
+  free(status);
+  return pending;
 }
 
 int attn_reload_is_client(const attn_reload_proc *p) {
@@ -224,10 +242,7 @@ static void become(const attn_reload_proc *p) {
 /* Why the answer did not come by the deadline, from /proc/PID/status. */
 static attn_status no_answer(const attn_reload_proc *p, int64_t timeout_ms,
                              attn_diag *d) {
-  char *status = read_proc(p->pid, "status", NULL);
-  int pending = has_hup(status_mask(status, "\nShdPnd:"));
-  free(status);
-  if (pending)
+  if (hup_pending(p->pid))
     return attn_diag_set(d, ATTN_ETIMEDOUT,
                          "attnd (pid %d) has not taken SIGHUP within %lld ms: "
                          "it is not serving (starting up, or shutting down)",
@@ -270,12 +285,18 @@ attn_status attn_reload_signal(const attn_reload_proc *p, int64_t timeout_ms,
     return attn_diag_set(d, ATTN_EIO, "attnd (pid %d): sigqueue: %s", p->pid,
                          strerror(e));
   }
-  uint64_t deadline = attn_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  uint64_t t0 = attn_now_ns(), deadline = t0 + (uint64_t)timeout_ms * 1000000u;
+  uint64_t again = t0 + RESEND_FIRST_NS, gap = RESEND_FIRST_NS;
   for (;;) {
     uint64_t now = attn_now_ns();
     if (now >= deadline) {
       st = no_answer(p, timeout_ms, d);
       break;
+    }
+    if (now >= again) { /* ours may have been merged with another's */
+      if (!hup_pending(p->pid)) (void)sigqueue(p->pid, SIGHUP, v);
+      gap *= 2;
+      again = now + gap;
     }
     if (reply_from == p->pid) {
       *failures = reply_value;

@@ -66,6 +66,31 @@ def reload_finds_attnd_and_waits_for_it():
 
 
 @test
+def reload_many_at_once_each_confirmed():
+    """Twelve attnd --reload started together: every one exits 0 (the
+    kernel merges SIGHUPs pending at once; each asker is still answered,
+    by a reload that began after it asked), and the log confirms to
+    each of their pids."""
+    port = free_port()
+    with Server("--port", str(port), name="reload-many") as s:
+        procs = [subprocess.Popen([cfg.attnd, "--reload", "--port",
+                                   str(port)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL)
+                 for _ in range(12)]
+        bad = []
+        for p in procs:
+            out, err = p.communicate(timeout=90)
+            if p.returncode != 0:
+                bad.append((p.pid, p.returncode, err.decode()[-200:]))
+        check(not bad, "%d of 12 failed: %r" % (len(bad), bad[:3]))
+        log = s.log_text()
+        missing = [p.pid for p in procs
+                   if "confirmed to pid %d " % p.pid not in log]
+        check(not missing, "no confirmation logged for %r" % missing)
+
+
+@test
 def reload_partial_failure_exits_1():
     """A reload whose api_keys_file no longer reads still reloads the rest
     and keeps the keys in force; --reload says how many files failed and
