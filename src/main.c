@@ -20,10 +20,17 @@
  * SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
  * admin_api_keys_file and reloads every model file (reload_keys,
  * reload_models; whatever model_control says) while serving; at other
- * times it waits, blocked.  ATTND_API_KEY and ATTND_ADMIN_API_KEY
- * are read here, never config keys: --check-config must not print them.
+ * times it waits, blocked.  A SIGHUP sent with sigqueue (attnd --reload,
+ * src/probe/reload.c) is answered after the reload, to its sender, with
+ * a real-time signal (reload); models_poll_s reloads the models when
+ * models_dir's files change (poll_models).  ATTND_API_KEY and
+ * ATTND_ADMIN_API_KEY are read here, never config keys: --check-config
+ * must not print them.
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
- * asks a running attnd whether it is ready and exits 0 or 1.
+ * asks a running attnd whether it is ready and exits 0 or 1 (in attnd's
+ * container, with PID 1's settings: pid1_config).  `attnd --reload` is a
+ * client too (reload_cmd): it finds the running attnd in /proc and asks
+ * it to reload.
  * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
  * (online, affinity mask, cgroup CPU quota: allowed_cpus).
  * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
