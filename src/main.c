@@ -41,6 +41,7 @@
 #define _GNU_SOURCE /* SCHED_BATCH, sched_getaffinity */
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -377,9 +378,10 @@ static const char *cand_env(const char *name) {
 }
 
 /* The settings of the attnd of p into *c, as its command line and
- * environment resolve (with the config file they name).  Returns 0 when
- * they cannot be known (its environment unreadable, settings that do not
- * resolve here), *c then unchanged. */
+ * environment resolve (with the config file they name, a relative path
+ * from its working directory: /proc/PID/cwd, entered for the while).
+ * Returns 0 when they cannot be known (its environment unreadable,
+ * settings that do not resolve here), *c then unchanged. */
 static int proc_config(const attn_reload_proc *p, attn_config *c) {
   if (!p->environ) return 0;
   int argc = 0;
@@ -389,10 +391,16 @@ static int proc_config(const attn_reload_proc *p, attn_config *c) {
   const char *a = p->cmdline;
   for (int i = 0; i < argc; i++, a += strlen(a) + 1) argv[i] = (char *)a;
   attn_cli_action act;
+  char cwd[64];
+  snprintf(cwd, sizeof cwd, "/proc/%d/cwd", p->pid);
+  int here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int moved = here >= 0 && chdir(cwd) == 0;
   cand_environ = p->environ;
   cand_environ_len = p->environ_len;
   attn_status st = attn_config_from_cli(c, argc, argv, cand_env, &act, NULL);
   cand_environ = NULL;
+  if (moved && fchdir(here) != 0) st = ATTN_EIO; /* cannot happen */
+  if (here >= 0) close(here);
   free(argv);
   return st == ATTN_OK;
 }

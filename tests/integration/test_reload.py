@@ -20,6 +20,23 @@ from harness import (Server, cfg, check, expect_status, free_port, main,
                      request, run_attnd, test)
 
 
+def _confirmed(s, n, what, pids=()):
+    """Wait (bounded) until s's log confirms n reloads, to each of pids:
+    attnd logs a confirmation just after sending it, so the asker may
+    have exited before the line is written."""
+    deadline = time.monotonic() + 10
+    while True:
+        log = s.log_text()
+        missing = [p for p in pids if "confirmed to pid %d " % p not in log]
+        got = log.count("confirmed to pid")
+        if (got >= n and not missing) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    check(got >= n and not missing,
+          "%s: %d confirmations logged (wanted %d), none for %r: %s" %
+          (what, got, n, missing, s.log_tail()))
+
+
 def _models(d):
     """A models folder of its own in d: the demo model."""
     m = os.path.join(d, "models")
@@ -54,15 +71,13 @@ def reload_finds_attnd_and_waits_for_it():
             # no wait: the reload was done when --reload returned
             expect_status(request(s.port, "GET", "/v2/models/mine/ready"),
                           200, "the model added, right after --reload")
-            check("confirmed to pid" in s.log_text(),
-                  "no confirmation in the log: %s" % s.log_tail())
+            _confirmed(s, 1, "the first reload", [])
             for args, env in ((["--reload"], {"ATTND_PORT": str(port)}),
                               (["--reload=%d" % s.proc.pid], {})):
                 rc, out, err = run_attnd(*args, env=env)
                 check(rc == 0 and "reloaded its keys and models" in out,
                       "%r %r: rc %d out %r err %r" % (args, env, rc, out, err))
-            check(s.log_text().count("confirmed to pid") == 3,
-                  "three reloads confirmed: %s" % s.log_tail(5))
+            _confirmed(s, 3, "three reloads")
 
 
 @test
@@ -84,10 +99,7 @@ def reload_many_at_once_each_confirmed():
             if p.returncode != 0:
                 bad.append((p.pid, p.returncode, err.decode()[-200:]))
         check(not bad, "%d of 12 failed: %r" % (len(bad), bad[:3]))
-        log = s.log_text()
-        missing = [p.pid for p in procs
-                   if "confirmed to pid %d " % p.pid not in log]
-        check(not missing, "no confirmation logged for %r" % missing)
+        _confirmed(s, 12, "twelve at once", [p.pid for p in procs])
 
 
 @test
@@ -151,8 +163,8 @@ def reload_chooses_by_port():
         rc, out, err = run_attnd("--reload", "--port", str(p2))
         check(rc == 0 and "pid %d, port %d" % (b.proc.pid, p2) in out,
               "rc %d out %r err %r" % (rc, out, err))
-        check("confirmed to pid" in b.log_text() and
-              "received SIGHUP" not in a.log_text(),
+        _confirmed(b, 1, "the one on the port")
+        check("received SIGHUP" not in a.log_text(),
               "the other one reloaded too: %s" % a.log_tail())
         free = free_port()
         rc, out, err = run_attnd("--reload", "--port", str(free))
@@ -161,6 +173,44 @@ def reload_chooses_by_port():
               "pid %d on port %d" % (b.proc.pid, p2) in err,
               "rc %d err %r" % (rc, err))
         check("received SIGHUP" not in a.log_text(), "a reloaded")
+
+
+@test
+def reload_reads_a_relative_config_from_attnd_folder():
+    """An attnd started in its own folder with --config attnd.json (a
+    relative path) is found by the port of that file, also by a --reload
+    run elsewhere: its settings are read from its working directory."""
+    with tempfile.TemporaryDirectory() as d:
+        p1, p2 = free_port(), free_port()
+        with open(os.path.join(d, "attnd.json"), "w") as f:
+            json.dump({"port": p1}, f)
+        # the harness's --port 0 first; the file's port comes after it
+        # only through the file, so leave the flag out of this one
+        with Server("--port", str(p2), name="reload-other") as b:
+            a = subprocess.Popen(
+                [os.path.abspath(cfg.attnd), "--config", "attnd.json",
+                 "--host", "127.0.0.1", "--models-dir", cfg.models_dir],
+                cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    try:
+                        if request(p1, "GET", "/v2/health/ready").status \
+                                == 200:
+                            break
+                    except OSError:
+                        pass
+                    time.sleep(0.05)
+                rc, out, err = run_attnd("--reload", "--port", str(p1))
+                check(rc == 0 and "pid %d, port %d" % (a.pid, p1) in out,
+                      "rc %d out %r err %r" % (rc, out, err))
+                check("received SIGHUP" not in b.log_text(),
+                      "the other one reloaded")
+            finally:
+                a.terminate()
+                a.wait(timeout=30)
+            check(a.returncode == 0, "exit code %s" % a.returncode)
 
 
 
