@@ -13,6 +13,10 @@
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
 FROM ${DEBIAN_IMAGE} AS build
+# Marks the build stage's image, which the classic builder leaves behind
+# untagged (about 750 MB): scripts/build-image.sh removes the images with
+# this label, and no other.
+LABEL org.attnd.stage=build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential meson ninja-build pkg-config libopenblas-dev \

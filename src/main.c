@@ -21,14 +21,21 @@
  * further. SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
  * admin_api_keys_file and reloads every model file (reload_keys,
  * reload_models; whatever model_control says) while serving; at other
- * times it waits, blocked.  ATTND_API_KEY and ATTND_ADMIN_API_KEY
- * are read here, never config keys: --check-config must not print them.
+ * times it waits, blocked.  A SIGHUP sent with sigqueue (attnd --reload,
+ * src/probe/reload.c) is answered after the reload, to its sender, with
+ * a real-time signal (reload); models_poll_s reloads the models when
+ * models_dir's files change (poll_models).  ATTND_API_KEY and
+ * ATTND_ADMIN_API_KEY are read here, never config keys: --check-config
+ * must not print them.
  * systemd (Type=notify): when NOTIFY_SOCKET is set, main tells it
  * READY=1 once attnd listens with its models loaded, RELOADING=1 and
  * READY=1 around each SIGHUP's reload, STOPPING=1 when the shutdown
  * begins (notify(); a failure is logged once, then ignored).
  * `attnd --healthcheck` is a client instead (src/probe/healthcheck.c): it
- * asks a running attnd whether it is ready and exits 0 or 1.
+ * asks a running attnd whether it is ready and exits 0 or 1 (in attnd's
+ * container, with PID 1's settings: pid1_config).  `attnd --reload` is a
+ * client too (reload_cmd): it finds the running attnd in /proc and asks
+ * it to reload.
  * workers = 0 and blas_threads_per_worker = 0 count the CPUs attnd may use
  * (online, affinity mask, cgroup CPU quota: allowed_cpus).
  * Before any of that, when OpenBLAS chose kernels far below the CPU (it is
@@ -39,10 +46,12 @@
 #define _GNU_SOURCE /* SCHED_BATCH, sched_getaffinity */
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +65,7 @@
 #include "attn/log.h"
 #include "attn/model.h"
 #include "attn/notify.h"
+#include "attn/reload.h"
 #include "attn/queue.h"
 #include "attn/server.h"
 #include "attn/session.h"
@@ -209,14 +219,30 @@ static void fit_open_files(int max_connections) {
 
 static pthread_t main_thread;
 
+/* The processes that asked for a reload with sigqueue (attnd --reload)
+ * whose SIGHUP reached an OpenBLAS thread, which passes it on to main
+ * without its sender (forward_to_main): their pids, 0 in a free slot.
+ * Written by the handler, taken by serve() (reload) before it reloads;
+ * lock-free atomics, so async-signal-safe.  Past HUP_ASKERS waiting at
+ * once, an asker is not noted: it sends SIGHUP again (reload.c). */
+#define HUP_ASKERS 32
+static atomic_int hup_askers[HUP_ASKERS];
+
 /* OpenBLAS starts its threads when the library loads, before main() can
  * block SIGTERM and SIGINT for them.  A signal sent to the process while
  * main is not in sigwait (just before it, or while draining) went to such a
  * thread and, with no handler, killed attnd.  Only those threads run this
  * handler (every other thread blocks both signals): it passes the signal
  * on to main, where it waits for sigwait. */
-static void forward_to_main(int sig) {
+static void forward_to_main(int sig, siginfo_t *si, void *ctx) {
   int saved = errno;
+  (void)ctx;
+  for (int i = 0;
+       sig == SIGHUP && si && si->si_code == SI_QUEUE && i < HUP_ASKERS; i++) {
+    int none = 0;
+    if (atomic_compare_exchange_strong(&hup_askers[i], &none, si->si_pid))
+      break;
+  }
   pthread_kill(main_thread, sig); /* async-signal-safe */
   errno = saved;
 }
@@ -262,8 +288,16 @@ static attn_status load_models(const attn_config *cfg, attn_registry **out,
     warn(d->msg); /* built-ins only; a load or SIGHUP may find it later */
   else if (st != ATTN_OK)
     return st;
-  st = attn_registry_create(cfg->models_dir, out, d);
+  st = attn_registry_create_named(cfg->models_dir, cfg->model_name, out, d);
   if (st == ATTN_OK) warn_unloaded(*out, cfg->models_dir, warn);
+  const char *from, *to;
+  if (st == ATTN_OK) attn_registry_renamed(*out, &from, &to);
+  if (st == ATTN_OK && from && strcmp(from, to) != 0)
+    attn_log(ATTN_LOG_INFO,
+             "model_name: the model '%s' of models_dir is served as '%s' "
+             "(its metadata, readiness, index and metrics say '%s'; '%s' is "
+             "unknown)",
+             from, to, to, from);
   return st;
 }
 
@@ -330,6 +364,174 @@ static int healthcheck(const attn_config *cfg, const char *url) {
   }
   printf("attnd: healthcheck: %s: ready (HTTP 200)\n", url);
   return 0;
+}
+
+/* The environment of the attnd that --reload looks at (its
+ * /proc/PID/environ, NUL-separated), for cand_env.  The client is one
+ * thread. */
+static const char *cand_environ;
+static size_t cand_environ_len;
+
+/* getenv over cand_environ, as env() over ours (a service link is not a
+ * port). */
+static const char *cand_env(const char *name) {
+  size_t n = strlen(name);
+  const char *end = cand_environ + cand_environ_len;
+  for (const char *e = cand_environ; e && e < end; e += strlen(e) + 1)
+    if (strncmp(e, name, n) == 0 && e[n] == '=')
+      return port_var(name) && k8s_link_value(e + n + 1) ? NULL : e + n + 1;
+  return NULL;
+}
+
+/* The settings of the attnd of p into *c, as its command line and
+ * environment resolve (with the config file they name, a relative path
+ * from its working directory: /proc/PID/cwd, entered for the while).
+ * Returns 0 when they cannot be known (its environment unreadable,
+ * settings that do not resolve here), *c then unchanged. */
+static int proc_config(const attn_reload_proc *p, attn_config *c) {
+  if (!p->environ) return 0;
+  int argc = 0;
+  for (size_t i = 0; i < p->cmdline_len; i++) argc += p->cmdline[i] == '\0';
+  char **argv = calloc((size_t)argc + 1, sizeof *argv);
+  if (!argv) return 0;
+  const char *a = p->cmdline;
+  for (int i = 0; i < argc; i++, a += strlen(a) + 1) argv[i] = (char *)a;
+  attn_cli_action act;
+  char cwd[64];
+  snprintf(cwd, sizeof cwd, "/proc/%d/cwd", p->pid);
+  int here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int moved = here >= 0 && chdir(cwd) == 0;
+  cand_environ = p->environ;
+  cand_environ_len = p->environ_len;
+  attn_status st = attn_config_from_cli(c, argc, argv, cand_env, &act, NULL);
+  cand_environ = NULL;
+  if (moved && fchdir(here) != 0) st = ATTN_EIO; /* cannot happen */
+  if (here >= 0) close(here);
+  free(argv);
+  return st == ATTN_OK;
+}
+
+/* The port the attnd of p listens on (proc_config), -1 when unknown. */
+static int proc_port(const attn_reload_proc *p) {
+  attn_config c;
+  return proc_config(p, &c) ? c.port : -1;
+}
+
+/* The settings of PID 1 into *c when PID 1 is a server of this binary
+ * (attnd in its container) whose settings resolve (proc_config); else 0.
+ * `docker run IMAGE --port 9000` gives the flag to PID 1 only, not to
+ * the HEALTHCHECK's `attnd --healthcheck`, which takes them from here. */
+static int pid1_config(attn_config *c) {
+  attn_reload_proc *v;
+  size_t n;
+  int ok = attn_reload_find(1, &v, &n, NULL, NULL) == ATTN_OK && n == 1 &&
+           proc_config(&v[0], c);
+  attn_reload_procs_free(v, n);
+  return ok;
+}
+
+/* "pid 12 on port 8080, pid 40 on port ?" into buf. */
+static void list_procs(const attn_reload_proc *v, const int *ports, size_t n,
+                       char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && at + 1 < size; i++) {
+    int w = ports[i] >= 0 ? snprintf(buf + at, size - at, "%spid %d on port %d",
+                                     i ? ", " : "", v[i].pid, ports[i])
+                          : snprintf(buf + at, size - at, "%spid %d on port ?",
+                                     i ? ", " : "", v[i].pid);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+}
+
+/* The attnd --reload is for, of the n found (ports: theirs): the only one,
+ * or the one listening on cfg's port.  Returns its index, or -1 after
+ * saying on stderr why none could be chosen. */
+static int choose_proc(const attn_config *cfg, const attn_reload_proc *v,
+                       const int *ports, size_t n) {
+  if (n == 1) return 0;
+  int pick = -1, same = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ports[i] == cfg->port) pick = (int)i, same++;
+  if (same == 1) return pick;
+  char list[600];
+  list_procs(v, ports, n, list, sizeof list);
+  fprintf(stderr,
+          "attnd: reload: %zu attnd of this binary are running (%s), and %s "
+          "on port %d (the port of these settings): give the one to reload "
+          "by its port (--port PORT, ATTND_PORT) or its pid (--reload=PID)\n",
+          n, list, same ? "several listen" : "none listens", cfg->port);
+  return -1;
+}
+
+/* No attnd of this binary was found (pid: the one asked for, or 0): say
+ * why on stderr. */
+static void none_found(int pid, const attn_reload_denied *den) {
+  char self[512];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = '\0';
+  if (den->n) {
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) runs as uid %u: permission denied "
+            "to look at it from uid %u (run --reload as uid %u, or as "
+            "root)\n",
+            den->pid[0], den->uid[0], (unsigned)geteuid(), den->uid[0]);
+  } else if (pid > 0) {
+    fprintf(stderr,
+            "attnd: reload: process %d is not a running attnd of this binary "
+            "(%s)\n",
+            pid, self);
+  } else {
+    fprintf(stderr,
+            "attnd: reload: no running attnd found (no other process runs "
+            "this binary, %s)\n",
+            self);
+  }
+}
+
+/* attnd --reload[=PID]: find the running attnd (the one of pid, when
+ * pid > 0), make it reload, and wait for it to say it has.  Exit status 0
+ * when it reloaded everything; else 1 with one line on stderr. */
+static int reload_cmd(const attn_config *cfg, int pid) {
+  attn_reload_proc *v;
+  attn_reload_denied den;
+  attn_diag d = {{0}};
+  size_t n;
+  int ports[ATTN_RELOAD_FOUND_MAX], failures = 0;
+  if (attn_reload_find(pid, &v, &n, &den, &d) != ATTN_OK) {
+    fprintf(stderr, "attnd: reload: %s\n", d.msg);
+    return 1;
+  }
+  if (n == 0) {
+    none_found(pid, &den);
+    attn_reload_procs_free(v, n);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) ports[i] = proc_port(&v[i]);
+  int i = choose_proc(cfg, v, ports, n);
+  attn_status st = ATTN_EINVAL;
+  if (i >= 0 && !v[i].takes_hup)
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) is still starting (it does not "
+            "take SIGHUP yet, which would end it): try again in a moment\n",
+            v[i].pid);
+  else if (i >= 0 && (st = attn_reload_signal(&v[i], ATTN_RELOAD_TIMEOUT_MS,
+                                              &failures, &d)) != ATTN_OK)
+    fprintf(stderr, "attnd: reload: %s\n", d.msg);
+  else if (i >= 0 && failures)
+    fprintf(stderr,
+            "attnd: reload: attnd (pid %d) reloaded, but %d of its files "
+            "failed and kept what was in force: its log says which "
+            "(\"received SIGHUP: ...\")\n",
+            v[i].pid, failures);
+  else if (i >= 0)
+    printf(
+        "attnd: reload: attnd (pid %d, port %d) reloaded its keys and "
+        "models\n",
+        v[i].pid, ports[i]);
+  attn_reload_procs_free(v, n);
+  return i >= 0 && st == ATTN_OK && !failures ? 0 : 1;
 }
 
 #ifdef SCHED_BATCH
@@ -482,10 +684,15 @@ static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
   attn_diag d = {{0}};
   const char *probe_url = NULL;
   bool probe = attn_config_healthcheck_arg(argc, argv, &probe_url);
+  int reload_pid = attn_config_reload_arg(argc, argv);
   attn_config_defaults(cfg);
   if (attn_config_from_cli(cfg, argc, argv, env, &action, &d) != ATTN_OK) {
-    fprintf(stderr, "attnd: %s%s\n", probe ? "healthcheck: " : "", d.msg);
-    *exit_code = probe ? 1 : 2;
+    fprintf(stderr, "attnd: %s%s\n",
+            probe             ? "healthcheck: "
+            : reload_pid >= 0 ? "reload: "
+                              : "",
+            d.msg);
+    *exit_code = probe || reload_pid >= 0 ? 1 : 2;
     return 1;
   }
   switch (action) {
@@ -514,8 +721,16 @@ static int configure(int argc, char **argv, attn_config *cfg, int *exit_code) {
       *exit_code = attn_config_write_json(cfg, stdout) == ATTN_OK ? 0 : 1;
       return 1;
     }
-    case ATTN_CLI_HEALTHCHECK:
-      *exit_code = healthcheck(cfg, probe_url);
+    case ATTN_CLI_HEALTHCHECK: {
+      /* `attnd --healthcheck` alone, in attnd's container: the settings
+       * of the server, PID 1, flags included */
+      attn_config pid1;
+      int own = probe_url || argc > 2 || !pid1_config(&pid1);
+      *exit_code = healthcheck(own ? cfg : &pid1, probe_url);
+      return 1;
+    }
+    case ATTN_CLI_RELOAD:
+      *exit_code = reload_cmd(cfg, reload_pid > 0 ? reload_pid : 0);
       return 1;
     case ATTN_CLI_RUN:
       break;
@@ -555,7 +770,8 @@ static const char *prepare_process(const attn_config *cfg,
   sigaddset(&hup, SIGHUP); /* taken in serve(); blocked everywhere */
   pthread_sigmask(SIG_BLOCK, &hup, NULL);
   main_thread = pthread_self();
-  struct sigaction sa = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
+  struct sigaction sa = {.sa_sigaction = forward_to_main,
+                         .sa_flags = SA_RESTART | SA_SIGINFO};
   sigfillset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
@@ -766,8 +982,10 @@ static void idle_trim(const attn_pool *pool, uint64_t *last_pushed) {
 }
 
 /* SIGHUP: the API keys again from api_keys_file, the admin keys from
- * admin_api_keys_file. */
-static void reload_keys(attn_server *server) {
+ * admin_api_keys_file.  Returns how many of the two files failed (their
+ * keys in force stay). */
+static int reload_keys(attn_server *server) {
+  int failed = 0;
   attn_diag d = {{0}};
   size_t n;
   attn_status st = attn_server_reload_keys(server, &n, &d);
@@ -775,21 +993,27 @@ static void reload_keys(attn_server *server) {
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu API keys in force", n);
   else if (st == ATTN_ENOTFOUND)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %s", d.msg);
-  else
+  else {
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: %s; the keys in force stay",
              d.msg);
+    failed++;
+  }
   d = (attn_diag){{0}};
   st = attn_server_reload_admin_keys(server, &n, &d);
   if (st == ATTN_OK)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: %zu admin keys in force", n);
-  else if (st != ATTN_ENOTFOUND)
+  else if (st != ATTN_ENOTFOUND) {
     attn_log(ATTN_LOG_ERROR,
              "received SIGHUP: %s; the admin keys in force stay", d.msg);
+    failed++;
+  }
+  return failed;
 }
 
+/* arg: the int count of models that failed. */
 static void report_model(void *arg, const char *name, const char *path,
                          attn_status s, const char *msg) {
-  (void)arg;
+  if (s != ATTN_OK) ++*(int *)arg;
   if (s == ATTN_OK)
     attn_log(ATTN_LOG_INFO, "received SIGHUP: model '%s' %s (%s)", name,
              msg[0] ? msg : "loaded", path);
@@ -801,12 +1025,75 @@ static void report_model(void *arg, const char *name, const char *path,
 
 /* SIGHUP: every model file of models_dir loaded again (attn_registry_
  * reload: a file that fails leaves its model serving the old weights;
- * requests in flight finish on what they started with). */
-static void reload_models(attn_registry *models) {
+ * requests in flight finish on what they started with).  Returns how many
+ * failed (models_dir unreadable counts one). */
+static int reload_models(attn_registry *models) {
   attn_diag d = {{0}};
-  attn_status st = attn_registry_reload(models, report_model, NULL, &d);
-  if (st != ATTN_OK)
+  int failed = 0;
+  attn_status st = attn_registry_reload(models, report_model, &failed, &d);
+  if (st != ATTN_OK) {
     attn_log(ATTN_LOG_ERROR, "received SIGHUP: models: %s", d.msg);
+    failed++;
+  }
+  return failed;
+}
+
+/* SIGHUP, as si says it came: the keys and the models reloaded; then
+ * every process that asked with sigqueue (attnd --reload) before the
+ * reload began, the sender of si and those forward_to_main noted, is told
+ * how many parts failed (attn_reload_confirm). */
+static void reload(attn_server *server, attn_registry *models,
+                   const siginfo_t *si) {
+  int askers[HUP_ASKERS + 1], n = 0;
+  if (si->si_code == SI_QUEUE && si->si_pid > 0) askers[n++] = si->si_pid;
+  for (int i = 0; i < HUP_ASKERS; i++) {
+    int pid = atomic_exchange(&hup_askers[i], 0);
+    if (pid > 0) askers[n++] = pid;
+  }
+  int failed = reload_keys(server) + reload_models(models);
+  for (int i = 0; i < n; i++) {
+    if (attn_reload_confirm(askers[i], failed) == 0)
+      attn_log(ATTN_LOG_INFO,
+               "received SIGHUP: reload done (%d failed), confirmed to pid "
+               "%d (attnd --reload)",
+               failed, askers[i]);
+    else
+      attn_log(ATTN_LOG_WARN,
+               "received SIGHUP: reload done (%d failed), but pid %d, which "
+               "asked, cannot be told: %s",
+               failed, askers[i], strerror(errno));
+  }
+}
+
+/* models_poll_s: where the polling of models_dir stands. */
+typedef struct models_poll {
+  uint64_t stamp;   /* of the files the models were last loaded from */
+  uint64_t seen;    /* at the last look, when it differed from stamp */
+  uint64_t next_ns; /* when to look again */
+} models_poll;
+
+/* models_poll_s, looked at once a second from serve: every poll_s
+ * seconds the stamp of models_dir (attn_registry_dir_stamp) is compared
+ * with that of the last load; a change is reloaded (reload_models, as
+ * SIGHUP does) once it has held still for one period (a file still being
+ * copied is not loaded half-written), as Triton's poll mode. */
+static void poll_models(attn_registry *models, int poll_s, models_poll *p) {
+  uint64_t now = attn_now_ns();
+  if (poll_s <= 0 || now < p->next_ns) return;
+  p->next_ns = now + (uint64_t)poll_s * 1000000000u;
+  uint64_t stamp = attn_registry_dir_stamp(models);
+  if (stamp == p->stamp) {
+    p->seen = 0;
+  } else if (stamp != p->seen) {
+    p->seen = stamp; /* changed: wait for it to hold still */
+  } else {
+    attn_log(ATTN_LOG_INFO,
+             "models_poll_s: models_dir changed; reloading every model file");
+    int failed = reload_models(models);
+    p->stamp = stamp;
+    p->seen = 0;
+    attn_log(ATTN_LOG_INFO, "models_poll_s: reload done (%d failed)", failed);
+  }
 }
 
 /* Serve: the server's threads do the work; main waits for SIGTERM or
@@ -819,11 +1106,15 @@ static void serve(attn_server *server, attn_registry *models,
                   const attn_config *cfg, const sigset_t *sigs) {
   int sig = 0;
   uint64_t last_pushed = UINT64_MAX;
+  models_poll poll = {
+      attn_registry_dir_stamp(models), 0,
+      attn_now_ns() + (uint64_t)cfg->models_poll_s * 1000000000u};
   sigset_t with_hup = *sigs;
   sigaddset(&with_hup, SIGHUP);
   for (;;) {
     struct timespec tick = {1, 0};
-    sig = sigtimedwait(&with_hup, NULL, &tick);
+    siginfo_t si;
+    sig = sigtimedwait(&with_hup, &si, &tick);
     if (sig == SIGHUP) {
       char msg[160];
       snprintf(msg, sizeof msg,
@@ -831,13 +1122,17 @@ static void serve(attn_server *server, attn_registry *models,
                "and models (SIGHUP)",
                (unsigned long long)(attn_now_ns() / 1000u));
       notify(msg);
-      reload_keys(server);
-      reload_models(models);
+      /* what this reload reads: the polling starts from it */
+      uint64_t stamp = cfg->models_poll_s ? attn_registry_dir_stamp(models) : 0;
+      reload(server, models, &si);
+      poll.stamp = stamp;
+      poll.seen = 0;
       notify_ready(cfg, server);
     } else if (sig > 0)
       break;
     else if (errno == EAGAIN) {
       expire_sessions(sessions);
+      poll_models(models, cfg->models_poll_s, &poll);
       idle_trim(pool, &last_pushed);
       attn_log_flush_repeats(0);
     }

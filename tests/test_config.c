@@ -209,6 +209,8 @@ START_TEST(test_key_names) {
                                      "body_min_rate_bytes_s",
                                      "max_connections_per_ip",
                                      "models_dir",
+                                     "model_name",
+                                     "models_poll_s",
                                      "log_level",
                                      "log_format",
                                      "log_priority_prefix",
@@ -810,7 +812,7 @@ START_TEST(test_cli_every_key_has_env_and_flag) {
         !strcmp(key, "admin_api_keys_file") || !strcmp(key, "tls_key_file") ||
         !strcmp(key, "tls_client_ca_file") ||
         !strcmp(key, "cors_allow_origins") || !strcmp(key, "session_dir") ||
-        !strcmp(key, "access_log_exclude");
+        !strcmp(key, "access_log_exclude") || !strcmp(key, "model_name");
     const char *bad = optional ? "\x01" : "";
     const char *env[] = {env_name, bad, NULL};
     attn_config c;
@@ -1345,6 +1347,42 @@ START_TEST(test_cli_healthcheck) {
 }
 END_TEST
 
+/* --reload[=PID]: the action with the settings read as for a start (the
+ * port it looks for); a PID only after '=' and a positive integer;
+ * attn_config_reload_arg agrees; not with --check-config or
+ * --healthcheck. */
+START_TEST(test_cli_reload) {
+  attn_config c;
+  attn_cli_action a;
+  attn_diag d = {{0}};
+  const char *env[] = {"ATTND_PORT", "9002", NULL};
+  ck_assert_int_eq(CLI(&c, &a, env, &d, "attnd", "--reload"), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_RELOAD);
+  ck_assert_int_eq(c.port, 9002);
+  char *argv1[] = {"attnd", "--port", "7", "--reload", NULL};
+  ck_assert_int_eq(attn_config_reload_arg(4, argv1), 0);
+  ck_assert_int_eq(cli_run(&c, &a, NULL, argv1, 4, &d), ATTN_OK);
+  ck_assert_int_eq(c.port, 7);
+  char *argv2[] = {"attnd", "--reload=4242", NULL};
+  ck_assert_int_eq(attn_config_reload_arg(2, argv2), 4242);
+  ck_assert_int_eq(cli_run(&c, &a, NULL, argv2, 2, &d), ATTN_OK);
+  ck_assert_int_eq(a, ATTN_CLI_RELOAD);
+  char *argv3[] = {"attnd", "--models-dir=--reload", NULL};
+  ck_assert_int_eq(attn_config_reload_arg(2, argv3), -1);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--reload", "12"),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "unexpected argument '12'");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--reload=x"), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "give the process id");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--reload=-3"), ATTN_EINVAL);
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--healthcheck", "--reload"),
+                   ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "--healthcheck and --reload cannot be used together");
+  ck_assert_int_eq(CLI(&c, &a, NULL, &d, "attnd", "--relod"), ATTN_EINVAL);
+  ASSERT_DIAG_HAS(d, "did you mean '--reload'?");
+}
+END_TEST
+
 /* Write text to the file at path (made or truncated). */
 static void put_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -1483,6 +1521,7 @@ Suite *config_suite(void) {
   tcase_add_test(t, test_cli_errors_change_nothing);
   tcase_add_test(t, test_cli_actions);
   tcase_add_test(t, test_cli_healthcheck);
+  tcase_add_test(t, test_cli_reload);
   tcase_add_test(t, test_models_dir_origin);
   tcase_add_test(t, test_usage_lists_every_key);
   suite_add_tcase(s, t);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "attn/healthcheck.h"
+#include "attn/reload.h"
 #include "unit.h"
 
 #define ASSERT_DIAG_HAS(d, s) \
@@ -129,6 +130,54 @@ START_TEST(test_refused_and_bad_url) {
 }
 END_TEST
 
+/* attnd --reload's side here (src/probe/reload.c): which command lines
+ * are clients, and what /proc holds: never this process, and PID 1 (init
+ * here, not this binary) is not found. */
+START_TEST(test_reload_find) {
+  static const struct {
+    const char *argv; /* NUL-separated */
+    size_t len;
+    int client;
+  } cases[] = {
+#define CMD(s, c) {s, sizeof s, c}
+      CMD("attnd\0--port\0009000", 0),
+      CMD("attnd\0--healthcheck", 1),
+      CMD("attnd\0--healthcheck=http://h:1", 1),
+      CMD("attnd\0--port\0001\0--reload", 1),
+      CMD("attnd\0--reload=12", 1),
+      CMD("attnd\0--check-config", 1),
+      CMD("attnd\0-V", 1),
+      CMD("attnd\0--reloading", 0),
+      CMD("--reload", 0), /* argv[0] is the program */
+#undef CMD
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    attn_reload_proc p = {0};
+    p.cmdline = (char *)cases[i].argv;
+    p.cmdline_len = cases[i].len;
+    ck_assert_msg(attn_reload_is_client(&p) == cases[i].client, "case %zu", i);
+  }
+  attn_reload_proc *v;
+  attn_reload_denied den;
+  attn_diag d = {{0}};
+  size_t n = 99;
+  /* every process but this one that runs this binary: Check's parent
+   * process when it forks the tests, which is not a client */
+  ck_assert_int_eq(attn_reload_find(0, &v, &n, &den, &d), ATTN_OK);
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_int_ne(v[i].pid, (int)getpid());
+    ck_assert(!attn_reload_is_client(&v[i]));
+  }
+  attn_reload_procs_free(v, n);
+  ck_assert_int_eq(attn_reload_find(1, &v, &n, NULL, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 0);
+  attn_reload_procs_free(v, n);
+  ck_assert_int_eq(attn_reload_find((int)getpid(), &v, &n, NULL, &d), ATTN_OK);
+  ck_assert_uint_eq(n, 0); /* never itself */
+  attn_reload_procs_free(v, n);
+}
+END_TEST
+
 Suite *healthcheck_suite(void) {
   Suite *s = suite_create("healthcheck");
   TCase *t = tcase_create("healthcheck");
@@ -136,6 +185,7 @@ Suite *healthcheck_suite(void) {
   tcase_add_test(t, test_url_parse_bad);
   tcase_add_test(t, test_default_url);
   tcase_add_test(t, test_refused_and_bad_url);
+  tcase_add_test(t, test_reload_find);
   suite_add_tcase(s, t);
   return s;
 }

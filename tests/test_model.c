@@ -1034,6 +1034,64 @@ static void count_report(void *arg, const char *name, const char *path,
 /* Load, unload, reload and the index: slots keep their names; a model
  * held (attn_registry_get) stays whole while a load replaces it and an
  * unload removes it; a failed load leaves the old model. */
+/* model_name: NEW renames the only model, FROM=NEW the one named, for
+ * loads and the index too; ambiguous, taken or unknown names refused.
+ * The folder's stamp changes with a file added or rewritten. */
+START_TEST(registry_model_name) {
+  mk_tmpdir();
+  write_text("a.json", HDR "\"seed\": 1}");
+  attn_registry *r;
+  attn_diag d = {{0}};
+  const char *from, *to;
+  ck_assert_int_eq(attn_registry_create_named(tmpdir, "isvc-a", &r, &d),
+                   ATTN_OK);
+  ck_assert_str_eq(attn_registry_slot_name(r, N_BUILTIN), "isvc-a");
+  ck_assert_ptr_nonnull(attn_registry_find(r, "isvc-a", NULL));
+  ck_assert_ptr_null(attn_registry_find(r, "m", NULL));
+  attn_registry_renamed(r, &from, &to);
+  ck_assert_str_eq(from, "m");
+  ck_assert_str_eq(to, "isvc-a");
+  ck_assert_int_eq(attn_registry_load(r, "isvc-a", &d, NULL), ATTN_OK);
+  ck_assert_int_eq(attn_registry_load(r, "m", &d, NULL), ATTN_ENOTFOUND);
+  ck_assert_msg(strstr(d.msg, "served as 'isvc-a'"), "%s", d.msg);
+  attn_registry_entry *v;
+  size_t n;
+  ck_assert_int_eq(attn_registry_index(r, &v, &n, &d), ATTN_OK);
+  ck_assert_uint_eq(n, N_BUILTIN + 1);
+  ck_assert_str_eq(v[N_BUILTIN].name, "isvc-a");
+  free(v);
+  uint64_t s1 = attn_registry_dir_stamp(r);
+  ck_assert_uint_ne(s1, 0);
+  ck_assert_uint_eq(attn_registry_dir_stamp(r), s1);
+  write_text("b.json",
+             "{\"name\": \"other\", \"embed_dim\": 4, "
+             "\"num_heads\": 2, \"seed\": 3}");
+  ck_assert_uint_ne(attn_registry_dir_stamp(r), s1);
+  attn_registry_destroy(r);
+
+  static const struct {
+    const char *value, *needle;
+  } bad[] = {{"isvc", "which holds 2 (m, other)"},
+             {"m=sdpa", "built-in"},
+             {"m=other", "already names a model 'other'"},
+             {"x=y", "has \"name\": \"x\""},
+             {"=y", "write NEW or FROM=NEW"},
+             {"m=.y", "write NEW or FROM=NEW"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(attn_registry_create_named(tmpdir, bad[i].value, &r, &d),
+                     ATTN_EINVAL);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(d.msg, bad[i].needle), "%s: %s", bad[i].value, d.msg);
+  }
+  ck_assert_int_eq(attn_registry_create_named(tmpdir, "m=isvc", &r, &d),
+                   ATTN_OK);
+  ck_assert_ptr_nonnull(attn_registry_find(r, "isvc", NULL));
+  ck_assert_ptr_nonnull(attn_registry_find(r, "other", NULL));
+  attn_registry_destroy(r);
+  rm_tmpdir();
+}
+END_TEST
+
 START_TEST(registry_repository) {
   mk_tmpdir();
   write_text("a.json", HDR "\"seed\": 1}");
@@ -1702,6 +1760,7 @@ Suite *model_suite(void) {
   tcase_add_test(tc, resident_variant_errors);
   tcase_add_test(tc, registry_dirs);
   tcase_add_test(tc, registry_repository);
+  tcase_add_test(tc, registry_model_name);
   tcase_add_test(tc, registry_not_regular);
   tcase_add_test(tc, input_errors);
   tcase_add_test(tc, shape_errors);

@@ -67,6 +67,14 @@ for p in 8080 8081 8082 8083; do
   fi
 done
 
+# `up --build` labels the image with ATTND_REVISION (compose.yaml's build
+# args), as build-image.sh labels it with the git revision
+rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if ATTND_REVISION=$rev $COMPOSE config | grep -q "REVISION: $rev"; then
+  ok "compose --build passes ATTND_REVISION=$rev as the revision label"
+else
+  bad "compose revision" "$($COMPOSE config | grep -m1 REVISION)"
+fi
 scripts/build-image.sh
 $COMPOSE build lb >/dev/null
 # no session_dir volume left by an earlier run (its sessions would load)

@@ -77,6 +77,10 @@ typedef struct attn_config {
    * else the source as diagnostics name it ("FILE: models_dir",
    * "ATTND_MODELS_DIR", "--models-dir", "models_dir"), cut to fit. */
   char models_dir_from[ATTN_MAX_PATH_LEN + 1];
+  /* The model of models_dir served under another name: "NEW" (the only
+   * one) or "FROM=NEW" (attn_registry_create_named); "" = none. */
+  char model_name[2 * ATTN_MODEL_MAX_NAME + 2];
+  int models_poll_s; /* models_dir looked at for changes; 0 = never */
   attn_log_level log_level;
   attn_log_format log_format;
   attn_log_prefix_mode log_priority_prefix; /* "<N>" before each line */
@@ -127,11 +131,12 @@ attn_status attn_config_load_file(attn_config *c, const char *path,
 
 /* What main should do after attn_config_from_cli succeeds. */
 typedef enum {
-  ATTN_CLI_RUN,        /* serve */
-  ATTN_CLI_HELP,       /* print attn_config_usage to stdout, exit 0 */
-  ATTN_CLI_VERSION,    /* print the version, exit 0 */
-  ATTN_CLI_CHECK,      /* print attn_config_write_json to stdout, exit 0 */
-  ATTN_CLI_HEALTHCHECK /* probe a running attnd (attn_healthcheck) */
+  ATTN_CLI_RUN,         /* serve */
+  ATTN_CLI_HELP,        /* print attn_config_usage to stdout, exit 0 */
+  ATTN_CLI_VERSION,     /* print the version, exit 0 */
+  ATTN_CLI_CHECK,       /* print attn_config_write_json to stdout, exit 0 */
+  ATTN_CLI_HEALTHCHECK, /* probe a running attnd (attn_healthcheck) */
+  ATTN_CLI_RELOAD       /* make a running attnd reload (attn_reload_*) */
 } attn_cli_action;
 
 /* Build the effective configuration from all layers:
@@ -152,8 +157,9 @@ typedef enum {
  * max_body_bytes) or any error of attn_config_load_file.  On failure *c and
  * *action are unchanged.  --healthcheck [URL] sets ATTN_CLI_HEALTHCHECK
  * after building *c like a start (the URL: attn_config_healthcheck_arg);
- * with --check-config it is an error.  Nothing here looks at models_dir
- * on disk (attn_config_check_models_dir does). */
+ * with --check-config it is an error.  --reload or --reload=PID sets
+ * ATTN_CLI_RELOAD likewise (with either of the others: an error).  Nothing here
+ * looks at models_dir on disk (attn_config_check_models_dir does). */
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d);
@@ -165,6 +171,11 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
  * main uses it to exit 1, not 2, from a healthcheck whose settings are
  * wrong. */
 bool attn_config_healthcheck_arg(int argc, char **argv, const char **url);
+
+/* Does argv ask for --reload?  -1 when not, 0 for "--reload", PID for
+ * "--reload=PID" (the last one given).  Reads argv alone, like
+ * attn_config_healthcheck_arg (a refused argv still exits 1). */
+int attn_config_reload_arg(int argc, char **argv);
 
 /* Whether models_dir can be served, as a start (and --check-config) needs:
  *   ATTN_OK        it is a directory;

@@ -177,6 +177,15 @@
  * reports its reason instead of being killed. */
 #define ATTN_HEALTHCHECK_TIMEOUT_MS 3000
 
+/* `attnd --reload`: the longest it waits for the running attnd to confirm
+ * the reload.  A reload reads the key files and every model file again;
+ * with large weights that is seconds (the read speed of the disk), so a
+ * minute; the wait ends at once when that attnd exits. */
+#define ATTN_RELOAD_TIMEOUT_MS 60000
+
+/* models_poll_s: at most a day between two looks at models_dir. */
+#define ATTN_MAX_MODELS_POLL_S 86400
+
 /* Draining (attn_server_wait_idle): once nothing is in flight, attnd
  * still answers (503, Connection: close) the requests that keep arriving on
  * open connections until none has begun for ATTN_DRAIN_QUIET_MS, for at

@@ -139,6 +139,28 @@ typedef struct attn_model_info {
  * is left allocated. Thread: start-up, before workers run. */
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
                                  attn_diag *d);
+/* attn_registry_create, with one model of models_dir served under another
+ * name (model_name, KServe's --model_name): model_name "NEW" renames the
+ * only model the folder's files name (ATTN_EINVAL when they name none or
+ * several: the message lists them), "FROM=NEW" the model named FROM
+ * (ATTN_EINVAL when no file names it).  NEW must be a good model name and
+ * neither a built-in's nor another file's model's (ATTN_EINVAL).  For the
+ * registry's life a file whose "name" is FROM is that model's file under
+ * NEW: at start-up, in loads (of NEW; FROM is unknown), reloads and the
+ * index; metadata, readiness and the slot (the metrics' label) say NEW.
+ * model_name NULL or "" is attn_registry_create. */
+attn_status attn_registry_create_named(const char *models_dir,
+                                       const char *model_name,
+                                       attn_registry **out, attn_diag *d);
+/* A stamp of the files directly in the models directory: their names,
+ * sizes, modification times and inodes, in any order; it changes when a
+ * file is added, removed, replaced or rewritten.  0 when there is no
+ * directory or it cannot be read.  Opens no file (stat only).  Any
+ * thread. */
+uint64_t attn_registry_dir_stamp(const attn_registry *r);
+/* The rename in force: *from and *to (NULL when none). */
+void attn_registry_renamed(const attn_registry *r, const char **from,
+                           const char **to);
 /* NULL is allowed.  No attn_model_infer may be running, and every model
  * taken with attn_registry_get must have been put back. */
 void attn_registry_destroy(attn_registry *r);

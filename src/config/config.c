@@ -219,6 +219,17 @@ static const cfg_key keys[] = {
     K_PATH(models_dir, models_dir_from, "ATTND_MODELS_DIR", "config/models",
            "directory of model definitions; relative: to the config file's "
            "folder in a file, else to the working directory"),
+    K_TEXT(model_name, "ATTND_MODEL_NAME",
+           "serve a model of models_dir under this name, as KServe's "
+           "--model_name: NEW renames the only model its files name, "
+           "FROM=NEW the model named FROM; refused at start when "
+           "ambiguous or taken (a built-in such as sdpa, another model); "
+           "\"\" = none"),
+    K_INT(models_poll_s, "ATTND_MODELS_POLL_S", 0, 0, ATTN_MAX_MODELS_POLL_S,
+          "s",
+          "look at models_dir this often and, once a change (a file added, "
+          "removed or rewritten) has held still for one period, reload "
+          "every model file as SIGHUP does (Triton's poll mode); 0 = off"),
     K_ENUM(log_level, "ATTND_LOG_LEVEL", attn_log_level, ATTN_LOG_INFO,
            attn_log_level_names, "least severe log level written"),
     K_ENUM(log_format, "ATTND_LOG_FORMAT", attn_log_format, ATTN_LOG_JSON,
@@ -838,13 +849,14 @@ attn_status attn_config_load_file(attn_config *c, const char *path,
 
 /* Option names that are not keys, with '_' for '-' (for suggestions). */
 static const char *const extra_opts[] = {
-    "config", "check_config", "healthcheck", "help", "version", NULL};
+    "config", "check_config", "healthcheck", "reload", "help", "version", NULL};
 
 typedef enum {
   OPT_KEY,
   OPT_CONFIG,
   OPT_CHECK,
   OPT_HEALTHCHECK,
+  OPT_RELOAD,
   OPT_HELP,
   OPT_VERSION
 } opt_kind;
@@ -861,6 +873,11 @@ static const char *healthcheck_url(int argc, char **argv, int i, int *used) {
     return argv[i + 1];
   }
   return NULL;
+}
+
+/* Is a "--reload" or "--reload=..."? */
+static bool is_reload(const char *a) {
+  return strncmp(a, "--reload", 8) == 0 && (a[8] == '\0' || a[8] == '=');
 }
 
 /* Is a "--healthcheck" or "--healthcheck=..."? */
@@ -906,6 +923,22 @@ static attn_status next_opt(int argc, char **argv, int *i, cli_opt *o,
                            "(or none: --healthcheck alone probes this "
                            "configuration's port)");
     *i += 1 + used;
+    return ATTN_OK;
+  }
+  if (is_reload(a)) { /* --reload, or --reload=PID (never a separate PID) */
+    o->kind = OPT_RELOAD;
+    o->value = a[8] == '=' ? a + 9 : NULL;
+    if (o->value) {
+      char *end;
+      long pid = strtol(o->value, &end, 10);
+      if (!*o->value || *end || pid < 1 || pid > 0x7fffffffL)
+        return attn_diag_set(d, ATTN_EINVAL,
+                             "option '--reload=%.*s': give the process id of "
+                             "the attnd to reload (a positive integer), or "
+                             "nothing: --reload alone finds it",
+                             VALUE_SHOW, o->value);
+    }
+    ++*i;
     return ATTN_OK;
   }
   if ((o->key = find_flag(name, len)) != NULL) {
@@ -1025,6 +1058,13 @@ static attn_status check_access_log_exclude(const attn_config *c,
   return ATTN_OK;
 }
 
+/* The flag of a command (--check-config, --healthcheck, --reload). */
+static const char *action_flag(attn_cli_action a) {
+  return a == ATTN_CLI_CHECK         ? "--check-config"
+         : a == ATTN_CLI_HEALTHCHECK ? "--healthcheck"
+                                     : "--reload";
+}
+
 attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
                                  const char *(*getenv_fn)(const char *),
                                  attn_cli_action *action, attn_diag *d) {
@@ -1042,13 +1082,15 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
       *action = o.kind == OPT_HELP ? ATTN_CLI_HELP : ATTN_CLI_VERSION;
       return ATTN_OK;
     }
-    if (o.kind == OPT_CHECK || o.kind == OPT_HEALTHCHECK) {
-      attn_cli_action want =
-          o.kind == OPT_CHECK ? ATTN_CLI_CHECK : ATTN_CLI_HEALTHCHECK;
+    if (o.kind == OPT_CHECK || o.kind == OPT_HEALTHCHECK ||
+        o.kind == OPT_RELOAD) {
+      attn_cli_action want = o.kind == OPT_CHECK         ? ATTN_CLI_CHECK
+                             : o.kind == OPT_HEALTHCHECK ? ATTN_CLI_HEALTHCHECK
+                                                         : ATTN_CLI_RELOAD;
       if (act != ATTN_CLI_RUN && act != want)
         return attn_diag_set(d, ATTN_EINVAL,
-                             "--check-config and --healthcheck cannot be "
-                             "used together");
+                             "%s and %s cannot be used together",
+                             action_flag(act), action_flag(want));
       act = want;
     }
     if (o.kind == OPT_CONFIG) {
@@ -1100,6 +1142,14 @@ attn_status attn_config_from_cli(attn_config *c, int argc, char **argv,
   *c = tmp;
   *action = act;
   return ATTN_OK;
+}
+
+int attn_config_reload_arg(int argc, char **argv) {
+  int pid = -1;
+  for (int i = 1; argv && i < argc; i++)
+    if (argv[i] && is_reload(argv[i]))
+      pid = argv[i][8] == '=' ? (int)strtol(argv[i] + 9, NULL, 10) : 0;
+  return pid;
 }
 
 bool attn_config_healthcheck_arg(int argc, char **argv, const char **url) {
@@ -1209,6 +1259,12 @@ void attn_config_usage(FILE *f, const char *prog) {
       "                  http://127.0.0.1:PORT/v2/health/ready, PORT from the\n"
       "                  settings below (HOST too, unless 0.0.0.0 or ::);\n"
       "                  gives up after %d ms\n"
+      "  --reload[=PID]  make the running attnd reload (API keys, admin\n"
+      "                  keys, every model file: what SIGHUP does) and wait\n"
+      "                  for it to confirm: exit 0 once it has, else 1 with\n"
+      "                  the reason on stderr.  Without PID: the attnd of\n"
+      "                  this binary, PID 1 in its container; of several, the\n"
+      "                  one whose port is the port of the settings below\n"
       "  -h, --help      print this help and exit\n"
       "  -V, --version   print the version and exit\n"
       "\n"

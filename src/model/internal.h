@@ -133,6 +133,9 @@ void attn__resident_free(attn__resident *r);
  * than cap: ATTN_EINVAL), naming the file by its label. */
 attn_status attn__resident_name(const char *json_path, const char *label,
                                 char *name, size_t cap, attn_diag *d);
+/* resident.c: whether s may name a model (in URL paths): 1..
+ * ATTN_MODEL_MAX_NAME of [A-Za-z0-9_.-], no leading dot. */
+bool attn__model_name_ok(const char *s);
 /* d's message into *log (NULL: nothing) with the label it begins with
  * ("label: ...") replaced by path; any other message as it is. */
 void attn__diag_unlabel(attn_diag *log, const attn_diag *d, const char *label,

@@ -62,6 +62,8 @@ struct attn_registry {
                                          failed load; NULL: none */
   atomic_size_t n;                    /* slots published */
   char *dir;                          /* models_dir or NULL */
+  char *from, *to; /* model_name: the files' model `from` served as `to`;
+                      NULL: none */
 };
 /* ---- input/output descriptions ----------------------------------------- */
 
@@ -220,10 +222,29 @@ static const char *label_of(const char *path, char *buf) {
   return buf;
 }
 
-/* The resident model of the file at path, or the file's error: in *d by
- * its label, in *detail (may be NULL) by its path. */
-static attn_status make_resident(const char *path, attn_model **out,
-                                 attn_diag *d, attn_diag *detail) {
+/* The name a file whose "name" is nm gives its model in r: nm, or the
+ * model_name it is served under (r->to). */
+static const char *served(const attn_registry *r, const char *nm) {
+  return r->from && strcmp(nm, r->from) == 0 ? r->to : nm;
+}
+
+/* attn__resident_name, then served(): the name r serves the file's model
+ * under, into name[cap]. */
+static attn_status file_name(const attn_registry *r, const char *path,
+                             const char *label, char *name, size_t cap,
+                             attn_diag *d) {
+  attn_status s = attn__resident_name(path, label, name, cap, d);
+  if (s == ATTN_OK && r->from && strcmp(name, r->from) == 0)
+    snprintf(name, cap, "%s", r->to);
+  return s;
+}
+
+/* The resident model of the file at path (under the name r serves it
+ * by), or the file's error: in *d by its label, in *detail (may be NULL)
+ * by its path. */
+static attn_status make_resident(const attn_registry *r, const char *path,
+                                 attn_model **out, attn_diag *d,
+                                 attn_diag *detail) {
   char label[LABEL_MAX];
   *out = NULL;
   attn_model *m = calloc(1, sizeof *m);
@@ -233,6 +254,16 @@ static attn_status make_resident(const char *path, attn_model **out,
   if (s) {
     free(m);
     return s;
+  }
+  if (strcmp(served(r, m->res.name), m->res.name) != 0) {
+    char *to = strdup(r->to);
+    if (!to) {
+      attn__resident_free(&m->res);
+      free(m);
+      return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+    }
+    free(m->res.name);
+    m->res.name = to;
   }
   m->kind = ATTN__MODEL_RESIDENT;
   m->name = m->res.name;
@@ -312,6 +343,8 @@ void attn_registry_destroy(attn_registry *r) {
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->load_mu);
   free(r->dir);
+  free(r->from);
+  free(r->to);
   free(r);
 }
 
@@ -404,7 +437,7 @@ static attn_status add_resident(attn_registry *r, const char *path,
                                 attn_diag *d) {
   attn_model *m;
   attn_diag labelled;
-  attn_status s = make_resident(path, &m, &labelled, d);
+  attn_status s = make_resident(r, path, &m, &labelled, d);
   if (s) return s;
   int i = slot_of(r, m->name, strlen(m->name));
   if (i >= 0) {
@@ -422,8 +455,134 @@ static attn_status add_resident(attn_registry *r, const char *path,
   return install(r, m, d);
 }
 
+/* The model names the regular files of dir give (each once, in file
+ * order) into names ("a, b", cut to fit size); returns their count, and
+ * whether one is `want` (may be NULL) in *has. */
+static size_t file_models(const char *dir, const char *want, bool *has,
+                          char *names, size_t size) {
+  char **paths;
+  size_t n, count = 0, at = 0;
+  attn_diag ignored;
+  *has = false;
+  names[0] = '\0';
+  if (list_json(dir, &paths, &n, &ignored, NULL) != ATTN_OK) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
+    if (!regular(paths[i]) ||
+        attn__resident_name(paths[i], label_of(paths[i], label), nm, sizeof nm,
+                            &ignored) != ATTN_OK)
+      continue;
+    size_t j = 0; /* an earlier file naming the same model */
+    while (j < i && strcmp(paths[j], nm) != 0) j++;
+    if (j < i) continue;
+    *has |= want && strcmp(nm, want) == 0;
+    int w = snprintf(names + at, size - at, "%s%s", count ? ", " : "", nm);
+    if (w > 0 && at + (size_t)w < size) at += (size_t)w;
+    count++;
+    char *c = strdup(nm); /* paths[i] becomes its name, for the check */
+    if (c) {
+      free(paths[i]);
+      paths[i] = c;
+    }
+  }
+  free_list(paths, n);
+  return count;
+}
+
+/* model_name ("NEW" or "FROM=NEW") into r->from and r->to, as
+ * attn_registry_create_named says; r->dir is set. */
+static attn_status set_rename(attn_registry *r, const char *model_name,
+                              attn_diag *d) {
+  const char *eq = strchr(model_name, '='), *to = eq ? eq + 1 : model_name;
+  char from[ATTN_MODEL_MAX_NAME + 1], names[160];
+  bool has = false;
+  if (!attn__model_name_ok(to) ||
+      (eq && (eq == model_name || (size_t)(eq - model_name) >= sizeof from)))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "model_name '%.80s': write NEW or FROM=NEW, each "
+                         "1..%d of [A-Za-z0-9_.-] not starting with '.'",
+                         model_name, ATTN_MODEL_MAX_NAME);
+  if (is_builtin(to))
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "model_name '%s': '%s' is a built-in model (sdpa, "
+                         "mha, %s): choose another name",
+                         model_name, to, ATTN_KV_MODEL_NAME);
+  if (eq)
+    snprintf(from, sizeof from, "%.*s", (int)(eq - model_name), model_name);
+  size_t n = file_models(r->dir, eq ? from : NULL, &has, names, sizeof names);
+  if (eq && !has)
+    return attn_diag_set(d, ATTN_EINVAL,
+                         "model_name '%s': no model file of models_dir '%s' "
+                         "has \"name\": \"%s\" (they name: %s)",
+                         model_name, r->dir ? r->dir : "", from,
+                         n ? names : "none");
+  if (!eq && n != 1)
+    return attn_diag_set(
+        d, ATTN_EINVAL,
+        "model_name '%s' renames the only model of "
+        "models_dir '%s', which holds %zu (%s): %s",
+        model_name, r->dir ? r->dir : "", n, n ? names : "no model file",
+        n ? "name the one, as model_name FROM=NEW" : "add its file");
+  if (!eq) { /* the one model's name: it is in names */
+    snprintf(from, sizeof from, "%.*s", ATTN_MODEL_MAX_NAME, names);
+  } else if (strcmp(from, to) != 0) {
+    bool clash = false;
+    char ignored[8];
+    file_models(r->dir, to, &clash, ignored, sizeof ignored);
+    if (clash)
+      return attn_diag_set(d, ATTN_EINVAL,
+                           "model_name '%s': another model file of "
+                           "models_dir already names a model '%s'",
+                           model_name, to);
+  }
+  if (!(r->from = strdup(from)) || !(r->to = strdup(to)))
+    return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
+  return ATTN_OK;
+}
+
+/* FNV-1a of n bytes at p, continuing h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211u;
+  return h;
+}
+
+uint64_t attn_registry_dir_stamp(const attn_registry *r) {
+  DIR *dp = r->dir ? opendir(r->dir) : NULL;
+  if (!dp) return 0;
+  uint64_t sum = 1; /* an empty folder is not "no folder" */
+  size_t dl = strlen(r->dir);
+  char path[ATTN_MAX_PATH_LEN + 300];
+  for (struct dirent *e; (e = readdir(dp)) != NULL;) {
+    struct stat st;
+    if (e->d_name[0] == '.' ||
+        (size_t)snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name) >=
+            sizeof path ||
+        stat(path, &st) != 0)
+      continue;
+    uint64_t h = fnv(14695981039346656037u, path + dl, strlen(path + dl));
+    int64_t v[4] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                    (int64_t)st.st_mtim.tv_nsec, (int64_t)st.st_ino};
+    sum += fnv(h, v, sizeof v); /* a sum: the order of readdir is not kept */
+  }
+  closedir(dp);
+  return sum;
+}
+
+void attn_registry_renamed(const attn_registry *r, const char **from,
+                           const char **to) {
+  *from = r->from;
+  *to = r->to;
+}
+
 attn_status attn_registry_create(const char *models_dir, attn_registry **out,
                                  attn_diag *d) {
+  return attn_registry_create_named(models_dir, NULL, out, d);
+}
+
+attn_status attn_registry_create_named(const char *models_dir,
+                                       const char *model_name,
+                                       attn_registry **out, attn_diag *d) {
   *out = NULL;
   attn_registry *r = calloc(1, sizeof *r);
   if (!r) return attn_diag_set(d, ATTN_ENOMEM, "out of memory");
@@ -450,7 +609,8 @@ attn_status attn_registry_create(const char *models_dir, attn_registry **out,
                         &b, d)) ||
       (s = install(r, b, d)) ||
       (models_dir && !(r->dir = strdup(models_dir)) &&
-       (s = attn_diag_set(d, ATTN_ENOMEM, "out of memory")))) {
+       (s = attn_diag_set(d, ATTN_ENOMEM, "out of memory"))) ||
+      (model_name && *model_name && (s = set_rename(r, model_name, d)))) {
     attn_registry_destroy(r);
     return s;
   }
@@ -558,6 +718,10 @@ static const char *stem_of(const char *path, char *buf, size_t cap) {
  * *detail only. */
 static attn_status not_found(const attn_registry *r, const char *name,
                              attn_diag *d, attn_diag *detail) {
+  if (r->from && strcmp(name, r->from) == 0)
+    return both(d, detail, ATTN_ENOTFOUND,
+                "model '%s' is served as '%s' (model_name): load '%s'", name,
+                r->to, r->to);
   if (!r->dir)
     return both(d, detail, ATTN_ENOTFOUND,
                 "no models folder is configured: no file has \"name\": "
@@ -588,7 +752,7 @@ static attn_status file_of(const attn_registry *r, const char *name,
   for (size_t i = 0; i < n && s == ATTN_OK; i++) {
     const char *label = label_of(paths[i], l1);
     attn_diag why;
-    attn_status f = attn__resident_name(paths[i], label, nm, sizeof nm, &why);
+    attn_status f = file_name(r, paths[i], label, nm, sizeof nm, &why);
     if (f && !unread && strcmp(stem_of(paths[i], nm, sizeof nm), name) == 0) {
       unread = f;
       *d = why;
@@ -623,7 +787,7 @@ static attn_status load_file(attn_registry *r, const char *path,
                              const char *want, attn_diag *d,
                              attn_diag *detail) {
   attn_model *m;
-  attn_status s = make_resident(path, &m, d, detail);
+  attn_status s = make_resident(r, path, &m, d, detail);
   if (s == ATTN_OK) {
     char label[LABEL_MAX];
     label_of(path, label);
@@ -701,8 +865,8 @@ attn_status attn_registry_reload(attn_registry *r, attn_reload_report report,
   for (size_t i = 0; s == ATTN_OK && i < n; i++) {
     char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
     attn_diag e = {{0}};
-    bool named = attn__resident_name(paths[i], label_of(paths[i], label), nm,
-                                     sizeof nm, &unnamed) == ATTN_OK;
+    bool named = file_name(r, paths[i], label_of(paths[i], label), nm,
+                           sizeof nm, &unnamed) == ATTN_OK;
     size_t j = 0; /* an earlier file of this pass with the same name */
     while (named && j < i && strcmp(paths[j], nm) != 0) j++;
     attn_status f =
@@ -785,8 +949,8 @@ attn_status attn_registry_index(attn_registry *r, attn_registry_entry **out,
     char nm[ATTN_MODEL_MAX_NAME + 1], label[LABEL_MAX];
     attn_diag why;
     /* a file whose "name" cannot be read is listed by its own, with why */
-    attn_status f = attn__resident_name(paths[i], label_of(paths[i], label), nm,
-                                        sizeof nm, &why);
+    attn_status f =
+        file_name(r, paths[i], label_of(paths[i], label), nm, sizeof nm, &why);
     if (f) stem_of(paths[i], nm, sizeof nm);
     if (slot_of(r, nm, strlen(nm)) >= 0) continue;
     bool dup = false;

@@ -62,7 +62,7 @@ void attn__resident_free(attn__resident *r) {
 
 /* Names appear in URL paths: 1..ATTN_MODEL_MAX_NAME of [A-Za-z0-9_.-], no
  * leading dot. */
-static bool good_name(const char *s) {
+bool attn__model_name_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > ATTN_MODEL_MAX_NAME || s[0] == '.') return false;
   for (size_t i = 0; i < n; i++) {
@@ -507,7 +507,7 @@ static attn_status read_version(const char *path, const cJSON *v, char *vbuf,
   if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
       v->valuedouble >= 0 && v->valuedouble <= SEED_MAX)
     snprintf(vbuf, 32, "%llu", (unsigned long long)v->valuedouble);
-  else if (cJSON_IsString(v) && good_name(v->valuestring) &&
+  else if (cJSON_IsString(v) && attn__model_name_ok(v->valuestring) &&
            strlen(v->valuestring) < 32)
     snprintf(vbuf, 32, "%s", v->valuestring);
   else
@@ -559,7 +559,7 @@ static attn_status load_json(const char *json_path, const char *path,
                          : !k[K_E]  ? "embed_dim"
                                     : "num_heads");
   if ((s = json_str(k[K_NAME], path, "name", d))) return s;
-  if (!good_name(k[K_NAME]->valuestring))
+  if (!attn__model_name_ok(k[K_NAME]->valuestring))
     return attn_diag_set(d, ATTN_EINVAL,
                          "%s: \"name\" must be 1..%d of [A-Za-z0-9_.-] not "
                          "starting with '.'",

@@ -14,8 +14,12 @@ import sys
 import tempfile
 import time
 
-from harness import (HOST, Server, check, check_slow_answer, exits_cleanly,
-                     main, run_attnd, shared, slow_running, test)
+import shutil
+import subprocess
+
+from harness import (HOST, Server, cfg, check, check_slow_answer,
+                     exits_cleanly, free_port, main, run_attnd, shared,
+                     slow_running, test)
 
 
 @test
@@ -129,6 +133,77 @@ def healthcheck_while_draining():
         if slow:
             slow.close()
         s.cleanup()
+
+
+
+def _in_ns(pid, *args, env=None):
+    """attnd run in the PID and mount namespaces of pid: (rc, out, err)."""
+    r = subprocess.run(["nsenter", "-t", str(pid), "-p", "-m",
+                        os.path.abspath(cfg.attnd)] + list(args),
+                       capture_output=True, timeout=30,
+                       env=dict(os.environ, **(env or {})),
+                       stdin=subprocess.DEVNULL)
+    return (r.returncode, r.stdout.decode("utf-8", "replace"),
+            r.stderr.decode("utf-8", "replace"))
+
+
+@test
+def healthcheck_and_reload_as_in_a_container():
+    """attnd as PID 1 of a PID namespace of its own, as in its image,
+    started with a --port flag that its environment does not have (docker
+    run IMAGE --port P): `attnd --healthcheck` alone in that namespace,
+    with ATTND_PORT saying another port, probes PID 1's own settings
+    (port P: healthy); with a flag of its own it keeps its own settings;
+    `attnd --reload` alone reloads PID 1.  Needs unshare and nsenter
+    (root): without them there is nothing to run, and it says so."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or \
+            not shutil.which("nsenter"):
+        print("# healthcheck_and_reload_as_in_a_container: not run "
+              "(needs root, unshare and nsenter)")
+        return
+    port, other = free_port(), free_port()
+    log = tempfile.TemporaryFile()
+    outer = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc",
+         os.path.abspath(cfg.attnd), "--host", HOST, "--port", str(port),
+         "--models-dir", cfg.models_dir],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        env=dict(os.environ, ATTND_PORT=str(other)))
+    inner = None
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and outer.poll() is None:
+            log.seek(0)
+            if b"listening on" in log.read():
+                break
+            time.sleep(0.05)
+        with open("/proc/%d/task/%d/children" % (outer.pid, outer.pid)) as f:
+            kids = f.read().split()
+        check(len(kids) == 1, "attnd under unshare: children %r" % kids)
+        inner = int(kids[0])
+        env = {"ATTND_PORT": str(other)}
+        rc, out, err = _in_ns(inner, "--healthcheck", env=env)
+        check(rc == 0 and ":%d/v2/health/ready: ready" % port in out,
+              "--healthcheck alone: rc %d out %r err %r" % (rc, out, err))
+        rc, out, err = _in_ns(inner, "--healthcheck", "--port", str(other),
+                              env=env)
+        check(rc == 1 and ":%d/" % other in err,
+              "--healthcheck --port OTHER: rc %d out %r err %r" %
+              (rc, out, err))
+        rc, out, err = _in_ns(inner, "--reload", env=env)
+        check(rc == 0 and "attnd (pid 1, port %d) reloaded" % port in out,
+              "--reload: rc %d out %r err %r" % (rc, out, err))
+    finally:
+        if inner:
+            os.kill(inner, signal.SIGTERM)
+        try:
+            outer.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            outer.kill()
+            outer.wait(timeout=10)
+        log.close()
+    check(outer.returncode == 0, "exit code %s after SIGTERM" %
+          outer.returncode)
 
 
 if __name__ == "__main__":
