@@ -1132,8 +1132,8 @@ START_TEST(v2_binary_half_widening) {
     const attn_tensor *t = &r.inputs[1].tensor;
     ck_assert_int_eq(t->dtype, ATTN_DT_FP32);
     for (uint32_t h = 0; h < 65536; h++) {
-      float want = ty ? attn_f16_to_f32((uint16_t)h)
-                      : attn_bf16_to_f32((uint16_t)h);
+      float want =
+          ty ? attn_f16_to_f32((uint16_t)h) : attn_bf16_to_f32((uint16_t)h);
       uint32_t a, w;
       memcpy(&a, (const float *)t->data + h, 4);
       memcpy(&w, &want, 4);

@@ -483,8 +483,8 @@ static inline void put_elem(unsigned char *dst, const unsigned char *src,
  * kv heads x 128 dims about 50,000 instructions. */
 static inline void scatter_head(unsigned char *kp, unsigned char *vp,
                                 const unsigned char *ks,
-                                const unsigned char *vs, size_t D,
-                                int64_t slot, attn_kv_dtype dt, size_t e) {
+                                const unsigned char *vs, size_t D, int64_t slot,
+                                attn_kv_dtype dt, size_t e) {
   for (size_t c = 0; c < D; c++) {
     put_elem(kp + attn_kv_key_index(dt, (int64_t)c, slot) * e,
              ks ? ks + c * e : NULL, e);

@@ -147,8 +147,8 @@ static int encode_fast(const attn_kv_rows *r, const attn_attend_opts *o,
                        unsigned char *k_out, unsigned char *v_out) {
   if (o->rotary.on || (r->dtype != ATTN_KV_FP32 && r->dtype != ATTN_KV_BF16) ||
       r->t < 0 || r->Hkv < 1 || r->Hkv > INT32_MAX || r->D < 1 ||
-      r->D > INT32_MAX || r->pos0 < 0 ||
-      r->pos0 > INT32_MAX - r->t || (r->t > 0 && (!r->k || !r->v)))
+      r->D > INT32_MAX || r->pos0 < 0 || r->pos0 > INT32_MAX - r->t ||
+      (r->t > 0 && (!r->k || !r->v)))
     return 0;
   size_t n = (size_t)(r->t * r->Hkv * r->D);
   return store_fast(r->k, n, r->dtype, k_out) &&
