@@ -24,8 +24,9 @@ of H 32, Hkv 8, D 128 (--step-dtype, default fp32; BF16 inputs for bf16)
 are made and filled with T tokens (--step-tokens, default 1: the step
 with next to no attention) by one v2 kv_attention request, then each of
 the N requests is a binary v2 step of one token per session at the next
-position (blas_threads_per_worker 1); every 64 steps the sessions are truncated back to T (one /v1
-truncate each, counted in N's total), so T stays within T..T+63.  The
+position (blas_threads_per_worker 1); every 64 steps the sessions are
+truncated back to T (one /v1 truncate each, counted in N's total), so T
+stays within T..T+63.  The
 set-up is the same for n1 and n2 and cancels out of the difference.
 
 For each build and each count N (n1, then n2) it starts
