@@ -3,8 +3,10 @@
 (callgrind: counts do not depend on the machine's load, unlike req/s).
 
 Usage: bench/callgrind_requests.py --a PATH --b PATH [--n1 N] [--n2 N]
-                                   [--endpoint v1|v2|both] [--b-key KEY]
+                                   [--endpoint v1|v2|both|step] [--b-key KEY]
                                    [--b-tls tls|mtls] [--access-log]
+                                   [--step-tokens T] [--step-batch B]
+                                   [--step-dtype fp32|bf16]
 
 --b-key KEY starts B with ATTND_API_KEY=KEY and sends every request to it
 with Authorization: Bearer KEY (--a and --b may then be the same build:
@@ -15,6 +17,17 @@ the client presents: what TLS, and a client certificate, cost a request
 on a kept-alive connection (the handshake, once per connection, is left
 out with start-up).  --access-log runs both builds with the access log on
 (to a file) and sends a User-Agent: what writing the line costs.
+
+--endpoint step sends session steps instead (issue 42's small step, as
+bench/sessions section 2 sends them): B sessions (--step-batch, default 1)
+of H 32, Hkv 8, D 128 (--step-dtype, default fp32; BF16 inputs for bf16)
+are made and filled with T tokens (--step-tokens, default 1: the step
+with next to no attention) by one v2 kv_attention request, then each of
+the N requests is a binary v2 step of one token per session at the next
+position (blas_threads_per_worker 1); every 64 steps the sessions are
+truncated back to T (one /v1 truncate each, counted in N's total), so T
+stays within T..T+63.  The
+set-up is the same for n1 and n2 and cancels out of the difference.
 
 For each build and each count N (n1, then n2) it starts
 `valgrind --tool=callgrind attnd` (one HTTP thread, one worker, access log
@@ -136,6 +149,81 @@ def send(port, n, bodies, key=None, ctx=None):
         c.close()
 
 
+H, HKV, D = 32, 8, 128
+
+
+def step_body(ids, pos, t, dtype, seed):
+    """A binary v2 kv_attention request: (body, headers).  Values are a
+    repeatable sequence in [-1, 1) (stdlib only)."""
+    import array
+    import json
+    import random
+    import struct
+    r = random.Random(seed)
+    ins, blobs = [], []
+
+    def add(name, dt, shape, raw):
+        ins.append({"name": name, "datatype": dt, "shape": shape,
+                    "parameters": {"binary_data_size": len(raw)}})
+        blobs.append(raw)
+
+    def floats(n):
+        a = array.array("f", [r.uniform(-1, 1) for _ in range(n)])
+        if dtype != "BF16":
+            return a.tobytes()
+        u = array.array("I", a.tobytes())  # truncated to bf16: exact
+        return array.array("H", [x >> 16 for x in u]).tobytes()
+
+    B = len(ids)
+    add("session_id", "BYTES", [B],
+        b"".join(struct.pack("<I", len(s)) + s.encode() for s in ids))
+    add("position", "INT64", [B], struct.pack("<%dq" % B, *([pos] * B)))
+    add("query", dtype, [B, t, H, D], floats(B * t * H * D))
+    add("key", dtype, [B, t, HKV, D], floats(B * t * HKV * D))
+    add("value", dtype, [B, t, HKV, D], floats(B * t * HKV * D))
+    hdr = json.dumps({"inputs": ins, "parameters": {
+        "layer": 0, "binary_data_output": True}}).encode()
+    return hdr + b"".join(blobs), {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(hdr))}
+
+
+def send_steps(port, n, cfg):
+    """The sessions made and filled, then n requests of steps (and the
+    truncates every 64 steps)."""
+    import json
+    T, B, dtype = cfg
+    ids = ["cg%d" % b for b in range(B)]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+
+    def req(method, path, body, headers, want=(200, 201)):
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()
+        if r.status not in want:
+            raise SystemExit("%s: HTTP %d %s" % (path, r.status, data[:300]))
+
+    js = {"Content-Type": "application/json"}
+    wire = "BF16" if dtype == "bf16" else "FP32"
+    try:
+        for s in ids:
+            req("PUT", "/v1/sessions/" + s, json.dumps(
+                {"num_heads": H, "num_kv_heads": HKV, "head_dim": D,
+                 "kv_dtype": dtype, "max_tokens": T + 64}), js)
+        body, hd = step_body(ids, 0, T, wire, 1)
+        req("POST", "/v2/models/kv_attention/infer", body, hd)
+        steps = [step_body(ids, T + i, 1, wire, 2) for i in range(64)]
+        for i in range(n):
+            if i and i % 64 == 0:
+                for s in ids:
+                    req("POST", "/v1/sessions/%s/truncate" % s,
+                        json.dumps({"length": T}), js)
+            body, hd = steps[i % 64]
+            req("POST", "/v2/models/kv_attention/infer", body, hd)
+    finally:
+        c.close()
+
+
 def total(out):
     with open(out) as f:
         for line in f:
@@ -144,10 +232,17 @@ def total(out):
     raise SystemExit("no totals in " + out)
 
 
-def measure(attnd, n, bodies, work, tag, key=None, tls=([], None)):
-    p, port, out = start(attnd, work, tag, key, tls[0])
+def measure(attnd, n, bodies, work, tag, key=None, tls=([], None),
+            steps=None):
+    # a step's engine on one thread, as bench/sessions runs it (auto
+    # threads would start a thread a step)
+    flags = list(tls[0]) + (["--blas-threads-per-worker", "1"] if steps else [])
+    p, port, out = start(attnd, work, tag, key, flags)
     try:
-        send(port, n, bodies, key, tls[1])
+        if steps:
+            send_steps(port, n, steps)
+        else:
+            send(port, n, bodies, key, tls[1])
     finally:
         stop(p)
     return sum(total(f) for f in glob.glob(out + "*"))
@@ -159,7 +254,11 @@ def main():
     ap.add_argument("--b", required=True, help="the attnd compared")
     ap.add_argument("--n1", type=int, default=200)
     ap.add_argument("--n2", type=int, default=1200)
-    ap.add_argument("--endpoint", default="both", choices=("v1", "v2", "both"))
+    ap.add_argument("--endpoint", default="both",
+                    choices=("v1", "v2", "both", "step"))
+    ap.add_argument("--step-tokens", type=int, default=1)
+    ap.add_argument("--step-batch", type=int, default=1)
+    ap.add_argument("--step-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--b-key", help="API key of B (ATTND_API_KEY, and sent)")
     ap.add_argument("--b-tls", choices=("tls", "mtls"),
                     help="B over HTTPS; mtls: with a client certificate")
@@ -182,12 +281,14 @@ def main():
             bodies.append(("/v2/models/sdpa/infer",
                            open(os.path.join(work, "v2_small.json"),
                                 "rb").read()))
+        steps = ((a.step_tokens, a.step_batch, a.step_dtype)
+                 if a.endpoint == "step" else None)
         per = {}
         tls = tls_setup(a.b_tls, work)
         for name, attnd, key, t in (("A", a.a, None, ([], None)),
                                     ("B", a.b, a.b_key, tls)):
-            i1 = measure(attnd, a.n1, bodies, work, name + "1", key, t)
-            i2 = measure(attnd, a.n2, bodies, work, name + "2", key, t)
+            i1 = measure(attnd, a.n1, bodies, work, name + "1", key, t, steps)
+            i2 = measure(attnd, a.n2, bodies, work, name + "2", key, t, steps)
             per[name] = (i2 - i1) / (a.n2 - a.n1)
             print("%s %s: %d instructions for %d requests, %d for %d: "
                   "%.0f per request" % (name, attnd, i1, a.n1, i2, a.n2,

@@ -1102,6 +1102,50 @@ START_TEST(v2_bytes_decode) {
 }
 END_TEST
 
+/* Binary BF16 is widened in a loop of its own (kserve_v2.c fill_binary,
+ * written to vectorise): every one of the 65536 bit patterns, at an odd
+ * offset in the body (no alignment), against attn_bf16_to_f32 bit for bit,
+ * and the FP16 beside it against attn_f16_to_f32. */
+START_TEST(v2_binary_half_widening) {
+  static const char *const types[2] = {"BF16", "FP16"};
+  for (int ty = 0; ty < 2; ty++) {
+    attn_infer_request r = {0};
+    attn_diag d = {{0}};
+    attn_buf b;
+    attn_buf_init(&b, 0);
+    attn_buf_printf(&b,
+                    "{\"inputs\":[{\"name\":\"pad\",\"shape\":[1],"
+                    "\"datatype\":\"BOOL\",\"parameters\":"
+                    "{\"binary_data_size\":1}},{\"name\":\"x\","
+                    "\"shape\":[65536],\"datatype\":\"%s\",\"parameters\":"
+                    "{\"binary_data_size\":131072}}]}",
+                    types[ty]);
+    size_t hl = b.len;
+    unsigned char one = 1;
+    attn_buf_append(&b, &one, 1);
+    for (uint32_t h = 0; h < 65536; h++) {
+      unsigned char le[2] = {(unsigned char)(h & 255), (unsigned char)(h >> 8)};
+      attn_buf_append(&b, le, 2);
+    }
+    ck_assert_msg(attn_v2_decode(b.data, b.len, hl, NULL, &r, &d) == ATTN_OK,
+                  "%s", d.msg);
+    const attn_tensor *t = &r.inputs[1].tensor;
+    ck_assert_int_eq(t->dtype, ATTN_DT_FP32);
+    for (uint32_t h = 0; h < 65536; h++) {
+      float want =
+          ty ? attn_f16_to_f32((uint16_t)h) : attn_bf16_to_f32((uint16_t)h);
+      uint32_t a, w;
+      memcpy(&a, (const float *)t->data + h, 4);
+      memcpy(&w, &want, 4);
+      ck_assert_msg(a == w, "%s 0x%04x: 0x%08x, want 0x%08x", types[ty],
+                    (unsigned)h, (unsigned)a, (unsigned)w);
+    }
+    attn_infer_request_free(&r);
+    attn_buf_free(&b);
+  }
+}
+END_TEST
+
 /* Triton's sequence parameters as tritonclient.http writes them (json.dumps:
  * ", " and ": ", the parameters after the inputs): sequence_id as a uint64
  * kept exactly, or a string; sequence_start and sequence_end booleans; the
@@ -2070,6 +2114,7 @@ Suite *codec_suite(void) {
   tcase_add_test(tc, v2_binary_equals_json);
   tcase_add_test(tc, v2_bytes_decode);
   tcase_add_test(tc, v2_sequence_params);
+  tcase_add_test(tc, v2_binary_half_widening);
   tcase_add_test(tc, depth_limit);
   tcase_add_test(tc, v2_peek_timeout);
   tcase_add_test(tc, v2_peek_agrees_with_decode);

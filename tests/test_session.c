@@ -683,6 +683,97 @@ START_TEST(session_checks_of_a_step) {
 }
 END_TEST
 
+/* What a step stores: step.c encodes the usual rows itself (no rotary,
+ * fp32 or bf16, every value finite and within range: encode_fast) and
+ * leaves the rest to attn_kv_encode.  Either way the stored bytes are
+ * attn_kv_encode's, bit for bit (ties of bf16's rounding both ways, the
+ * largest finite values, subnormals, -0, random values; rows of 3 tokens
+ * x 2 heads x 37 dims, not a whole vector), for every dtype, without and
+ * with rotary; and a value it refuses (Inf, NaN, beyond bf16's or fp16's
+ * range, in a key or a value) gets its message, with nothing stored. */
+START_TEST(session_encode_fast_like_reference) {
+  static const uint32_t special[] = {
+      0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x00000001u, 0x80000000u,
+      0x007fffffu, 0x477fefffu, 0x387fc000u, 0x33000000u, 0x00008000u,
+      /* beyond fp16's range: fp32 and bf16 only */
+      0x7f7f0000u, 0x7f7f7fffu, 0xff7f7fffu, 0x477ff000u};
+  static const uint32_t refused[] = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                     0x7f7f8000u, 0xff7fffffu, 0x477ff000u};
+  static const attn_kv_dtype dts[] = {ATTN_KV_FP32, ATTN_KV_BF16, ATTN_KV_FP16};
+  const int64_t t = 3, Hkv = 2, D = 37;
+  const size_t n = (size_t)(t * Hkv * D);
+  for (int di = 0; di < 3; di++)
+    for (int rope = 0; rope < 2; rope++) {
+      attn_session_spec f = spec_of(4, Hkv, D - 1, dts[di]);
+      f.head_dim = D; /* odd: rotary takes the even dims below it */
+      f.has_rotary = rope;
+      f.rotary_dims = rope ? 36 : 0;
+      attn_session_limits l = limits();
+      attn_session_store *st = store_new(&l);
+      tsess a, *pa = &a;
+      ts_open(st, &a, "a", &f);
+      tstep s;
+      tstep_init(&s, &a, 1, t);
+      size_t ns = sizeof special / sizeof *special - (di == 2 ? 4 : 0);
+      for (size_t i = 0; i < ns; i++) {
+        memcpy(&s.k[5 * i], &special[i], 4);
+        memcpy(&s.v[7 * i + 1], &special[i], 4);
+      }
+      attn_diag d, dr;
+      int64_t bad, pos = 0;
+      ck_assert_msg(tstep_run(st, &s, &pa, 0, &pos, 1, &bad, &d) == ATTN_OK,
+                    "%s", d.msg);
+      size_t e = attn_kv_dtype_size(dts[di]);
+      unsigned char *rk = malloc(n * e), *rv = malloc(n * e);
+      attn_attend_opts o = {0}; /* the session's rotary, as store.c */
+      o.rotary.on = a.f.has_rotary;
+      o.rotary.interleaved = a.f.rotary_interleaved;
+      o.rotary.dims = a.f.rotary_dims;
+      o.rotary.base = a.f.rotary_base;
+      attn_kv_rows r = {t, Hkv, D, dts[di], 0, s.k, s.v};
+      ck_assert_int_eq(attn_kv_encode(&r, &o, rk, rv, &dr), ATTN_OK);
+      attn_session_dump x;
+      ck_assert_int_eq(attn_session_export(a.s, &x, &d), ATTN_OK);
+      ck_assert_int_eq(x.length[0], t);
+      ck_assert_msg(!memcmp(x.k[0], rk, n * e) && !memcmp(x.v[0], rv, n * e),
+                    "dtype %d rotary %d: stored rows differ from "
+                    "attn_kv_encode's",
+                    di, rope);
+      attn_session_dump_clear(&x);
+      /* refused values: the reference's message, nothing appended */
+      for (size_t i = 0; i < 2 * (sizeof refused / sizeof *refused); i++) {
+        float *row = i % 2 ? s.v : s.k;
+        size_t at = 11 + 13 * i;
+        float keep = row[at];
+        memcpy(&row[at], &refused[i / 2], 4);
+        attn_kv_rows r2 = {t, Hkv, D, dts[di], t, s.k, s.v};
+        attn_status want = attn_kv_encode(&r2, &o, rk, rv, &dr);
+        pos = t;
+        attn_status got = tstep_run(st, &s, &pa, 0, &pos, 1, &bad, &d);
+        ck_assert_int_eq(got, want);
+        if (want) {
+          char m[ATTN_DIAG_MAX + 16];
+          snprintf(m, sizeof m, "session 'a': %s", dr.msg);
+          ck_assert_str_eq(d.msg, m);
+        } else { /* within fp32's range: stored; take it back */
+          ck_assert_int_eq(attn_session_truncate(a.s, t, 0, NULL, &d), ATTN_OK);
+          a.len = t;
+        }
+        attn_session_info info;
+        ck_assert_int_eq(attn_session_info_get(a.s, 0, &info, &d), ATTN_OK);
+        ck_assert_int_eq(info.length[0], t);
+        attn_session_info_clear(&info);
+        row[at] = keep;
+      }
+      free(rk);
+      free(rv);
+      tstep_free(&s);
+      ts_close(&a);
+      attn_session_store_destroy(st);
+    }
+}
+END_TEST
+
 /* The pool full: ENOSPACE, and no session of the batch changed. */
 START_TEST(session_pool_full_all_or_nothing) {
   attn_session_limits l = limits();
@@ -1273,6 +1364,7 @@ Suite *session_suite(void) {
   tcase_add_test(tc, session_prefill_one_or_many);
   tcase_add_test(tc, session_bitwise_in_any_batch);
   tcase_add_test(tc, session_checks_of_a_step);
+  tcase_add_test(tc, session_encode_fast_like_reference);
   tcase_add_test(tc, session_pool_full_all_or_nothing);
   tcase_add_test(tc, session_position_and_retry);
   tcase_add_test(tc, session_fork_copy_on_write);

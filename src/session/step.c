@@ -6,7 +6,9 @@
  * order, so two steps over overlapping batches cannot deadlock):
  *   1. check: every session (layer, shape, queries, position, max_tokens,
  *      weights' size), its rows encoded as the pool stores them
- *      (attn_kv_encode, the session's rotary at the tokens' positions) and
+ *      (attn_kv_encode, the session's rotary at the tokens' positions;
+ *      encode_fast here, the same bytes, for rows without rotary into
+ *      fp32 or bf16, the most of a step's fixed cost otherwise) and
  *      a retry's rows compared with the stored ones (attn_kv_seq_read);
  *      every buffer allocated.  Nothing has changed yet: a failure
  *      returns with *bad the session's index.
@@ -61,6 +63,45 @@ typedef struct step_ctx {
 
 /* ---- phase 1: checks ----------------------------------------------------- */
 
+/* Exponent bits all ones: Inf or NaN (isfinite's answer, on the bits). */
+#define F32_EXP 0x7f800000u
+
+/* 1 when every value of x[0, n) is finite: a loop on the bits that
+ * vectorises (isfinite's early exit per value did not, and a step of B 8
+ * tests 32,768 queries); the caller then looks for the first that is not,
+ * value by value, only when one is there. */
+static int all_finite(const float *x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, x + i, 4);
+    bad |= (u & F32_EXP) == F32_EXP;
+  }
+  return !bad;
+}
+
+/* n values of x into dst as dt (fp32 or bf16), all or nothing: 1 when every
+ * value was finite and within the dtype (dst written, as attn_kv_encode
+ * writes it: attn_f32_to_bf16's rounding, nearest even, without its NaN
+ * case, which cannot be reached here); 0 otherwise (dst holds anything). */
+static int store_fast(const float *x, size_t n, attn_kv_dtype dt,
+                      unsigned char *dst) {
+  uint32_t bad = 0;
+  if (dt == ATTN_KV_FP32) {
+    memcpy(dst, x, n * 4);
+    return all_finite(x, n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, x + i, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    bad |= ((u & F32_EXP) == F32_EXP) | ((r & 0x7fffu) == 0x7f80u);
+    uint16_t h = (uint16_t)r;
+    memcpy(dst + 2 * i, &h, 2);
+  }
+  return !bad;
+}
+
 static int by_address(const void *a, const void *b) {
   const step_slot *x = *(const step_slot *const *)a;
   const step_slot *y = *(const step_slot *const *)b;
@@ -95,6 +136,25 @@ static attn_status check_args(const attn_session_step *p, float *out,
   return ATTN_OK;
 }
 
+/* attn_kv_encode's work for the usual step, done here in loops that
+ * vectorise (it converts a value at a time, through calls): rows without
+ * rotary positions into fp32 or bf16 storage, every value finite and
+ * within the dtype.  1 when k_out and v_out hold the rows as
+ * attn_kv_encode writes them; 0 when the caller is to call it (rotary,
+ * fp16, a shape it refuses, or a value it refuses, for its message).
+ * tests/test_session.c: session_encode_fast_like_reference. */
+static int encode_fast(const attn_kv_rows *r, const attn_attend_opts *o,
+                       unsigned char *k_out, unsigned char *v_out) {
+  if (o->rotary.on || (r->dtype != ATTN_KV_FP32 && r->dtype != ATTN_KV_BF16) ||
+      r->t < 0 || r->Hkv < 1 || r->Hkv > INT32_MAX || r->D < 1 ||
+      r->D > INT32_MAX || r->pos0 < 0 || r->pos0 > INT32_MAX - r->t ||
+      (r->t > 0 && (!r->k || !r->v)))
+    return 0;
+  size_t n = (size_t)(r->t * r->Hkv * r->D);
+  return store_fast(r->k, n, r->dtype, k_out) &&
+         store_fast(r->v, n, r->dtype, v_out);
+}
+
 /* Session b's layer, shape and queries. */
 static attn_status check_shape(const step_ctx *c, int64_t b, attn_diag *d) {
   const attn_session *s = c->slot[b].s, *s0 = c->slot[0].s;
@@ -123,13 +183,13 @@ static attn_status check_shape(const step_ctx *c, int64_t b, attn_diag *d) {
   }
   size_t n = (size_t)(c->t * c->H * c->D);
   const float *q = c->p->q + (size_t)b * n;
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(q[i]))
-      return attn_diag_set(
-          d, ATTN_ENONFINITE, "query[%lld][%zu][%zu][%zu] is %g", (long long)b,
-          i / (size_t)(c->H * c->D), i / (size_t)c->D % (size_t)c->H,
-          i % (size_t)c->D, (double)q[i]);
-  return ATTN_OK;
+  if (all_finite(q, n)) return ATTN_OK;
+  size_t i = 0;
+  while (isfinite(q[i])) i++;
+  return attn_diag_set(d, ATTN_ENONFINITE, "query[%lld][%zu][%zu][%zu] is %g",
+                       (long long)b, i / (size_t)(c->H * c->D),
+                       i / (size_t)c->D % (size_t)c->H, i % (size_t)c->D,
+                       (double)q[i]);
 }
 
 /* Session b's position (or a retry), max_tokens, and its rows encoded. */
@@ -167,8 +227,10 @@ static attn_status check_rows(step_ctx *c, int64_t b, attn_diag *d) {
   attn_kv_rows r = {t,   c->Hkv,        c->D,         s->spec.kv_dtype,
                     pos, c->p->k + off, c->p->v + off};
   attn_diag sub;
-  attn_status st = attn_kv_encode(&r, &s->o, x->k, x->v, &sub);
-  if (st) return attn_diag_set(d, st, "session '%s': %s", s->id, sub.msg);
+  attn_status st = ATTN_OK;
+  if (!encode_fast(&r, &s->o, x->k, x->v) &&
+      (st = attn_kv_encode(&r, &s->o, x->k, x->v, &sub)))
+    return attn_diag_set(d, st, "session '%s': %s", s->id, sub.msg);
   if (pos == L) {
     x->append = 1;
     x->len1 = L + t;
