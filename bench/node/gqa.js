@@ -27,39 +27,14 @@
 'use strict';
 
 const fs = require('fs');
-
-let ort, onnx;
-try {
-  ort = require('onnxruntime-node');
-  onnx = require('onnx-proto').onnx;
-} catch (e) {
-  console.log(JSON.stringify({error: 'load', msg: String(e && e.message || e)}));
-  process.exit(3);
-}
+const {ort, onnx, vinfo, intAttr, encodeModel, clock, timeRuns,
+       runMain} = require('./ortutil');
 
 const a = JSON.parse(process.argv[2]);
 const {B, T, H, Hkv, D} = a;
 const f16 = a.dtype === 'float16';
 const ELEM = f16 ? onnx.TensorProto.DataType.FLOAT16 : onnx.TensorProto.DataType.FLOAT;
 const INT32 = onnx.TensorProto.DataType.INT32;
-
-function vinfo(name, elem, dims) {
-  return onnx.ValueInfoProto.create({
-    name,
-    type: onnx.TypeProto.create({
-      tensorType: onnx.TypeProto.Tensor.create({
-        elemType: elem,
-        shape: onnx.TensorShapeProto.create(
-            {dim: dims.map((d) => onnx.TensorShapeProto.Dimension.create(
-                typeof d === 'string' ? {dimParam: d} : {dimValue: d}))}),
-      }),
-    }),
-  });
-}
-
-function intAttr(name, v) {
-  return onnx.AttributeProto.create({name, type: onnx.AttributeProto.AttributeType.INT, i: v});
-}
 
 function buildModel() {
   const node = onnx.NodeProto.create({
@@ -87,16 +62,7 @@ function buildModel() {
       vinfo('present_value', ELEM, [B, Hkv, 'present', D]),
     ],
   });
-  const model = onnx.ModelProto.create({
-    irVersion: 8,
-    producerName: 'attnd bench/decode_peers',
-    opsetImport: [
-      onnx.OperatorSetIdProto.create({domain: '', version: 17}),
-      onnx.OperatorSetIdProto.create({domain: 'com.microsoft', version: 1}),
-    ],
-    graph,
-  });
-  return onnx.ModelProto.encode(model).finish();
+  return encodeModel(graph, 'attnd bench/decode_peers');
 }
 
 function typed(n) {
@@ -153,12 +119,7 @@ async function main() {
   const fetches = a.mode === 'check' ? ['output', 'present_key'] : ['output'];
   const setup = (Date.now() - t0) / 1e3;
 
-  const cpuNow = () => {
-    const u = process.cpuUsage();
-    return (u.user + u.system) * 1e-6;
-  };
-  const wallNow = () => Number(process.hrtime.bigint()) * 1e-9;
-  const now = a.clock === 'cpu' ? cpuNow : wallNow;
+  const now = clock(a.clock);
   let last = null;
   const step = async () => {
     const s = now();
@@ -178,17 +139,7 @@ async function main() {
     console.log(JSON.stringify({ok: true, ort: ort.env.versions.common}));
     return;
   }
-  const warm = await step();
-  const reps = a.reps || Math.max(3, Math.min(25, Math.floor((a.budget || 1.5) / Math.max(warm, 1e-9))));
-  const ts = [];
-  for (let i = 0; i < reps; i++) ts.push(await step());
-  ts.sort((x, y) => x - y);
-  const med = reps % 2 ? ts[reps >> 1] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
-  console.log(JSON.stringify({ms: med * 1e3, ms_min: ts[0] * 1e3, k: reps, setup_s: setup,
-                              ort: ort.env.versions.common}));
+  await timeRuns(step, a, setup);
 }
 
-main().catch((e) => {
-  console.log(JSON.stringify({error: 'run', msg: String(e && e.message || e)}));
-  process.exit(1);
-});
+runMain(main);
