@@ -1086,6 +1086,65 @@ static int run_mha_table(void) {
   return bad;
 }
 
+/* Inputs whose rows are 4 KiB apart (d_model 1024) are copied for the
+ * projections' tiles (attention.c, proj_ctx.xf): the same bits as read in
+ * place, for [out, in] weights (packed for the NT kernel) and [in, out]
+ * ones, over two chunks of rows, on 1 and 2 threads; and near the double
+ * reference. */
+START_TEST(test_mha_rows_copied_same_bits) {
+  enum { E = 1024, H = 8, L = 136 };
+  size_t nx = (size_t)L * E, nw = (size_t)E * E;
+  rng_seed(99);
+  float *x = rnd_buf(nx), *w[4], *out[2];
+  double *ref = malloc(nx * sizeof *ref);
+  for (int i = 0; i < 4; i++) { /* U(+-sqrt(3 / E)), as PyTorch's */
+    w[i] = rnd_buf(nw);
+    for (size_t j = 0; j < nw; j++) w[i][j] *= (float)sqrt(3.0 / E);
+  }
+  for (int i = 0; i < 2; i++) out[i] = malloc(nx * sizeof *out[i]);
+  for (int lay = 0; lay < 2; lay++) {
+    attn_wlayout wl = lay ? ATTN_W_OUT_IN : ATTN_W_IN_OUT;
+    attn_mha_problem p = {.B = 1,
+                          .Lq = L,
+                          .Lk = L,
+                          .E = E,
+                          .H = H,
+                          .Hkv = H,
+                          .kdim = E,
+                          .vdim = E,
+                          .xq = x,
+                          .xk = x,
+                          .xv = x};
+    p.wq = (attn_weight){w[0], wl, 0, NULL};
+    p.wk = (attn_weight){w[1], wl, 0, NULL};
+    p.wv = (attn_weight){w[2], wl, 0, NULL};
+    p.wo = (attn_weight){w[3], wl, 0, NULL};
+    p.o.causal = lay;
+    ck_assert_int_eq(attn_ref_mha(&p, ref, NULL, NULL), ATTN_OK);
+    for (int th = 1; th <= 2; th++) {
+      attn_exec ex = {.threads = th};
+      for (int copy = 0; copy < 2; copy++) {
+        int was = attn__set_proj_copy(copy);
+        ck_assert_int_eq(attn_mha(&p, &ex, out[copy], NULL, NULL), ATTN_OK);
+        attn__set_proj_copy(was);
+      }
+      ck_assert_msg(memcmp(out[0], out[1], nx * sizeof(float)) == 0,
+                    "layout %d, %d threads: copied rows change the bits", lay,
+                    th);
+      for (size_t i = 0; i < nx; i++)
+        ck_assert_msg(fabs(out[1][i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+                      "layout %d, %d threads: out[%zu] %.9g, reference %.9g",
+                      lay, th, i, out[1][i], ref[i]);
+    }
+  }
+  for (int i = 0; i < 4; i++) free(w[i]);
+  free(out[0]);
+  free(out[1]);
+  free(x);
+  free(ref);
+}
+END_TEST
+
 /* The variants through attn_mha: rotary positions after the projections
  * (the fused QKV buffer, separate ones with GQA, cross-attention with a
  * query offset), with the other variants, weights and masks. */
@@ -2426,6 +2485,7 @@ Suite *engine_suite(void) {
   tcase_add_test(tc, test_alibi_slopes);
   tcase_add_test(tc, test_sdpa_top_left);
   tcase_add_test(tc, test_mha_variants);
+  tcase_add_test(tc, test_mha_rows_copied_same_bits);
   suite_add_tcase(s, tc);
   TCase *tb = tcase_create("bf16");
   tcase_set_timeout(tb, 300);

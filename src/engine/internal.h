@@ -112,6 +112,11 @@ const char *attn__gemm_ran_name(unsigned bits);
  * AVX2 and FMA) or "blas".  The default is the first the CPU has.  For
  * tests and benchmarks: before engine calls, never during one. */
 int attn__set_gemm(const char *name);
+/* attention.c: whether mha's projections copy input rows that lie a
+ * multiple of 4 KiB apart before their tiles read them (1, the default)
+ * or read them in place (0: tests compare the two); returns the previous
+ * setting.  Not thread-safe: set it before calls. */
+int attn__set_proj_copy(int on);
 
 /* ---- gemm.c: bfloat16 products (attn_precision ATTN_PRECISION_BF16) ----
  * Operands are bfloat16 (uint16_t, the top half of an fp32), accumulation
