@@ -64,6 +64,15 @@ def start(attnd, source_dir, env):
     raise SystemExit("attnd did not start")
 
 
+def stop(proc):
+    """SIGTERM, and SIGKILL if attnd has not exited 20 s later."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def commands(readme, heading):
     text = open(readme, encoding="utf-8").read()
     if heading not in text:
@@ -172,11 +181,7 @@ def run_python_blocks(attnd, source_dir):
                                                 r.stderr[-1500:]))
                 failed += 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     return passed, failed
 
 
@@ -209,11 +214,7 @@ def run_section(attnd, source_dir, env, cmds):
                 print("ok   %s" % name)
                 passed += 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     return passed, failed
 
 

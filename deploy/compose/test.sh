@@ -88,6 +88,17 @@ load() { # seconds name [--stop FILE]
   shift 2
   $CLIENT load $LB "$secs" $THREADS "$@" >"$work/$name.json"
 }
+# SIGTERM replica r (compose stop), add its exit code to $codes, start it
+# again and wait until it is ready
+restart() { # attnd-N
+  local id
+  id=$($COMPOSE ps -q "$1")
+  $COMPOSE stop --timeout 45 "$1" >/dev/null 2>&1
+  code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
+  codes="$codes $1=$code"
+  $COMPOSE start "$1" >/dev/null 2>&1
+  $CLIENT wait-ready "808${1#attnd-}" 60
+}
 field() { # name python-expression-of-c
   python3 -c "import json,sys; c=json.load(open('$work/$1.json')); print($2)"
 }
@@ -144,12 +155,7 @@ pid=$!
 sleep 2
 codes=""
 for r in attnd-1 attnd-2 attnd-3; do
-  id=$($COMPOSE ps -q $r)
-  $COMPOSE stop --timeout 45 $r >/dev/null 2>&1
-  code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
-  codes="$codes $r=$code"
-  $COMPOSE start $r >/dev/null 2>&1
-  $CLIENT wait-ready "808${r#attnd-}" 60
+  restart $r
   sleep 3 # two checks by HAProxy: back in rotation
   echo "  $r: SIGTERM, exit code $code, started again, ready"
 done
@@ -205,12 +211,7 @@ if [ -e "$work/restart-ready" ] &&
   [ "$(python3 -c "import json; print(json.load(open('$work/restart-ready'))['ok'])")" = True ]; then
   for r in attnd-1 attnd-2 attnd-3; do
     t0=$(date +%s%N)
-    id=$($COMPOSE ps -q $r)
-    $COMPOSE stop --timeout 45 $r >/dev/null 2>&1
-    code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
-    codes="$codes $r=$code"
-    $COMPOSE start $r >/dev/null 2>&1
-    $CLIENT wait-ready "808${r#attnd-}" 60
+    restart $r
     echo "  $r: SIGTERM, exit code $code, started again, ready after $((($(date +%s%N) - t0) / 1000000)) ms"
     sleep 2 # HAProxy's checks put it back in rotation; its groups resume
   done
