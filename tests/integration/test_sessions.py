@@ -1867,11 +1867,18 @@ def session_step_dropped_while_queued_is_not_appended():
         create(p, ref)
         step(p, ref, 0, *tokens(ref, rng, 3), what="first")
         body, hdrs, _ = slow_request(p)
+        # two slow requests ahead of the step, one running and one queued,
+        # so that the step still waits when its client leaves however
+        # short a slow request came out on this machine
         slow = Pending(p, "/v2/models/sdpa/infer", body, hdrs)
+        slow2 = None
         c = None
         try:
             wait_metric(p, "attnd_workers_busy", lambda x: x == 1,
                         "the slow request running")
+            slow2 = Pending(p, "/v2/models/sdpa/infer", body, hdrs)
+            wait_metric(p, "attnd_queue_depth", lambda x: x == 1,
+                        "the second slow request queued")
             q, k, v = tokens(ref, rng, 2)
             data = json.dumps(step_body(ref, 0, q, k, v)).encode()
             c = socket.create_connection((HOST, p), timeout=30)
@@ -1880,14 +1887,15 @@ def session_step_dropped_while_queued_is_not_appended():
                        "X-Request-Id: dropped-step\r\n"
                        "Content-Length: %d\r\n\r\n" %
                        (path(ref.id, "/attend"), len(data))).encode() + data)
-            wait_metric(p, "attnd_queue_depth", lambda x: x == 1,
+            wait_metric(p, "attnd_queue_depth", lambda x: x == 2,
                         "the step queued")
             time.sleep(0.3)  # leaves well after its last byte: not a half-close
             c.close()
             c = None
-            check(not slow.answered(), "the slow request finished before "
-                  "the step's client left: this test needs it to run longer")
+            check(not slow2.answered(), "the slow requests finished before "
+                  "the step's client left: this test needs them to run longer")
             expect_status(slow.response(), 200, "the slow request")
+            expect_status(slow2.response(), 200, "the second slow request")
             wait_log(s, lambda e: e.get("request_id") == "dropped-step",
                      "for the dropped step")
             e = [e for e in s.log_json() if e.get("request_id") ==
@@ -1904,6 +1912,8 @@ def session_step_dropped_while_queued_is_not_appended():
             if c is not None:
                 c.close()
             slow.close()
+            if slow2 is not None:
+                slow2.close()
 
 
 if __name__ == "__main__":
