@@ -397,7 +397,7 @@ attn_status attn_kv_bytes(const attn_kv_problem *p, const attn_exec *x,
                           attn_bytes *b, attn_diag *d);
 /* out [B][t][H][D], lse [B][t][H].  Non-finite queries: ATTN_ENONFINITE,
  * nothing written.  x->threads threads at most (path, tiles ignored); a
- * decode step (t x H / Hkv < 16 rows per kv head) takes one per MiB of
+ * decode step (t x H / Hkv < 16 rows per kv head) takes one per 4 MiB of
  * keys and values it reads (a thread's start costs what it would save). */
 attn_status attn_kv_attend(const attn_kv_problem *p, const attn_exec *x,
                            float *out, float *lse, attn_diag *d);

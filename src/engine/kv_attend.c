@@ -52,13 +52,21 @@
 #define MAX_THREADS 64
 #define ROPE_BASE 10000.0
 /* A decode step takes a thread for every this many bytes of keys and
- * values it reads, up to the threads it is given: starting and joining a
- * thread costs ~19 us here (bench: pthread_create and join, median of
- * 2001), what one thread reads in 0.6-0.8 MiB at 25-35 GB/s, so a
- * second thread pays only from about 1 MiB each.  Results do not depend
+ * values it reads, up to the threads it is given.  Starting and joining a
+ * thread costs 23-28 us here (pthread_create and join, p50; waking a
+ * parked thread on the other vCPU costs the same, 25 us: this VM's
+ * wake-up), and a second thread splits a sequence's heads into units of
+ * 2 (heads_per_unit), whose panels read slower than 8 heads' together.
+ * B 1, fp32, 2 threads given, wall time, 1 MiB a thread against 4 MiB
+ * (bench_decode's line, from memory / hot): T 256 (2 MiB) 0.21 -> 0.12
+ * ms, 23 -> 38 GB/s; T 512 (4 MiB) 0.30 -> 0.22 ms; T 1024 (8 MiB, 2
+ * threads either way) 0.41 / 0.39; one thread alone: T 256 0.13, T 512
+ * 0.18, T 1024 0.37.  In the server with blas_threads_per_worker auto
+ * (B 1, T 256: bench/sessions --sections 2 --threads 0) the attend took
+ * 113-118 us on 2 threads against 72 us on one.  Results do not depend
  * on the threads (units are cut by heads, each head's arithmetic its
  * own). */
-#define STEP_BYTES_PER_THREAD ((double)(1 << 20))
+#define STEP_BYTES_PER_THREAD ((double)(4 << 20))
 
 static double step_bytes_per_thread = STEP_BYTES_PER_THREAD;
 
