@@ -22,11 +22,14 @@
  * Shapes whose cache exceeds the memory cap are skipped, with a line.
  *
  * Usage:
- *   bench_decode [rounds] [cap_mib] [B] [T]
+ *   bench_decode [rounds] [cap_mib] [B] [T] [dtype] [threads]
  *
  * Defaults: 7 rounds; 1536 MiB; B in {1, 8, 32} and T in {1024, 4096,
  * 16384, 32768}, or only the given B (and T), any B >= 1 and T >= 1 (T
- * 256: the cache-resident small step).  Reports only. */
+ * 256: the cache-resident small step); fp32, bf16 and fp16, or only the
+ * dtype given (0 for B or T: all of them); 1 and 2 threads, or only the
+ * count given (bench/sessions runs one line at a time between its
+ * server's steps).  Reports only. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -256,6 +259,18 @@ int main(int argc, char **argv) {
   size_t cap = (size_t)bench_arg(argc, argv, 2, 1536, 1) << 20;
   long onlyB = bench_arg(argc, argv, 3, 0, 0),
        onlyT = bench_arg(argc, argv, 4, 0, 0);
+  const char *onlyDt = argc > 5 ? argv[5] : NULL;
+  int th0 = 1, th1 = 2;
+  if (argc > 6) th0 = th1 = (int)bench_arg(argc, argv, 6, 1, 1);
+  if (onlyDt && strcmp(onlyDt, "fp32") && strcmp(onlyDt, "bf16") &&
+      strcmp(onlyDt, "fp16")) {
+    fprintf(stderr, BENCH_NAME ": dtype '%s': fp32, bf16 or fp16\n", onlyDt);
+    return 2;
+  }
+  if (th1 > MAX_THREADS) {
+    fprintf(stderr, BENCH_NAME ": at most %d threads\n", MAX_THREADS);
+    return 2;
+  }
   int64_t Bs[] = {1, 8, 32}, Ts[] = {1024, 4096, 16384, 32768};
   size_t nB = 3, nT = 4;
   if (onlyB) Bs[0] = onlyB, nB = 1; /* any B and T given */
@@ -273,6 +288,8 @@ int main(int argc, char **argv) {
     for (size_t ti = 0; ti < nT; ti++)
       for (size_t di = 0; di < 3; di++) {
         int64_t B = Bs[bi], T = Ts[ti];
+        if (onlyDt && strcmp(onlyDt, attn_kv_dtype_name(dts[di])) != 0)
+          continue;
         double kv = (double)B * (double)T * HKV * D * 2.0 *
                     (double)attn_kv_dtype_size(dts[di]);
         if (kv > (double)cap) {
@@ -285,7 +302,8 @@ int main(int argc, char **argv) {
         }
         batch bt;
         batch_fill(&bt, B, T, dts[di], &seed);
-        for (int th = 1; th <= 2; th++) line(&bt, dts[di], th, rounds, sbuf, q);
+        for (int th = th0; th <= th1; th++)
+          line(&bt, dts[di], th, rounds, sbuf, q);
         batch_free(&bt);
       }
   munmap(sbuf, STREAM_BYTES);
