@@ -17,8 +17,8 @@
  * queued, queued and running requests finish, all within
  * drain_timeout_ms; the answers are sent; then everything is destroyed in
  * reverse order of creation and attnd exits 0.  A signal during the drain is
- * ignored.  If the drain runs out of time attnd exits 0 without waiting
- * further. SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
+ * ignored.  If the drain runs out of time attnd writes the sessions no
+ * step holds (session_dir) and exits 0 without waiting further. SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
  * admin_api_keys_file and reloads every model file (reload_keys,
  * reload_models; whatever model_control says) while serving; at other
  * times it waits, blocked.  A SIGHUP sent with sigqueue (attnd --reload,
@@ -1152,8 +1152,9 @@ static void serve(attn_server *server, attn_registry *models,
  * finish and their answers go out, within drain_timeout_ms.  A body
  * still arriving when it passes is cut at exit (teardown closes its
  * connection: 499, "closed":"shutdown").  Past it with work queued or
- * running, attnd exits 0 here and now (_exit: the workers still hold
- * what teardown would free); otherwise returns, for teardown. */
+ * running, attnd writes the sessions no step holds (session_dir) and
+ * exits 0 here and now (_exit: the workers still hold what teardown
+ * would free); otherwise returns, for teardown. */
 static void drain(const attnd *a, const attn_config *cfg) {
   uint64_t t0 = attn_now_ns();
   /* after a shutdown delay, which sent STOPPING=1 already: the status */
@@ -1182,6 +1183,9 @@ static void drain(const attnd *a, const attn_config *cfg) {
              "each has an access line with \"closed\":\"shutdown\")",
              (long long)cfg->drain_timeout_ms, cut,
              (unsigned long long)st.depth, (unsigned long long)st.running);
+    /* the sessions no step holds, so that a restart loses only those */
+    if (*cfg->session_dir)
+      attn_sessions_save(a->sessions, cfg->session_dir, 1);
     _exit(0);
   }
   int64_t left =
@@ -1223,7 +1227,7 @@ int main(int argc, char **argv) {
     notify_ready(&cfg, a.server);
     serve(a.server, a.models, a.pool, a.sessions, &cfg, &sigs);
     drain(&a, &cfg);
-    if (*cfg.session_dir) attn_sessions_save(a.sessions, cfg.session_dir);
+    if (*cfg.session_dir) attn_sessions_save(a.sessions, cfg.session_dir, 0);
     rc = 0;
   }
   teardown(&a);

@@ -19,6 +19,7 @@
 
 #include "attn/engine.h"
 #include "attn/session.h"
+#include "../src/session/internal.h" /* a session's lock, held as a step holds it */
 #include "unit.h"
 
 static uint64_t rs = 7;
@@ -1221,6 +1222,38 @@ START_TEST(session_export_import_bitwise) {
 }
 END_TEST
 
+/* attn_session_export_idle, for a save while steps may run (a drain that
+ * ran out of time): EBUSY naming the session while a step holds its lock
+ * (held here as a step holds it), nothing exported; once it is free, the
+ * same rows as attn_session_export. */
+START_TEST(session_export_idle_skips_a_held_session) {
+  attn_session_spec f = case_spec(&cases[0]);
+  tsess a;
+  attn_session_store *st = one_session(NULL, &f, &a, 5);
+  attn_diag d = {{0}};
+  attn_session_dump x, y;
+  pthread_mutex_lock(&a.s->lock);
+  ck_assert_int_eq(attn_session_export_idle(a.s, &x, &d), ATTN_EBUSY);
+  ck_assert_msg(strstr(d.msg, "session 'a'") && strstr(d.msg, "running"),
+                "%s", d.msg);
+  ck_assert_ptr_null(x.data);
+  ck_assert_ptr_null(x.length);
+  pthread_mutex_unlock(&a.s->lock);
+  ck_assert_msg(attn_session_export_idle(a.s, &x, &d) == ATTN_OK, "%s", d.msg);
+  ck_assert_int_eq(attn_session_export(a.s, &y, &d), ATTN_OK);
+  ck_assert_int_eq(x.length[0], 5);
+  ck_assert_int_eq(y.length[0], 5);
+  size_t bytes = (size_t)5 * (size_t)(a.f.num_kv_heads * a.f.head_dim) *
+                 attn_kv_dtype_size(a.f.kv_dtype);
+  ck_assert(!memcmp(x.k[0], y.k[0], bytes));
+  ck_assert(!memcmp(x.v[0], y.v[0], bytes));
+  attn_session_dump_clear(&x);
+  attn_session_dump_clear(&y);
+  ts_close(&a);
+  attn_session_store_destroy(st);
+}
+END_TEST
+
 /* attn_session_each: every session, held, once; a nonzero return stops. */
 static int count_each(void *user, attn_session *s) {
   int *n = user;
@@ -1373,6 +1406,7 @@ Suite *session_suite(void) {
   tcase_add_test(tc, session_sweep_expires_the_idle);
   tcase_add_test(tc, session_delete_while_held);
   tcase_add_loop_test(tc, session_export_import_bitwise, 0, (int)NCASES);
+  tcase_add_test(tc, session_export_idle_skips_a_held_session);
   tcase_add_test(tc, session_each_visits_all);
   tcase_add_test(tc, session_threads);
   tcase_add_test(tc, session_threads_overlapping_batches);

@@ -131,8 +131,11 @@ void attn_server_destroy(attn_server *s);
 /* After the drain: every session of st written to dir (made when
  * missing), one session file (codec.h) each, "<owner>-<id>.safetensors":
  * under a temporary name, fsynced, renamed, then the folder fsynced.
- * Returns how many were written. */
-size_t attn_sessions_save(struct attn_session_store *st, const char *dir);
+ * running: steps may still run (the drain ran out of time); a session a
+ * step holds is then not saved (logged), the others are, each between two
+ * steps.  Returns how many were written. */
+size_t attn_sessions_save(struct attn_session_store *st, const char *dir,
+                          int running);
 
 /* At start-up, before serving: every "*.safetensors" file of dir read
  * (attn_read_file, no larger than the store's cache could hold), decoded

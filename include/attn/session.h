@@ -248,6 +248,12 @@ attn_status attn_session_fork(attn_session_store *st, attn_session *s,
 attn_status attn_session_export(attn_session *s, attn_session_dump *out,
                                 attn_diag *d);
 
+/* As attn_session_export, but only if no step holds the session now:
+ * EBUSY, nothing exported, when one does (never waits).  For a save while
+ * steps may still be running (a drain that ran out of time). */
+attn_status attn_session_export_idle(attn_session *s, attn_session_dump *out,
+                                     attn_diag *d);
+
 /* A new session (owner, id) holding in's tokens: in->spec is checked as
  * create checks a spec (EINVAL naming the field; max_tokens against the
  * store's), each length must be 0 .. max_tokens (EINVAL), and the rows are

@@ -13,7 +13,11 @@
  * fsync, rename over <name>, and once all are written fsync the folder:
  * after a crash a file is whole or absent, never half written under its
  * name.  Nothing serves meanwhile (after the drain), so no session
- * changes under it.
+ * changes under it.  After a drain that ran out of time, steps may still
+ * run: each session is taken only while no step holds it (a few tries a
+ * millisecond apart), so that what is written is its state between two
+ * steps; one a step still holds is not saved (an error names it: that
+ * step was cut off, its client has no answer) and the rest are.
  * Reading: every "*.safetensors" file, in name order, with attn_read_file
  * (no FIFO, no device; at most what the store's cache could hold plus a
  * header), decoded as strictly as PUT's file, imported with the file's
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attn/buf.h"
@@ -61,10 +66,24 @@ static int write_all(int fd, const char *b, size_t n) {
 
 typedef struct saver {
   const char *dir;
-  int dirfd;
+  int dirfd, running; /* running: steps may still run (attn_sessions_save) */
   size_t written, failed;
   uint64_t bytes;
 } saver;
+
+#define BUSY_TRIES 20 /* a millisecond apart: a step's lock, not a stat's */
+
+/* s exported: at once, or when steps may run, only between two of them. */
+static attn_status take(const saver *sv, attn_session *s,
+                        attn_session_dump *x, attn_diag *d) {
+  if (!sv->running) return attn_session_export(s, x, d);
+  attn_status r = ATTN_EBUSY;
+  for (int i = 0; i < BUSY_TRIES && r == ATTN_EBUSY; i++) {
+    if (i) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    r = attn_session_export_idle(s, x, d);
+  }
+  return r;
+}
 
 /* One session to its file; logs a failure. */
 static int save_one(void *user, attn_session *s) {
@@ -76,7 +95,7 @@ static int save_one(void *user, attn_session *s) {
   const char *why = NULL;
   int fd = -1;
   attn_buf_init(&b, 0);
-  if (attn_session_export(s, &x, &d)) {
+  if (take(sv, s, &x, &d)) {
     attn_log(ATTN_LOG_ERROR, "session_dir: session '%s' not saved: %s",
              attn_session_id(s), d.msg);
     sv->failed++;
@@ -106,8 +125,9 @@ static int save_one(void *user, attn_session *s) {
   return 0;
 }
 
-size_t attn_sessions_save(attn_session_store *st, const char *dir) {
-  saver sv = {dir, -1, 0, 0, 0};
+size_t attn_sessions_save(attn_session_store *st, const char *dir,
+                          int running) {
+  saver sv = {dir, -1, running, 0, 0, 0};
   uint64_t t0 = attn_now_ns();
   attn_session_stats stats;
   attn_session_store_stats(st, &stats);

@@ -874,11 +874,10 @@ static size_t rows_bytes(const attn_session_spec *f, int64_t n) {
   return row;
 }
 
-attn_status attn_session_export(attn_session *s, attn_session_dump *out,
-                                attn_diag *d) {
+/* attn_session_export's work, s->lock held; unlocks it. */
+static attn_status export_locked(attn_session *s, attn_session_dump *out,
+                                 attn_diag *d) {
   attn_status r = ATTN_OK;
-  memset(out, 0, sizeof *out);
-  pthread_mutex_lock(&s->lock);
   int64_t L = s->spec.layers;
   size_t total = 0;
   out->length = malloc((size_t)L * sizeof *out->length);
@@ -910,6 +909,23 @@ attn_status attn_session_export(attn_session *s, attn_session_dump *out,
       attn_diag_set(d, r, "session '%s': out of memory exporting it", s->id);
   }
   return r;
+}
+
+attn_status attn_session_export(attn_session *s, attn_session_dump *out,
+                                attn_diag *d) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&s->lock);
+  return export_locked(s, out, d);
+}
+
+attn_status attn_session_export_idle(attn_session *s, attn_session_dump *out,
+                                     attn_diag *d) {
+  memset(out, 0, sizeof *out);
+  if (pthread_mutex_trylock(&s->lock))
+    return attn_diag_set(d, ATTN_EBUSY,
+                         "session '%s': a step was still running on it",
+                         s->id);
+  return export_locked(s, out, d);
 }
 
 attn_status attn_session_import(attn_session_store *st, uint64_t owner,

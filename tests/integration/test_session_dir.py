@@ -20,8 +20,8 @@ import struct
 import sys
 import tempfile
 
-from harness import (Server, cfg, check, expect_error, expect_status, main,
-                     request, shared, test)
+from harness import (STOP_TIMEOUT_S, Server, cfg, check, expect_error,
+                     expect_status, main, request, shared, slow_running, test)
 
 OCTET = "application/octet-stream"
 
@@ -266,6 +266,57 @@ def session_dir_restart():
         names = sorted(n for n in os.listdir(sd) if n.endswith(
             ".safetensors") and n[:-12] not in ("corrupt", "foreign"))
         check(len(names) == 5, "saved again: %r" % names)
+
+
+
+@test
+def session_dir_saved_when_the_drain_times_out():
+    """A drain that runs out of time (a slow stateless request still
+    running at drain_timeout_ms) still writes every session no step holds:
+    before, attnd exited without writing any.  The next start reads them
+    back, each one's next step bitwise the one a fork took before."""
+    import signal
+    rng = random.Random(cfg.seed + 4304)
+    with tempfile.TemporaryDirectory() as d:
+        sd = os.path.join(d, "sessions")
+        flags = ("--session-dir", sd)
+        refs, lengths = {}, {}
+        s = Server("--workers", "1", "--drain-timeout-ms", "200", *flags,
+                   name="sdir-timeout")
+        slow = None
+        try:
+            p = s.port
+            for sid in ("sd-fp32", "sd-bf16"):
+                put_spec(p, sid, SPECS[sid])
+                history(p, sid, SPECS[sid], rng)
+                lengths[sid] = request(p, "GET", s_path(sid)).json()["length"]
+                refs[sid] = reference(p, sid, SPECS[sid], rng)
+            slow, _ = slow_running(s)
+            s.signal(signal.SIGTERM)
+            rc = s.wait(STOP_TIMEOUT_S)
+            log = s.log_text()
+            check(rc == 0, "exit code %d: %s" % (rc, s.log_tail()))
+        finally:
+            if slow is not None:
+                slow.close()
+            s.cleanup()
+        check("drain_timeout_ms=200 passed with requests still running" in log,
+              "the drain did not run out of time: %s" % log[-600:])
+        check("session_dir: 2 sessions saved to %s" % sd in log,
+              "no save line after the timeout: %s" % log[-600:])
+        check(sorted(os.listdir(sd)) == sorted(
+            "%016x-%s.safetensors" % (0, sid) for sid in refs),
+            "files %r" % os.listdir(sd))
+        with Server(*flags, name="sdir-timeout-2") as s:
+            p = s.port
+            for sid, (body, ans) in refs.items():
+                got = request(p, "GET", s_path(sid)).json()["length"]
+                check(got == lengths[sid], "%s: length %r, before %r" %
+                      (sid, got, lengths[sid]))
+                _, got_ans = step(p, sid, SPECS[sid], rng, 2, body=body)
+                check(got_ans == ans, "%s answers otherwise after the "
+                      "restart" % sid)
+            s.stop_checked()
 
 
 if __name__ == "__main__":
