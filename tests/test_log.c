@@ -102,7 +102,8 @@ START_TEST(test_access_line) {
   check_access_line(ATTN_LOG_JSON, &a, want);
   want_line(want, sizeof want,
             "access POST /v2/models/sdpa/infer %d in=%llu out=%llu "
-            "queue_ms=%.3f compute_ms=%.3f total_ms=%.3f id=id \"7\"\n",
+            "queue_ms=%.3f compute_ms=%.3f total_ms=%.3f "
+            "id=\"id \\\"7\\\"\"\n", /* quoted: it holds a space */
             &a);
   check_access_line(ATTN_LOG_TEXT, &a, want);
   /* no method, path or id */
@@ -144,9 +145,11 @@ START_TEST(test_access_client_fields) {
       "\"compute_ms\":0.000,\"total_ms\":0.000";
   static const char *const text_nums =
       "200 in=0 out=0 queue_ms=0.000 compute_ms=0.000 total_ms=0.000";
+  /* X-Request-Id may hold spaces and quotes (printable ASCII): in a text
+   * line it must not forge a field */
   const attn_access hostile = {.method = "POST",
                                .path = "/v2/models/m x/infer",
-                               .request_id = "r",
+                               .request_id = "r status=500 \"q\"",
                                .status = 200,
                                .client = "::1",
                                .model = "m x",
@@ -167,10 +170,11 @@ START_TEST(test_access_client_fields) {
        "\"type\":\"access\",\"method\":\"POST\",\"path\":"
        "\"/v2/models/m x/infer\",",
        ",\"client\":\"::1\",\"model\":\"m x\",\"user_agent\":"
-       "\"ev\\\"il\\n\\u0001\\\\ua\",\"request_id\":\"r\"}\n"},
+       "\"ev\\\"il\\n\\u0001\\\\ua\",\"request_id\":"
+       "\"r status=500 \\\"q\\\"\"}\n"},
       {&hostile, ATTN_LOG_TEXT, "access POST \"/v2/models/m x/infer\" ",
        " client=::1 model=\"m x\" user_agent=\"ev\\\"il\\n\\u0001\\\\ua\" "
-       "id=r\n"},
+       "id=\"r status=500 \\\"q\\\"\"\n"},
       {&plain, ATTN_LOG_TEXT, "access POST /v1/attention ",
        " model=attention id=r\n"}};
   char want[1024];

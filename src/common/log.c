@@ -388,7 +388,12 @@ void attn_log_access(const attn_access *a) {
   if (a->closed) text_field(&b, "closed", "closed", a->closed);
   if (a->trace_id) text_field(&b, "trace_id", "trace", a->trace_id);
   client_fields(&b, a);
-  text_field(&b, "request_id", "id", a->request_id ? a->request_id : "");
+  /* the client's X-Request-Id may hold spaces and quotes: a word or quoted */
+  key(&b, "request_id", "id");
+  if (json)
+    attn_buf_json_string(&b, a->request_id ? a->request_id : "");
+  else
+    text_word(&b, a->request_id ? a->request_id : "");
   if (json) attn_buf_puts(&b, "}");
   emit(&b);
 }
