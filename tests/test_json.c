@@ -1206,28 +1206,34 @@ START_TEST(json_impl_default) {
 END_TEST
 
 /* attn_json_f64_to_f32 against the obvious loop: every length to 40, a value
- * out of range (or NaN) at every position or nowhere, and the floats. */
+ * out of range (or NaN) at every position or nowhere, and the floats.  In
+ * range is what rounds to a finite float, (float)x finite: FLT_MAX's
+ * shortest decimal 3.4028235e38 (above FLT_MAX as a double) and the double
+ * just below the tie 2^128 - 2^103 are in, the tie is out. */
 START_TEST(f64_to_f32_matches_loop) {
   double v[40];
   float got[40], want[40];
-  const double bad[] = {1e39, -3.5e38, (double)FLT_MAX * (1 + 1e-9), NAN,
-                        INFINITY};
+  const double bad[] = {1e39, -3.5e38, 0x1.ffffffp127, NAN, INFINITY};
+  const double edge[] = {FLT_MAX, 3.4028235e38, 0x1.fffffefffffffp127};
   unsigned seed = 11;
   for (size_t n = 0; n <= 40; n++)
     for (size_t at = 0; at <= n; at++) { /* at == n: all in range */
       for (size_t i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
         v[i] = ((double)(seed >> 8) - 8388608.0) * 1e-3;
-        if (i % 7 == 3) v[i] = (i & 1 ? -1 : 1) * (double)FLT_MAX;
+        if (i % 7 == 3) v[i] = (i & 1 ? -1 : 1) * edge[(n + i) % 3];
       }
-      if (at < n) v[at] = bad[(n + at) % 5];
+      if (at < n) v[at] = (at & 1 ? -1 : 1) * bad[(n + at) % 5];
       size_t k = 0;
-      for (; k < n && fabs(v[k]) <= FLT_MAX; k++) want[k] = (float)v[k];
+      for (; k < n && isfinite((float)v[k]); k++) want[k] = (float)v[k];
       memset(got, 0, sizeof got);
       ck_assert_uint_eq(attn_json_f64_to_f32(v, n, got), k);
       ck_assert_uint_eq(k, at < n ? at : n);
       ck_assert_int_eq(memcmp(got, want, k * sizeof *got), 0);
     }
+  v[0] = 3.4028235e38; /* rounds to FLT_MAX, not refused */
+  ck_assert_uint_eq(attn_json_f64_to_f32(v, 1, got), 1);
+  ck_assert(got[0] == FLT_MAX);
 }
 END_TEST
 

@@ -40,7 +40,6 @@
  * Threads: reentrant; no state.
  */
 #include <cjson/cJSON.h>
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,7 +97,7 @@ static attn_status nest_not_bool(nest_ctx *c, const char *kind, int depth) {
 static attn_status nest_out_of_range(nest_ctx *c, double v, int depth) {
   char p[128];
   return attn_diag_set(c->d, ATTN_ENONFINITE,
-                       "%s: %g is outside the FP32 range",
+                       "%s: %.9g is outside the FP32 range",
                        nest_path(c, depth, p, sizeof p), v);
 }
 
@@ -112,7 +111,7 @@ static attn_status nest_leaf(nest_ctx *c, const cJSON *e, int depth) {
   if (!cJSON_IsNumber(e))
     return attn_diag_set(c->d, ATTN_EINVAL, "%s: expected a number, got %s",
                          nest_path(c, depth, p, sizeof p), attn_json_kind(e));
-  if (!(fabs(e->valuedouble) <= FLT_MAX))
+  if (!attn_f32_in_range(e->valuedouble))
     return nest_out_of_range(c, e->valuedouble, depth);
   ((float *)c->dst)[c->pos++] = (float)e->valuedouble;
   return ATTN_OK;

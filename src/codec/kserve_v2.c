@@ -43,7 +43,6 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include <cjson/cJSON.h>
-#include <float.h>
 #include <math.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -129,11 +128,12 @@ static uint64_t ld64(const unsigned char *p) {
   return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
 }
 
-/* FP64 -> FP32: out-of-range finite values become +-inf (the engine then
- * rejects them as non-finite, naming the tensor). */
+/* FP64 -> FP32, rounded to nearest: values that do not round to a finite
+ * float become +-inf (the engine then rejects them as non-finite, naming
+ * the tensor). */
 static float f64_to_f32(double v) {
-  if (v > FLT_MAX) return INFINITY;
-  if (v < -FLT_MAX) return -INFINITY;
+  if (v >= ATTN_F32_LIMIT) return INFINITY;
+  if (v <= -ATTN_F32_LIMIT) return -INFINITY;
   return (float)v; /* NaN stays NaN */
 }
 
@@ -664,9 +664,9 @@ static attn_status put_num(fill_ctx *c, double x, int depth) {
   const char *dn = attn_dtype_name(c->in->dt);
   if (c->pos >= c->in->numel) return too_many(c);
   if (c->in->dt == ATTN_DT_FP32 || c->in->dt == ATTN_DT_FP64) {
-    if (!(fabs(x) <= FLT_MAX))
+    if (!attn_f32_in_range(x))
       return where_err(c->d, ATTN_ENONFINITE, "inputs", c->i, c->in->name,
-                       "%s = %g is outside the FP32 range",
+                       "%s = %.9g is outside the FP32 range",
                        fmt_path(c, depth, p, sizeof p), x);
     ((float *)c->dst)[c->pos++] = (float)x;
     return ATTN_OK;

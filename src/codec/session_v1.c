@@ -111,8 +111,8 @@ static attn_status get_f32(const cJSON *it, const char *name, float *v,
   if (!cJSON_IsNumber(it))
     return attn_diag_set(d, ATTN_EINVAL, "%s must be a number, got %s", name,
                          attn_json_kind(it));
-  if (!(fabs(it->valuedouble) <= FLT_MAX))
-    return attn_diag_set(d, ATTN_ENONFINITE, "%s is %g, outside the fp32 range",
+  if (!attn_f32_in_range(it->valuedouble))
+    return attn_diag_set(d, ATTN_ENONFINITE, "%s is %.9g, outside the fp32 range",
                          name, it->valuedouble);
   *v = (float)it->valuedouble;
   return ATTN_OK;
@@ -128,16 +128,16 @@ static attn_status read_numbers(const cJSON *a, const char *path, float *dst,
     k = attn_json_f64_to_f32(v, n, dst);
     if (k == n) return ATTN_OK;
     return attn_diag_set(d, ATTN_ENONFINITE,
-                         "%s[%zu] is %g, outside the fp32 range", path, k,
+                         "%s[%zu] is %.9g, outside the fp32 range", path, k,
                          v[k]);
   }
   for (const cJSON *e = a->child; e; e = e->next, k++) {
     if (!cJSON_IsNumber(e))
       return attn_diag_set(d, ATTN_EINVAL, "%s[%zu] must be a number, got %s",
                            path, k, attn_json_kind(e));
-    if (!(fabs(e->valuedouble) <= FLT_MAX))
+    if (!attn_f32_in_range(e->valuedouble))
       return attn_diag_set(d, ATTN_ENONFINITE,
-                           "%s[%zu] is %g, outside the fp32 range", path, k,
+                           "%s[%zu] is %.9g, outside the fp32 range", path, k,
                            e->valuedouble);
     dst[k] = (float)e->valuedouble;
   }

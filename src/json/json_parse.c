@@ -1214,25 +1214,25 @@ size_t attn_json_f64_to_f32(const double *v, size_t n, float *dst) {
 #if JSON_CHUNKS
   /* Blocks of 8 in SSE2: GCC vectorises the conversion of the loop below
    * but not its range check (8 scalar compares and setcc per block, ~0.5
-   * ns a number).  cmple is false for NaN, as the scalar test is; a block
+   * ns a number).  cmplt is false for NaN, as the scalar test is; a block
    * with any value out of range is left to the loop below, which stops at
    * it. */
-  const __m128d lim = _mm_set1_pd(FLT_MAX);
+  const __m128d lim = _mm_set1_pd(ATTN_F32_LIMIT);
   const __m128d mag = _mm_castsi128_pd(_mm_set1_epi64x(INT64_MAX));
   for (; k + 8 <= n; k += 8) {
     __m128d a0 = _mm_loadu_pd(v + k), a1 = _mm_loadu_pd(v + k + 2);
     __m128d a2 = _mm_loadu_pd(v + k + 4), a3 = _mm_loadu_pd(v + k + 6);
-    __m128d ok = _mm_and_pd(_mm_and_pd(_mm_cmple_pd(_mm_and_pd(a0, mag), lim),
-                                       _mm_cmple_pd(_mm_and_pd(a1, mag), lim)),
-                            _mm_and_pd(_mm_cmple_pd(_mm_and_pd(a2, mag), lim),
-                                       _mm_cmple_pd(_mm_and_pd(a3, mag), lim)));
+    __m128d ok = _mm_and_pd(_mm_and_pd(_mm_cmplt_pd(_mm_and_pd(a0, mag), lim),
+                                       _mm_cmplt_pd(_mm_and_pd(a1, mag), lim)),
+                            _mm_and_pd(_mm_cmplt_pd(_mm_and_pd(a2, mag), lim),
+                                       _mm_cmplt_pd(_mm_and_pd(a3, mag), lim)));
     if (_mm_movemask_pd(ok) != 3) break;
     _mm_storeu_ps(dst + k, _mm_movelh_ps(_mm_cvtpd_ps(a0), _mm_cvtpd_ps(a1)));
     _mm_storeu_ps(dst + k + 4,
                   _mm_movelh_ps(_mm_cvtpd_ps(a2), _mm_cvtpd_ps(a3)));
   }
 #endif
-  for (; k < n && fabs(v[k]) <= FLT_MAX; k++) dst[k] = (float)v[k];
+  for (; k < n && attn_f32_in_range(v[k]); k++) dst[k] = (float)v[k];
   return k;
 }
 

@@ -8,6 +8,7 @@ Run alone: python3 tests/integration/test_errors_and_limits.py --attnd PATH
 """
 
 import gzip
+import os
 import json
 import random
 import socket
@@ -46,6 +47,40 @@ def error_400_bad_json():
                  "empty", what="/v2 empty body")
     expect_error(v1(p, {"query": [[1e39, 0]]}), 400, "query",
                  what="/v1 number outside FP32")
+
+
+@test
+def fp32_max_round_trips():
+    """FLT_MAX written as its shortest decimal, 3.4028235e38 (as attnd's
+    answers, numpy and PyTorch print it), is FLT_MAX, not out of range:
+    above FLT_MAX as a double, it rounds to it.  It comes back as it went,
+    on /v1, v2 JSON and a session's step; the next float up is a 400 naming
+    it with the digits that tell it apart."""
+    p = shared().port
+    big = 3.4028235e38
+    r = v1(p, {"query": [[1, 0]], "key": [[1, 0]], "value": [[big, -big]]})
+    expect_status(r, 200, "/v1 FLT_MAX")
+    check(r.json()["output"] == [[big, -big]], "/v1: %r" % r.json())
+    check(b"3.4028235e+38" in r.body, "/v1 answer %r" % r.body[:200])
+    ins = [v2_in("query", [1, 2], [1, 0]), v2_in("key", [1, 2], [1, 0]),
+           v2_in("value", [1, 2], [big, -big])]
+    r = v2_infer(p, "sdpa", ins)
+    expect_status(r, 200, "v2 FLT_MAX")
+    out = [o for o in r.json()["outputs"] if o["name"] == "attn_output"][0]
+    check(out["data"] == [big, -big], "v2: %r" % out)
+    sid = "fltmax-%d" % os.getpid()
+    expect_status(request(p, "PUT", "/v1/sessions/" + sid,
+                          {"num_heads": 1, "head_dim": 2}), 201, "session")
+    r = request(p, "POST", "/v1/sessions/%s/attend" % sid,
+                {"position": 0, "query": [[1, 0]], "key": [[1, 0]],
+                 "value": [[big, -big]]})
+    expect_status(r, 200, "session step FLT_MAX")
+    check(r.json()["output"] == [[[big, -big]]], "step: %r" % r.json())
+    request(p, "DELETE", "/v1/sessions/" + sid)
+    expect_error(v1(p, {"query": [[1, 0]], "key": [[1, 0]],
+                        "value": [[3.4028236e38, 0]]}), 400,
+                 "value[0][0]: 3.4028236e+38 is outside the FP32 range",
+                 what="/v1 the next float up")
 
 
 @test
