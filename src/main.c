@@ -18,13 +18,13 @@
  * drain_timeout_ms; the answers are sent; then everything is destroyed in
  * reverse order of creation and attnd exits 0.  A signal during the drain is
  * ignored.  If the drain runs out of time attnd writes the sessions no
- * step holds (session_dir) and exits 0 without waiting further. SIGHUP (blocked and forwarded like them) re-reads api_keys_file and
- * admin_api_keys_file and reloads every model file (reload_keys,
- * reload_models; whatever model_control says) while serving; at other
- * times it waits, blocked.  A SIGHUP sent with sigqueue (attnd --reload,
- * src/probe/reload.c) is answered after the reload, to its sender, with
- * a real-time signal (reload); models_poll_s reloads the models when
- * models_dir's files change (poll_models).  ATTND_API_KEY and
+ * step holds (session_dir) and exits 0 without waiting further. SIGHUP (blocked
+ * and forwarded like them) re-reads api_keys_file and admin_api_keys_file and
+ * reloads every model file (reload_keys, reload_models; whatever model_control
+ * says) while serving; at other times it waits, blocked.  A SIGHUP sent with
+ * sigqueue (attnd --reload, src/probe/reload.c) is answered after the reload,
+ * to its sender, with a real-time signal (reload); models_poll_s reloads the
+ * models when models_dir's files change (poll_models).  ATTND_API_KEY and
  * ATTND_ADMIN_API_KEY are read here, never config keys: --check-config
  * must not print them.
  * systemd (Type=notify): when NOTIFY_SOCKET is set, main tells it
@@ -1184,8 +1184,7 @@ static void drain(const attnd *a, const attn_config *cfg) {
              (long long)cfg->drain_timeout_ms, cut,
              (unsigned long long)st.depth, (unsigned long long)st.running);
     /* the sessions no step holds, so that a restart loses only those */
-    if (*cfg->session_dir)
-      attn_sessions_save(a->sessions, cfg->session_dir, 1);
+    if (*cfg->session_dir) attn_sessions_save(a->sessions, cfg->session_dir, 1);
     _exit(0);
   }
   int64_t left =

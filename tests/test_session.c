@@ -1234,8 +1234,8 @@ START_TEST(session_export_idle_skips_a_held_session) {
   attn_session_dump x, y;
   pthread_mutex_lock(&a.s->lock);
   ck_assert_int_eq(attn_session_export_idle(a.s, &x, &d), ATTN_EBUSY);
-  ck_assert_msg(strstr(d.msg, "session 'a'") && strstr(d.msg, "running"),
-                "%s", d.msg);
+  ck_assert_msg(strstr(d.msg, "session 'a'") && strstr(d.msg, "running"), "%s",
+                d.msg);
   ck_assert_ptr_null(x.data);
   ck_assert_ptr_null(x.length);
   pthread_mutex_unlock(&a.s->lock);

@@ -112,8 +112,9 @@ static attn_status get_f32(const cJSON *it, const char *name, float *v,
     return attn_diag_set(d, ATTN_EINVAL, "%s must be a number, got %s", name,
                          attn_json_kind(it));
   if (!attn_f32_in_range(it->valuedouble))
-    return attn_diag_set(d, ATTN_ENONFINITE, "%s is %.9g, outside the fp32 range",
-                         name, it->valuedouble);
+    return attn_diag_set(d, ATTN_ENONFINITE,
+                         "%s is %.9g, outside the fp32 range", name,
+                         it->valuedouble);
   *v = (float)it->valuedouble;
   return ATTN_OK;
 }

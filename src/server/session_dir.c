@@ -74,8 +74,8 @@ typedef struct saver {
 #define BUSY_TRIES 20 /* a millisecond apart: a step's lock, not a stat's */
 
 /* s exported: at once, or when steps may run, only between two of them. */
-static attn_status take(const saver *sv, attn_session *s,
-                        attn_session_dump *x, attn_diag *d) {
+static attn_status take(const saver *sv, attn_session *s, attn_session_dump *x,
+                        attn_diag *d) {
   if (!sv->running) return attn_session_export(s, x, d);
   attn_status r = ATTN_EBUSY;
   for (int i = 0; i < BUSY_TRIES && r == ATTN_EBUSY; i++) {

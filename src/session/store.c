@@ -923,8 +923,7 @@ attn_status attn_session_export_idle(attn_session *s, attn_session_dump *out,
   memset(out, 0, sizeof *out);
   if (pthread_mutex_trylock(&s->lock))
     return attn_diag_set(d, ATTN_EBUSY,
-                         "session '%s': a step was still running on it",
-                         s->id);
+                         "session '%s': a step was still running on it", s->id);
   return export_locked(s, out, d);
 }
 
