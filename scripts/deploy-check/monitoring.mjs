@@ -30,6 +30,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 
+import { checkWithModel } from './unknown-fields.cjs';
+
 const args = process.argv.slice(2);
 if (args[0] !== '--deps' || args.length < 4) {
   console.error('usage: node monitoring.mjs --deps DIR (manifests FILE...|rules FILE OUT|promql --exposition F --out F FILE...)');
@@ -67,54 +69,6 @@ function loadYaml(file) {
 }
 
 // ------------------------------------------------------------- schemas
-
-// The schema's errors, then the fields its validator never looked at
-// (the CRD schemas, as Kubernetes', do not forbid unknown fields).
-function checkWithModel(Model, data) {
-  const records = [];
-  const proxies = new WeakMap();
-  function wrap(v, p) {
-    if (v === null || typeof v !== 'object') return v;
-    if (proxies.has(v)) return proxies.get(v);
-    const rec = { obj: v, path: p, seen: new Set(), enumerated: false };
-    records.push(rec);
-    const px = new Proxy(v, {
-      get(t, k, r) {
-        if (typeof k !== 'string') return Reflect.get(t, k, r);
-        rec.seen.add(k);
-        const child = Reflect.get(t, k, r);
-        return Object.prototype.hasOwnProperty.call(t, k) ? wrap(child, `${p}/${k}`) : child;
-      },
-      has(t, k) {
-        if (typeof k === 'string') rec.seen.add(k);
-        return Reflect.has(t, k);
-      },
-      getOwnPropertyDescriptor(t, k) {
-        if (typeof k === 'string') rec.seen.add(k);
-        return Reflect.getOwnPropertyDescriptor(t, k);
-      },
-      ownKeys(t) {
-        rec.enumerated = true;
-        return Reflect.ownKeys(t);
-      },
-    });
-    proxies.set(v, px);
-    return px;
-  }
-  const errors = [];
-  try {
-    Model.prototype.validate.call(wrap(data, ''));
-  } catch (e) {
-    for (const m of String(e.message).split(', data')) errors.push(m.replace(/^data/, ''));
-  }
-  for (const r of records) {
-    if (Array.isArray(r.obj) || r.enumerated || r.seen.size === 0) continue;
-    for (const k of Object.keys(r.obj)) {
-      if (!r.seen.has(k)) errors.push(`${r.path}/${k}: unknown field (not in the ${Model.name} schema; misspelt?)`);
-    }
-  }
-  return errors;
-}
 
 async function modelFor(apiVersion, kind) {
   let mod = null;
