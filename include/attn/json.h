@@ -22,16 +22,6 @@
 
 struct cJSON;
 
-/* A number (as a double) is an FP32 value when it rounds to a finite
- * float: |x| below FLT_MAX plus half its ulp, 2^128 - 2^103 (a tie there
- * rounds to infinity).  "3.4028235e38", FLT_MAX's shortest decimal (as
- * attnd's own answers, numpy and PyTorch print it), is above FLT_MAX as a
- * double and rounds to it.  NaN is not. */
-#define ATTN_F32_LIMIT 0x1.ffffffp127
-static inline int attn_f32_in_range(double x) {
-  return x < ATTN_F32_LIMIT && x > -ATTN_F32_LIMIT;
-}
-
 /* Parse p[0, n) (RFC 8259, strictly; a leading UTF-8 BOM is skipped) as one
  * JSON value followed only by whitespace, refusing nesting deeper than
  * max_depth and more than ATTN_JSON_MAX_NODES values as it goes.

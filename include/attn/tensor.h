@@ -107,6 +107,16 @@ attn_status attn_tensor_bytes_put(attn_tensor *t, int64_t i, const void *s,
 attn_status attn_tensor_bytes_at(const attn_tensor *t, int64_t i,
                                  const char **s, size_t *n);
 
+/* A number (as a double) is an FP32 value when it rounds to a finite
+ * float: |x| below FLT_MAX plus half its ulp, 2^128 - 2^103 (a tie there
+ * rounds to infinity).  "3.4028235e38", FLT_MAX's shortest decimal (as
+ * attnd's own answers, numpy and PyTorch print it), is above FLT_MAX as a
+ * double and rounds to it.  NaN is not. */
+#define ATTN_F32_LIMIT 0x1.ffffffp127
+static inline int attn_f32_in_range(double x) {
+  return x < ATTN_F32_LIMIT && x > -ATTN_F32_LIMIT;
+}
+
 /* IEEE half and bfloat16 to float. */
 float attn_f16_to_f32(uint16_t h);
 float attn_bf16_to_f32(uint16_t h);

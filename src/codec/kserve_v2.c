@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/tensor.h" /* attn_f32_in_range */
 #include "attn/codec.h"
 #include "attn/f32fmt.h"
 #include "attn/json.h"

@@ -92,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/tensor.h" /* attn_f32_in_range */
 #include "attn/json.h"
 #include "internal.h"
 

@@ -33,12 +33,12 @@
  * fell through to OpenBLAS); an output's binary datatype (FP32, FP16,
  * BF16) passes through.
  */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/tensor.h" /* attn_f32_in_range */
 #include "attn/model.h"
 #include "internal.h"
 
@@ -370,7 +370,7 @@ static attn_status read_params(attn__model_kind kind,
           return attn_diag_set(d, ATTN_EINVAL,
                                "parameter 'scale' must be a number, got %s",
                                param_type_name(p->type));
-        if (!(fabs(ri->scale) <= FLT_MAX))
+        if (!attn_f32_in_range(ri->scale))
           return attn_diag_set(d, ATTN_EINVAL,
                                "parameter 'scale' must be a finite float");
         ri->has_scale = true;

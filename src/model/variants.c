@@ -17,13 +17,13 @@
  * Threads: reentrant; no state.
  */
 #include <cjson/cJSON.h>
-#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/tensor.h" /* attn_f32_in_range */
 #include "internal.h"
 
 #define LL(x) ((long long)(x))
@@ -127,8 +127,10 @@ static attn_status want_number(const attn_param *p, const char *name,
   if (p->type != ATTN_PARAM_INT && p->type != ATTN_PARAM_DOUBLE)
     return attn_diag_set(d, ATTN_EINVAL, "'%s' must be a number, got %s", name,
                          kind_of(p));
-  if (!(x > above && x <= FLT_MAX))
-    return attn_diag_set(d, ATTN_EINVAL, "'%s' is %.15g: %s", name, x, why);
+  if (!(x > above && x < ATTN_F32_LIMIT))
+    return attn_diag_set(
+        d, ATTN_EINVAL, "'%s' is %.15g: %s", name, x,
+        x > above ? "above float32's largest value, 3.4028235e+38" : why);
   *v = x;
   return ATTN_OK;
 }
@@ -263,7 +265,7 @@ static attn_status json_slopes(const char *path, const cJSON *a, int64_t H,
     return attn_diag_set(d, ATTN_ENOMEM, "%s: out of memory", path);
   int64_t h = 0;
   for (const cJSON *c = a->child; c; c = c->next, h++) {
-    if (!cJSON_IsNumber(c) || !(fabs(c->valuedouble) <= FLT_MAX))
+    if (!cJSON_IsNumber(c) || !attn_f32_in_range(c->valuedouble))
       return attn_diag_set(d, ATTN_EINVAL,
                            "%s: \"alibi_slopes\"[%lld] must be a finite "
                            "number",

@@ -54,8 +54,9 @@ def fp32_max_round_trips():
     """FLT_MAX written as its shortest decimal, 3.4028235e38 (as attnd's
     answers, numpy and PyTorch print it), is FLT_MAX, not out of range:
     above FLT_MAX as a double, it rounds to it.  It comes back as it went,
-    on /v1, v2 JSON and a session's step; the next float up is a 400 naming
-    it with the digits that tell it apart."""
+    on /v1, v2 JSON and a session's step, and is taken as scale and
+    softcap; the next float up is a 400 naming it (with the digits that
+    tell it apart, for a tensor's value)."""
     p = shared().port
     big = 3.4028235e38
     r = v1(p, {"query": [[1, 0]], "key": [[1, 0]], "value": [[big, -big]]})
@@ -81,6 +82,14 @@ def fp32_max_round_trips():
                         "value": [[3.4028236e38, 0]]}), 400,
                  "value[0][0]: 3.4028236e+38 is outside the FP32 range",
                  what="/v1 the next float up")
+    # parameters alike: scale and softcap at the maximum are taken (the
+    # scores overflow: rows of null, as documented), the next float up not
+    q = {"query": [[1, 0]], "key": [[1, 0]], "value": [[1, 2]]}
+    for field in ("scale", "softcap"):
+        expect_status(v1(p, dict(q, **{field: big})), 200, "/v1 %s FLT_MAX"
+                      % field)
+        expect_error(v1(p, dict(q, **{field: 3.4028236e38})), 400, field,
+                     "float", what="/v1 %s the next float up" % field)
 
 
 @test
