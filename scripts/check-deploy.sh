@@ -43,7 +43,8 @@
 #     against shutdown_delay_ms + drain_timeout_ms;
 #  7. the sandbox against a running attnd: every system call it makes
 #     (under strace: start, requests on both protocols, a /metrics scrape
-#     and the statistics, SIGTERM) must pass the unit's SystemCallFilter,
+#     and the statistics, the unit's ExecReload `attnd --reload=PID` and
+#     attnd's reload, SIGTERM) must pass the unit's SystemCallFilter,
 #     RestrictAddressFamilies,
 #     MemoryDenyWriteExecute, RestrictNamespaces, PrivateDevices and
 #     ProtectSystem=strict;
@@ -65,7 +66,7 @@
 # Checks 5, 6 (verify with the real binary) and 7 use an attnd binary:
 # $CHECK_DEPLOY_ATTND, else build/src/attnd (`make` builds it); without
 # one, 5 and 7 are skipped and 6 points the unit at /bin/true
-# (systemd-analyze verify insists that ExecStart's binary exist).
+# (systemd-analyze verify insists that ExecStart's and ExecReload's binary exist).
 #
 # Output: PASS/FAIL/SKIP lines, then "check-deploy: N passed, M failed,
 # K skipped"; the exit status is 1 when anything failed.
@@ -216,21 +217,23 @@ else
   skip "attnd --check-config: no attnd binary"
 fi
 
-# systemd-analyze verify: it insists that ExecStart's binary exist, so a
-# copy of the unit runs the attnd binary at hand (else /bin/true) instead
-# of /usr/local/bin/attnd; the rest of the unit is verified as it is.
+# systemd-analyze verify: it insists that ExecStart's and ExecReload's
+# binary exist, so a copy of the unit runs the attnd binary at hand (else
+# /bin/true) instead of /usr/local/bin/attnd; the rest of the unit is
+# verified as it is.
 # Unknown directives are only warnings to it (exit 0): any line it prints
 # about the unit fails the check.
 UNIT=deploy/systemd/attnd.service
 verify_unit() {
   local unit=$1 bin=${ATTND:-/bin/true} dir out
   dir=$(mktemp -d "$TMP/unit.XXXXXX")
-  sed "s#^ExecStart=/usr/local/bin/attnd #ExecStart=$bin #" "$unit" >"$dir/attnd.service"
+  sed -e "s#^ExecStart=/usr/local/bin/attnd #ExecStart=$bin #" \
+    -e "s#^ExecReload=/usr/local/bin/attnd #ExecReload=$bin #" "$unit" >"$dir/attnd.service"
   if cmp -s "$unit" "$dir/attnd.service"; then
     echo "ExecStart is not /usr/local/bin/attnd ...: update verify_unit"
     return 1
   fi
-  echo "ExecStart's binary for the check: $bin"
+  echo "ExecStart's and ExecReload's binary for the check: $bin"
   out=$(cd "$dir" && systemd-analyze verify ./attnd.service 2>&1) || { echo "$out"; return 1; }
   if grep -q 'attnd\.service' <<<"$out"; then echo "$out"; return 1; fi
   [ -z "$out" ] || echo "(about other units: $out)"
@@ -264,10 +267,11 @@ run "$UNIT: TimeoutStopSec outlasts shutdown delay + drain" stop_timeout "$UNIT"
 # take it from attnd's own process; journald must read the <N> prefixes.
 notify_unit() {
   local unit=$1 k
-  for k in Type=notify NotifyAccess=main SyslogLevelPrefix=yes; do
-    grep -qx "$k" "$unit" || { echo "$unit lacks $k"; return 1; }
+  for k in Type=notify NotifyAccess=main SyslogLevelPrefix=yes \
+    'ExecReload=/usr/local/bin/attnd --reload=$MAINPID'; do
+    grep -qxF "$k" "$unit" || { echo "$unit lacks $k"; return 1; }
   done
-  echo "Type=notify, NotifyAccess=main, SyslogLevelPrefix=yes"
+  echo "Type=notify, NotifyAccess=main, SyslogLevelPrefix=yes, ExecReload waits for attnd --reload"
 }
 run "$UNIT: Type=notify (attnd tells READY=1)" notify_unit "$UNIT"
 
@@ -348,6 +352,15 @@ sandbox_fit() {
     kill -TERM "$apid"; wait "$spid"
     return 1
   fi
+  # ExecReload: `attnd --reload=$MAINPID` under the same filter, and
+  # attnd's side of it (in its own trace)
+  if ! strace -f -qq -o "$TMP/trace-reload" "$ATTND" --reload="$apid" >"$TMP/reload.out" 2>&1; then
+    echo "attnd --reload=$apid failed:"; cat "$TMP/reload.out"
+    kill -TERM "$apid"; wait "$spid"
+    return 1
+  fi
+  echo "ExecReload: $(cat "$TMP/reload.out")"
+  check_trace "$TMP/trace-reload" || { kill -TERM "$apid"; wait "$spid"; return 1; }
   kill -TERM "$apid"
   wait "$spid" || { echo "attnd did not exit 0 on SIGTERM:"; cat "$log"; return 1; }
   grep -q 'sched_setscheduler(0, SCHED_BATCH' "$trace" && echo "SCHED_BATCH set (allowed by the filter)"
