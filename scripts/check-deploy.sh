@@ -603,6 +603,9 @@ mutate "$TMP/sd/attnd.service" 's/^TimeoutStopSec=45s$/TimeoutStopSec=30s/' &&
 cp "$UNIT" "$TMP/sd/attnd.service"
 mutate "$TMP/sd/attnd.service" 's/^Type=notify$/Type=exec/' &&
   expect_fail "systemd: Type=exec" "lacks Type=notify" notify_unit "$TMP/sd/attnd.service"
+cp "$UNIT" "$TMP/sd/attnd.service"
+mutate "$TMP/sd/attnd.service" 's#^ExecReload=.*#ExecReload=/bin/kill -HUP $MAINPID#' &&
+  expect_fail "systemd: ExecReload=kill -HUP (unconfirmed)" "lacks ExecReload" notify_unit "$TMP/sd/attnd.service"
 cat >"$TMP/sd/trace" <<'EOF'
 100 openat(AT_FDCWD, "/etc/attnd/attnd.json", O_RDONLY|O_CLOEXEC) = 3
 100 mount("none", "/mnt", "tmpfs", 0, NULL) = -1 EPERM (Operation not permitted)
