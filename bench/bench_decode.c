@@ -262,11 +262,6 @@ int main(int argc, char **argv) {
   const char *onlyDt = argc > 5 ? argv[5] : NULL;
   int th0 = 1, th1 = 2;
   if (argc > 6) th0 = th1 = (int)bench_arg(argc, argv, 6, 1, 1);
-  if (onlyDt && strcmp(onlyDt, "fp32") && strcmp(onlyDt, "bf16") &&
-      strcmp(onlyDt, "fp16")) {
-    fprintf(stderr, BENCH_NAME ": dtype '%s': fp32, bf16 or fp16\n", onlyDt);
-    return 2;
-  }
   if (th1 > MAX_THREADS) {
     fprintf(stderr, BENCH_NAME ": at most %d threads\n", MAX_THREADS);
     return 2;
@@ -276,6 +271,13 @@ int main(int argc, char **argv) {
   if (onlyB) Bs[0] = onlyB, nB = 1; /* any B and T given */
   if (onlyT) Ts[0] = onlyT, nT = 1;
   static const attn_kv_dtype dts[] = {ATTN_KV_FP32, ATTN_KV_BF16, ATTN_KV_FP16};
+  int known = !onlyDt;
+  for (size_t di = 0; di < 3; di++)
+    known |= onlyDt && strcmp(onlyDt, attn_kv_dtype_name(dts[di])) == 0;
+  if (!known) {
+    fprintf(stderr, BENCH_NAME ": dtype '%s': fp32, bf16 or fp16\n", onlyDt);
+    return 2;
+  }
   if (rounds > 64) rounds = 64;
   unsigned char *sbuf = stream_buffer();
   unsigned seed = 42;

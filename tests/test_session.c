@@ -1128,6 +1128,14 @@ static void *churner(void *arg) {
   return NULL;
 }
 
+/* 1 when two dumps hold the same first n rows of layer 0, bit for bit. */
+static int same_rows(const attn_session_dump *x, const attn_session_dump *y,
+                     const attn_session_spec *f, int64_t n) {
+  size_t bytes = (size_t)n * (size_t)(f->num_kv_heads * f->head_dim) *
+                 attn_kv_dtype_size(f->kv_dtype);
+  return !memcmp(x->k[0], y->k[0], bytes) && !memcmp(x->v[0], y->v[0], bytes);
+}
+
 /* Export, then import under another owner and id: the same lengths,
  * spec and rows, and the next step bitwise the same on both (every case:
  * rotary keys are stored turned, bf16 odd dims, fp16, slopes); a taken
@@ -1208,10 +1216,7 @@ START_TEST(session_export_import_bitwise) {
   ck_assert_str_eq(y.id, "b");
   ck_assert_uint_eq(y.owner, 7);
   ck_assert_int_eq(y.length[0], 26);
-  size_t bytes = (size_t)26 * (size_t)(a.f.num_kv_heads * a.f.head_dim) *
-                 attn_kv_dtype_size(a.f.kv_dtype);
-  ck_assert(!memcmp(x.k[0], y.k[0], bytes));
-  ck_assert(!memcmp(x.v[0], y.v[0], bytes));
+  ck_assert(same_rows(&x, &y, &a.f, 26));
   attn_session_dump_clear(&x);
   attn_session_dump_clear(&y);
   tstep_free(&s1);
@@ -1243,10 +1248,7 @@ START_TEST(session_export_idle_skips_a_held_session) {
   ck_assert_int_eq(attn_session_export(a.s, &y, &d), ATTN_OK);
   ck_assert_int_eq(x.length[0], 5);
   ck_assert_int_eq(y.length[0], 5);
-  size_t bytes = (size_t)5 * (size_t)(a.f.num_kv_heads * a.f.head_dim) *
-                 attn_kv_dtype_size(a.f.kv_dtype);
-  ck_assert(!memcmp(x.k[0], y.k[0], bytes));
-  ck_assert(!memcmp(x.v[0], y.v[0], bytes));
+  ck_assert(same_rows(&x, &y, &a.f, 5));
   attn_session_dump_clear(&x);
   attn_session_dump_clear(&y);
   ts_close(&a);
